@@ -1,0 +1,80 @@
+"""The errors a gated activity raises, as Temporal ``ApplicationError`` types.
+
+A workflow sees them as ``ActivityError`` whose ``cause`` is an ``ApplicationError`` with
+``.type`` set to the class name; ``receipt_from(error)`` reads the receipt in the details.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any
+
+from temporalio.exceptions import ActivityError, ApplicationError
+
+from .core.models import Receipt
+
+
+class AmbiguousEffect(ApplicationError):
+    """Nobody can know whether the effect happened: a person must decide. Not retryable."""
+
+    def __init__(self, message: str, receipt: Receipt) -> None:
+        super().__init__(
+            message, receipt.model_dump(mode="json"), type="AmbiguousEffect", non_retryable=True
+        )
+        self.receipt = receipt
+
+
+class EffectRefused(ApplicationError):
+    """The effect must not be sent: authority or facts changed, or the payload conflicts."""
+
+    def __init__(self, message: str, receipt: Receipt) -> None:
+        super().__init__(
+            message, receipt.model_dump(mode="json"), type="EffectRefused", non_retryable=True
+        )
+        self.receipt = receipt
+
+
+class EffectInFlight(ApplicationError):
+    """A live attempt holds the effect, or the target may still be executing it. Retryable."""
+
+    def __init__(self, message: str, retry_after: float) -> None:
+        super().__init__(
+            message, type="EffectInFlight", next_retry_delay=timedelta(seconds=retry_after)
+        )
+
+
+class InterlockNotInstalled(ApplicationError):
+    """A gated activity ran on a worker without the interceptor: its body never runs."""
+
+    def __init__(self, activity_name: str) -> None:
+        super().__init__(
+            f"gated activity {activity_name!r} ran on a worker without the Interlock "
+            "interceptor; register InterlockPlugin (or InterlockInterceptor) on this worker",
+            type="InterlockNotInstalled",
+            non_retryable=True,
+        )
+
+
+class InvalidEffectInput(ApplicationError):
+    """The activity input does not validate: names the fields, never their values."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message, type="InvalidEffectInput", non_retryable=True)
+
+
+class JournalUnavailableError(ApplicationError):
+    """The journal cannot be written: nothing was sent. Retryable."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message, type="InterlockJournalUnavailable")
+
+
+def receipt_from(error: BaseException) -> Receipt | None:
+    """The receipt carried by an Interlock error, seen from the workflow or the client."""
+    cause: Any = error.cause if isinstance(error, ActivityError) else error
+    while cause is not None and not isinstance(cause, ApplicationError):
+        cause = getattr(cause, "cause", None)
+    if cause is None or cause.type not in ("AmbiguousEffect", "EffectRefused"):
+        return None
+    details = list(cause.details)
+    return Receipt.model_validate(details[0]) if details else None

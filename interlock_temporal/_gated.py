@@ -1,0 +1,244 @@
+"""``gated(...)``: declares an activity's effect (target, key, premises) and refuses to run its
+body unless the Interlock interceptor is running the effect protocol around it."""
+
+from __future__ import annotations
+
+import functools
+import inspect
+from collections.abc import Callable, Sequence
+from contextvars import ContextVar
+from dataclasses import dataclass, field
+from typing import Any, ParamSpec, TypeVar, cast, get_type_hints, overload
+
+from pydantic import TypeAdapter, ValidationError
+from temporalio import activity
+from temporalio.common import RawValue
+from temporalio.converter import PayloadConverter
+
+from ._errors import InterlockNotInstalled, InvalidEffectInput
+from .core.targets import EffectTarget
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+SPEC_ATTR = "__interlock_gate__"
+
+
+@dataclass(frozen=True)
+class EffectContext:
+    """What the body of a gated activity may know about its effect."""
+
+    effect_id: str
+    effect_type: str
+    via: str
+    dispatch_no: int
+    attempt: int
+    principal: str | None
+
+    @property
+    def idempotency_key(self) -> str:
+        """The key to send to a target that dedupes: the effect id itself."""
+        return self.effect_id
+
+
+_current: ContextVar[tuple[GateSpec, EffectContext] | None] = ContextVar(
+    "interlock_effect", default=None
+)
+
+
+def current_effect() -> EffectContext:
+    """The effect the running gated activity body is sending (its ``effect_id`` is the
+    idempotency key to pass to the target)."""
+    entry = _current.get()
+    if entry is None:
+        raise RuntimeError("current_effect() is only available inside a gated activity body")
+    return entry[1]
+
+
+@dataclass(frozen=True)
+class GateSpec:
+    fn: Callable[..., Any]
+    target: EffectTarget
+    key: Callable[..., Any] | None
+    effect_type: str
+    premises: str | None
+    amount: Callable[..., int | None] | None
+    resource: Callable[..., str | None] | None
+    param_names: tuple[str, ...]
+    arg_types: tuple[Any, ...]
+    is_async: bool
+    _adapters: dict[int, TypeAdapter[Any]] = field(default_factory=dict, compare=False)
+
+    def _adapter(self, index: int) -> TypeAdapter[Any]:
+        adapter = self._adapters.get(index)
+        if adapter is None:
+            adapter = TypeAdapter(self.arg_types[index])
+            self._adapters[index] = adapter
+        return adapter
+
+    def decode(self, raw: Sequence[Any], converter: PayloadConverter) -> tuple[Any, ...]:
+        """Arguments arrive raw (see ``gated``): decode and validate them here, so bad input
+        fails once, non-retryably, naming the fields and never their values."""
+        if len(raw) != len(self.arg_types):
+            raise InvalidEffectInput(
+                f"{self.effect_type}: expected {len(self.arg_types)} argument(s) "
+                f"({', '.join(self.param_names)}), got {len(raw)}"
+            )
+        values = []
+        for index, (value, hint) in enumerate(zip(raw, self.arg_types, strict=True)):
+            try:
+                if isinstance(value, RawValue):
+                    value = converter.from_payload(value.payload, hint)
+                else:
+                    value = self._adapter(index).validate_python(value)
+            except Exception as err:
+                raise InvalidEffectInput(
+                    f"{self.effect_type}: invalid input: "
+                    f"{describe_invalid(err, self.param_names[index])}"
+                ) from None
+            values.append(value)
+        return tuple(values)
+
+    def decode_json(self, data: list[Any]) -> tuple[Any, ...]:
+        """The recorded approved input (JSON data) as the body's argument types."""
+        return self.decode(data, PayloadConverter.default)
+
+
+def describe_invalid(err: BaseException, param: str) -> str:
+    """Which fields are wrong and how, without echoing any input value."""
+    cause: BaseException | None = err
+    while cause is not None and not isinstance(cause, ValidationError):
+        cause = cause.__cause__ or cause.__context__
+    if cause is None:
+        return f"argument {param!r} could not be decoded ({type(err).__name__})"
+    problems = []
+    for e in cause.errors(include_url=False, include_input=False, include_context=False):
+        where = ".".join(str(part) for part in (param, *e["loc"]))
+        problems.append(f"{where}: {e['type']}")
+    return "; ".join(problems)
+
+
+@overload
+def gated(
+    fn: Callable[P, R],
+    *,
+    target: EffectTarget,
+    key: Callable[..., Any] | None = ...,
+    effect_type: str | None = ...,
+    premises: str | None = ...,
+    amount: Callable[..., int | None] | None = ...,
+    resource: Callable[..., str | None] | None = ...,
+) -> Callable[P, R]: ...
+
+
+@overload
+def gated(
+    fn: None = ...,
+    *,
+    target: EffectTarget,
+    key: Callable[..., Any] | None = ...,
+    effect_type: str | None = ...,
+    premises: str | None = ...,
+    amount: Callable[..., int | None] | None = ...,
+    resource: Callable[..., str | None] | None = ...,
+) -> Callable[[Callable[P, R]], Callable[P, R]]: ...
+
+
+def gated(
+    fn: Callable[P, R] | None = None,
+    *,
+    target: EffectTarget,
+    key: Callable[..., Any] | None = None,
+    effect_type: str | None = None,
+    premises: str | None = None,
+    amount: Callable[..., int | None] | None = None,
+    resource: Callable[..., str | None] | None = None,
+) -> Callable[P, R] | Callable[[Callable[P, R]], Callable[P, R]]:
+    """Gate an activity's side effect. Put it under ``@activity.defn``.
+
+    - ``target``: the adapter of the system the body sends to (declares its tier).
+    - ``key``: called with the activity's arguments, returns the JSON data that names the
+      approved decision (e.g. the case and the order). Default: the whole input.
+    - ``effect_type``: default the function's name, so renaming the activity keeps ids stable.
+    - ``premises``: the name of the input field that carries the facts the agent relied on
+      when it decided; they are re-validated before the first send and every resend, and are
+      not part of the payload digest.
+    - ``amount`` / ``resource``: read the amount (cents) and the resource from the arguments,
+      for leases that cap them.
+    """
+
+    def decorate(body: Callable[P, R]) -> Callable[P, R]:
+        if hasattr(body, "__temporal_activity_definition"):
+            raise TypeError("put @gated(...) under @activity.defn, not above it")
+        sig = inspect.signature(body)
+        params = list(sig.parameters.values())
+        if any(p.kind not in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD) for p in params):
+            raise TypeError(f"gated activity {body.__name__}: only positional parameters")
+        hints = get_type_hints(body)
+        missing = [p.name for p in params if p.name not in hints]
+        if missing:
+            raise TypeError(
+                f"gated activity {body.__name__}: parameters need type hints: {', '.join(missing)}"
+            )
+        if premises is not None and len(params) != 1:
+            raise TypeError("premises= names a field of the input: the activity needs one argument")
+        is_async = inspect.iscoroutinefunction(body)
+        spec = GateSpec(
+            fn=body,
+            target=target,
+            key=key,
+            effect_type=effect_type or body.__name__,
+            premises=premises,
+            amount=amount,
+            resource=resource,
+            param_names=tuple(p.name for p in params),
+            arg_types=tuple(hints[p.name] for p in params),
+            is_async=is_async,
+        )
+
+        def check() -> None:
+            entry = _current.get()
+            if entry is None or entry[0] is not spec:
+                raise InterlockNotInstalled(body.__name__)
+
+        wrapper: Callable[..., Any]
+        if is_async:
+
+            @functools.wraps(body)
+            async def async_wrapper(*args: Any) -> Any:
+                check()
+                return await cast(Callable[..., Any], body)(*args)
+
+            wrapper = async_wrapper
+        else:
+
+            @functools.wraps(body)
+            def sync_wrapper(*args: Any) -> Any:
+                check()
+                # the send must not be interrupted by Temporal's cancellation of the attempt
+                with activity.shield_thread_cancel_exception():
+                    return cast(Callable[..., Any], body)(*args)
+
+            wrapper = sync_wrapper
+
+        # Temporal decodes arguments with the function's hints *before* any interceptor runs,
+        # and a decoding error there is retried forever. Declaring the parameters raw lets the
+        # interceptor decode them and fail bad input once, non-retryably, naming the field.
+        raw_params = [p.replace(annotation=RawValue) for p in params]
+        wrapper.__signature__ = sig.replace(  # type: ignore[union-attr]
+            parameters=raw_params, return_annotation=hints.get("return", sig.return_annotation)
+        )
+        wrapper.__annotations__ = {
+            **{p.name: RawValue for p in params},
+            **({"return": hints["return"]} if "return" in hints else {}),
+        }
+        del wrapper.__wrapped__  # type: ignore[attr-defined]
+        setattr(wrapper, SPEC_ATTR, spec)
+        return cast(Callable[P, R], wrapper)
+
+    return decorate(fn) if fn is not None else decorate
+
+
+def spec_of(fn: Any) -> GateSpec | None:
+    spec = getattr(fn, SPEC_ATTR, None)
+    return spec if isinstance(spec, GateSpec) else None

@@ -1,0 +1,296 @@
+"""The Temporal adapter: runs the effect protocol around gated activities, and carries
+``act_as`` context from workflows to activities (and child workflows, and continue-as-new)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from typing import Any, NoReturn
+
+import temporalio.activity
+import temporalio.client
+import temporalio.worker
+from temporalio.exceptions import ApplicationError
+
+from ._context import Authority, current_authority, read_authority, with_authority
+from ._errors import (
+    AmbiguousEffect,
+    EffectInFlight,
+    EffectRefused,
+    InvalidEffectInput,
+    JournalUnavailableError,
+)
+from ._gated import EffectContext, GateSpec, _current, spec_of
+from .core.errors import (
+    Ambiguous,
+    InFlight,
+    InvalidCall,
+    JournalUnavailable,
+    Refused,
+)
+from .core.journal import Journal, open_journal
+from .core.protocol import Call, Delivery, Done, Gate, Ticket
+
+
+@contextlib.contextmanager
+def _as_temporal_errors() -> Iterator[None]:
+    """Core outcomes become the ``ApplicationError`` types workflows and operators see."""
+    try:
+        yield
+    except Refused as r:
+        raise EffectRefused(f"{r.code}: {r.reason}", r.receipt) from None
+    except Ambiguous as a:
+        raise AmbiguousEffect(a.reason, a.receipt) from None
+    except InFlight as f:
+        raise EffectInFlight(str(f), f.retry_after) from None
+    except InvalidCall as e:
+        raise InvalidEffectInput(str(e)) from None
+    except JournalUnavailable as e:
+        raise JournalUnavailableError(str(e)) from None
+
+
+def is_last_attempt(info: temporalio.activity.Info, now: datetime | None = None) -> bool:
+    """Whether Temporal will not schedule another attempt after this one fails."""
+    policy = info.retry_policy
+    if policy is not None and 0 < policy.maximum_attempts <= info.attempt:
+        return True
+    if info.schedule_to_close_timeout:
+        now = now or datetime.now(UTC)
+        deadline = info.scheduled_time + info.schedule_to_close_timeout
+        interval = timedelta(seconds=1)
+        if policy is not None:
+            interval = policy.initial_interval * policy.backoff_coefficient ** (info.attempt - 1)
+            if policy.maximum_interval is not None:
+                interval = min(interval, policy.maximum_interval)
+        if now + interval >= deadline:
+            return True
+    return False
+
+
+def _non_retryable(error: BaseException, info: temporalio.activity.Info) -> bool:
+    if isinstance(error, ApplicationError) and error.non_retryable:
+        return True
+    policy = info.retry_policy
+    if policy is None or not policy.non_retryable_error_types:
+        return False
+    name = error.type if isinstance(error, ApplicationError) else type(error).__name__
+    return name in policy.non_retryable_error_types
+
+
+class InterlockInterceptor(temporalio.worker.Interceptor):
+    """Register on a worker (``InterlockPlugin`` does it for you). Gated activities run the
+    effect protocol; other activities pass through untouched."""
+
+    def __init__(
+        self,
+        journal: Journal | str = "sqlite:///interlock.db",
+        *,
+        signing_key: str | bytes | None = None,
+    ) -> None:
+        self._journal_arg = journal
+        self._signing_key = signing_key
+        self._gate: Gate | None = None
+        #: the worker's client, for thread-pool activities (they have no activity.client())
+        self.client: temporalio.client.Client | None = None
+
+    @property
+    def journal(self) -> Journal:
+        return self.gate.journal
+
+    @property
+    def gate(self) -> Gate:
+        if self._gate is None:
+            journal = self._journal_arg
+            if not isinstance(journal, Journal):
+                journal = open_journal(journal, signing_key=self._signing_key)
+            self._gate = Gate(journal)
+        return self._gate
+
+    def intercept_activity(
+        self, next: temporalio.worker.ActivityInboundInterceptor
+    ) -> temporalio.worker.ActivityInboundInterceptor:
+        return _ActivityInbound(next, self)
+
+    def workflow_interceptor_class(
+        self, input: temporalio.worker.WorkflowInterceptorClassInput
+    ) -> type[temporalio.worker.WorkflowInboundInterceptor]:
+        return _WorkflowInbound
+
+
+class _ActivityInbound(temporalio.worker.ActivityInboundInterceptor):
+    def __init__(
+        self, next: temporalio.worker.ActivityInboundInterceptor, root: InterlockInterceptor
+    ) -> None:
+        super().__init__(next)
+        self._root = root
+        self._outbound: temporalio.worker.ActivityOutboundInterceptor | None = None
+
+    def init(self, outbound: temporalio.worker.ActivityOutboundInterceptor) -> None:
+        self._outbound = outbound
+        super().init(outbound)
+
+    async def execute_activity(self, input: temporalio.worker.ExecuteActivityInput) -> Any:
+        spec = spec_of(input.fn)
+        if spec is None:
+            return await self.next.execute_activity(input)
+        info = temporalio.activity.info()
+        args = spec.decode(input.args, temporalio.activity.payload_converter())
+        call = self._call(spec, info, args, read_authority(input.headers))
+        with _as_temporal_errors():
+            gate = self._root.gate
+            step = await gate.begin(call, spec.target)
+        if isinstance(step, Done):
+            return step.result
+        token = _current.set(
+            (
+                spec,
+                EffectContext(
+                    effect_id=step.effect_id,
+                    effect_type=spec.effect_type,
+                    via=step.via,
+                    dispatch_no=step.dispatch_no,
+                    attempt=info.attempt,
+                    principal=call.principal,
+                ),
+            )
+        )
+        try:
+            task = asyncio.ensure_future(self._send_and_record(gate, step, input, info))
+        finally:
+            _current.reset(token)
+        return await _uncancellable(task)
+
+    def _call(
+        self,
+        spec: GateSpec,
+        info: temporalio.activity.Info,
+        args: tuple[Any, ...],
+        authority: Authority | None,
+    ) -> Call:
+        def extract(fn: Any, what: str) -> Any:
+            if fn is None:
+                return None
+            try:
+                return fn(*args)
+            except Exception as err:
+                raise InvalidEffectInput(
+                    f"{spec.effect_type}: the {what} function raised {type(err).__name__}"
+                ) from None
+
+        key = extract(spec.key, "key")
+        if spec.key is not None and key is None:
+            raise InvalidEffectInput(f"{spec.effect_type}: the key function returned None")
+        return Call(
+            effect_type=spec.effect_type,
+            activity=info.activity_type,
+            input=args[0] if len(args) == 1 else args,
+            args=args,
+            key=key,
+            premises_field=spec.premises,
+            principal=authority.principal if authority else None,
+            lease_id=authority.lease_id if authority else None,
+            session=(authority.session if authority else None) or info.workflow_id,
+            amount_cents=extract(spec.amount, "amount"),
+            resource=extract(spec.resource, "resource"),
+            delivery=Delivery(
+                workflow_id=info.workflow_id,
+                run_id=info.workflow_run_id,
+                activity_id=info.activity_id,
+                attempt=info.attempt,
+                task_queue=info.task_queue,
+            ),
+            last_attempt=is_last_attempt(info),
+            decode_args=spec.decode_json,
+        )
+
+    async def _send_and_record(
+        self,
+        gate: Gate,
+        step: Ticket,
+        input: temporalio.worker.ExecuteActivityInput,
+        info: temporalio.activity.Info,
+    ) -> Any:
+        heartbeat = self._heartbeat_while_sending(info)
+        try:
+            try:
+                result = await self.next.execute_activity(
+                    dataclasses.replace(input, args=list(step.args))
+                )
+            except Exception as err:
+                last = step.call.last_attempt or _non_retryable(err, info)
+                with _as_temporal_errors():
+                    await gate.fail(step, err, last_attempt=last)
+                raise
+            except BaseException:
+                step.release()
+                raise
+            with _as_temporal_errors():
+                await gate.commit(step, result)
+            return result
+        finally:
+            if heartbeat is not None:
+                heartbeat.cancel()
+
+    def _heartbeat_while_sending(self, info: temporalio.activity.Info) -> asyncio.Task[None] | None:
+        """Heartbeat on the body's behalf, so ``heartbeat_timeout`` finds a dead worker fast."""
+        if info.heartbeat_timeout is None or self._outbound is None:
+            return None
+        outbound = self._outbound
+        period = max(0.05, info.heartbeat_timeout.total_seconds() / 4)
+
+        async def beat() -> None:
+            while True:
+                with contextlib.suppress(Exception):
+                    outbound.heartbeat()
+                await asyncio.sleep(period)
+
+        return asyncio.ensure_future(beat())
+
+
+async def _uncancellable(task: asyncio.Future[Any]) -> Any:
+    """Await ``task`` to the end even if this attempt is cancelled: a send that went out must be
+    recorded. The cancellation is re-raised once the task is done."""
+    cancelled = False
+    while True:
+        try:
+            result = await asyncio.shield(task)
+        except asyncio.CancelledError:
+            if task.done():
+                raise
+            cancelled = True
+            continue
+        if cancelled:
+            raise asyncio.CancelledError()
+        return result
+
+
+class _WorkflowInbound(temporalio.worker.WorkflowInboundInterceptor):
+    def init(self, outbound: temporalio.worker.WorkflowOutboundInterceptor) -> None:
+        super().init(_WorkflowOutbound(outbound))
+
+    async def execute_workflow(self, input: temporalio.worker.ExecuteWorkflowInput) -> Any:
+        inherited = read_authority(input.headers)
+        if inherited is not None:
+            current_authority.set(inherited)
+        return await super().execute_workflow(input)
+
+
+class _WorkflowOutbound(temporalio.worker.WorkflowOutboundInterceptor):
+    def start_activity(self, input: temporalio.worker.StartActivityInput) -> Any:
+        input.headers = with_authority(input.headers, current_authority.get())
+        return super().start_activity(input)
+
+    def start_local_activity(self, input: temporalio.worker.StartLocalActivityInput) -> Any:
+        input.headers = with_authority(input.headers, current_authority.get())
+        return super().start_local_activity(input)
+
+    async def start_child_workflow(self, input: temporalio.worker.StartChildWorkflowInput) -> Any:
+        input.headers = with_authority(input.headers, current_authority.get())
+        return await super().start_child_workflow(input)
+
+    def continue_as_new(self, input: temporalio.worker.ContinueAsNewInput) -> NoReturn:
+        input.headers = with_authority(input.headers, current_authority.get())
+        super().continue_as_new(input)

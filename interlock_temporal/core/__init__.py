@@ -1,0 +1,84 @@
+"""The effect protocol, the journal and its parts: plain Python, no Temporal import."""
+
+from .claims import Claim, Claims, FileClaims
+from .errors import (
+    Ambiguous,
+    GateOutcome,
+    HeadConflict,
+    InFlight,
+    InterlockError,
+    InvalidCall,
+    JournalConfigError,
+    JournalCorrupt,
+    JournalUnavailable,
+    Refused,
+)
+from .identity import canonical, digest, effect_id, jsonable
+from .journal import Journal, RawEntry, open_journal
+from .leases import Demand, LeaseStore, check_lease
+from .models import (
+    Change,
+    Draft,
+    EffectRow,
+    Entry,
+    Found,
+    JournalHead,
+    Kind,
+    Lease,
+    Receipt,
+    VerifyReport,
+)
+from .protocol import Call, Delivery, Done, Gate, Ticket
+from .receipts import EffectView, fold, receipt, receipt_of
+from .signing import HmacKey, Keyring
+from .targets import Capabilities, EffectTarget, capabilities
+
+__all__ = [
+    "Ambiguous",
+    "Call",
+    "Capabilities",
+    "Change",
+    "Claim",
+    "Claims",
+    "Delivery",
+    "Demand",
+    "Done",
+    "Draft",
+    "EffectRow",
+    "EffectTarget",
+    "EffectView",
+    "Entry",
+    "FileClaims",
+    "Found",
+    "Gate",
+    "GateOutcome",
+    "HeadConflict",
+    "HmacKey",
+    "InFlight",
+    "InterlockError",
+    "InvalidCall",
+    "Journal",
+    "JournalConfigError",
+    "JournalCorrupt",
+    "JournalHead",
+    "JournalUnavailable",
+    "Keyring",
+    "Kind",
+    "Lease",
+    "LeaseStore",
+    "RawEntry",
+    "Receipt",
+    "Refused",
+    "Ticket",
+    "VerifyReport",
+    "canonical",
+    "capabilities",
+    "check_lease",
+    "digest",
+    "effect_id",
+    "fold",
+    "jsonable",
+    "open_journal",
+    "receipt",
+    "receipt_of",
+]

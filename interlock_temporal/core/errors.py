@@ -1,0 +1,77 @@
+"""The core's exceptions. The Temporal adapter turns each into an ``ApplicationError``."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from .models import Change, Receipt
+
+
+class InterlockError(Exception):
+    """Base of every error the package raises."""
+
+
+class JournalConfigError(InterlockError):
+    """The journal cannot be opened as configured (bad URL, key, permissions)."""
+
+
+class JournalCorrupt(InterlockError):
+    """The journal's stored entries are not what was signed (torn tail, edited entry)."""
+
+
+class JournalUnavailable(InterlockError):
+    """The journal cannot be written right now: nothing was sent; retry later."""
+
+
+class HeadConflict(InterlockError):
+    """A conditional append found the effect's chain moved on: another writer appended first."""
+
+    def __init__(self, effect_id: str, expected: str, actual: str) -> None:
+        super().__init__(f"effect {effect_id[:16]}: head moved (expected {expected[:12] or '-'})")
+        self.effect_id = effect_id
+        self.expected = expected
+        self.actual = actual
+
+
+class InvalidCall(InterlockError):
+    """The call cannot be gated as given (no key, a key that is not JSON data, ...).
+
+    Messages name the argument or field, never its value.
+    """
+
+
+class GateOutcome(InterlockError):
+    """An attempt ended without a result: refused, ambiguous or in flight elsewhere."""
+
+
+class Refused(GateOutcome):
+    """Terminal: the effect must not be (re)sent. ``receipt.executed`` is false."""
+
+    def __init__(
+        self, code: str, reason: str, receipt: Receipt, changes: list[Change] | None = None
+    ) -> None:
+        super().__init__(f"{code}: {reason}")
+        self.code = code
+        self.reason = reason
+        self.receipt = receipt
+        self.changes = changes or []
+
+
+class Ambiguous(GateOutcome):
+    """Terminal until a person decides: nobody can know whether the effect happened."""
+
+    def __init__(self, reason: str, receipt: Receipt) -> None:
+        super().__init__(reason)
+        self.reason = reason
+        self.receipt = receipt
+
+
+class InFlight(GateOutcome):
+    """Retryable: a live attempt holds the effect, or the target may still be executing it."""
+
+    def __init__(self, effect_id: str, reason: str, retry_after: float) -> None:
+        super().__init__(f"effect {effect_id[:16]} is in flight: {reason}")
+        self.effect_id = effect_id
+        self.reason = reason
+        self.retry_after = retry_after

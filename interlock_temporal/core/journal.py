@@ -1,0 +1,354 @@
+"""The journal: append-only, one signed entry per transition, hash-chained per effect.
+
+Each entry's signed bytes are the RFC 8785 canonical JSON of
+``{v, seq, ts, effect_id, kind, prev, key_id, data}``; ``hash`` is sha256 of those bytes and
+``sig`` signs the hash. The bytes are stored as written, so verification hashes what was signed
+instead of canonicalising again. ``prev`` is the hash of the previous entry *of the same
+effect* (empty for the first), and appends are conditional on it, so no chain can fork.
+``seq`` is dense and signed, so a dropped entry leaves a gap.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+from urllib.parse import parse_qs, urlparse
+
+import rfc8785
+
+from .claims import Claim
+from .errors import JournalConfigError, JournalCorrupt
+from .leases import LeaseStore
+from .models import ANNOTATIONS, Draft, EffectRow, Entry, JournalHead, Kind, Lease, VerifyReport
+from .signing import HmacKey, Keyring, load_or_create_key_file, parse_secret
+
+SCHEMA_VERSION = 1
+ENTRY_VERSION = 1
+
+Build = Sequence[Draft] | Callable[[Lease | None], Sequence[Draft]]
+
+
+@dataclass(frozen=True, slots=True)
+class RawEntry:
+    """An entry as stored: what verification reads."""
+
+    seq: int
+    effect_id: str
+    kind: str
+    prev: str
+    hash: str
+    key_id: str
+    sig: str
+    body: bytes
+
+
+def encode_entry(
+    *,
+    seq: int,
+    ts: float,
+    effect_id: str,
+    kind: Kind,
+    prev: str,
+    key: HmacKey,
+    data: Mapping[str, Any],
+) -> Entry:
+    """Build and sign one entry."""
+    body = rfc8785.dumps(
+        {
+            "v": ENTRY_VERSION,
+            "seq": seq,
+            "ts": ts,
+            "effect_id": effect_id,
+            "kind": kind.value,
+            "prev": prev,
+            "key_id": key.key_id,
+            "data": dict(data),
+        }
+    )
+    digest = hashlib.sha256(body).digest()
+    return Entry(
+        seq=seq,
+        ts=ts,
+        effect_id=effect_id,
+        kind=kind,
+        prev=prev,
+        data=dict(data),
+        hash=digest.hex(),
+        key_id=key.key_id,
+        sig=key.sign(digest),
+        body=body,
+    )
+
+
+def decode_entry(raw: RawEntry) -> Entry:
+    doc = json.loads(raw.body)
+    return Entry(
+        seq=raw.seq,
+        ts=doc["ts"],
+        effect_id=raw.effect_id,
+        kind=Kind(raw.kind),
+        prev=raw.prev,
+        data=doc["data"],
+        hash=raw.hash,
+        key_id=raw.key_id,
+        sig=raw.sig,
+        body=raw.body,
+    )
+
+
+def check_entry(raw: RawEntry, keyring: Keyring) -> tuple[str | None, dict[str, Any] | None]:
+    """(problem, parsed body): the entry's bytes hash to its hash, its signature holds, and the
+    signed fields agree with the stored columns."""
+    digest = hashlib.sha256(raw.body).digest()
+    if digest.hex() != raw.hash:
+        return "its bytes do not match its hash (edited or torn)", None
+    key = keyring.get(raw.key_id)
+    if key is None:
+        return f"signed with key {raw.key_id}, which is not in the keyring", None
+    if not key.verify(digest, raw.sig):
+        return f"its signature does not verify with key {raw.key_id}", None
+    try:
+        doc = json.loads(raw.body)
+    except ValueError:
+        return "its signed bytes are not JSON", None
+    if (
+        doc.get("seq") != raw.seq
+        or doc.get("effect_id") != raw.effect_id
+        or doc.get("kind") != raw.kind
+        or doc.get("prev") != raw.prev
+        or doc.get("key_id") != raw.key_id
+    ):
+        return "its stored columns differ from what was signed", None
+    return None, doc
+
+
+def verify_entries(
+    raws: Iterable[RawEntry], keyring: Keyring, head: JournalHead | None = None
+) -> VerifyReport:
+    """Check every entry in seq order; report the first bad one by seq."""
+    last_hash: dict[str, str] = {}
+    expected_seq = 1
+    count = 0
+    last: RawEntry | None = None
+    head_seen = head is None
+    for raw in raws:
+        problem, _ = check_entry(raw, keyring)
+        if problem is None and raw.seq != expected_seq:
+            if raw.seq > expected_seq:
+                problem = f"entries {expected_seq}..{raw.seq - 1} are missing"
+            else:
+                problem = f"out of order (expected seq {expected_seq})"
+        if problem is None and raw.prev != last_hash.get(raw.effect_id, ""):
+            problem = "its prev is not the previous entry of its effect (reordered or inserted)"
+        if problem is not None:
+            return VerifyReport(
+                ok=False,
+                entries=count,
+                effects=len(last_hash),
+                first_bad_seq=raw.seq,
+                problem=problem,
+            )
+        last_hash[raw.effect_id] = raw.hash
+        expected_seq += 1
+        count += 1
+        last = raw
+        if head is not None and raw.seq == head.seq:
+            if raw.hash != head.hash:
+                return VerifyReport(
+                    ok=False,
+                    entries=count,
+                    effects=len(last_hash),
+                    first_bad_seq=raw.seq,
+                    problem="the recorded head does not match this entry",
+                )
+            head_seen = True
+    final_head = None if last is None else JournalHead(seq=last.seq, hash=last.hash)
+    if not head_seen:
+        assert head is not None
+        return VerifyReport(
+            ok=False,
+            entries=count,
+            effects=len(last_hash),
+            head=final_head,
+            first_bad_seq=expected_seq,
+            problem=f"the journal ends before the recorded head {head.seq} (tail cut)",
+        )
+    return VerifyReport(ok=True, entries=count, effects=len(last_hash), head=final_head)
+
+
+def state_kind(drafts: Sequence[Draft], current: Kind | None) -> Kind | None:
+    """The effect's status after ``drafts``: the last kind that is not an annotation."""
+    for draft in reversed(drafts):
+        if draft.kind not in ANNOTATIONS:
+            return draft.kind
+    return current
+
+
+class Journal(ABC):
+    """The interface every backend implements, and the conformance suite checks."""
+
+    url: str
+    keyring: Keyring
+
+    @property
+    @abstractmethod
+    def leases(self) -> LeaseStore: ...
+
+    @abstractmethod
+    def read(self, effect_id: str) -> list[Entry]:
+        """The effect's entries in order (empty if unknown)."""
+
+    @abstractmethod
+    def row(self, effect_id: str) -> EffectRow | None:
+        """The effect's index row: status and head, without reading its entries."""
+
+    @abstractmethod
+    def append(
+        self,
+        effect_id: str,
+        expected_head: str,
+        build: Build,
+        *,
+        effect_type: str | None = None,
+        lease_id: str | None = None,
+        blobs: Mapping[str, Any] | None = None,
+    ) -> list[Entry]:
+        """Append entries atomically, durably, if the effect's head is still ``expected_head``
+        ("" for a new effect); raise ``HeadConflict`` otherwise.
+
+        When ``build`` is callable it is called inside the transaction with the lease
+        ``lease_id`` as read there, and returns the drafts: authority is checked and the
+        dispatch recorded in one step. ``blobs`` (argument and result values, kept beside the
+        signed entries, which hold only their digests) are stored in the same transaction.
+        """
+
+    @abstractmethod
+    def effects(
+        self,
+        *,
+        status: Kind | None = None,
+        in_doubt: bool = False,
+        older_than: float | None = None,
+        limit: int | None = None,
+    ) -> list[EffectRow]:
+        """Index rows, newest first. ``in_doubt``: dispatched and never confirmed."""
+
+    def in_doubt(self, *, older_than: float | None = None) -> list[EffectRow]:
+        """What was started and never confirmed (an indexed query)."""
+        return self.effects(in_doubt=True, older_than=older_than)
+
+    @abstractmethod
+    def blob(self, effect_id: str, name: str) -> Any:
+        """A value stored beside the entries (``proposed``, ``approved``, ``result``), or None."""
+
+    @abstractmethod
+    def claim(self, effect_id: str) -> Claim | None:
+        """The effect's exclusive claim, or None while a live holder has it."""
+
+    @abstractmethod
+    def is_claimed(self, effect_id: str) -> bool: ...
+
+    @abstractmethod
+    def iter_raw(self) -> Iterator[RawEntry]:
+        """Every stored entry in seq order, as stored."""
+
+    @abstractmethod
+    def head(self) -> JournalHead | None:
+        """The last entry's seq and hash."""
+
+    @abstractmethod
+    def schema_version(self) -> int: ...
+
+    @abstractmethod
+    def close(self) -> None: ...
+
+    def verify(self, head: JournalHead | str | None = None) -> VerifyReport:
+        """Check every entry's hash, signature, place in its chain and in the sequence."""
+        if isinstance(head, str):
+            head = JournalHead.parse(head)
+        return verify_entries(self.iter_raw(), self.keyring, head)
+
+    def check_tail(self) -> None:
+        """Refuse to use a journal whose last entry is torn or not ours (checked at open)."""
+        raw = self.last_raw()
+        if raw is None:
+            return
+        problem, _ = check_entry(raw, self.keyring)
+        if problem is not None:
+            raise JournalCorrupt(
+                f"journal {self.url}: the last entry (seq {raw.seq}) is unusable: {problem}. "
+                "Nothing was appended. Run `interlock journal verify` and restore from a copy."
+            )
+
+    @abstractmethod
+    def last_raw(self) -> RawEntry | None: ...
+
+    def __enter__(self) -> Journal:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def keyring_for(
+    journal_path: Path | None,
+    signing_key: str | bytes | HmacKey | None,
+    older_keys: Sequence[str | bytes | HmacKey] = (),
+) -> Keyring:
+    """The signing key from configuration (argument, then ``INTERLOCK_SIGNING_KEY``), else the
+    journal's key file (``<journal>.key``, created with mode 0600)."""
+
+    def as_key(k: str | bytes | HmacKey) -> HmacKey:
+        if isinstance(k, HmacKey):
+            return k
+        return HmacKey(parse_secret(k) if isinstance(k, str) else k)
+
+    if signing_key is None and os.environ.get("INTERLOCK_SIGNING_KEY"):
+        signing_key = os.environ["INTERLOCK_SIGNING_KEY"]
+    if signing_key is None:
+        if journal_path is None:
+            raise JournalConfigError("a signing key is required for this journal")
+        key = load_or_create_key_file(journal_path.with_name(journal_path.name + ".key"))
+    else:
+        key = as_key(signing_key)
+    return Keyring(key, [as_key(k) for k in older_keys])
+
+
+def open_journal(
+    url: str | os.PathLike[str],
+    *,
+    signing_key: str | bytes | HmacKey | None = None,
+    older_keys: Sequence[str | bytes | HmacKey] = (),
+) -> Journal:
+    """Open a journal by URL: ``sqlite:///path/to/interlock.db`` (or a plain path)."""
+    text = os.fspath(url)
+    parsed = urlparse(text)
+    if parsed.scheme in ("", "file") or (len(parsed.scheme) == 1 and os.name == "nt"):
+        path = Path(parsed.path if parsed.scheme == "file" else text)
+        scheme = "sqlite"
+    elif parsed.scheme == "sqlite":
+        # sqlite:///relative.db and sqlite:////absolute.db, as SQLAlchemy spells them
+        raw_path = text[len("sqlite://") :].split("?", 1)[0]
+        if raw_path.startswith("/"):
+            raw_path = raw_path[1:]
+        if not raw_path:
+            raise JournalConfigError("sqlite URL has no path: use sqlite:///interlock.db")
+        path = Path(raw_path)
+        scheme = "sqlite"
+    else:
+        raise JournalConfigError(
+            f"unsupported journal URL scheme {parsed.scheme!r}: use sqlite:///path"
+        )
+    options = {k: v[-1] for k, v in parse_qs(parsed.query).items()}
+    if scheme == "sqlite":
+        from .sqlite_journal import SqliteJournal
+
+        keyring = keyring_for(path, signing_key, older_keys)
+        return SqliteJournal(path, keyring, busy_timeout_s=float(options.get("busy_timeout", 10)))
+    raise JournalConfigError(f"unsupported journal URL {text!r}")  # pragma: no cover

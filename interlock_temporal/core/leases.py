@@ -1,0 +1,105 @@
+"""Leases: the authority a principal holds. Issued and revoked by operators, checked by the gate
+inside the same transaction that records a dispatch, so a revoke is either seen or too late."""
+
+from __future__ import annotations
+
+import fnmatch
+import secrets
+import time
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+from datetime import timedelta
+
+from .models import Lease
+
+
+@dataclass(frozen=True)
+class Demand:
+    """What a call needs from a lease."""
+
+    principal: str | None
+    activity: str
+    amount_cents: int | None = None
+    resource: str | None = None
+
+
+@dataclass(frozen=True)
+class LeaseProblem:
+    """Why a lease does not authorise a call. ``detail`` names no argument values."""
+
+    detail: str
+
+
+def check_lease(lease: Lease | None, demand: Demand, now: float) -> LeaseProblem | None:
+    """None when ``lease`` authorises ``demand`` at ``now``; otherwise what is wrong."""
+    if lease is None:
+        return LeaseProblem("no live lease with that id")
+    if lease.revoked_at is not None and lease.revoked_at <= now:
+        return LeaseProblem("lease revoked")
+    if lease.expires_at is not None and lease.expires_at <= now:
+        return LeaseProblem("lease expired")
+    if demand.principal != lease.principal:
+        return LeaseProblem("lease held by another principal")
+    if lease.activities is not None and not any(
+        fnmatch.fnmatchcase(demand.activity, pattern) for pattern in lease.activities
+    ):
+        return LeaseProblem("activity outside the lease's scope")
+    if lease.max_amount_cents is not None:
+        if demand.amount_cents is None:
+            return LeaseProblem("the lease caps the amount but the activity declares no amount")
+        if demand.amount_cents > lease.max_amount_cents:
+            return LeaseProblem("amount over the lease's maximum")
+    if lease.resources is not None and (
+        demand.resource is None
+        or not any(fnmatch.fnmatchcase(demand.resource, p) for p in lease.resources)
+    ):
+        return LeaseProblem("resource outside the lease's scope")
+    return None
+
+
+def new_lease_id() -> str:
+    return "lease_" + secrets.token_hex(12)
+
+
+class LeaseStore(ABC):
+    """Leases live in the journal's store, so every worker sees a revoke at once."""
+
+    def issue(
+        self,
+        principal: str,
+        *,
+        activities: list[str] | None = None,
+        max_amount_cents: int | None = None,
+        resources: list[str] | None = None,
+        ttl: timedelta | None = None,
+        lease_id: str | None = None,
+    ) -> str:
+        if not principal:
+            raise ValueError("principal must be a non-empty string")
+        if ttl is not None and ttl <= timedelta(0):
+            raise ValueError("ttl must be positive")
+        now = time.time()
+        lease = Lease(
+            lease_id=lease_id or new_lease_id(),
+            principal=principal,
+            activities=activities,
+            max_amount_cents=max_amount_cents,
+            resources=resources,
+            issued_at=now,
+            expires_at=None if ttl is None else now + ttl.total_seconds(),
+        )
+        self._insert(lease)
+        return lease.lease_id
+
+    @abstractmethod
+    def _insert(self, lease: Lease) -> None: ...
+
+    @abstractmethod
+    def revoke(self, lease_id: str) -> bool:
+        """Revoke now. True if the lease existed and was live."""
+
+    @abstractmethod
+    def get(self, lease_id: str) -> Lease | None: ...
+
+    @abstractmethod
+    def list(self) -> list[Lease]: ...

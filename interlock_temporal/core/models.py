@@ -1,0 +1,182 @@
+"""The data that crosses the core's boundaries: journal entries, leases, facts, receipts."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from enum import StrEnum
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class Kind(StrEnum):
+    """Journal entry kinds. Most move an effect's state; annotations only add to its record."""
+
+    PROPOSED = "PROPOSED"
+    AUTHORIZED = "AUTHORIZED"
+    DISPATCHED = "DISPATCHED"
+    COMMITTED = "COMMITTED"
+    REFUSED = "REFUSED"
+    AMBIGUOUS = "AMBIGUOUS"
+    NOT_SENT = "NOT_SENT"
+    RESOLVED = "RESOLVED"
+    REOPENED = "REOPENED"
+    # annotations: recorded on the effect's chain, never change its state
+    REJECTED_PROPOSAL = "REJECTED_PROPOSAL"
+    CONFIRMED = "CONFIRMED"
+
+
+ANNOTATIONS = frozenset({Kind.REJECTED_PROPOSAL, Kind.CONFIRMED})
+FINAL_STATES = frozenset({Kind.COMMITTED, Kind.REFUSED, Kind.AMBIGUOUS, Kind.RESOLVED})
+
+
+class Entry(BaseModel):
+    """One signed journal entry. ``body`` holds the exact bytes that were hashed and signed."""
+
+    model_config = ConfigDict(frozen=True)
+
+    seq: int
+    ts: float
+    effect_id: str
+    kind: Kind
+    prev: str
+    data: dict[str, Any]
+    hash: str
+    key_id: str
+    sig: str
+    body: bytes
+
+
+class Draft(BaseModel):
+    """An entry to append: the journal assigns seq, ts, prev, hash and signature."""
+
+    model_config = ConfigDict(frozen=True)
+
+    kind: Kind
+    data: dict[str, Any] = Field(default_factory=dict)
+
+
+class Change(BaseModel):
+    """A premise that no longer holds: which fact, and what it was and is."""
+
+    model_config = ConfigDict(frozen=True)
+
+    fact: str
+    recorded: Any = None
+    current: Any = None
+    rule: str = "equal"
+
+
+class Found(BaseModel):
+    """What a queryable target knows of an effect that happened."""
+
+    model_config = ConfigDict(frozen=True)
+
+    result: Any = None
+    confirmation: str | None = None
+
+
+class Lease(BaseModel):
+    """Authority a principal holds, checked inside the dispatch transaction."""
+
+    model_config = ConfigDict(frozen=True)
+
+    lease_id: str
+    principal: str
+    activities: list[str] | None = None
+    max_amount_cents: int | None = None
+    resources: list[str] | None = None
+    issued_at: float
+    expires_at: float | None = None
+    revoked_at: float | None = None
+
+    def snapshot(self) -> dict[str, Any]:
+        return self.model_dump(mode="json")
+
+
+class EffectRow(BaseModel):
+    """The journal's index row for one effect: its current state and head."""
+
+    model_config = ConfigDict(frozen=True)
+
+    effect_id: str
+    effect_type: str
+    status: Kind
+    head: str
+    head_seq: int
+    updated_ts: float
+    first_dispatch_ts: float | None = None
+    last_dispatch_ts: float | None = None
+
+
+class JournalHead(BaseModel):
+    """The last entry of a journal: record it somewhere else to detect a cut tail later."""
+
+    model_config = ConfigDict(frozen=True)
+
+    seq: int
+    hash: str
+
+    def __str__(self) -> str:
+        return f"{self.seq}:{self.hash}"
+
+    @classmethod
+    def parse(cls, text: str) -> JournalHead:
+        seq, _, digest = text.partition(":")
+        if not seq.isdigit() or len(digest) != 64:
+            raise ValueError("a journal head looks like SEQ:SHA256HEX")
+        return cls(seq=int(seq), hash=digest)
+
+
+class VerifyReport(BaseModel):
+    ok: bool
+    entries: int
+    effects: int
+    head: JournalHead | None = None
+    first_bad_seq: int | None = None
+    problem: str | None = None
+
+    def __str__(self) -> str:
+        if self.ok:
+            return f"ok: {self.entries} entries, {self.effects} chains, head {self.head}"
+        return f"FAILED at entry seq={self.first_bad_seq}: {self.problem}"
+
+
+Executed = bool | Literal["unknown"]
+
+
+class Receipt(BaseModel):
+    """What happened to one effect, in the terms an auditor asks about.
+
+    ``executed`` is what the target confirmed (or a person attested), never what was attempted.
+    Argument values never appear: only digests and names.
+    """
+
+    effect_id: str
+    effect_type: str
+    final: str
+    via: str | None = None
+    proposed: bool
+    authorized: bool
+    executed: Executed
+    recorded: bool
+    code: str | None = None
+    reason: str | None = None
+    changed_facts: list[str] = Field(default_factory=list)
+    premises_held: bool | None = None
+    principal: str | None = None
+    lease_id: str | None = None
+    authority_at_send: dict[str, Any] | None = None
+    decided_by: list[str] = Field(default_factory=list)
+    payload_digest: str | None = None
+    approved_digest: str | None = None
+    result_digest: str | None = None
+    confirmation: str | None = None
+    dispatches: int = 0
+    target: str | None = None
+    tier: int | None = None
+    operator: str | None = None
+    proposed_at: datetime | None = None
+    finished_at: datetime | None = None
+    journal_seq: int
+    journal_hash: str

@@ -1,0 +1,47 @@
+"""Premises: the facts an effect relies on. Captured when the agent decides (or at the first
+attempt), captured afresh before every resend, and compared; what changed is named."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from .identity import jsonable
+from .models import Change
+from .targets import EffectTarget, resolve
+
+
+async def capture(target: EffectTarget, args: Any, effect_id: str) -> dict[str, Any]:
+    """The target's facts now, as JSON data (so they compare equal to what the journal holds)."""
+    facts: Mapping[str, Any] = await resolve(target.capture(args, effect_id))
+    return dict(jsonable(dict(facts)))
+
+
+def default_validate(recorded: Mapping[str, Any], current: Mapping[str, Any]) -> list[Change]:
+    """Field-by-field equality over every fact either side knows."""
+    return [
+        Change(fact=name, recorded=recorded.get(name), current=current.get(name))
+        for name in sorted(set(recorded) | set(current))
+        if recorded.get(name) != current.get(name)
+    ]
+
+
+async def validate(
+    target: EffectTarget, recorded: Mapping[str, Any], current: Mapping[str, Any], payload: Any
+) -> list[Change]:
+    """The premises that no longer hold. A validator that raises counts as a change (fail
+    closed): a broken check must not let a resend through."""
+    fn = getattr(target, "validate", None)
+    if not callable(fn):
+        return default_validate(recorded, current)
+    try:
+        changes: Sequence[Change] = await resolve(fn(recorded, current, payload))
+    except Exception as err:
+        return [Change(fact="<validate>", rule=f"raised {type(err).__name__}")]
+    return list(changes)
+
+
+def describe(changes: Sequence[Change]) -> str:
+    """A sentence naming the facts that changed (names only: values stay in the journal)."""
+    names = ", ".join(c.fact for c in changes)
+    return f"the facts it relied on changed: {names}"

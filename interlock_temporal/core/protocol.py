@@ -1,0 +1,632 @@
+"""The effect protocol (DESIGN section 4), with no Temporal import.
+
+Every attempt runs under the effect's claim: claim, then read, then decide. ``begin`` returns
+either the recorded outcome (``Done``) or a ``Ticket``: the dispatch is durably recorded and the
+send may go out. The caller sends, then calls ``commit`` or ``fail``, which record the outcome and
+release the claim. ``run`` strings the three together for callers with nothing to add.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import time
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from . import premises as premise
+from .claims import Claim
+from .errors import Ambiguous, HeadConflict, InFlight, InvalidCall, Refused
+from .identity import UnserializableInput, digest, effect_id, jsonable
+from .journal import Journal
+from .leases import Demand, check_lease
+from .models import Change, Draft, Entry, Kind, Lease, Receipt
+from .receipts import EffectView, fold, receipt_of
+from .targets import EffectTarget, capabilities, classify, query, target_clock
+
+#: how soon to try again when a live attempt holds the effect
+IN_FLIGHT_RETRY_S = 0.5
+#: named points where the sweep injects crashes (see ``Gate(on_point=...)``)
+POINTS = (
+    "claimed",
+    "before_dispatch_tx",
+    "after_dispatch_tx",
+    "after_send",
+    "after_commit_tx",
+    "before_recovery_tx",
+)
+
+
+@dataclass(frozen=True)
+class Delivery:
+    """Which Temporal delivery carried the attempt: recorded, never part of the identity."""
+
+    workflow_id: str | None = None
+    run_id: str | None = None
+    activity_id: str | None = None
+    attempt: int = 1
+    task_queue: str | None = None
+
+
+@dataclass(frozen=True)
+class Call:
+    """One attempt at an effect, as the adapter saw it.
+
+    ``input`` is what targets and extractors see (the single argument, or the tuple);
+    ``args`` is what the body receives. ``key`` names the approved decision.
+    """
+
+    effect_type: str
+    activity: str
+    input: Any
+    args: tuple[Any, ...]
+    #: names the approved decision; None: the whole proposed payload is the key
+    key: Any = None
+    #: the field of the (single) input that carries the premises captured at decision time;
+    #: it is neither part of the payload digest nor of the default key
+    premises_field: str | None = None
+    principal: str | None = None
+    lease_id: str | None = None
+    session: str | None = None
+    amount_cents: int | None = None
+    resource: str | None = None
+    delivery: Delivery = field(default_factory=Delivery)
+    last_attempt: bool = False
+    #: turns the recorded approved input (JSON data) back into the body's argument types
+    decode_args: Callable[[list[Any]], tuple[Any, ...]] | None = None
+
+
+@dataclass
+class Done:
+    """The effect's recorded outcome: the body does not run (again)."""
+
+    effect_id: str
+    result: Any
+    via: str
+
+
+@dataclass
+class Ticket:
+    """A dispatch is durably recorded: the holder may send ``args``, then commit or fail."""
+
+    effect_id: str
+    head: str
+    via: str
+    args: tuple[Any, ...]
+    input: Any
+    dispatch_no: int
+    target: EffectTarget
+    call: Call
+    claim: Claim | None
+    released: bool = False
+
+    def release(self) -> None:
+        if not self.released and self.claim is not None:
+            self.released = True
+            self.claim.release()
+
+
+def _worker_id() -> str:
+    return f"{socket.gethostname()}:{os.getpid()}"
+
+
+class Gate:
+    """Runs the protocol against one journal. Cheap to construct; holds no per-effect state."""
+
+    def __init__(
+        self,
+        journal: Journal,
+        *,
+        clock: Callable[[], float] = time.time,
+        on_point: Callable[[str, str], None] | None = None,
+    ) -> None:
+        self.journal = journal
+        self.clock = clock
+        self._on_point = on_point
+        self.worker = _worker_id()
+
+    def _point(self, name: str, eid: str) -> None:
+        if self._on_point is not None:
+            self._on_point(name, eid)
+
+    # -- identity ------------------------------------------------------------------------------
+
+    @staticmethod
+    def identify(call: Call) -> tuple[str, str]:
+        """(effect id, proposed payload digest). The digest covers the input as proposed, without
+        the premises it carries."""
+        try:
+            proposed = proposed_payload(call)
+            key = proposed if call.key is None else jsonable(call.key)
+            return effect_id(call.effect_type, key), digest(proposed)
+        except UnserializableInput as err:
+            raise InvalidCall(
+                f"the effect key or input of {call.activity} is not JSON data: {err}"
+            ) from None
+
+    # -- the attempt ---------------------------------------------------------------------------
+
+    async def run(
+        self, call: Call, target: EffectTarget, send: Callable[[Ticket], Awaitable[Any]]
+    ) -> Any:
+        step = await self.begin(call, target)
+        if isinstance(step, Done):
+            return step.result
+        try:
+            result = await send(step)
+        except Exception as err:
+            await self.fail(step, err, last_attempt=call.last_attempt)
+            raise
+        except BaseException:
+            step.release()
+            raise
+        return (await self.commit(step, result)).result
+
+    async def begin(self, call: Call, target: EffectTarget) -> Ticket | Done:
+        eid, pdigest = self.identify(call)
+        claim = self.journal.claim(eid)
+        if claim is None:
+            return await self._unclaimed(call, target, eid, pdigest)
+        try:
+            self._point("claimed", eid)
+            for _ in range(3):
+                try:
+                    step = await self._decide(call, target, eid, pdigest, claim)
+                    break
+                except HeadConflict:
+                    continue  # another writer moved the chain: read again and decide again
+            else:
+                raise InFlight(eid, "the effect's record keeps moving", IN_FLIGHT_RETRY_S)
+        except BaseException:
+            claim.release()
+            raise
+        if isinstance(step, Done):
+            claim.release()
+        return step
+
+    async def _unclaimed(
+        self, call: Call, target: EffectTarget, eid: str, pdigest: str
+    ) -> Ticket | Done:
+        """A live attempt holds the effect. Terminal records are stable and may be answered
+        without the claim; anything else is in flight (or, on the last attempt, ambiguous)."""
+        for _ in range(3):
+            row = self.journal.row(eid)
+            if row is not None and row.status in (Kind.COMMITTED, Kind.REFUSED, Kind.AMBIGUOUS):
+                step = await self._decide(call, target, eid, pdigest, None)
+                assert isinstance(step, Done)
+                return step
+            if not (call.last_attempt and row is not None and row.status is Kind.DISPATCHED):
+                break
+            view = fold(eid, self.journal.read(eid))
+            if view.payload_digest != pdigest:
+                self._reject_conflict(view, pdigest, call)
+            try:
+                self._ambiguous(
+                    view,
+                    "still in flight in another attempt when the last attempt ran",
+                    "in_flight",
+                )
+            except HeadConflict:
+                continue  # the holder recorded its outcome meanwhile: answer from that
+        raise InFlight(eid, "another live attempt holds it", IN_FLIGHT_RETRY_S)
+
+    async def _decide(
+        self, call: Call, target: EffectTarget, eid: str, pdigest: str, claim: Claim | None
+    ) -> Ticket | Done:
+        entries = self.journal.read(eid)
+        if not entries:
+            return await self._dispatch_first(call, target, eid, pdigest, claim)
+        view = fold(eid, entries)
+        if view.payload_digest != pdigest:
+            self._reject_conflict(view, pdigest, call)
+        status = view.status
+        if status is Kind.COMMITTED:
+            return Done(eid, self.journal.blob(eid, "result"), "duplicate")
+        if status is Kind.REFUSED:
+            raise Refused(view.code or "refused", view.reason or "", receipt_of(view))
+        if status is Kind.AMBIGUOUS:
+            raise Ambiguous(view.reason or "ambiguous", receipt_of(view))
+        if status is Kind.RESOLVED and view.resolution == "happened":
+            return Done(eid, self.journal.blob(eid, "result"), "resolved")
+        if claim is None:  # pragma: no cover - _unclaimed only passes terminal states
+            raise InFlight(eid, "another live attempt holds it", IN_FLIGHT_RETRY_S)
+        return await self._recover(call, target, view, claim)
+
+    # -- 1. nothing recorded: propose, authorise, dispatch in one transaction --------------------
+
+    async def _dispatch_first(
+        self, call: Call, target: EffectTarget, eid: str, pdigest: str, claim: Claim | None
+    ) -> Ticket:
+        caps = capabilities(target)
+        current = await premise.capture(target, call.input, eid)
+        decided = decision_premises(call)
+        recorded = decided if decided is not None else current
+        changes = await premise.validate(target, recorded, current, call.input)
+        approved = call.args
+        approved_digest = digest(jsonable(list(approved)))
+        proposed = Draft(
+            kind=Kind.PROPOSED,
+            data={
+                "effect_type": call.effect_type,
+                "activity": call.activity,
+                "payload_digest": pdigest,
+                "principal": call.principal,
+                "lease_id": call.lease_id,
+                "session": call.session,
+                "amount_cents": call.amount_cents,
+                "resource": call.resource,
+                "premises": recorded,
+                "premises_source": "capture" if decided is None else "decision",
+                "target": target.name,
+                "tier": caps.tier,
+                "delivery": _delivery(call),
+            },
+        )
+        demand = Demand(call.principal, call.activity, call.amount_cents, call.resource)
+
+        def build(lease: Lease | None) -> list[Draft]:
+            problem: str | None
+            if call.lease_id is None:
+                problem = "no lease: run the activity under act_as(principal, lease)"
+            else:
+                found = check_lease(lease, demand, self.clock())
+                problem = found.detail if found else None
+            if problem is not None:
+                return [proposed, _refusal("lease", problem)]
+            if changes:
+                return [proposed, _refusal("stale_premise", premise.describe(changes), changes)]
+            return [
+                proposed,
+                Draft(
+                    kind=Kind.AUTHORIZED,
+                    data={
+                        "lease": lease.snapshot() if lease else None,
+                        "approved_digest": approved_digest,
+                        "decided_by": ["lease"],
+                        "checks": ["lease", "premises"],
+                    },
+                ),
+                self._dispatched("dispatch", call, current, None),
+            ]
+
+        self._point("before_dispatch_tx", eid)
+        written = self.journal.append(
+            eid,
+            "",
+            build,
+            effect_type=call.effect_type,
+            lease_id=call.lease_id,
+            blobs={"approved": jsonable(list(approved))},
+        )
+        self._raise_if_refused(eid, written)
+        self._point("after_dispatch_tx", eid)
+        return Ticket(
+            eid, written[-1].hash, "dispatch", approved, call.input, 1, target, call, claim
+        )
+
+    def _dispatched(
+        self, via: str, call: Call, current: Mapping[str, Any], lease: Lease | None
+    ) -> Draft:
+        data: dict[str, Any] = {
+            "via": via,
+            "worker": self.worker,
+            "delivery": _delivery(call),
+            "premises_now": dict(current),
+        }
+        if lease is not None:
+            data["lease"] = lease.snapshot()
+        return Draft(kind=Kind.DISPATCHED, data=data)
+
+    # -- 5. in doubt: settle, query, re-check, resend or stop ------------------------------------
+
+    async def _recover(
+        self, call: Call, target: EffectTarget, view: EffectView, claim: Claim
+    ) -> Ticket | Done:
+        eid = view.effect_id
+        caps = capabilities(target)
+        absent = view.absence_confirmed
+        if not absent:
+            settled = (
+                view.last_dispatch_ts is None
+                or self.clock() >= view.last_dispatch_ts + caps.settle_time.total_seconds()
+            )
+            if caps.queryable:
+                found = await query(target, eid)
+                if found is not None:
+                    done = self._record_commit(
+                        eid,
+                        view.head,
+                        "recovery-query",
+                        jsonable(found.result),
+                        found.confirmation,
+                    )
+                    return done
+                absent = settled
+            if not settled:
+                if call.last_attempt:
+                    self._ambiguous(view, "the target may still be executing it", "unsettled")
+                raise InFlight(eid, "the target may still be executing it", IN_FLIGHT_RETRY_S)
+
+        args = self._approved_args(call, view)
+        payload = _as_input(args)
+        current = await premise.capture(target, payload, eid)
+        changes = await premise.validate(target, view.premises or {}, current, payload)
+        in_window = (
+            caps.dedupe_window is not None
+            and view.first_dispatch_ts is not None
+            and (target_clock(target) - view.first_dispatch_ts < caps.dedupe_window.total_seconds())
+        )
+        demand = Demand(
+            view.principal, view.activity or call.activity, view.amount_cents, view.resource
+        )
+        outcome: dict[str, str] = {}
+
+        def build(lease: Lease | None) -> list[Draft]:
+            found = check_lease(lease, demand, self.clock()) if view.lease_id else None
+            if view.lease_id is None:
+                problem: tuple[str, str, list[Change]] | None = (
+                    "lease_at_recovery",
+                    "no lease",
+                    [],
+                )
+            elif found is not None:
+                problem = ("lease_at_recovery", found.detail, [])
+            elif changes:
+                problem = ("stale_premise_at_recovery", premise.describe(changes), changes)
+            else:
+                problem = None
+            if problem is not None:
+                code, reason, ch = problem
+                if absent:
+                    outcome["kind"] = "refused"
+                    return [_refusal(code, reason, ch)]
+                outcome["kind"] = "ambiguous"
+                return [
+                    _ambiguity(
+                        code, f"{reason}, and the target cannot say whether the effect happened", ch
+                    )
+                ]
+            if in_window:
+                via = "retry-idempotent"
+            elif absent:
+                via = "recovery-reapply"
+            else:
+                outcome["kind"] = "ambiguous"
+                return [
+                    _ambiguity(
+                        "unknowable",
+                        "the target can neither dedupe a resend nor be asked whether "
+                        "the effect happened",
+                    )
+                ]
+            outcome["kind"] = "dispatch"
+            outcome["via"] = via
+            return [self._dispatched(via, call, current, lease)]
+
+        self._point("before_recovery_tx", eid)
+        written = self.journal.append(eid, view.head, build, lease_id=view.lease_id)
+        if outcome["kind"] == "refused":
+            self._raise_if_refused(eid, written)
+        if outcome["kind"] == "ambiguous":
+            self._raise_ambiguous(eid)
+        self._point("after_dispatch_tx", eid)
+        return Ticket(
+            eid,
+            written[-1].hash,
+            outcome["via"],
+            args,
+            payload,
+            view.dispatches + 1,
+            target,
+            call,
+            claim,
+        )
+
+    def _approved_args(self, call: Call, view: EffectView) -> tuple[Any, ...]:
+        """Recovery resends the recorded approved input, never one derived again."""
+        if view.approved_digest == digest(jsonable(list(call.args))):
+            return call.args
+        blob = self.journal.blob(view.effect_id, "approved")
+        if blob is None or digest(blob) != view.approved_digest:
+            raise InvalidCall(
+                f"effect {view.effect_id[:16]}: the approved input in the journal is missing "
+                "or does not match its recorded digest"
+            )
+        return call.decode_args(blob) if call.decode_args else tuple(blob)
+
+    # -- after the send ------------------------------------------------------------------------
+
+    async def commit(self, ticket: Ticket, result: Any, confirmation: str | None = None) -> Done:
+        """Record that the target confirmed the effect, then release the claim."""
+        try:
+            self._point("after_send", ticket.effect_id)
+            done = self._record_commit(
+                ticket.effect_id, ticket.head, ticket.via, jsonable(result), confirmation
+            )
+            self._point("after_commit_tx", ticket.effect_id)
+            done.result = result
+            return done
+        finally:
+            ticket.release()
+
+    async def fail(self, ticket: Ticket, error: BaseException, *, last_attempt: bool) -> None:
+        """Record what a failed send means, release the claim, and raise the outcome (or return,
+        so the caller re-raises ``error`` for Temporal to retry)."""
+        try:
+            verdict = classify(ticket.target, error)
+            kind = type(error).__name__
+            eid = ticket.effect_id
+            if verdict == "rejected":
+                written = self.journal.append(
+                    eid,
+                    ticket.head,
+                    [_refusal("target_rejected", f"the target rejected the request ({kind})")],
+                )
+                self._raise_if_refused(eid, written)
+            elif verdict == "not_sent":
+                self.journal.append(
+                    eid, ticket.head, [Draft(kind=Kind.NOT_SENT, data={"error": kind})]
+                )
+            elif last_attempt:
+                self.journal.append(
+                    eid,
+                    ticket.head,
+                    [
+                        _ambiguity(
+                            "send_failed",
+                            f"the send failed in doubt ({kind}) on the last "
+                            "attempt Temporal will make",
+                        )
+                    ],
+                )
+                self._raise_ambiguous(eid)
+        finally:
+            ticket.release()
+
+    def _record_commit(
+        self, eid: str, head: str, via: str, result: Any, confirmation: str | None
+    ) -> Done:
+        data: dict[str, Any] = {
+            "via": via,
+            "result_digest": digest(result),
+            "confirmation": confirmation,
+            "worker": self.worker,
+        }
+        for _ in range(5):
+            try:
+                self.journal.append(
+                    eid, head, [Draft(kind=Kind.COMMITTED, data=data)], blobs={"result": result}
+                )
+                return Done(eid, result, via)
+            except HeadConflict:
+                # a late writer: someone recorded an outcome while this attempt was sending
+                view = fold(eid, self.journal.read(eid))
+                if view.status is Kind.COMMITTED:
+                    return Done(eid, self.journal.blob(eid, "result"), view.via or via)
+                data = {**data, "late": True, "after": view.status.value if view.status else None}
+                if view.status is Kind.REFUSED:
+                    data["alarm"] = "executed_after_refused"
+                head = view.head
+        raise InFlight(eid, "could not record the commit: the record keeps moving", 0.1)
+
+    # -- terminal records --------------------------------------------------------------------
+
+    def _reject_conflict(self, view: EffectView, pdigest: str, call: Call) -> None:
+        eid = view.effect_id
+        try:
+            written = self.journal.append(
+                eid,
+                view.head,
+                [
+                    Draft(
+                        kind=Kind.REJECTED_PROPOSAL,
+                        data={
+                            "code": "conflicting_payload",
+                            "payload_digest": pdigest,
+                            "delivery": _delivery(call),
+                        },
+                    )
+                ],
+            )
+            seq, head = written[-1].seq, written[-1].hash
+        except HeadConflict:
+            seq, head = view.head_seq, view.head
+        base = receipt_of(view)
+        rejected = base.model_copy(
+            update={
+                "final": Kind.REFUSED.value,
+                "via": None,
+                "code": "conflicting_payload",
+                "reason": "a different payload was proposed under an effect id already decided",
+                "executed": False,
+                "recorded": True,
+                "payload_digest": pdigest,
+                "approved_digest": None,
+                "result_digest": None,
+                "confirmation": None,
+                "journal_seq": seq,
+                "journal_hash": head,
+                "changed_facts": [],
+            }
+        )
+        raise Refused("conflicting_payload", rejected.reason or "", rejected)
+
+    def _ambiguous(self, view: EffectView, reason: str, code: str) -> None:
+        self.journal.append(view.effect_id, view.head, [_ambiguity(code, reason)])
+        self._raise_ambiguous(view.effect_id)
+
+    def _raise_ambiguous(self, eid: str) -> None:
+        view = fold(eid, self.journal.read(eid))
+        raise Ambiguous(view.reason or "ambiguous", receipt_of(view))
+
+    def _raise_if_refused(self, eid: str, written: Sequence[Entry]) -> None:
+        last = written[-1]
+        if last.kind is Kind.REFUSED:
+            view = fold(eid, self.journal.read(eid))
+            raise Refused(
+                last.data["code"],
+                last.data["reason"],
+                receipt_of(view),
+                [Change.model_validate(c) for c in last.data.get("changes", [])],
+            )
+
+    def receipt(self, eid: str) -> Receipt:
+        return receipt_of(fold(eid, self.journal.read(eid)))
+
+
+def proposed_payload(call: Call) -> list[Any]:
+    """The input as proposed, as JSON data, without the decision-time premises it carries."""
+    data: list[Any] = jsonable(list(call.args))
+    field_name = call.premises_field
+    if field_name is not None and data and isinstance(data[0], dict):
+        data[0] = {k: v for k, v in data[0].items() if k != field_name}
+    return data
+
+
+def decision_premises(call: Call) -> dict[str, Any] | None:
+    """The premises the agent captured when it decided, if the input carries them."""
+    if call.premises_field is None or not call.args:
+        return None
+    first = jsonable(call.args[0])
+    value = first.get(call.premises_field) if isinstance(first, dict) else None
+    return dict(value) if isinstance(value, dict) else None
+
+
+def _as_input(args: tuple[Any, ...]) -> Any:
+    """What targets and extractors see: the single argument, or the tuple of them."""
+    return args[0] if len(args) == 1 else args
+
+
+def _delivery(call: Call) -> dict[str, Any]:
+    d = call.delivery
+    return {
+        "workflow_id": d.workflow_id,
+        "run_id": d.run_id,
+        "activity_id": d.activity_id,
+        "attempt": d.attempt,
+    }
+
+
+def _refusal(code: str, reason: str, changes: Sequence[Change] = ()) -> Draft:
+    return Draft(
+        kind=Kind.REFUSED,
+        data={
+            "code": code,
+            "reason": reason,
+            "executed": False,
+            "changes": [c.model_dump(mode="json") for c in changes],
+        },
+    )
+
+
+def _ambiguity(code: str, reason: str, changes: Sequence[Change] = ()) -> Draft:
+    return Draft(
+        kind=Kind.AMBIGUOUS,
+        data={
+            "code": code,
+            "reason": reason,
+            "executed": "unknown",
+            "changes": [c.model_dump(mode="json") for c in changes],
+        },
+    )

@@ -1,0 +1,174 @@
+"""An effect's state folded from its journal entries, and the receipt an auditor reads."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any
+
+from .models import ANNOTATIONS, Entry, Executed, Kind, Receipt
+
+if TYPE_CHECKING:
+    from .journal import Journal
+
+
+@dataclass
+class EffectView:
+    """Everything recovery needs to know about one effect, derived from its entries only."""
+
+    effect_id: str
+    status: Kind | None = None
+    head: str = ""
+    head_seq: int = 0
+    effect_type: str | None = None
+    activity: str | None = None
+    payload_digest: str | None = None
+    approved_digest: str | None = None
+    principal: str | None = None
+    lease_id: str | None = None
+    session: str | None = None
+    amount_cents: int | None = None
+    resource: str | None = None
+    premises: dict[str, Any] | None = None
+    target: str | None = None
+    tier: int | None = None
+    authorized: bool = False
+    authority: dict[str, Any] | None = None
+    decided_by: list[str] = field(default_factory=list)
+    dispatches: int = 0
+    first_dispatch_ts: float | None = None
+    last_dispatch_ts: float | None = None
+    absence_confirmed: bool = False
+    via: str | None = None
+    result_digest: str | None = None
+    confirmation: str | None = None
+    code: str | None = None
+    reason: str | None = None
+    changed_facts: list[str] = field(default_factory=list)
+    resolution: str | None = None
+    operator: str | None = None
+    late: bool = False
+    alarm: str | None = None
+    proposed_ts: float | None = None
+    finished_ts: float | None = None
+
+    @property
+    def in_doubt(self) -> bool:
+        return self.status is Kind.DISPATCHED
+
+
+def fold(effect_id: str, entries: Sequence[Entry]) -> EffectView:
+    v = EffectView(effect_id=effect_id)
+    for e in entries:
+        d = e.data
+        v.head, v.head_seq = e.hash, e.seq
+        if e.kind in ANNOTATIONS:
+            continue
+        v.status = e.kind
+        if e.kind is Kind.PROPOSED:
+            v.proposed_ts = e.ts
+            v.effect_type = d.get("effect_type")
+            v.activity = d.get("activity")
+            v.payload_digest = d.get("payload_digest")
+            v.principal = d.get("principal")
+            v.lease_id = d.get("lease_id")
+            v.session = d.get("session")
+            v.amount_cents = d.get("amount_cents")
+            v.resource = d.get("resource")
+            v.premises = d.get("premises")
+            v.target = d.get("target")
+            v.tier = d.get("tier")
+        elif e.kind is Kind.AUTHORIZED:
+            v.authorized = True
+            v.authority = d.get("lease")
+            v.approved_digest = d.get("approved_digest")
+            v.decided_by = list(d.get("decided_by", []))
+        elif e.kind is Kind.DISPATCHED:
+            v.dispatches += 1
+            v.first_dispatch_ts = v.first_dispatch_ts or e.ts
+            v.last_dispatch_ts = e.ts
+            v.via = d.get("via")
+            v.absence_confirmed = False
+            if "lease" in d:
+                v.authority = d["lease"]
+        elif e.kind is Kind.COMMITTED:
+            v.via = d.get("via")
+            v.result_digest = d.get("result_digest")
+            v.confirmation = d.get("confirmation")
+            v.late = bool(d.get("late"))
+            v.alarm = d.get("alarm")
+            v.finished_ts = e.ts
+        elif e.kind in (Kind.REFUSED, Kind.AMBIGUOUS):
+            v.code = d.get("code")
+            v.reason = d.get("reason")
+            v.changed_facts = [c["fact"] for c in d.get("changes", [])]
+            v.finished_ts = e.ts
+        elif e.kind is Kind.NOT_SENT:
+            v.absence_confirmed = True
+        elif e.kind is Kind.RESOLVED:
+            v.resolution = d.get("decision")
+            v.operator = d.get("operator")
+            v.absence_confirmed = v.resolution == "not_happened"
+            v.finished_ts = e.ts
+        elif e.kind is Kind.REOPENED:
+            v.operator = d.get("operator")
+            v.absence_confirmed = True
+    return v
+
+
+def _executed(v: EffectView) -> Executed:
+    if v.status is Kind.COMMITTED:
+        return True
+    if v.status is Kind.RESOLVED:
+        return v.resolution == "happened"
+    if v.status in (Kind.REFUSED, Kind.NOT_SENT, Kind.REOPENED):
+        return False
+    return "unknown"
+
+
+def _ts(value: float | None) -> datetime | None:
+    return None if value is None else datetime.fromtimestamp(value, UTC)
+
+
+def receipt_of(v: EffectView) -> Receipt:
+    return Receipt(
+        effect_id=v.effect_id,
+        effect_type=v.effect_type or "",
+        final=v.status.value if v.status else "UNKNOWN",
+        via=v.via if v.status in (Kind.COMMITTED, Kind.DISPATCHED) else None,
+        proposed=v.status is not None,
+        authorized=v.authorized,
+        executed=_executed(v),
+        recorded=v.status in (Kind.COMMITTED, Kind.REFUSED, Kind.AMBIGUOUS, Kind.RESOLVED),
+        code=v.code if v.status in (Kind.REFUSED, Kind.AMBIGUOUS) else None,
+        reason=v.reason if v.status in (Kind.REFUSED, Kind.AMBIGUOUS) else None,
+        changed_facts=v.changed_facts if v.status in (Kind.REFUSED, Kind.AMBIGUOUS) else [],
+        premises_held=None
+        if v.status is None
+        else not (v.status in (Kind.REFUSED, Kind.AMBIGUOUS) and bool(v.changed_facts)),
+        principal=v.principal,
+        lease_id=v.lease_id,
+        authority_at_send=v.authority,
+        decided_by=v.decided_by + ([f"operator:{v.operator}"] if v.operator else []),
+        payload_digest=v.payload_digest,
+        approved_digest=v.approved_digest,
+        result_digest=v.result_digest,
+        confirmation=v.confirmation,
+        dispatches=v.dispatches,
+        target=v.target,
+        tier=v.tier,
+        operator=v.operator,
+        proposed_at=_ts(v.proposed_ts),
+        finished_at=_ts(v.finished_ts),
+        journal_seq=v.head_seq,
+        journal_hash=v.head,
+    )
+
+
+def receipt(effect_id: str, *, journal: Journal) -> Receipt:
+    """The receipt of ``effect_id`` as the journal records it now."""
+    entries = journal.read(effect_id)
+    if not entries:
+        raise KeyError(f"no effect {effect_id} in {journal.url}")
+    return receipt_of(fold(effect_id, entries))

@@ -1,0 +1,386 @@
+"""The embedded journal: SQLite in WAL mode with ``synchronous=FULL``, safe for several worker
+processes on one host. Claims are ``flock`` files beside the database."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import threading
+import time
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+from .claims import FileClaims, _FileClaim
+from .errors import HeadConflict, JournalConfigError, JournalUnavailable
+from .identity import canonical
+from .journal import SCHEMA_VERSION, Build, Journal, RawEntry, encode_entry, state_kind
+from .leases import LeaseStore
+from .models import EffectRow, Entry, JournalHead, Kind, Lease
+from .signing import Keyring
+
+_MIGRATIONS: list[str] = [
+    # 1: entries, the effect index, values beside entries, leases
+    """
+    CREATE TABLE entries (
+        seq       INTEGER PRIMARY KEY,
+        effect_id TEXT NOT NULL,
+        kind      TEXT NOT NULL,
+        prev      TEXT NOT NULL,
+        hash      TEXT NOT NULL UNIQUE,
+        key_id    TEXT NOT NULL,
+        sig       TEXT NOT NULL,
+        body      BLOB NOT NULL,
+        UNIQUE (effect_id, prev)
+    );
+    CREATE TABLE effects (
+        effect_id         TEXT PRIMARY KEY,
+        effect_type       TEXT NOT NULL,
+        status            TEXT NOT NULL,
+        head              TEXT NOT NULL,
+        head_seq          INTEGER NOT NULL,
+        updated_ts        REAL NOT NULL,
+        first_dispatch_ts REAL,
+        last_dispatch_ts  REAL
+    );
+    CREATE INDEX effects_status ON effects (status, updated_ts);
+    CREATE TABLE blobs (
+        effect_id TEXT NOT NULL,
+        name      TEXT NOT NULL,
+        value     TEXT NOT NULL,
+        PRIMARY KEY (effect_id, name)
+    );
+    CREATE TABLE leases (
+        lease_id   TEXT PRIMARY KEY,
+        doc        TEXT NOT NULL
+    );
+    """,
+]
+assert len(_MIGRATIONS) == SCHEMA_VERSION
+
+_ROW_COLUMNS = (
+    "effect_id, effect_type, status, head, head_seq, updated_ts, first_dispatch_ts, "
+    "last_dispatch_ts"
+)
+
+
+def _row(values: tuple[Any, ...]) -> EffectRow:
+    return EffectRow(
+        effect_id=values[0],
+        effect_type=values[1],
+        status=Kind(values[2]),
+        head=values[3],
+        head_seq=values[4],
+        updated_ts=values[5],
+        first_dispatch_ts=values[6],
+        last_dispatch_ts=values[7],
+    )
+
+
+class _SqliteLeases(LeaseStore):
+    def __init__(self, journal: SqliteJournal) -> None:
+        self._j = journal
+
+    def _insert(self, lease: Lease) -> None:
+        try:
+            self._j._write(
+                lambda db: db.execute(
+                    "INSERT INTO leases (lease_id, doc) VALUES (?, ?)",
+                    (lease.lease_id, lease.model_dump_json()),
+                )
+            )
+        except sqlite3.IntegrityError:
+            raise ValueError("a lease with this lease_id already exists") from None
+
+    def revoke(self, lease_id: str) -> bool:
+        def run(db: sqlite3.Connection) -> bool:
+            row = db.execute("SELECT doc FROM leases WHERE lease_id = ?", (lease_id,)).fetchone()
+            if row is None:
+                return False
+            lease = Lease.model_validate_json(row[0])
+            if lease.revoked_at is not None:
+                return False
+            revoked = lease.model_copy(update={"revoked_at": time.time()})
+            db.execute(
+                "UPDATE leases SET doc = ? WHERE lease_id = ?",
+                (revoked.model_dump_json(), lease_id),
+            )
+            return True
+
+        revoked: bool = self._j._write(run)
+        return revoked
+
+    def get(self, lease_id: str) -> Lease | None:
+        with self._j._lock:
+            row = self._j._db.execute(
+                "SELECT doc FROM leases WHERE lease_id = ?", (lease_id,)
+            ).fetchone()
+        return None if row is None else Lease.model_validate_json(row[0])
+
+    def list(self) -> list[Lease]:
+        with self._j._lock:
+            rows = self._j._db.execute("SELECT doc FROM leases ORDER BY rowid").fetchall()
+        return [Lease.model_validate_json(r[0]) for r in rows]
+
+
+class SqliteJournal(Journal):
+    def __init__(self, path: Path, keyring: Keyring, *, busy_timeout_s: float = 10.0) -> None:
+        self.path = Path(path)
+        self.url = f"sqlite:///{self.path}"
+        self.keyring = keyring
+        self._lock = threading.RLock()
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            self._db = sqlite3.connect(
+                self.path, isolation_level=None, check_same_thread=False, timeout=busy_timeout_s
+            )
+            self._db.execute("PRAGMA journal_mode=WAL")
+            self._db.execute("PRAGMA synchronous=FULL")
+            self._db.execute(f"PRAGMA busy_timeout={int(busy_timeout_s * 1000)}")
+            self._migrate()
+        except sqlite3.Error as err:
+            raise JournalUnavailable(f"journal {self.url} cannot be opened: {err}") from err
+        self._leases = _SqliteLeases(self)
+        self._claims = FileClaims(self.path.with_name(self.path.name + ".claims"))
+        self.check_tail()
+
+    def _migrate(self) -> None:
+        db = self._db
+        db.execute("BEGIN IMMEDIATE")
+        try:
+            db.execute("CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT)")
+            row = db.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
+            version = int(row[0]) if row else 0
+            if version > SCHEMA_VERSION:
+                raise JournalConfigError(
+                    f"journal {self.url} has schema {version}; this release reads up to "
+                    f"{SCHEMA_VERSION}: upgrade interlock-temporal"
+                )
+            for number in range(version, SCHEMA_VERSION):
+                for statement in _MIGRATIONS[number].split(";"):
+                    if statement.strip():
+                        db.execute(statement)
+            db.execute(
+                "INSERT OR REPLACE INTO meta (key, value) VALUES ('schema_version', ?)",
+                (str(SCHEMA_VERSION),),
+            )
+            db.execute("COMMIT")
+        except BaseException:
+            db.execute("ROLLBACK")
+            raise
+
+    # -- writing -------------------------------------------------------------------------------
+
+    def _write(self, fn: Any) -> Any:
+        """Run ``fn(db)`` in one durable write transaction (``BEGIN IMMEDIATE``)."""
+        with self._lock:
+            db = self._db
+            try:
+                db.execute("BEGIN IMMEDIATE")
+            except sqlite3.Error as err:
+                raise JournalUnavailable(f"journal {self.url} cannot be written: {err}") from err
+            try:
+                result = fn(db)
+                db.execute("COMMIT")
+                return result
+            except sqlite3.IntegrityError:
+                db.execute("ROLLBACK")
+                raise
+            except sqlite3.Error as err:
+                if db.in_transaction:
+                    db.execute("ROLLBACK")
+                raise JournalUnavailable(f"journal {self.url} cannot be written: {err}") from err
+            except BaseException:
+                if db.in_transaction:
+                    db.execute("ROLLBACK")
+                raise
+
+    def append(
+        self,
+        effect_id: str,
+        expected_head: str,
+        build: Build,
+        *,
+        effect_type: str | None = None,
+        lease_id: str | None = None,
+        blobs: Mapping[str, Any] | None = None,
+    ) -> list[Entry]:
+        def run(db: sqlite3.Connection) -> list[Entry]:
+            row = db.execute(
+                "SELECT effect_type, status, head, first_dispatch_ts, last_dispatch_ts "
+                "FROM effects WHERE effect_id = ?",
+                (effect_id,),
+            ).fetchone()
+            actual = row[2] if row else ""
+            if actual != expected_head:
+                raise HeadConflict(effect_id, expected_head, actual)
+            if callable(build):
+                lease = None
+                if lease_id is not None:
+                    doc = db.execute(
+                        "SELECT doc FROM leases WHERE lease_id = ?", (lease_id,)
+                    ).fetchone()
+                    lease = None if doc is None else Lease.model_validate_json(doc[0])
+                drafts = list(build(lease))
+            else:
+                drafts = list(build)
+            if not drafts:
+                return []
+            etype = row[0] if row else effect_type
+            if not etype:
+                raise ValueError("a new effect needs its effect_type")
+            (seq,) = db.execute("SELECT COALESCE(MAX(seq), 0) FROM entries").fetchone()
+            now = time.time()
+            prev = actual
+            written: list[Entry] = []
+            for draft in drafts:
+                seq += 1
+                entry = encode_entry(
+                    seq=seq,
+                    ts=now,
+                    effect_id=effect_id,
+                    kind=draft.kind,
+                    prev=prev,
+                    key=self.keyring.signing,
+                    data=draft.data,
+                )
+                db.execute(
+                    "INSERT INTO entries (seq, effect_id, kind, prev, hash, key_id, sig, body) "
+                    "VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                    (
+                        seq,
+                        effect_id,
+                        entry.kind.value,
+                        prev,
+                        entry.hash,
+                        entry.key_id,
+                        entry.sig,
+                        entry.body,
+                    ),
+                )
+                written.append(entry)
+                prev = entry.hash
+            status = state_kind(drafts, Kind(row[1]) if row else None)
+            assert status is not None, "a new effect must start with a state entry"
+            dispatched = any(d.kind is Kind.DISPATCHED for d in drafts)
+            first_dispatch = row[3] if row and row[3] is not None else (now if dispatched else None)
+            last_dispatch = now if dispatched else (row[4] if row else None)
+            db.execute(
+                f"INSERT OR REPLACE INTO effects ({_ROW_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                (effect_id, etype, status.value, prev, seq, now, first_dispatch, last_dispatch),
+            )
+            for name, value in (blobs or {}).items():
+                db.execute(
+                    "INSERT OR REPLACE INTO blobs (effect_id, name, value) VALUES (?, ?, ?)",
+                    (effect_id, name, canonical(value).decode()),
+                )
+            return written
+
+        try:
+            result: list[Entry] = self._write(run)
+        except sqlite3.IntegrityError as err:  # the UNIQUE (effect_id, prev) backstop
+            raise HeadConflict(effect_id, expected_head, "?") from err
+        return result
+
+    # -- reading -------------------------------------------------------------------------------
+
+    def read(self, effect_id: str) -> list[Entry]:
+        from .journal import decode_entry
+
+        with self._lock:
+            rows = self._db.execute(
+                "SELECT seq, effect_id, kind, prev, hash, key_id, sig, body FROM entries "
+                "WHERE effect_id = ? ORDER BY seq",
+                (effect_id,),
+            ).fetchall()
+        return [decode_entry(RawEntry(*r)) for r in rows]
+
+    def row(self, effect_id: str) -> EffectRow | None:
+        with self._lock:
+            values = self._db.execute(
+                f"SELECT {_ROW_COLUMNS} FROM effects WHERE effect_id = ?", (effect_id,)
+            ).fetchone()
+        return None if values is None else _row(values)
+
+    def effects(
+        self,
+        *,
+        status: Kind | None = None,
+        in_doubt: bool = False,
+        older_than: float | None = None,
+        limit: int | None = None,
+    ) -> list[EffectRow]:
+        where: list[str] = []
+        params: list[Any] = []
+        if in_doubt:
+            where.append("status = ?")
+            params.append(Kind.DISPATCHED.value)
+        elif status is not None:
+            where.append("status = ?")
+            params.append(status.value)
+        if older_than is not None:
+            where.append("updated_ts <= ?")
+            params.append(time.time() - older_than)
+        sql = f"SELECT {_ROW_COLUMNS} FROM effects"
+        if where:
+            sql += " WHERE " + " AND ".join(where)
+        sql += " ORDER BY updated_ts DESC"
+        if limit is not None:
+            sql += f" LIMIT {int(limit)}"
+        with self._lock:
+            rows = self._db.execute(sql, params).fetchall()
+        return [_row(r) for r in rows]
+
+    def blob(self, effect_id: str, name: str) -> Any:
+        with self._lock:
+            row = self._db.execute(
+                "SELECT value FROM blobs WHERE effect_id = ? AND name = ?", (effect_id, name)
+            ).fetchone()
+        return None if row is None else json.loads(row[0])
+
+    def iter_raw(self) -> Iterator[RawEntry]:
+        # a separate connection: a long verify must not hold the writers' lock
+        db = sqlite3.connect(f"file:{self.path}?mode=ro", uri=True)
+        try:
+            cursor = db.execute(
+                "SELECT seq, effect_id, kind, prev, hash, key_id, sig, body FROM entries "
+                "ORDER BY seq"
+            )
+            while batch := cursor.fetchmany(4096):
+                for r in batch:
+                    yield RawEntry(*r)
+        finally:
+            db.close()
+
+    def last_raw(self) -> RawEntry | None:
+        with self._lock:
+            r = self._db.execute(
+                "SELECT seq, effect_id, kind, prev, hash, key_id, sig, body FROM entries "
+                "ORDER BY seq DESC LIMIT 1"
+            ).fetchone()
+        return None if r is None else RawEntry(*r)
+
+    def head(self) -> JournalHead | None:
+        raw = self.last_raw()
+        return None if raw is None else JournalHead(seq=raw.seq, hash=raw.hash)
+
+    def schema_version(self) -> int:
+        with self._lock:
+            row = self._db.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
+        return int(row[0])
+
+    # -- claims, leases --------------------------------------------------------------------------
+
+    @property
+    def leases(self) -> LeaseStore:
+        return self._leases
+
+    def claim(self, effect_id: str) -> _FileClaim | None:
+        return self._claims.try_claim(effect_id)
+
+    def is_claimed(self, effect_id: str) -> bool:
+        return self._claims.is_claimed(effect_id)
+
+    def close(self) -> None:
+        with self._lock:
+            self._db.close()

@@ -1,0 +1,1 @@
+"""Example business workflows: a support case whose agent refunds through the gate."""
