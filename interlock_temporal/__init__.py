@@ -1,24 +1,48 @@
 """interlock-temporal: make the side effects of AI agents on Temporal safe to retry.
 
 Register ``InterlockPlugin`` on the client, wrap each effectful activity with ``gated(...)``, and
-call it from a workflow under ``act_as(principal, lease)``.
+call it from a workflow under ``act_as(principal, lease)`` (``interlock_temporal.workflow``).
+
+The core (``interlock_temporal.core``) imports no Temporal module; the names below that need
+Temporal are imported on first use, so tools and the core stay light.
 """
 
-from ._errors import (
-    AmbiguousEffect,
-    EffectInFlight,
-    EffectRefused,
-    InterlockNotInstalled,
-    InvalidEffectInput,
-    receipt_from,
-)
-from ._gated import EffectContext, current_effect, gated
-from ._interceptor import InterlockInterceptor
-from ._plugin import InterlockPlugin
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
 from .core.journal import Journal, open_journal
 from .core.models import Change, Found, Kind, Lease, Receipt
 from .core.receipts import receipt
 from .core.targets import EffectTarget
+
+if TYPE_CHECKING:
+    from ._errors import (
+        AmbiguousEffect,
+        EffectInFlight,
+        EffectRefused,
+        InterlockNotInstalled,
+        InvalidEffectInput,
+        receipt_from,
+    )
+    from ._gated import EffectContext, current_effect, gated
+    from ._interceptor import InterlockInterceptor
+    from ._plugin import InterlockPlugin
+
+_LAZY = {
+    "AmbiguousEffect": "._errors",
+    "EffectInFlight": "._errors",
+    "EffectRefused": "._errors",
+    "InterlockNotInstalled": "._errors",
+    "InvalidEffectInput": "._errors",
+    "receipt_from": "._errors",
+    "EffectContext": "._gated",
+    "current_effect": "._gated",
+    "gated": "._gated",
+    "InterlockInterceptor": "._interceptor",
+    "InterlockPlugin": "._plugin",
+}
 
 __all__ = [
     "AmbiguousEffect",
@@ -42,3 +66,12 @@ __all__ = [
     "receipt",
     "receipt_from",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'interlock_temporal' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module, __name__), name)
+    globals()[name] = value
+    return value

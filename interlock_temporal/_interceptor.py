@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from datetime import UTC, datetime, timedelta
 from typing import Any, NoReturn
 
@@ -89,9 +89,11 @@ class InterlockInterceptor(temporalio.worker.Interceptor):
         journal: Journal | str = "sqlite:///interlock.db",
         *,
         signing_key: str | bytes | None = None,
+        on_point: Callable[[str, str], None] | None = None,
     ) -> None:
         self._journal_arg = journal
         self._signing_key = signing_key
+        self._on_point = on_point
         self._gate: Gate | None = None
         #: the worker's client, for thread-pool activities (they have no activity.client())
         self.client: temporalio.client.Client | None = None
@@ -106,7 +108,7 @@ class InterlockInterceptor(temporalio.worker.Interceptor):
             journal = self._journal_arg
             if not isinstance(journal, Journal):
                 journal = open_journal(journal, signing_key=self._signing_key)
-            self._gate = Gate(journal)
+            self._gate = Gate(journal, on_point=self._on_point)
         return self._gate
 
     def intercept_activity(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 
 import temporalio.worker
 from temporalio.contrib.pydantic import PydanticPayloadConverter, pydantic_data_converter
@@ -44,6 +45,8 @@ class InterlockPlugin(SimplePlugin):
     ``journal``: a URL (``sqlite:///interlock.db``) or an open ``Journal``.
     ``signing_key``: the journal's signing key (default: ``INTERLOCK_SIGNING_KEY``, else a key
     file beside a SQLite journal).
+    ``on_point``: called at each named point of the protocol (tests use it to kill a worker at
+    an exact step: ``interlock_temporal.testing.kill_at``).
     """
 
     def __init__(
@@ -51,8 +54,9 @@ class InterlockPlugin(SimplePlugin):
         journal: Journal | str = "sqlite:///interlock.db",
         *,
         signing_key: str | bytes | None = None,
+        on_point: Callable[[str, str], None] | None = None,
     ) -> None:
-        self.interceptor = InterlockInterceptor(journal, signing_key=signing_key)
+        self.interceptor = InterlockInterceptor(journal, signing_key=signing_key, on_point=on_point)
         super().__init__(
             "interlock_temporal.InterlockPlugin",
             data_converter=_with_pydantic,

@@ -105,7 +105,8 @@ def decode_entry(raw: RawEntry) -> Entry:
 def check_entry(raw: RawEntry, keyring: Keyring) -> tuple[str | None, dict[str, Any] | None]:
     """(problem, parsed body): the entry's bytes hash to its hash, its signature holds, and the
     signed fields agree with the stored columns."""
-    digest = hashlib.sha256(raw.body).digest()
+    body = raw.body if isinstance(raw.body, bytes) else str(raw.body).encode()
+    digest = hashlib.sha256(body).digest()
     if digest.hex() != raw.hash:
         return "its bytes do not match its hash (edited or torn)", None
     key = keyring.get(raw.key_id)
@@ -114,7 +115,7 @@ def check_entry(raw: RawEntry, keyring: Keyring) -> tuple[str | None, dict[str, 
     if not key.verify(digest, raw.sig):
         return f"its signature does not verify with key {raw.key_id}", None
     try:
-        doc = json.loads(raw.body)
+        doc = json.loads(body)
     except ValueError:
         return "its signed bytes are not JSON", None
     if (
@@ -279,6 +280,13 @@ class Journal(ABC):
         raw = self.last_raw()
         if raw is None:
             return
+        if self.keyring.get(raw.key_id) is None:
+            raise JournalConfigError(
+                f"journal {self.url}: its last entry (seq {raw.seq}) is signed with key "
+                f"{raw.key_id}, which is not configured (keys: {', '.join(self.keyring.key_ids)}); "
+                "configure that key (INTERLOCK_SIGNING_KEY or the key file), or pass it as an "
+                "older key after a rotation"
+            )
         problem, _ = check_entry(raw, self.keyring)
         if problem is not None:
             raise JournalCorrupt(
@@ -300,9 +308,11 @@ def keyring_for(
     journal_path: Path | None,
     signing_key: str | bytes | HmacKey | None,
     older_keys: Sequence[str | bytes | HmacKey] = (),
+    *,
+    create: bool = True,
 ) -> Keyring:
     """The signing key from configuration (argument, then ``INTERLOCK_SIGNING_KEY``), else the
-    journal's key file (``<journal>.key``, created with mode 0600)."""
+    journal's key file (``<journal>.key``, created with mode 0600 when ``create``)."""
 
     def as_key(k: str | bytes | HmacKey) -> HmacKey:
         if isinstance(k, HmacKey):
@@ -314,10 +324,56 @@ def keyring_for(
     if signing_key is None:
         if journal_path is None:
             raise JournalConfigError("a signing key is required for this journal")
-        key = load_or_create_key_file(journal_path.with_name(journal_path.name + ".key"))
+        key_file = journal_path.with_name(journal_path.name + ".key")
+        if not create and not key_file.exists():
+            raise JournalConfigError(
+                f"no signing key: {key_file} does not exist and INTERLOCK_SIGNING_KEY is not set"
+            )
+        key = load_or_create_key_file(key_file)
     else:
         key = as_key(signing_key)
     return Keyring(key, [as_key(k) for k in older_keys])
+
+
+@dataclass(frozen=True)
+class JournalLocation:
+    """A parsed journal URL."""
+
+    scheme: str
+    path: Path
+    options: dict[str, str]
+
+    @property
+    def busy_timeout_s(self) -> float:
+        try:
+            value = float(self.options.get("busy_timeout", 10))
+        except ValueError:
+            raise JournalConfigError("busy_timeout must be a number of seconds") from None
+        if value <= 0:
+            raise JournalConfigError("busy_timeout must be positive")
+        return value
+
+
+def parse_journal_url(url: str | os.PathLike[str]) -> JournalLocation:
+    """``sqlite:///relative.db``, ``sqlite:////absolute.db`` (as SQLAlchemy spells them), or a
+    plain path."""
+    text = os.fspath(url)
+    parsed = urlparse(text)
+    if parsed.scheme in ("", "file"):
+        path = Path(parsed.path if parsed.scheme == "file" else text)
+    elif parsed.scheme == "sqlite":
+        raw_path = text[len("sqlite://") :].split("?", 1)[0]
+        if raw_path.startswith("/"):
+            raw_path = raw_path[1:]
+        if not raw_path:
+            raise JournalConfigError("sqlite URL has no path: use sqlite:///interlock.db")
+        path = Path(raw_path)
+    else:
+        raise JournalConfigError(
+            f"unsupported journal URL scheme {parsed.scheme!r}: use sqlite:///path"
+        )
+    options = {k: v[-1] for k, v in parse_qs(parsed.query).items()}
+    return JournalLocation("sqlite", path, options)
 
 
 def open_journal(
@@ -325,30 +381,23 @@ def open_journal(
     *,
     signing_key: str | bytes | HmacKey | None = None,
     older_keys: Sequence[str | bytes | HmacKey] = (),
+    create: bool = True,
+    check_tail: bool = True,
 ) -> Journal:
-    """Open a journal by URL: ``sqlite:///path/to/interlock.db`` (or a plain path)."""
-    text = os.fspath(url)
-    parsed = urlparse(text)
-    if parsed.scheme in ("", "file") or (len(parsed.scheme) == 1 and os.name == "nt"):
-        path = Path(parsed.path if parsed.scheme == "file" else text)
-        scheme = "sqlite"
-    elif parsed.scheme == "sqlite":
-        # sqlite:///relative.db and sqlite:////absolute.db, as SQLAlchemy spells them
-        raw_path = text[len("sqlite://") :].split("?", 1)[0]
-        if raw_path.startswith("/"):
-            raw_path = raw_path[1:]
-        if not raw_path:
-            raise JournalConfigError("sqlite URL has no path: use sqlite:///interlock.db")
-        path = Path(raw_path)
-        scheme = "sqlite"
-    else:
-        raise JournalConfigError(
-            f"unsupported journal URL scheme {parsed.scheme!r}: use sqlite:///path"
-        )
-    options = {k: v[-1] for k, v in parse_qs(parsed.query).items()}
-    if scheme == "sqlite":
-        from .sqlite_journal import SqliteJournal
+    """Open a journal by URL: ``sqlite:///path/to/interlock.db`` (or a plain path).
 
-        keyring = keyring_for(path, signing_key, older_keys)
-        return SqliteJournal(path, keyring, busy_timeout_s=float(options.get("busy_timeout", 10)))
-    raise JournalConfigError(f"unsupported journal URL {text!r}")  # pragma: no cover
+    ``create=False`` refuses to create a journal (or its key file) that does not exist, for
+    tools that only read. ``check_tail=False`` skips the open-time check of the last entry, so
+    ``verify`` can report on a journal that would otherwise refuse to open.
+    """
+    where = parse_journal_url(url)
+    from .sqlite_journal import SqliteJournal
+
+    if create:
+        where.path.parent.mkdir(parents=True, exist_ok=True)
+    elif not where.path.exists():
+        raise JournalConfigError(f"no journal at {where.path}: no such database file")
+    keyring = keyring_for(where.path, signing_key, older_keys, create=create)
+    return SqliteJournal(
+        where.path, keyring, busy_timeout_s=where.busy_timeout_s, check_tail=check_tail
+    )

@@ -122,8 +122,12 @@ class JournalHead(BaseModel):
 
     @classmethod
     def parse(cls, text: str) -> JournalHead:
-        seq, _, digest = text.partition(":")
-        if not seq.isdigit() or len(digest) != 64:
+        seq, _, digest = text.strip().partition(":")
+        if (
+            not seq.isdigit()
+            or len(digest) != 64
+            or any(c not in "0123456789abcdef" for c in digest)
+        ):
             raise ValueError("a journal head looks like SEQ:SHA256HEX")
         return cls(seq=int(seq), hash=digest)
 

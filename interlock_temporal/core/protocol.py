@@ -23,7 +23,14 @@ from .journal import Journal
 from .leases import Demand, check_lease
 from .models import Change, Draft, Entry, Kind, Lease, Receipt
 from .receipts import EffectView, fold, receipt_of
-from .targets import EffectTarget, capabilities, classify, query, target_clock
+from .targets import (
+    EffectTarget,
+    capabilities,
+    classify,
+    confirmation_of,
+    query,
+    target_clock,
+)
 
 #: how soon to try again when a live attempt holds the effect
 IN_FLIGHT_RETRY_S = 0.5
@@ -254,8 +261,6 @@ class Gate:
                 "principal": call.principal,
                 "lease_id": call.lease_id,
                 "session": call.session,
-                "amount_cents": call.amount_cents,
-                "resource": call.resource,
                 "premises": recorded,
                 "premises_source": "capture" if decided is None else "decision",
                 "target": target.name,
@@ -297,7 +302,11 @@ class Gate:
             build,
             effect_type=call.effect_type,
             lease_id=call.lease_id,
-            blobs={"approved": jsonable(list(approved))},
+            blobs={
+                "approved": jsonable(list(approved)),
+                # argument values the lease is checked against: beside the entries, not in them
+                "demand": {"amount_cents": call.amount_cents, "resource": call.resource},
+            },
         )
         self._raise_if_refused(eid, written)
         self._point("after_dispatch_tx", eid)
@@ -357,8 +366,12 @@ class Gate:
             and view.first_dispatch_ts is not None
             and (target_clock(target) - view.first_dispatch_ts < caps.dedupe_window.total_seconds())
         )
+        recorded_demand = self.journal.blob(eid, "demand") or {}
         demand = Demand(
-            view.principal, view.activity or call.activity, view.amount_cents, view.resource
+            view.principal,
+            view.activity or call.activity,
+            recorded_demand.get("amount_cents"),
+            recorded_demand.get("resource"),
         )
         outcome: dict[str, str] = {}
 
@@ -442,7 +455,11 @@ class Gate:
         try:
             self._point("after_send", ticket.effect_id)
             done = self._record_commit(
-                ticket.effect_id, ticket.head, ticket.via, jsonable(result), confirmation
+                ticket.effect_id,
+                ticket.head,
+                ticket.via,
+                jsonable(result),
+                confirmation or confirmation_of(ticket.target, result),
             )
             self._point("after_commit_tx", ticket.effect_id)
             done.result = result

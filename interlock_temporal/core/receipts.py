@@ -28,8 +28,6 @@ class EffectView:
     principal: str | None = None
     lease_id: str | None = None
     session: str | None = None
-    amount_cents: int | None = None
-    resource: str | None = None
     premises: dict[str, Any] | None = None
     target: str | None = None
     tier: int | None = None
@@ -74,8 +72,6 @@ def fold(effect_id: str, entries: Sequence[Entry]) -> EffectView:
             v.principal = d.get("principal")
             v.lease_id = d.get("lease_id")
             v.session = d.get("session")
-            v.amount_cents = d.get("amount_cents")
-            v.resource = d.get("resource")
             v.premises = d.get("premises")
             v.target = d.get("target")
             v.tier = d.get("tier")

@@ -98,9 +98,12 @@ class _SqliteLeases(LeaseStore):
             if row is None:
                 return False
             lease = Lease.model_validate_json(row[0])
-            if lease.revoked_at is not None:
+            now = time.time()
+            if lease.revoked_at is not None or (
+                lease.expires_at is not None and lease.expires_at <= now
+            ):
                 return False
-            revoked = lease.model_copy(update={"revoked_at": time.time()})
+            revoked = lease.model_copy(update={"revoked_at": now})
             db.execute(
                 "UPDATE leases SET doc = ? WHERE lease_id = ?",
                 (revoked.model_dump_json(), lease_id),
@@ -124,7 +127,14 @@ class _SqliteLeases(LeaseStore):
 
 
 class SqliteJournal(Journal):
-    def __init__(self, path: Path, keyring: Keyring, *, busy_timeout_s: float = 10.0) -> None:
+    def __init__(
+        self,
+        path: Path,
+        keyring: Keyring,
+        *,
+        busy_timeout_s: float = 10.0,
+        check_tail: bool = True,
+    ) -> None:
         self.path = Path(path)
         self.url = f"sqlite:///{self.path}"
         self.keyring = keyring
@@ -139,10 +149,24 @@ class SqliteJournal(Journal):
             self._db.execute(f"PRAGMA busy_timeout={int(busy_timeout_s * 1000)}")
             self._migrate()
         except sqlite3.Error as err:
+            self._close_quietly()
             raise JournalUnavailable(f"journal {self.url} cannot be opened: {err}") from err
+        except BaseException:
+            self._close_quietly()
+            raise
         self._leases = _SqliteLeases(self)
         self._claims = FileClaims(self.path.with_name(self.path.name + ".claims"))
-        self.check_tail()
+        if check_tail:
+            try:
+                self.check_tail()
+            except BaseException:
+                self._close_quietly()
+                raise
+
+    def _close_quietly(self) -> None:
+        db = getattr(self, "_db", None)
+        if db is not None:
+            db.close()
 
     def _migrate(self) -> None:
         db = self._db
@@ -261,7 +285,8 @@ class SqliteJournal(Journal):
                 written.append(entry)
                 prev = entry.hash
             status = state_kind(drafts, Kind(row[1]) if row else None)
-            assert status is not None, "a new effect must start with a state entry"
+            if status is None:
+                raise ValueError("a new effect must start with a state entry, not annotations")
             dispatched = any(d.kind is Kind.DISPATCHED for d in drafts)
             first_dispatch = row[3] if row and row[3] is not None else (now if dispatched else None)
             last_dispatch = now if dispatched else (row[4] if row else None)
@@ -319,7 +344,8 @@ class SqliteJournal(Journal):
             where.append("status = ?")
             params.append(status.value)
         if older_than is not None:
-            where.append("updated_ts <= ?")
+            # in doubt: how long since the last send went out (annotations do not reset it)
+            where.append("last_dispatch_ts <= ?" if in_doubt else "updated_ts <= ?")
             params.append(time.time() - older_than)
         sql = f"SELECT {_ROW_COLUMNS} FROM effects"
         if where:
@@ -340,7 +366,7 @@ class SqliteJournal(Journal):
 
     def iter_raw(self) -> Iterator[RawEntry]:
         # a separate connection: a long verify must not hold the writers' lock
-        db = sqlite3.connect(f"file:{self.path}?mode=ro", uri=True)
+        db = sqlite3.connect(f"{self.path.resolve().as_uri()}?mode=ro", uri=True)
         try:
             cursor = db.execute(
                 "SELECT seq, effect_id, kind, prev, hash, key_id, sig, body FROM entries "

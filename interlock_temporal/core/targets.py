@@ -32,6 +32,8 @@ class EffectTarget(Protocol):
       equality is too strict.
     - ``classify(error) -> "not_sent" | "rejected" | "in_doubt"`` (default: in_doubt).
     - ``clock() -> float``: the clock the dedupe window is measured on (default: time.time).
+    - ``confirmation(result) -> str | None``: the target's reference for what it did (a refund
+      id), cited by the receipt.
     """
 
     name: str
@@ -89,6 +91,18 @@ def classify(target: EffectTarget, error: BaseException) -> Classification:
     except Exception:
         return "in_doubt"
     return verdict if verdict in CLASSIFICATIONS else "in_doubt"
+
+
+def confirmation_of(target: EffectTarget, result: Any) -> str | None:
+    """The target's own reference for what it did (a refund id), if it names one."""
+    fn = getattr(target, "confirmation", None)
+    if not callable(fn):
+        return None
+    try:
+        value = fn(result)
+    except Exception:
+        return None
+    return value if isinstance(value, str) else None
 
 
 def target_clock(target: EffectTarget) -> float:

@@ -173,11 +173,12 @@ class SimulatedPayments:
     def manual_refund(self, order_id: str, amount_cents: int) -> str:
         """Support refunds by hand: no key, no effect id."""
         refund_id = "re_manual_" + secrets.token_hex(6)
+        now = self.clock()
         self._tx(
             lambda db: db.execute(
                 "INSERT INTO refunds (refund_id, order_id, amount_cents, source, created_at) "
                 "VALUES (?, ?, ?, 'manual', ?)",
-                (refund_id, order_id, amount_cents, self.clock()),
+                (refund_id, order_id, amount_cents, now),
             )
         )
         return refund_id
@@ -433,6 +434,11 @@ class SimulatedPayments:
             ).model_dump(mode="json"),
             confirmation=refund_id,
         )
+
+    def confirmation(self, result: Any) -> str | None:
+        """The service's own reference for a refund it made: what a receipt cites."""
+        refund_id = getattr(result, "refund_id", None)
+        return refund_id if isinstance(refund_id, str) else None
 
     def classify(self, error: BaseException) -> str:
         if isinstance(error, RefundRejected):

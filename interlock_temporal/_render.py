@@ -1,0 +1,305 @@
+"""Plain-text rendering of receipts, journal entries, effects and leases, for people.
+
+Used by the ``interlock`` command and the demo. Plain functions returning strings: no colors,
+no terminal control, nothing printed. Argument values never appear: entries carry only digests,
+and entry data is summarised from a fixed set of keys that hold no argument values.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from datetime import UTC, datetime
+from typing import Any
+
+from .core.models import EffectRow, Entry, Lease, Receipt, VerifyReport
+
+__all__ = [
+    "entry_summary",
+    "fmt_time",
+    "lease_state",
+    "render_effects",
+    "render_entries",
+    "render_leases",
+    "render_receipt",
+    "render_table",
+    "render_verify",
+    "short",
+]
+
+#: how many characters of an effect id the tables show (64 bits: unique in practice)
+EFFECT_ID_WIDTH = 16
+#: how many characters of an entry hash or a digest the tables show
+HASH_WIDTH = 12
+#: the widest an entry's data summary may be
+DATA_WIDTH = 100
+
+_NONE = "-"
+
+
+def short(value: str | None, width: int = HASH_WIDTH) -> str:
+    """The first ``width`` characters of an id or digest ("-" for none)."""
+    if not value:
+        return _NONE
+    return value[:width]
+
+
+def fmt_time(value: float | datetime | None) -> str:
+    """A UTC timestamp to the second, ISO 8601 (``2025-01-31T12:00:05Z``); "-" for none."""
+    if value is None:
+        return _NONE
+    moment = value if isinstance(value, datetime) else datetime.fromtimestamp(value, UTC)
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=UTC)
+    return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _text(value: Any) -> str:
+    if value is None:
+        return _NONE
+    if value is True:
+        return "yes"
+    if value is False:
+        return "no"
+    if isinstance(value, (list, tuple)):
+        return ", ".join(str(v) for v in value) if value else _NONE
+    return str(value)
+
+
+def _clip(text: str, width: int) -> str:
+    return text if len(text) <= width else text[: max(width - 3, 0)] + "..."
+
+
+def render_table(headers: Sequence[str], rows: Iterable[Sequence[str]]) -> str:
+    """Left-aligned columns separated by two spaces; the last column is not padded."""
+    table = [list(headers), *(list(r) for r in rows)]
+    widths = [max(len(row[i]) for row in table) for i in range(len(headers))]
+    lines = []
+    for row in table:
+        cells = [cell.ljust(widths[i]) for i, cell in enumerate(row[:-1])]
+        lines.append("  ".join([*cells, row[-1]]).rstrip())
+    return "\n".join(lines)
+
+
+def _fields(pairs: Sequence[tuple[str, str]]) -> str:
+    """Aligned ``key: value`` lines."""
+    width = max(len(key) for key, _ in pairs) + 1
+    return "\n".join(f"{(key + ':').ljust(width)} {value}".rstrip() for key, value in pairs)
+
+
+# -- receipts ---------------------------------------------------------------------------------
+
+
+def _authority(authority: Mapping[str, Any] | None) -> str:
+    """The lease as it was when the effect was sent, in one line."""
+    if not authority:
+        return _NONE
+    parts = [str(authority.get("lease_id") or "?")]
+    if authority.get("principal"):
+        parts.append(f"principal {authority['principal']}")
+    if authority.get("activities") is not None:
+        parts.append(f"activities {_text(authority['activities'])}")
+    if authority.get("max_amount_cents") is not None:
+        parts.append(f"max {authority['max_amount_cents']} cents")
+    if authority.get("resources") is not None:
+        parts.append(f"resources {_text(authority['resources'])}")
+    if authority.get("expires_at") is not None:
+        parts.append(f"expires {fmt_time(float(authority['expires_at']))}")
+    if authority.get("revoked_at") is not None:
+        parts.append(f"revoked {fmt_time(float(authority['revoked_at']))}")
+    return parts[0] + (" (" + ", ".join(parts[1:]) + ")" if len(parts) > 1 else "")
+
+
+def render_receipt(receipt: Receipt) -> str:
+    """A receipt as aligned ``key: value`` lines, in the order an auditor asks."""
+    executed = receipt.executed if receipt.executed == "unknown" else _text(receipt.executed)
+    target = receipt.target or _NONE
+    if receipt.tier is not None:
+        target = f"{target} (tier {receipt.tier})"
+    pairs: list[tuple[str, str]] = [
+        ("effect", receipt.effect_id),
+        ("type", receipt.effect_type or _NONE),
+        ("final", receipt.final),
+        ("via", _text(receipt.via)),
+        ("proposed", _text(receipt.proposed)),
+        ("authorized", _text(receipt.authorized)),
+        ("executed", str(executed)),
+        ("recorded", _text(receipt.recorded)),
+        ("code", _text(receipt.code)),
+        ("reason", _text(receipt.reason)),
+        ("changed facts", _text(receipt.changed_facts)),
+        ("premises held", _text(receipt.premises_held)),
+        ("principal", _text(receipt.principal)),
+        ("lease", _text(receipt.lease_id)),
+        ("authority at send", _authority(receipt.authority_at_send)),
+        ("decided by", _text(receipt.decided_by)),
+        ("operator", _text(receipt.operator)),
+        ("target", target),
+        ("confirmation", _text(receipt.confirmation)),
+        ("dispatches", str(receipt.dispatches)),
+        ("payload digest", _text(receipt.payload_digest)),
+        ("approved digest", _text(receipt.approved_digest)),
+        ("result digest", _text(receipt.result_digest)),
+        ("proposed at", fmt_time(receipt.proposed_at)),
+        ("finished at", fmt_time(receipt.finished_at)),
+        ("journal seq", str(receipt.journal_seq)),
+        ("journal hash", receipt.journal_hash or _NONE),
+    ]
+    return _fields(pairs)
+
+
+# -- journal entries --------------------------------------------------------------------------
+
+#: entry data keys shown as they are, most telling first: none holds an argument value
+_LEADING_KEYS = (
+    "via",
+    "code",
+    "decision",
+    "operator",
+    "principal",
+    "target",
+    "tier",
+    "confirmation",
+    "error",
+    "late",
+    "after",
+    "alarm",
+)
+_TRAILING_KEYS = ("reason", "decided_by", "checks", "lease_id", "worker")
+
+
+def _plain(data: Mapping[str, Any], keys: Sequence[str]) -> list[str]:
+    parts: list[str] = []
+    for key in keys:
+        value = data.get(key)
+        if value is None or value == [] or value == "":
+            continue
+        if isinstance(value, (list, tuple)):
+            if not all(isinstance(v, (str, int, float, bool)) for v in value):
+                continue
+            parts.append(f"{key}={','.join(str(v) for v in value)}")
+        elif isinstance(value, (str, int, float, bool)):
+            parts.append(f"{key}={_text(value)}")
+    return parts
+
+
+def entry_summary(data: Mapping[str, Any], width: int = DATA_WIDTH) -> str:
+    """A short ``key=value`` summary of an entry's data: names, codes and short digests only.
+
+    Premises, lease snapshots and unknown keys are left out (the receipt shows what matters of
+    them); digests are shortened to 12 characters (``payload#1a2b3c4d5e6f``).
+    """
+    parts = _plain(data, _LEADING_KEYS)
+    changes = data.get("changes")
+    if isinstance(changes, list) and changes:
+        facts = [str(c.get("fact")) for c in changes if isinstance(c, Mapping)]
+        parts.append(f"changed={','.join(facts)}")
+    for key in sorted(data):
+        value = data[key]
+        if key.endswith("_digest") and isinstance(value, str):
+            parts.append(f"{key.removesuffix('_digest')}#{short(value)}")
+    parts += _plain(data, _TRAILING_KEYS)
+    delivery = data.get("delivery")
+    if isinstance(delivery, Mapping) and isinstance(delivery.get("attempt"), int):
+        parts.append(f"attempt={delivery['attempt']}")
+    return _clip(" ".join(parts), width)
+
+
+def render_entries(entries: Sequence[Entry]) -> str:
+    """An effect's journal entries as a table: seq, kind, time, short hash, short data."""
+    if not entries:
+        return "(no entries)"
+    rows = [
+        [str(e.seq), e.kind.value, fmt_time(e.ts), short(e.hash), entry_summary(e.data)]
+        for e in entries
+    ]
+    return render_table(["SEQ", "KIND", "TIME", "HASH", "DATA"], rows)
+
+
+# -- effects ----------------------------------------------------------------------------------
+
+
+def render_effects(rows: Sequence[EffectRow], dispatches: Mapping[str, int] | None = None) -> str:
+    """Index rows as a table; the effect id shortened to 16 characters.
+
+    ``dispatches`` maps effect ids to how often each was dispatched; without it the column is
+    left out.
+    """
+    if not rows:
+        return "(no effects)"
+    headers = ["EFFECT", "TYPE", "STATUS", "UPDATED"]
+    if dispatches is not None:
+        headers.append("DISPATCHES")
+    table = []
+    for row in rows:
+        cells = [
+            short(row.effect_id, EFFECT_ID_WIDTH),
+            row.effect_type,
+            row.status.value,
+            fmt_time(row.updated_ts),
+        ]
+        if dispatches is not None:
+            count = dispatches.get(row.effect_id)
+            cells.append(_NONE if count is None else str(count))
+        table.append(cells)
+    return render_table(headers, table)
+
+
+# -- leases -----------------------------------------------------------------------------------
+
+
+def lease_state(lease: Lease, now: float) -> str:
+    """``live``, ``revoked`` or ``expired`` at ``now``."""
+    if lease.revoked_at is not None and lease.revoked_at <= now:
+        return "revoked"
+    if lease.expires_at is not None and lease.expires_at <= now:
+        return "expired"
+    return "live"
+
+
+def render_leases(leases: Sequence[Lease], now: float) -> str:
+    """Leases as a table, with their state at ``now``."""
+    if not leases:
+        return "(no leases)"
+    rows = [
+        [
+            lease.lease_id,
+            lease.principal,
+            lease_state(lease, now),
+            "*" if lease.activities is None else _text(lease.activities),
+            _NONE if lease.max_amount_cents is None else str(lease.max_amount_cents),
+            "*" if lease.resources is None else _text(lease.resources),
+            fmt_time(lease.issued_at),
+            "never" if lease.expires_at is None else fmt_time(lease.expires_at),
+        ]
+        for lease in leases
+    ]
+    headers = ["LEASE", "PRINCIPAL", "STATE", "ACTIVITIES", "MAX_CENTS", "RESOURCES", "ISSUED"]
+    return render_table([*headers, "EXPIRES"], rows)
+
+
+# -- verification -----------------------------------------------------------------------------
+
+
+def render_verify(report: VerifyReport, journal: str | None = None) -> str:
+    """A verification report: a verdict line, then aligned details."""
+    failed = f"FAILED at entry seq {report.first_bad_seq}: {report.problem}"
+    verdict = "ok" if report.ok else failed
+    pairs: list[tuple[str, str]] = []
+    if journal is not None:
+        pairs.append(("journal", journal))
+    pairs.append(("result", verdict))
+    if report.ok:
+        pairs += [
+            ("entries", str(report.entries)),
+            ("chains", str(report.effects)),
+            ("head", str(report.head) if report.head else "(empty journal)"),
+        ]
+    else:
+        pairs += [
+            ("first bad seq", _text(report.first_bad_seq)),
+            ("problem", _text(report.problem)),
+            ("verified before it", f"{report.entries} entries, {report.effects} chains"),
+        ]
+        if report.head is not None:
+            pairs.append(("journal ends at", str(report.head)))
+    return _fields(pairs)

@@ -1,0 +1,901 @@
+"""The conformance suite every journal backend must pass (DESIGN sections 4 and 5).
+
+It is written against ``interlock_temporal.core.journal.Journal`` only. A backend's test module
+subclasses ``JournalConformance`` and provides two fixtures:
+
+``journal_factory``
+    a callable ``(signing_key=..., older_keys=()) -> Journal`` that opens *the same* store
+    again on each call (so reopen tests work). Keys are given as hex strings.
+
+``tamper``
+    an object implementing ``Tamper`` below, which edits the store underneath the journal the
+    way an attacker or a torn write would: it bypasses the journal's API entirely.
+
+The module is not named ``test_*`` so pytest collects it only through a backend's subclass.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import itertools
+import json
+import threading
+import time
+from collections.abc import Callable, Iterator, Sequence
+from datetime import timedelta
+from typing import Any, Protocol
+
+import pytest
+import rfc8785
+
+from interlock_temporal.core.errors import (
+    HeadConflict,
+    JournalConfigError,
+    JournalCorrupt,
+)
+from interlock_temporal.core.identity import UnserializableInput, effect_id
+from interlock_temporal.core.journal import (
+    SCHEMA_VERSION,
+    Journal,
+    RawEntry,
+    encode_entry,
+)
+from interlock_temporal.core.leases import Demand, check_lease
+from interlock_temporal.core.models import Draft, Entry, JournalHead, Kind, Lease
+from interlock_temporal.core.signing import HmacKey
+
+KEY = "11" * 32
+OTHER_KEY = "22" * 32
+FORGER_KEY = "33" * 32
+
+A = effect_id("conformance.refund", {"case": "A"})
+B = effect_id("conformance.refund", {"case": "B"})
+C = effect_id("conformance.email", {"case": "C"})
+D = effect_id("conformance.email", {"case": "D"})
+E = effect_id("conformance.email", {"case": "E"})
+
+# The standard journal of ``populate``: (seq, effect, kind), interleaved across three effects.
+LAYOUT: list[tuple[int, str, Kind]] = [
+    (1, A, Kind.PROPOSED),
+    (2, A, Kind.AUTHORIZED),
+    (3, B, Kind.PROPOSED),
+    (4, A, Kind.DISPATCHED),
+    (5, B, Kind.DISPATCHED),
+    (6, C, Kind.PROPOSED),
+    (7, A, Kind.COMMITTED),
+    (8, C, Kind.REFUSED),
+]
+
+
+class Tamper(Protocol):
+    """Backend-specific edits of the stored entries, below the journal's API."""
+
+    def edit_body(self, seq: int, new_bytes: bytes) -> None:
+        """Replace the stored signed bytes of entry ``seq`` (nothing else)."""
+
+    def edit_column(self, seq: int, column: str, value: Any) -> None:
+        """Set one stored column (effect_id, kind, prev, hash, key_id, sig) of entry ``seq``."""
+
+    def delete(self, seq: int) -> None:
+        """Remove entry ``seq``."""
+
+    def swap(self, seq_a: int, seq_b: int) -> None:
+        """Exchange the positions of two stored entries: each keeps its bytes and columns."""
+
+    def insert_raw(self, raw: RawEntry) -> None:
+        """Store ``raw`` at position ``raw.seq``; entries at that position or later move one
+        place later (their stored seq + 1, their bytes unchanged)."""
+
+    def truncate_after(self, seq: int) -> None:
+        """Remove every entry after ``seq`` (a cut tail)."""
+
+    def snapshot(self) -> Any:
+        """A comparable picture of everything the store holds."""
+
+
+def draft(kind: Kind, **data: Any) -> Draft:
+    return Draft(kind=kind, data=data)
+
+
+def populate(journal: Journal) -> dict[int, Entry]:
+    """Write ``LAYOUT`` one entry per append; return the entries by seq."""
+    written: dict[int, Entry] = {}
+    for seq, eid, kind in LAYOUT:
+        row = journal.row(eid)
+        head = "" if row is None else row.head
+        (entry,) = journal.append(eid, head, [draft(kind, n=seq)], effect_type="conformance.refund")
+        assert entry.seq == seq
+        written[seq] = entry
+    return written
+
+
+def raw_of(entry: Entry) -> RawEntry:
+    return RawEntry(
+        seq=entry.seq,
+        effect_id=entry.effect_id,
+        kind=entry.kind.value,
+        prev=entry.prev,
+        hash=entry.hash,
+        key_id=entry.key_id,
+        sig=entry.sig,
+        body=entry.body,
+    )
+
+
+def key_id(hex_key: str) -> str:
+    return HmacKey(bytes.fromhex(hex_key)).key_id
+
+
+def entry_count(journal: Journal) -> int:
+    return sum(1 for _ in journal.iter_raw())
+
+
+class JournalConformance:
+    """Inherit this in a backend's test module and provide ``journal_factory`` and ``tamper``."""
+
+    # -- fixtures --------------------------------------------------------------------------
+
+    @pytest.fixture
+    def open_store(
+        self, journal_factory: Callable[..., Journal]
+    ) -> Iterator[Callable[..., Journal]]:
+        """Open the backend's store (again); every journal opened is closed at teardown."""
+        opened: list[Journal] = []
+
+        def open_(signing_key: str = KEY, older_keys: Sequence[str] = ()) -> Journal:
+            journal = journal_factory(signing_key=signing_key, older_keys=older_keys)
+            opened.append(journal)
+            return journal
+
+        yield open_
+        for journal in opened:
+            journal.close()
+
+    @pytest.fixture
+    def journal(self, open_store: Callable[..., Journal]) -> Journal:
+        return open_store()
+
+    # -- appending and reading -------------------------------------------------------------
+
+    def test_append_new_effect_and_read_back(self, journal: Journal) -> None:
+        before = time.time()
+        written = journal.append(
+            A,
+            "",
+            [
+                draft(Kind.PROPOSED, payload_digest="d" * 64, amount=3000),
+                draft(Kind.AUTHORIZED, lease_id="lease_1"),
+                draft(Kind.DISPATCHED, attempt=1),
+            ],
+            effect_type="refund",
+        )
+        after = time.time()
+
+        assert [e.seq for e in written] == [1, 2, 3]
+        assert [e.kind for e in written] == [Kind.PROPOSED, Kind.AUTHORIZED, Kind.DISPATCHED]
+        assert written[0].prev == ""
+        assert written[1].prev == written[0].hash
+        assert written[2].prev == written[1].hash
+        assert written[0].data == {"payload_digest": "d" * 64, "amount": 3000}
+        assert written[1].data == {"lease_id": "lease_1"}
+
+        read = journal.read(A)
+        assert read == written
+        stored = list(journal.iter_raw())
+        assert [r.body for r in stored] == [e.body for e in written]
+
+        signer = bytes.fromhex(KEY)
+        for entry in read:
+            assert entry.effect_id == A
+            assert before <= entry.ts <= after
+            # the hash covers exactly the stored bytes, and the signature covers the hash
+            assert entry.hash == hashlib.sha256(entry.body).hexdigest()
+            expected_sig = hmac.new(signer, bytes.fromhex(entry.hash), hashlib.sha256).hexdigest()
+            assert entry.sig == expected_sig
+            assert entry.key_id == key_id(KEY)
+            # the body is canonical JSON of the signed fields, and agrees with the entry
+            assert rfc8785.dumps(json.loads(entry.body)) == entry.body
+            doc = json.loads(entry.body)
+            assert doc["seq"] == entry.seq
+            assert doc["effect_id"] == A
+            assert doc["kind"] == entry.kind.value
+            assert doc["prev"] == entry.prev
+            assert doc["key_id"] == entry.key_id
+            assert doc["data"] == entry.data
+            assert doc["ts"] == entry.ts
+
+        row = journal.row(A)
+        assert row is not None
+        assert row.effect_type == "refund"
+        assert row.status is Kind.DISPATCHED
+        assert row.head == written[-1].hash
+        assert row.head_seq == 3
+        assert journal.head() == JournalHead(seq=3, hash=written[-1].hash)
+
+    def test_seq_is_dense_across_effects_and_prev_chains_per_effect(self, journal: Journal) -> None:
+        entries = populate(journal)
+        stored = list(journal.iter_raw())
+        assert [r.seq for r in stored] == list(range(1, len(LAYOUT) + 1))
+        for eid in (A, B, C):
+            chain = journal.read(eid)
+            assert [e.seq for e in chain] == [s for s, e, _ in LAYOUT if e == eid]
+            assert chain[0].prev == ""
+            for earlier, later in itertools.pairwise(chain):
+                assert later.prev == earlier.hash
+            assert chain == [entries[e.seq] for e in chain]
+        assert journal.read(D) == []
+        assert journal.row(D) is None
+
+    def test_existing_effect_keeps_its_type_and_a_new_one_needs_one(self, journal: Journal) -> None:
+        (first,) = journal.append(A, "", [draft(Kind.PROPOSED)], effect_type="refund")
+        journal.append(A, first.hash, [draft(Kind.AUTHORIZED)])
+        row = journal.row(A)
+        assert row is not None
+        assert row.effect_type == "refund"
+
+        with pytest.raises(ValueError):
+            journal.append(B, "", [draft(Kind.PROPOSED)])
+        assert journal.row(B) is None
+        assert journal.read(B) == []
+        assert entry_count(journal) == 2
+
+    def test_a_new_effect_must_start_with_a_state_entry(self, journal: Journal) -> None:
+        # an annotation changes no state, so an effect cannot begin with one: refused like any
+        # other invalid argument (ValueError, as for a missing effect_type), nothing written
+        for kinds in ([Kind.REJECTED_PROPOSAL], [Kind.CONFIRMED, Kind.REJECTED_PROPOSAL]):
+            with pytest.raises(ValueError):
+                journal.append(A, "", [draft(k) for k in kinds], effect_type="refund")
+        assert journal.row(A) is None
+        assert journal.read(A) == []
+        assert entry_count(journal) == 0
+
+    def test_stale_expected_head_raises_and_writes_nothing(self, journal: Journal) -> None:
+        first = journal.append(
+            A, "", [draft(Kind.PROPOSED), draft(Kind.AUTHORIZED)], effect_type="refund"
+        )
+        head = first[-1].hash
+        before = (journal.read(A), journal.row(A), journal.head())
+
+        stale_heads = ["", first[0].hash, "0" * 64]
+        for stale in stale_heads:
+            with pytest.raises(HeadConflict) as caught:
+                journal.append(
+                    A,
+                    stale,
+                    [draft(Kind.DISPATCHED)],
+                    blobs={"approved": {"amount": 1}},
+                )
+            assert caught.value.effect_id == A
+            assert caught.value.expected == stale
+
+        # an unknown effect has head "": appending to it with a made-up head conflicts too
+        with pytest.raises(HeadConflict):
+            journal.append(B, head, [draft(Kind.PROPOSED)], effect_type="refund")
+
+        assert (journal.read(A), journal.row(A), journal.head()) == before
+        assert journal.row(B) is None
+        assert journal.blob(A, "approved") is None
+        assert entry_count(journal) == 2
+
+    @pytest.mark.parametrize("shared_instance", [False, True], ids=["two-journals", "one-journal"])
+    def test_racing_appends_at_one_head_exactly_one_wins(
+        self, open_store: Callable[..., Journal], shared_instance: bool
+    ) -> None:
+        writers = 4
+        rounds = 6
+        journals = (
+            [open_store()] * writers if shared_instance else [open_store() for _ in range(writers)]
+        )
+        (first,) = journals[0].append(A, "", [draft(Kind.PROPOSED)], effect_type="refund")
+        head = first.hash
+        for round_ in range(rounds):
+            barrier = threading.Barrier(writers)
+            outcomes: list[Any] = [None] * writers
+
+            def write(
+                i: int,
+                expected: str = head,
+                round_: int = round_,
+                barrier: threading.Barrier = barrier,
+                outcomes: list[Any] = outcomes,
+            ) -> None:
+                barrier.wait()
+                try:
+                    outcomes[i] = journals[i].append(
+                        A, expected, [draft(Kind.DISPATCHED, writer=i, round=round_)]
+                    )
+                except HeadConflict as err:
+                    outcomes[i] = err
+                except Exception as err:  # anything else is a failure of the test
+                    outcomes[i] = ("unexpected", repr(err))
+
+            threads = [threading.Thread(target=write, args=(i,)) for i in range(writers)]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join(timeout=30)
+            assert not any(t.is_alive() for t in threads)
+            winners = [o for o in outcomes if isinstance(o, list)]
+            losers = [o for o in outcomes if isinstance(o, HeadConflict)]
+            assert len(winners) == 1, outcomes
+            assert len(losers) == writers - 1, outcomes
+            (won,) = winners[0]
+            assert won.prev == head
+            head = won.hash
+
+        chain = journals[0].read(A)
+        assert len(chain) == 1 + rounds
+        assert chain[0].prev == ""
+        for earlier, later in itertools.pairwise(chain):
+            assert later.prev == earlier.hash
+        assert [r.seq for r in journals[0].iter_raw()] == list(range(1, rounds + 2))
+        assert journals[0].verify().ok
+
+    # -- the callable build and the lease read inside the transaction ----------------------
+
+    def test_callable_build_receives_the_lease_as_read_in_the_transaction(
+        self, journal: Journal
+    ) -> None:
+        lease_id = journal.leases.issue("agent-1", activities=["refund"])
+        assert journal.leases.revoke(lease_id) is True
+        seen: list[Lease | None] = []
+
+        def build(lease: Lease | None) -> list[Draft]:
+            seen.append(lease)
+            return [draft(Kind.PROPOSED), draft(Kind.AUTHORIZED)]
+
+        written = journal.append(A, "", build, effect_type="refund", lease_id=lease_id)
+        assert len(written) == 2
+        assert len(seen) == 1
+        lease = seen[0]
+        assert lease is not None
+        assert lease.lease_id == lease_id
+        assert lease.principal == "agent-1"
+        assert lease.revoked_at is not None
+
+        # an unknown lease id, and no lease id, both give the build None
+        journal.append(B, "", build, effect_type="refund", lease_id="lease_unknown")
+        journal.append(C, "", build, effect_type="refund")
+        assert seen[1:] == [None, None]
+
+    def test_a_revoke_racing_the_dispatch_lands_after_it(
+        self, open_store: Callable[..., Journal]
+    ) -> None:
+        journal = open_store()
+        operator = open_store()  # another connection to the same store
+        lease_id = journal.leases.issue("agent-1")
+        revoked: list[bool] = []
+        seen: list[Lease | None] = []
+
+        def revoke() -> None:
+            revoked.append(operator.leases.revoke(lease_id))
+
+        revoker = threading.Thread(target=revoke)
+
+        def build(lease: Lease | None) -> list[Draft]:
+            seen.append(lease)
+            revoker.start()
+            time.sleep(0.3)  # the revoke must wait for this transaction
+            return [draft(Kind.PROPOSED), draft(Kind.AUTHORIZED), draft(Kind.DISPATCHED)]
+
+        written = journal.append(A, "", build, effect_type="refund", lease_id=lease_id)
+        revoker.join(timeout=30)
+        assert not revoker.is_alive()
+        assert revoked == [True]
+        assert seen[0] is not None
+        assert seen[0].revoked_at is None
+        after = journal.leases.get(lease_id)
+        assert after is not None
+        assert after.revoked_at is not None
+        # the revoke committed after the dispatch transaction, not in the middle of it
+        assert after.revoked_at >= written[-1].ts
+
+    def test_build_returning_nothing_writes_nothing(self, journal: Journal) -> None:
+        calls: list[Lease | None] = []
+
+        def nothing(lease: Lease | None) -> list[Draft]:
+            calls.append(lease)
+            return []
+
+        assert journal.append(A, "", nothing, effect_type="refund", blobs={"proposed": 1}) == []
+        assert calls == [None]
+        assert journal.row(A) is None
+        assert journal.read(A) == []
+        assert journal.blob(A, "proposed") is None
+        assert journal.head() is None
+
+        (first,) = journal.append(A, "", [draft(Kind.PROPOSED)], effect_type="refund")
+        assert journal.append(A, first.hash, nothing) == []
+        assert journal.append(A, first.hash, []) == []
+        row = journal.row(A)
+        assert row is not None
+        assert row.head == first.hash
+        assert entry_count(journal) == 1
+
+    def test_build_that_raises_writes_nothing(self, journal: Journal) -> None:
+        class Boom(Exception):
+            pass
+
+        def build(lease: Lease | None) -> list[Draft]:
+            raise Boom
+
+        with pytest.raises(Boom):
+            journal.append(A, "", build, effect_type="refund", blobs={"proposed": 1})
+        assert journal.row(A) is None
+        assert journal.blob(A, "proposed") is None
+        assert entry_count(journal) == 0
+        # the store is still usable afterwards
+        assert len(journal.append(A, "", [draft(Kind.PROPOSED)], effect_type="refund")) == 1
+
+    # -- blobs -------------------------------------------------------------------------------
+
+    def test_blobs_are_stored_beside_the_entries(self, journal: Journal) -> None:
+        proposed = {"order": "o-1", "amount_cents": 3000, "note": "café", "items": [1, 2.5]}
+        (first,) = journal.append(
+            A,
+            "",
+            [draft(Kind.PROPOSED)],
+            effect_type="refund",
+            blobs={"proposed": proposed, "approved": {"amount_cents": 2500}},
+        )
+        assert journal.blob(A, "proposed") == proposed
+        assert journal.blob(A, "approved") == {"amount_cents": 2500}
+        assert journal.blob(A, "result") is None
+        assert journal.blob(B, "proposed") is None
+
+        journal.append(A, first.hash, [draft(Kind.COMMITTED)], blobs={"result": ["ok", None]})
+        assert journal.blob(A, "result") == ["ok", None]
+        assert journal.blob(A, "proposed") == proposed
+
+    def test_a_blob_that_cannot_be_stored_rolls_back_the_entries(self, journal: Journal) -> None:
+        with pytest.raises(UnserializableInput):
+            journal.append(
+                A,
+                "",
+                [draft(Kind.PROPOSED), draft(Kind.DISPATCHED)],
+                effect_type="refund",
+                blobs={"proposed": {"ok": 1}, "approved": float("nan")},
+            )
+        assert journal.row(A) is None
+        assert journal.read(A) == []
+        assert journal.blob(A, "proposed") is None
+        assert journal.in_doubt() == []
+        assert entry_count(journal) == 0
+
+    # -- the effects index -------------------------------------------------------------------
+
+    def test_status_follows_the_last_entry_that_is_not_an_annotation(
+        self, journal: Journal
+    ) -> None:
+        def step(kinds: list[Kind]) -> Kind:
+            row = journal.row(A)
+            written = journal.append(
+                A, "" if row is None else row.head, [draft(k) for k in kinds], effect_type="refund"
+            )
+            row = journal.row(A)
+            assert row is not None
+            assert row.head == written[-1].hash
+            assert row.head_seq == written[-1].seq
+            return row.status
+
+        assert step([Kind.PROPOSED]) is Kind.PROPOSED
+        assert step([Kind.AUTHORIZED, Kind.DISPATCHED]) is Kind.DISPATCHED
+        assert step([Kind.REJECTED_PROPOSAL]) is Kind.DISPATCHED
+        assert step([Kind.COMMITTED, Kind.CONFIRMED]) is Kind.COMMITTED
+        assert step([Kind.REJECTED_PROPOSAL]) is Kind.COMMITTED
+        assert step([Kind.CONFIRMED, Kind.REJECTED_PROPOSAL]) is Kind.COMMITTED
+        assert step([Kind.REOPENED]) is Kind.REOPENED
+        assert step([Kind.RESOLVED, Kind.CONFIRMED]) is Kind.RESOLVED
+
+    def test_in_doubt_lists_exactly_the_dispatched_effects(self, journal: Journal) -> None:
+        def write(eid: str, kinds: list[Kind]) -> None:
+            row = journal.row(eid)
+            journal.append(
+                eid, "" if row is None else row.head, [draft(k) for k in kinds], effect_type="t"
+            )
+
+        write(A, [Kind.PROPOSED, Kind.AUTHORIZED, Kind.DISPATCHED])
+        write(B, [Kind.PROPOSED, Kind.AUTHORIZED, Kind.DISPATCHED, Kind.COMMITTED])
+        write(C, [Kind.PROPOSED, Kind.AUTHORIZED])
+        write(D, [Kind.PROPOSED, Kind.AUTHORIZED, Kind.DISPATCHED])
+        write(D, [Kind.REJECTED_PROPOSAL])
+        write(E, [Kind.PROPOSED, Kind.DISPATCHED, Kind.AMBIGUOUS])
+
+        assert {r.effect_id for r in journal.in_doubt()} == {A, D}
+        assert all(r.status is Kind.DISPATCHED for r in journal.in_doubt())
+        assert {r.effect_id for r in journal.effects(in_doubt=True)} == {A, D}
+        assert {r.effect_id for r in journal.effects(status=Kind.COMMITTED)} == {B}
+        assert {r.effect_id for r in journal.effects(status=Kind.AUTHORIZED)} == {C}
+        assert {r.effect_id for r in journal.effects()} == {A, B, C, D, E}
+        assert len(journal.effects(limit=2)) == 2
+        # nothing here is an hour old; everything is at least 0 s old
+        assert journal.in_doubt(older_than=3600) == []
+        assert {r.effect_id for r in journal.in_doubt(older_than=0)} == {A, D}
+
+        # confirming the send takes the effect out of doubt
+        write(A, [Kind.COMMITTED])
+        assert {r.effect_id for r in journal.in_doubt()} == {D}
+
+    def test_effects_are_listed_newest_first(self, journal: Journal) -> None:
+        for eid in (A, B, C):
+            journal.append(eid, "", [draft(Kind.PROPOSED)], effect_type="t")
+            time.sleep(0.01)
+        assert [r.effect_id for r in journal.effects()] == [C, B, A]
+
+    def test_first_and_last_dispatch_times(self, journal: Journal) -> None:
+        journal.append(A, "", [draft(Kind.PROPOSED)], effect_type="refund")
+        row = journal.row(A)
+        assert row is not None
+        assert row.first_dispatch_ts is None
+        assert row.last_dispatch_ts is None
+
+        (first,) = journal.append(A, row.head, [draft(Kind.DISPATCHED)])
+        row = journal.row(A)
+        assert row is not None
+        assert row.first_dispatch_ts == first.ts
+        assert row.last_dispatch_ts == first.ts
+
+        time.sleep(0.01)
+        (note,) = journal.append(A, row.head, [draft(Kind.REJECTED_PROPOSAL)])
+        row = journal.row(A)
+        assert row is not None
+        assert row.updated_ts == note.ts
+        assert row.last_dispatch_ts == first.ts
+
+        time.sleep(0.01)
+        (again,) = journal.append(A, row.head, [draft(Kind.DISPATCHED)])
+        assert again.ts > first.ts
+        row = journal.row(A)
+        assert row is not None
+        assert row.first_dispatch_ts == first.ts
+        assert row.last_dispatch_ts == again.ts
+
+        journal.append(A, row.head, [draft(Kind.COMMITTED)])
+        row = journal.row(A)
+        assert row is not None
+        assert (row.first_dispatch_ts, row.last_dispatch_ts) == (first.ts, again.ts)
+
+    # -- verify --------------------------------------------------------------------------------
+
+    def test_verify_passes_on_a_good_journal(self, journal: Journal) -> None:
+        entries = populate(journal)
+        report = journal.verify()
+        assert report.ok, report
+        assert report.entries == len(LAYOUT)
+        assert report.effects == 3
+        assert report.first_bad_seq is None
+        last = entries[len(LAYOUT)]
+        assert report.head == JournalHead(seq=last.seq, hash=last.hash)
+        assert journal.head() == report.head
+        assert str(report).startswith("ok")
+
+    def test_verify_passes_on_an_empty_journal(self, journal: Journal) -> None:
+        report = journal.verify()
+        assert report.ok
+        assert report.entries == 0
+        assert journal.head() is None
+
+    def test_verify_detects_an_edited_body(self, journal: Journal, tamper: Tamper) -> None:
+        entries = populate(journal)
+        doc = json.loads(entries[5].body)
+        doc["data"] = {"n": 5, "amount_cents": 999999}
+        tamper.edit_body(5, rfc8785.dumps(doc))
+        report = journal.verify()
+        assert not report.ok
+        assert report.first_bad_seq == 5
+        assert report.entries == 4
+        assert "seq=5" in str(report)
+
+    def test_verify_detects_an_edited_body_with_its_hash_recomputed(
+        self, journal: Journal, tamper: Tamper
+    ) -> None:
+        entries = populate(journal)
+        doc = json.loads(entries[4].body)
+        doc["data"] = {"n": 4, "amount_cents": 999999}
+        body = rfc8785.dumps(doc)
+        tamper.edit_body(4, body)
+        tamper.edit_column(4, "hash", hashlib.sha256(body).hexdigest())
+        report = journal.verify()
+        assert not report.ok
+        assert report.first_bad_seq == 4
+        assert report.problem is not None
+        assert "signature" in report.problem
+
+    @pytest.mark.parametrize(
+        ("seq", "column", "value"),
+        [
+            (5, "kind", "COMMITTED"),
+            (5, "prev", "0" * 64),
+            (3, "effect_id", D),
+            (6, "key_id", "hmac-0000000000000000"),
+            (2, "sig", "0" * 64),
+        ],
+    )
+    def test_verify_detects_an_edited_column(
+        self, journal: Journal, tamper: Tamper, seq: int, column: str, value: str
+    ) -> None:
+        populate(journal)
+        tamper.edit_column(seq, column, value)
+        report = journal.verify()
+        assert not report.ok
+        assert report.first_bad_seq == seq
+        assert report.entries == seq - 1
+
+    @pytest.mark.parametrize("dropped", [1, 4, 7])
+    def test_verify_detects_a_dropped_entry(
+        self, journal: Journal, tamper: Tamper, dropped: int
+    ) -> None:
+        populate(journal)
+        tamper.delete(dropped)
+        report = journal.verify()
+        assert not report.ok
+        # the gap is found at the entry after it, and the report names the missing seq
+        assert report.first_bad_seq == dropped + 1
+        assert report.problem is not None
+        assert str(dropped) in report.problem
+
+    @pytest.mark.parametrize(("a", "b"), [(4, 5), (2, 7), (1, 8)])
+    def test_verify_detects_a_reordered_pair(
+        self, journal: Journal, tamper: Tamper, a: int, b: int
+    ) -> None:
+        entries = populate(journal)
+        tamper.swap(a, b)
+        stored = {r.seq: r for r in journal.iter_raw()}
+        assert stored[a].hash == entries[b].hash  # the swap really happened
+        report = journal.verify()
+        assert not report.ok
+        assert report.first_bad_seq == a
+
+    def test_verify_detects_an_entry_inserted_in_the_middle(
+        self, journal: Journal, tamper: Tamper
+    ) -> None:
+        populate(journal)
+        forged = encode_entry(
+            seq=4,
+            ts=time.time(),
+            effect_id=D,
+            kind=Kind.COMMITTED,
+            prev="",
+            key=HmacKey(bytes.fromhex(FORGER_KEY)),
+            data={"n": 4},
+        )
+        tamper.insert_raw(raw_of(forged))
+        assert entry_count(journal) == len(LAYOUT) + 1
+        report = journal.verify()
+        assert not report.ok
+        assert report.first_bad_seq == 4
+        assert report.problem is not None
+        assert key_id(FORGER_KEY) in report.problem
+
+    def test_verify_detects_an_entry_appended_outside_the_chain(
+        self, journal: Journal, tamper: Tamper
+    ) -> None:
+        entries = populate(journal)
+        # signed with the right key, at the right seq, but chained onto another effect's entry
+        forged = encode_entry(
+            seq=len(LAYOUT) + 1,
+            ts=time.time(),
+            effect_id=A,
+            kind=Kind.COMMITTED,
+            prev=entries[5].hash,
+            key=HmacKey(bytes.fromhex(KEY)),
+            data={},
+        )
+        tamper.insert_raw(raw_of(forged))
+        report = journal.verify()
+        assert not report.ok
+        assert report.first_bad_seq == len(LAYOUT) + 1
+        assert report.entries == len(LAYOUT)
+
+    def test_entries_signed_with_another_key_fail_and_name_it(
+        self, open_store: Callable[..., Journal]
+    ) -> None:
+        old = open_store(KEY)
+        populate(old)
+        old.close()
+
+        # rotation: the new key signs, the old one still verifies
+        rotated = open_store(OTHER_KEY, older_keys=[KEY])
+        assert rotated.verify().ok
+        row = rotated.row(A)
+        assert row is not None
+        (newer,) = rotated.append(A, row.head, [draft(Kind.CONFIRMED)])
+        assert newer.key_id == key_id(OTHER_KEY)
+        assert rotated.verify().ok
+        rotated.close()
+
+        # without the old key, the first entry it signed is named, with its key
+        other_only = open_store(OTHER_KEY)
+        report = other_only.verify()
+        assert not report.ok
+        assert report.first_bad_seq == 1
+        assert report.problem is not None
+        assert key_id(KEY) in report.problem
+
+    def test_opening_with_a_key_that_did_not_sign_the_tail_is_refused(
+        self, open_store: Callable[..., Journal]
+    ) -> None:
+        journal = open_store(KEY)
+        populate(journal)
+        journal.close()
+        with pytest.raises((JournalCorrupt, JournalConfigError)) as caught:
+            open_store(OTHER_KEY)
+        assert key_id(KEY) in str(caught.value)
+
+    def test_a_cut_tail_is_caught_only_with_the_recorded_head(
+        self, journal: Journal, tamper: Tamper
+    ) -> None:
+        populate(journal)
+        recorded = journal.head()
+        assert recorded is not None
+        assert recorded.seq == len(LAYOUT)
+        assert journal.verify(recorded).ok
+        assert journal.verify(str(recorded)).ok
+
+        tamper.truncate_after(6)
+        cut = journal.verify()
+        assert cut.ok, cut  # a clean cut is invisible without the head
+        assert cut.entries == 6
+
+        for head in (recorded, str(recorded)):
+            report = journal.verify(head)
+            assert not report.ok
+            assert report.first_bad_seq == 7
+            assert report.problem is not None
+            assert str(recorded.seq) in report.problem
+
+    def test_a_recorded_head_keeps_verifying_as_the_journal_grows(self, journal: Journal) -> None:
+        entries = populate(journal)
+        recorded = journal.head()
+        assert recorded is not None
+        row = journal.row(B)
+        assert row is not None
+        journal.append(B, row.head, [draft(Kind.COMMITTED)])
+        assert journal.verify(recorded).ok
+        # a head that names a real seq with another hash is not this journal's
+        wrong = JournalHead(seq=recorded.seq, hash=entries[1].hash)
+        report = journal.verify(wrong)
+        assert not report.ok
+        assert report.first_bad_seq == recorded.seq
+
+    def test_a_torn_last_entry_is_refused_at_open_and_nothing_changes(
+        self, open_store: Callable[..., Journal], tamper: Tamper
+    ) -> None:
+        journal = open_store()
+        entries = populate(journal)
+        journal.close()
+        last = entries[len(LAYOUT)]
+
+        tamper.edit_body(last.seq, last.body[: len(last.body) // 2])
+        before = tamper.snapshot()
+        with pytest.raises(JournalCorrupt) as caught:
+            open_store()
+        message = str(caught.value)
+        assert f"seq {last.seq}" in message
+        assert "torn" in message
+        assert tamper.snapshot() == before
+
+        # the refusal was about the torn bytes: restored, the journal opens and verifies
+        tamper.edit_body(last.seq, last.body)
+        assert open_store().verify().ok
+
+    def test_reopen_continues_the_chain(self, open_store: Callable[..., Journal]) -> None:
+        journal = open_store()
+        entries = populate(journal)
+        head = journal.head()
+        journal.close()
+
+        again = open_store()
+        assert again.schema_version() == SCHEMA_VERSION
+        assert again.head() == head
+        assert again.read(A) == [entries[s] for s, e, _ in LAYOUT if e == A]
+        row = again.row(B)
+        assert row is not None
+        (written,) = again.append(B, row.head, [draft(Kind.COMMITTED)])
+        assert written.seq == len(LAYOUT) + 1
+        assert written.prev == entries[5].hash
+        (new,) = again.append(D, "", [draft(Kind.PROPOSED)], effect_type="t")
+        assert new.seq == len(LAYOUT) + 2
+        report = again.verify()
+        assert report.ok, report
+        assert report.entries == len(LAYOUT) + 2
+        assert report.effects == 4
+
+    # -- leases ----------------------------------------------------------------------------------
+
+    def test_leases_issue_get_list_revoke(self, open_store: Callable[..., Journal]) -> None:
+        journal = open_store()
+        before = time.time()
+        first = journal.leases.issue(
+            "agent-1",
+            activities=["refund_*"],
+            max_amount_cents=5000,
+            resources=["order/*"],
+        )
+        second = journal.leases.issue("agent-2", lease_id="lease_fixed")
+        after = time.time()
+        assert second == "lease_fixed"
+        assert first != second
+
+        lease = journal.leases.get(first)
+        assert lease is not None
+        assert lease.lease_id == first
+        assert lease.principal == "agent-1"
+        assert lease.activities == ["refund_*"]
+        assert lease.max_amount_cents == 5000
+        assert lease.resources == ["order/*"]
+        assert before <= lease.issued_at <= after
+        assert lease.expires_at is None
+        assert lease.revoked_at is None
+        assert journal.leases.get("lease_unknown") is None
+        assert [x.lease_id for x in journal.leases.list()] == [first, second]
+
+        with pytest.raises(ValueError):
+            journal.leases.issue("agent-3", lease_id="lease_fixed")
+        with pytest.raises(ValueError):
+            journal.leases.issue("")
+        assert len(journal.leases.list()) == 2
+
+        revoke_before = time.time()
+        assert journal.leases.revoke(first) is True
+        assert journal.leases.revoke(first) is False
+        assert journal.leases.revoke("lease_unknown") is False
+        revoked = journal.leases.get(first)
+        assert revoked is not None
+        assert revoked.revoked_at is not None
+        assert revoke_before <= revoked.revoked_at <= time.time()
+        second_lease = journal.leases.get(second)
+        assert second_lease is not None
+        assert second_lease.revoked_at is None
+        journal.close()
+
+        # leases live in the store: another opening sees the revoke
+        again = open_store()
+        seen = again.leases.get(first)
+        assert seen is not None
+        assert seen.revoked_at == revoked.revoked_at
+
+    def test_lease_ttl_is_recorded_and_expires(self, journal: Journal) -> None:
+        lease_id = journal.leases.issue("agent-1", ttl=timedelta(seconds=90))
+        lease = journal.leases.get(lease_id)
+        assert lease is not None
+        assert lease.expires_at is not None
+        assert lease.expires_at == pytest.approx(lease.issued_at + 90, abs=1e-3)
+
+        with pytest.raises(ValueError):
+            journal.leases.issue("agent-1", ttl=timedelta(0))
+        with pytest.raises(ValueError):
+            journal.leases.issue("agent-1", ttl=timedelta(seconds=-1))
+
+        short = journal.leases.issue("agent-1", ttl=timedelta(milliseconds=50))
+        demand = Demand(principal="agent-1", activity="refund")
+        live = journal.leases.get(short)
+        assert live is not None
+        assert check_lease(live, demand, time.time()) is None
+        time.sleep(0.1)
+        problem = check_lease(journal.leases.get(short), demand, time.time())
+        assert problem is not None
+        assert "expired" in problem.detail
+
+    # -- claims ----------------------------------------------------------------------------------
+
+    def test_claims_are_exclusive_per_effect(self, open_store: Callable[..., Journal]) -> None:
+        journal = open_store()
+        other = open_store()
+        claim = journal.claim(A)
+        assert claim is not None
+        assert claim.effect_id == A
+        assert journal.claim(A) is None
+        assert other.claim(A) is None
+        assert journal.is_claimed(A)
+        assert other.is_claimed(A)
+        unrelated = other.claim(B)
+        assert unrelated is not None
+        claim.release()
+        assert not journal.is_claimed(A)
+        taken = other.claim(A)
+        assert taken is not None
+        assert journal.claim(A) is None
+        taken.release()
+        unrelated.release()

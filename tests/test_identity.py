@@ -1,0 +1,155 @@
+"""Effect identity: sha256 of the RFC 8785 canonical JSON of {"effect_type", "key"}, recomputed
+here by hand so the test does not trust the canonicaliser it checks."""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+from datetime import UTC, datetime
+
+import pytest
+from pydantic import BaseModel, SecretStr
+
+from interlock_temporal.core.identity import (
+    UnserializableInput,
+    canonical,
+    digest,
+    effect_id,
+)
+
+
+def sha(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def test_effect_id_is_sha256_of_the_canonical_bytes() -> None:
+    key = {"order": "ord_1", "case": "C-9", "amount_cents": 3000}
+    # members sorted, no whitespace, integers as written
+    by_hand = b'{"effect_type":"refund","key":{"amount_cents":3000,"case":"C-9","order":"ord_1"}}'
+    assert canonical({"effect_type": "refund", "key": key}) == by_hand
+    assert effect_id("refund", key) == sha(by_hand)
+    assert digest({"key": key, "effect_type": "refund"}) == sha(by_hand)
+
+
+def test_effect_id_follows_rfc8785_on_the_hard_cases() -> None:
+    # keys sort by UTF-16 code units (U+1F600 is D83D DE00, so it sorts before U+FB01),
+    # 1.0 is written 1, 1e21 is written 1e+21, control characters are \\u escaped in lower
+    # case, other characters are raw UTF-8
+    key = {"\ufb01": 1.0, "\U0001f600": [True, None, 1e21, 0.5, -0.0], "é": '\x0f\n"\\'}
+    by_hand = (
+        '{"effect_type":"mail.send","key":{"é":"\\u000f\\n\\"\\\\",'
+        '"\U0001f600":[true,null,1e+21,0.5,0],"\ufb01":1}}'
+    ).encode()
+    assert canonical({"effect_type": "mail.send", "key": key}) == by_hand
+    assert effect_id("mail.send", key) == sha(by_hand)
+
+
+def test_effect_id_is_256_bits_of_lower_hex() -> None:
+    eid = effect_id("refund", {"order": 1})
+    assert len(eid) == 64
+    assert eid == eid.lower()
+    int(eid, 16)
+
+
+def test_key_order_does_not_matter() -> None:
+    one = {"order": "o-1", "case": {"id": 7, "tier": "gold"}, "lines": [1, 2]}
+    two = {"lines": [1, 2], "case": {"tier": "gold", "id": 7}, "order": "o-1"}
+    assert list(one) != list(two)
+    assert effect_id("refund", one) == effect_id("refund", two)
+
+
+def test_a_different_type_or_key_is_a_different_effect() -> None:
+    base = effect_id("refund", {"order": "o-1", "amount_cents": 3000})
+    assert effect_id("refund.v2", {"order": "o-1", "amount_cents": 3000}) != base
+    assert effect_id("refund", {"order": "o-2", "amount_cents": 3000}) != base
+    assert effect_id("refund", {"order": "o-1", "amount_cents": 3001}) != base
+    assert effect_id("refund", {"order": "o-1"}) != base
+    assert effect_id("refund", {"order": "o-1", "amount_cents": "3000"}) != base
+    # the type and the key cannot be traded against each other
+    assert effect_id("a", "b") != effect_id("b", "a")
+
+
+def test_an_empty_effect_type_is_refused() -> None:
+    with pytest.raises(ValueError):
+        effect_id("", {"order": 1})
+
+
+class Line(BaseModel):
+    sku: str
+    qty: int
+
+
+class Refund(BaseModel):
+    order: str
+    amount_cents: int
+    at: datetime
+    lines: list[Line]
+
+
+@dataclass
+class RefundData:
+    order: str
+    amount_cents: int
+    at: datetime
+    lines: list[dict[str, object]]
+
+
+def test_models_and_dicts_with_the_same_data_agree() -> None:
+    at = datetime(2024, 5, 1, 12, 30, tzinfo=UTC)
+    model = Refund(order="o-1", amount_cents=3000, at=at, lines=[Line(sku="s", qty=2)])
+    as_dict = {
+        "lines": [{"qty": 2, "sku": "s"}],
+        "at": "2024-05-01T12:30:00Z",
+        "amount_cents": 3000,
+        "order": "o-1",
+    }
+    as_dataclass = RefundData(order="o-1", amount_cents=3000, at=at, lines=[{"sku": "s", "qty": 2}])
+    assert digest(model) == digest(as_dict) == digest(as_dataclass)
+    assert effect_id("refund", model) == effect_id("refund", as_dict)
+    assert effect_id("refund", {"r": model}) == effect_id("refund", {"r": as_dict})
+    assert digest(model.model_copy(update={"amount_cents": 3001})) != digest(as_dict)
+
+
+def test_secrets_never_reach_the_canonical_bytes() -> None:
+    class Login(BaseModel):
+        user: str
+        password: SecretStr
+
+    data = canonical(Login(user="u", password=SecretStr("hunter2-very-secret")))
+    assert b"hunter2" not in data
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [2**53, -(2**53), 2**53 + 1, 10**30, float("nan"), float("inf"), float("-inf")],
+    ids=["2^53", "-2^53", "2^53+1", "1e30-int", "nan", "inf", "-inf"],
+)
+def test_values_with_no_canonical_form_are_refused_without_echoing(bad: float) -> None:
+    secret = "acct-4242-4242-very-private"
+    key = {"account": secret, "amount": bad, "nested": [{"value": bad}]}
+    with pytest.raises(UnserializableInput) as caught:
+        effect_id("refund", key)
+    message = str(caught.value)
+    assert secret not in message
+    if isinstance(bad, int):
+        assert str(bad) not in message
+        assert str(abs(bad)) not in message
+    assert isinstance(caught.value, TypeError)
+    with pytest.raises(UnserializableInput):
+        digest(bad)
+
+
+def test_the_interoperable_integer_range_is_accepted() -> None:
+    assert canonical(2**53 - 1) == b"9007199254740991"
+    assert canonical(-(2**53 - 1)) == b"-9007199254740991"
+    effect_id("refund", {"amount": 2**53 - 1})
+
+
+def test_objects_that_are_not_json_data_are_refused_without_echoing() -> None:
+    class Opaque:
+        def __repr__(self) -> str:
+            return "Opaque(token=tok_live_secret)"
+
+    with pytest.raises(UnserializableInput) as caught:
+        effect_id("refund", {"thing": Opaque()})
+    assert "tok_live_secret" not in str(caught.value)

@@ -1,0 +1,554 @@
+"""The SQLite journal: the conformance suite, plus what only SQLite has (pragmas, the key file,
+URL forms, several processes on one host)."""
+
+from __future__ import annotations
+
+import itertools
+import os
+import sqlite3
+import stat
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+import pytest
+from journal_conformance import (
+    KEY,
+    OTHER_KEY,
+    JournalConformance,
+    draft,
+    key_id,
+)
+
+from interlock_temporal.core.errors import JournalConfigError, JournalUnavailable
+from interlock_temporal.core.identity import effect_id
+from interlock_temporal.core.journal import SCHEMA_VERSION, Journal, RawEntry, open_journal
+from interlock_temporal.core.models import Kind, Lease
+from interlock_temporal.core.signing import HmacKey, parse_secret
+
+A = effect_id("sqlite.refund", {"case": "A"})
+B = effect_id("sqlite.refund", {"case": "B"})
+
+ENTRY_COLUMNS = ("effect_id", "kind", "prev", "hash", "key_id", "sig")
+
+
+class SqliteTamper:
+    """Edits the SQLite store through a connection of its own, as an attacker or a torn write
+    would: nothing goes through the journal."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+
+    def _connect(self) -> sqlite3.Connection:
+        db = sqlite3.connect(self.path, isolation_level=None)
+        db.execute("PRAGMA busy_timeout=5000")
+        return db
+
+    def _run(self, *statements: tuple[str, tuple[Any, ...]]) -> None:
+        db = self._connect()
+        try:
+            db.execute("BEGIN IMMEDIATE")
+            for sql, params in statements:
+                db.execute(sql, params)
+            db.execute("COMMIT")
+        finally:
+            db.close()
+
+    def _exists(self, seq: int) -> None:
+        db = self._connect()
+        try:
+            row = db.execute("SELECT 1 FROM entries WHERE seq = ?", (seq,)).fetchone()
+        finally:
+            db.close()
+        assert row is not None, f"no entry {seq} to tamper with"
+
+    def edit_body(self, seq: int, new_bytes: bytes) -> None:
+        self._exists(seq)
+        self._run(("UPDATE entries SET body = ? WHERE seq = ?", (new_bytes, seq)))
+
+    def edit_column(self, seq: int, column: str, value: Any) -> None:
+        assert column in ENTRY_COLUMNS
+        self._exists(seq)
+        self._run((f"UPDATE entries SET {column} = ? WHERE seq = ?", (value, seq)))
+
+    def delete(self, seq: int) -> None:
+        self._exists(seq)
+        self._run(("DELETE FROM entries WHERE seq = ?", (seq,)))
+
+    def swap(self, seq_a: int, seq_b: int) -> None:
+        self._exists(seq_a)
+        self._exists(seq_b)
+        self._run(
+            ("UPDATE entries SET seq = -1 WHERE seq = ?", (seq_a,)),
+            ("UPDATE entries SET seq = ? WHERE seq = ?", (seq_a, seq_b)),
+            ("UPDATE entries SET seq = ? WHERE seq = -1", (seq_b,)),
+        )
+
+    def insert_raw(self, raw: RawEntry) -> None:
+        self._run(
+            # move the later entries one place on, through negative seqs to dodge the key
+            ("UPDATE entries SET seq = -(seq + 1) WHERE seq >= ?", (raw.seq,)),
+            ("UPDATE entries SET seq = -seq WHERE seq < 0", ()),
+            (
+                "INSERT INTO entries (seq, effect_id, kind, prev, hash, key_id, sig, body) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                (
+                    raw.seq,
+                    raw.effect_id,
+                    raw.kind,
+                    raw.prev,
+                    raw.hash,
+                    raw.key_id,
+                    raw.sig,
+                    raw.body,
+                ),
+            ),
+        )
+
+    def truncate_after(self, seq: int) -> None:
+        self._run(("DELETE FROM entries WHERE seq > ?", (seq,)))
+
+    def snapshot(self) -> dict[str, list[tuple[Any, ...]]]:
+        db = self._connect()
+        try:
+            tables = [
+                r[0]
+                for r in db.execute(
+                    "SELECT name FROM sqlite_master WHERE type = 'table' ORDER BY name"
+                )
+            ]
+            return {t: sorted(db.execute(f"SELECT * FROM {t}").fetchall()) for t in tables}
+        finally:
+            db.close()
+
+
+@pytest.fixture
+def db_path(tmp_path: Path) -> Path:
+    return tmp_path / "j.db"
+
+
+@pytest.fixture
+def no_env_key(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("INTERLOCK_SIGNING_KEY", raising=False)
+
+
+class TestSqliteJournal(JournalConformance):
+    @pytest.fixture
+    def journal_factory(self, db_path: Path) -> Callable[..., Journal]:
+        def factory(signing_key: str = KEY, older_keys: Sequence[str] = ()) -> Journal:
+            return open_journal(
+                f"sqlite:///{db_path}", signing_key=signing_key, older_keys=older_keys
+            )
+
+        return factory
+
+    @pytest.fixture
+    def tamper(self, db_path: Path) -> SqliteTamper:
+        return SqliteTamper(db_path)
+
+
+# -- helpers ---------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def journal(db_path: Path) -> Iterator[Journal]:
+    j = open_journal(f"sqlite:///{db_path}", signing_key=KEY)
+    yield j
+    j.close()
+
+
+def child_env(**extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k != "INTERLOCK_SIGNING_KEY"}
+    env.update(extra)
+    return env
+
+
+def start_together(
+    imports: str, script: str, args_per_process: list[list[str]], go: Path
+) -> list[str]:
+    """Start one process per argument list. Each runs ``imports``, says it is ready, and waits
+    for ``go`` before running ``script``, so they all hit the store at once. Returns their
+    stdouts (all must exit 0)."""
+    program = (
+        "import os, sys, time\n"
+        + imports
+        + f"open({str(go)!r} + '.ready.' + str(os.getpid()), 'w').close()\n"
+        + f"while not os.path.exists({str(go)!r}):\n"
+        + "    time.sleep(0.001)\n"
+        + script
+    )
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", program, *args],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=child_env(),
+        )
+        for args in args_per_process
+    ]
+    try:
+        deadline = time.monotonic() + 60
+        while len(list(go.parent.glob(go.name + ".ready.*"))) < len(procs):
+            assert time.monotonic() < deadline, "the processes never got ready"
+            assert all(p.poll() is None for p in procs), "a process died before the start"
+            time.sleep(0.005)
+        go.touch()
+        outputs = []
+        for proc in procs:
+            out, err = proc.communicate(timeout=60)
+            assert proc.returncode == 0, err
+            outputs.append(out)
+    finally:
+        for proc in procs:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+    for ready in go.parent.glob(go.name + ".ready.*"):
+        ready.unlink()
+    go.unlink()
+    return outputs
+
+
+# -- pragmas and the schema -------------------------------------------------------------------
+
+
+def test_wal_and_synchronous_full(journal: Journal, db_path: Path) -> None:
+    db = journal._db  # type: ignore[attr-defined]
+    assert db.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+    assert db.execute("PRAGMA synchronous").fetchone()[0] == 2  # FULL
+    # journal_mode=WAL is a property of the file: a fresh connection sees it too
+    other = sqlite3.connect(db_path)
+    try:
+        assert other.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+    finally:
+        other.close()
+
+
+def test_schema_version_is_recorded_and_a_newer_one_is_refused(
+    journal: Journal, db_path: Path
+) -> None:
+    assert journal.schema_version() == SCHEMA_VERSION
+    journal.close()
+    db = sqlite3.connect(db_path, isolation_level=None)
+    try:
+        (value,) = db.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
+        assert int(value) == SCHEMA_VERSION
+        db.execute(
+            "UPDATE meta SET value = ? WHERE key = 'schema_version'", (str(SCHEMA_VERSION + 1),)
+        )
+    finally:
+        db.close()
+    with pytest.raises(JournalConfigError) as caught:
+        open_journal(db_path, signing_key=KEY)
+    assert "upgrade" in str(caught.value)
+
+
+def test_lookups_by_effect_and_the_in_doubt_list_use_indexes(journal: Journal) -> None:
+    db = journal._db  # type: ignore[attr-defined]
+
+    def plan(sql: str) -> str:
+        return " ".join(r[-1] for r in db.execute("EXPLAIN QUERY PLAN " + sql, ("x",)))
+
+    by_effect = plan("SELECT * FROM entries WHERE effect_id = ? ORDER BY seq")
+    assert "USING INDEX" in by_effect, by_effect
+    in_doubt = plan("SELECT * FROM effects WHERE status = ? ORDER BY updated_ts DESC")
+    assert "USING INDEX effects_status" in in_doubt, in_doubt
+    row = plan("SELECT * FROM effects WHERE effect_id = ?")
+    assert "USING INDEX" in row, row
+
+
+# -- the signing key ---------------------------------------------------------------------------
+
+
+def _files(directory: Path) -> set[str]:
+    return {p.name for p in directory.iterdir()}
+
+
+@pytest.mark.usefixtures("no_env_key")
+def test_key_file_is_created_private_and_reused(db_path: Path) -> None:
+    old_umask = os.umask(0)  # even with a permissive umask the key is private
+    try:
+        journal = open_journal(db_path)
+    finally:
+        os.umask(old_umask)
+    key_file = db_path.with_name("j.db.key")
+    assert key_file.exists()
+    assert stat.S_IMODE(key_file.stat().st_mode) == 0o600
+    secret = parse_secret(key_file.read_text())
+    assert len(secret) >= 32
+    assert journal.keyring.signing.key_id == HmacKey(secret).key_id
+    (entry,) = journal.append(A, "", [draft(Kind.PROPOSED)], effect_type="t")
+    assert entry.key_id == HmacKey(secret).key_id
+    journal.close()
+    assert not [n for n in _files(db_path.parent) if n.startswith(".j.db.key")]
+
+    text = key_file.read_text()
+    again = open_journal(db_path)
+    try:
+        assert key_file.read_text() == text
+        assert again.keyring.signing.key_id == HmacKey(secret).key_id
+        assert again.verify().ok
+    finally:
+        again.close()
+
+
+@pytest.mark.usefixtures("no_env_key")
+@pytest.mark.parametrize("mode", [0o640, 0o604, 0o660, 0o644], ids=oct)
+def test_key_file_readable_by_others_is_refused(db_path: Path, mode: int) -> None:
+    open_journal(db_path).close()
+    key_file = db_path.with_name("j.db.key")
+    key_file.chmod(mode)
+    with pytest.raises(JournalConfigError) as caught:
+        open_journal(db_path)
+    assert str(key_file) in str(caught.value)
+    key_file.chmod(0o600)
+    open_journal(db_path).close()
+
+
+@pytest.mark.usefixtures("no_env_key")
+def test_key_file_for_a_journal_in_a_new_directory(tmp_path: Path) -> None:
+    # the journal creates its directory; with no key configured, the key file goes there too
+    path = tmp_path / "state" / "interlock" / "j.db"
+    journal = open_journal(path)
+    try:
+        key_file = path.with_name("j.db.key")
+        assert stat.S_IMODE(key_file.stat().st_mode) == 0o600
+        assert len(journal.append(A, "", [draft(Kind.PROPOSED)], effect_type="t")) == 1
+    finally:
+        journal.close()
+
+
+@pytest.mark.usefixtures("no_env_key")
+def test_a_configured_key_creates_no_key_file(db_path: Path) -> None:
+    journal = open_journal(db_path, signing_key=KEY)
+    journal.close()
+    assert journal.keyring.signing.key_id == key_id(KEY)
+    assert not db_path.with_name("j.db.key").exists()
+
+
+def test_the_environment_key_is_used(db_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("INTERLOCK_SIGNING_KEY", OTHER_KEY)
+    journal = open_journal(db_path)
+    try:
+        assert journal.keyring.signing.key_id == key_id(OTHER_KEY)
+        (entry,) = journal.append(A, "", [draft(Kind.PROPOSED)], effect_type="t")
+        assert entry.key_id == key_id(OTHER_KEY)
+    finally:
+        journal.close()
+    assert not db_path.with_name("j.db.key").exists()
+    # an explicit key still wins over the environment
+    explicit = open_journal(db_path, signing_key=OTHER_KEY, older_keys=[KEY])
+    try:
+        assert explicit.keyring.signing.key_id == key_id(OTHER_KEY)
+    finally:
+        explicit.close()
+    monkeypatch.setenv("INTERLOCK_SIGNING_KEY", KEY)
+    rotated = open_journal(db_path, older_keys=[OTHER_KEY])
+    try:
+        assert rotated.keyring.signing.key_id == key_id(KEY)
+        assert rotated.verify().ok
+    finally:
+        rotated.close()
+
+
+@pytest.mark.usefixtures("no_env_key")
+def test_processes_creating_the_key_at_once_end_with_one_key(tmp_path: Path) -> None:
+    path = tmp_path / "j.db"
+    imports = "from interlock_temporal.core.journal import open_journal\n"
+    script = "j = open_journal(sys.argv[1])\nprint(j.keyring.signing.key_id)\nj.close()\n"
+    outputs = start_together(imports, script, [[str(path)]] * 5, tmp_path / "go")
+    ids = {out.strip() for out in outputs}
+    assert len(ids) == 1, outputs
+    key_file = tmp_path / "j.db.key"
+    assert ids == {HmacKey(parse_secret(key_file.read_text())).key_id}
+    assert stat.S_IMODE(key_file.stat().st_mode) == 0o600
+    assert not [n for n in _files(tmp_path) if n.startswith(".j.db.key")]
+
+
+# -- several processes on one host ---------------------------------------------------------------
+
+
+def test_processes_appending_to_one_effect_never_fork_its_chain(tmp_path: Path) -> None:
+    path = tmp_path / "j.db"
+    writers, per_writer = 3, 15
+    setup = open_journal(path, signing_key=KEY)
+    setup.append(A, "", [draft(Kind.PROPOSED)], effect_type="t")
+    setup.close()
+    imports = (
+        "from interlock_temporal.core.errors import HeadConflict\n"
+        "from interlock_temporal.core.journal import open_journal\n"
+        "from interlock_temporal.core.models import Draft, Kind\n"
+    )
+    script = (
+        "j = open_journal(sys.argv[1], signing_key=sys.argv[2])\n"
+        "done = conflicts = 0\n"
+        "while done < int(sys.argv[4]):\n"
+        "    row = j.row(sys.argv[3])\n"
+        "    try:\n"
+        "        note = Draft(kind=Kind.CONFIRMED, data={'w': os.getpid()})\n"
+        "        j.append(sys.argv[3], row.head, [note])\n"
+        "        done += 1\n"
+        "    except HeadConflict:\n"
+        "        conflicts += 1\n"
+        "print(done, conflicts)\n"
+        "j.close()\n"
+    )
+    outputs = start_together(
+        imports, script, [[str(path), KEY, A, str(per_writer)]] * writers, tmp_path / "go"
+    )
+    assert [int(out.split()[0]) for out in outputs] == [per_writer] * writers
+
+    journal = open_journal(path, signing_key=KEY)
+    try:
+        chain = journal.read(A)
+        assert len(chain) == 1 + writers * per_writer
+        for earlier, later in itertools.pairwise(chain):
+            assert later.prev == earlier.hash
+        assert [e.seq for e in chain] == list(range(1, len(chain) + 1))
+        assert len({e.data["w"] for e in chain[1:]}) == writers
+        report = journal.verify()
+        assert report.ok, report
+    finally:
+        journal.close()
+
+
+def test_an_unwritable_journal_raises_unavailable_and_writes_nothing(db_path: Path) -> None:
+    # chmod does not stop root; a writer holding the database's write lock does, for anyone
+    journal = open_journal(f"sqlite:///{db_path}?busy_timeout=0.2", signing_key=KEY)
+    (first,) = journal.append(A, "", [draft(Kind.PROPOSED)], effect_type="t")
+    lease_id = journal.leases.issue("agent-1")
+    built: list[Lease | None] = []
+
+    def build(lease: Lease | None) -> list[Any]:
+        built.append(lease)
+        return [draft(Kind.DISPATCHED)]
+
+    locker = sqlite3.connect(db_path, isolation_level=None)
+    locker.execute("BEGIN EXCLUSIVE")
+    try:
+        started = time.monotonic()
+        with pytest.raises(JournalUnavailable) as caught:
+            journal.append(A, first.hash, build, lease_id=lease_id, blobs={"approved": 1})
+        waited = time.monotonic() - started
+        assert 0.15 <= waited < 5, waited
+        assert "cannot be written" in str(caught.value)
+        with pytest.raises(JournalUnavailable):
+            journal.append(B, "", [draft(Kind.PROPOSED)], effect_type="t")
+        with pytest.raises(JournalUnavailable):
+            journal.leases.issue("agent-2")
+        with pytest.raises(JournalUnavailable):
+            journal.leases.revoke(lease_id)
+    finally:
+        locker.execute("ROLLBACK")
+        locker.close()
+
+    try:
+        assert built == []  # nothing was decided, so nothing can have been sent
+        assert journal.read(A) == [first]
+        row = journal.row(A)
+        assert row is not None
+        assert row.status is Kind.PROPOSED
+        assert journal.row(B) is None
+        assert journal.blob(A, "approved") is None
+        assert [lease.lease_id for lease in journal.leases.list()] == [lease_id]
+        lease = journal.leases.get(lease_id)
+        assert lease is not None
+        assert lease.revoked_at is None
+        # with the lock gone, the same append goes through
+        assert len(journal.append(A, first.hash, build, lease_id=lease_id)) == 1
+        assert journal.verify().ok
+    finally:
+        journal.close()
+
+
+# -- open_journal URLs ----------------------------------------------------------------------------
+
+
+def _roundtrip(url: str | os.PathLike[str]) -> Journal:
+    journal = open_journal(url, signing_key=KEY)
+    journal.append(A, "", [draft(Kind.PROPOSED)], effect_type="t")
+    assert journal.verify().ok
+    journal.close()
+    return journal
+
+
+def test_url_sqlite_relative(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    _roundtrip("sqlite:///rel.db")
+    _roundtrip("sqlite:///nested/dir/rel.db")
+    assert (tmp_path / "rel.db").is_file()
+    assert (tmp_path / "nested" / "dir" / "rel.db").is_file()
+
+
+def test_url_sqlite_absolute(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    elsewhere = tmp_path / "cwd"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)
+    path = tmp_path / "abs.db"
+    url = f"sqlite:///{path}"
+    assert url.startswith("sqlite:////")
+    _roundtrip(url)
+    assert path.is_file()
+    assert not (elsewhere / str(path).lstrip("/")).exists()
+    assert _files(elsewhere) == set()
+
+
+def test_url_plain_paths(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    _roundtrip(str(tmp_path / "plain.db"))
+    _roundtrip(tmp_path / "pathlike.db")
+    _roundtrip("relative-plain.db")
+    for name in ("plain.db", "pathlike.db", "relative-plain.db"):
+        assert (tmp_path / name).is_file()
+
+
+def test_url_busy_timeout_option(db_path: Path) -> None:
+    journal = open_journal(f"sqlite:///{db_path}?busy_timeout=0.25", signing_key=KEY)
+    try:
+        db = journal._db  # type: ignore[attr-defined]
+        assert db.execute("PRAGMA busy_timeout").fetchone()[0] == 250
+    finally:
+        journal.close()
+    assert db_path.is_file()
+
+
+@pytest.mark.parametrize(
+    "url",
+    ["postgresql://user@localhost/interlock", "mysql://localhost/db", "redis://x", "http://h/j.db"],
+)
+def test_url_unsupported_scheme(url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(JournalConfigError) as caught:
+        open_journal(url, signing_key=KEY)
+    assert "scheme" in str(caught.value)
+    assert _files(tmp_path) == set()
+
+
+@pytest.mark.parametrize("url", ["sqlite://", "sqlite:///"])
+def test_url_sqlite_without_a_path(url: str) -> None:
+    with pytest.raises(JournalConfigError):
+        open_journal(url, signing_key=KEY)
+
+
+def test_url_bad_option_value_is_a_config_error(db_path: Path) -> None:
+    with pytest.raises(JournalConfigError):
+        open_journal(f"sqlite:///{db_path}?busy_timeout=soon", signing_key=KEY)
+
+
+@pytest.mark.parametrize("directory", ["run #1", "disk%41", "a?b", "plain dir"])
+def test_paths_with_uri_characters_verify(tmp_path: Path, directory: str) -> None:
+    # verify reads through a second, read-only connection: the path must survive that
+    path = tmp_path / directory / "j.db"
+    journal = open_journal(path, signing_key=KEY)
+    try:
+        journal.append(A, "", [draft(Kind.PROPOSED), draft(Kind.DISPATCHED)], effect_type="t")
+        report = journal.verify()
+        assert report.ok, report
+        assert report.entries == 2
+    finally:
+        journal.close()
+    assert _files(tmp_path) == {directory}

@@ -1,0 +1,1 @@
+"""Runnable workers: the demo/scenario worker, the scenario runner and the demo."""

@@ -1,0 +1,516 @@
+"""The fault table of ``scenarios.md``, as scripts that run against a world.
+
+Two worlds run the same scripts: ``ServerWorld`` (a real Temporal dev server, real worker
+processes, a real SIGKILL where the row says crash) and ``InProcessWorld`` (the core protocol
+alone, a crash being an exception that unwinds like a death). Money is read from the payments
+service, never from the gate.
+
+    python -m workers.scenarios --list
+    python -m workers.scenarios run --scenario crash_before_ack --tier 2 --json
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import sys
+import tempfile
+import time
+import uuid
+from abc import ABC, abstractmethod
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from interlock_temporal.core.identity import effect_id
+from interlock_temporal.core.journal import Journal, open_journal
+from interlock_temporal.core.models import Receipt
+from interlock_temporal.core.receipts import receipt
+from interlock_temporal.targets.payments import FaultAction, RefundRequest, SimulatedPayments
+from workflows.activities import refund_key
+from workflows.support_case import CaseFile, CaseOutcome, Mode
+
+ORDER = "881"
+CASE = "4471"
+PAID_CENTS = 10_000
+REFUND_CENTS = 2_000
+REDECIDED_CENTS = 3_000
+LEASE_MAX_CENTS = 5_000
+PRINCIPAL = "refund-bot"
+
+
+@dataclass(frozen=True)
+class Expect:
+    final: str
+    via: frozenset[str] = frozenset()
+    code: str | None = None
+    refunded_cents: int = REFUND_CENTS
+    records: int = 1
+
+
+def _same(e: Expect) -> dict[int, Expect]:
+    return {1: e, 2: e, 3: e}
+
+
+@dataclass
+class Observed:
+    outcome: CaseOutcome
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+class World(ABC):
+    """One row's world: the payments service, the journal, the lease, and workers."""
+
+    tier: int
+    mode: Mode
+    payments: SimulatedPayments
+    journal: Journal
+    lease_id: str
+    kill: FaultAction
+    kills: int = 0
+    crash_to_completion_s: float | None = None
+
+    def setup(self) -> None:
+        self.payments.open_order(ORDER, PAID_CENTS)
+        self.lease_id = self.journal.leases.issue(
+            PRINCIPAL,
+            activities=["refund"],
+            max_amount_cents=LEASE_MAX_CENTS,
+            resources=[f"order:{ORDER}"],
+        )
+
+    def case(self, amount_cents: int = REFUND_CENTS, **kw: Any) -> CaseFile:
+        return CaseFile(
+            case_id=CASE,
+            order_id=ORDER,
+            amount_cents=amount_cents,
+            principal=PRINCIPAL,
+            lease_id=self.lease_id,
+            mode=self.mode,
+            **kw,
+        )
+
+    @abstractmethod
+    async def start(self, case: CaseFile) -> Any: ...
+
+    @abstractmethod
+    async def crashed(self, run: Any) -> None:
+        """Wait until the worker running ``run`` has died (a real SIGKILL on a server)."""
+
+    @abstractmethod
+    async def restart(self) -> None: ...
+
+    @abstractmethod
+    async def result(self, run: Any) -> CaseOutcome: ...
+
+    async def submit(self, case: CaseFile) -> CaseOutcome:
+        return await self.result(await self.start(case))
+
+    @abstractmethod
+    async def in_flight_race(self) -> Observed: ...
+
+    @abstractmethod
+    async def concurrent_submit(self, n: int) -> list[CaseOutcome]: ...
+
+    async def close(self) -> None:
+        return None
+
+
+# -- the rows -------------------------------------------------------------------------------
+
+
+async def _crash_then(
+    w: World, point: str, during_outage: Callable[[World], None] | None = None
+) -> CaseOutcome:
+    w.payments.arm(point, w.kill)  # type: ignore[arg-type]
+    run = await w.start(w.case())
+    await w.crashed(run)
+    if during_outage is not None:
+        during_outage(w)
+    await w.restart()
+    return await w.result(run)
+
+
+async def happy_path(w: World) -> Observed:
+    return Observed(await w.submit(w.case()))
+
+
+async def crash_before_send(w: World) -> Observed:
+    return Observed(await _crash_then(w, "before_send"))
+
+
+async def crash_before_ack(w: World) -> Observed:
+    return Observed(await _crash_then(w, "after_commit"))
+
+
+async def duplicate_submit(w: World) -> Observed:
+    first = await w.submit(w.case())
+    calls_after_first = w.payments.calls(ORDER)
+    second = await w.submit(w.case())
+    return Observed(
+        second,
+        {
+            "first": first.model_dump(mode="json"),
+            "body_ran_again": w.payments.calls(ORDER) != calls_after_first,
+            "same_result": first.refund == second.refund,
+        },
+    )
+
+
+async def model_redecides(w: World) -> Observed:
+    recovered = await _crash_then(w, "after_commit")
+    redecided = await w.submit(w.case(amount_cents=REDECIDED_CENTS))
+    return Observed(redecided, {"after_row_3": recovered.status})
+
+
+async def lease_revoked(w: World) -> Observed:
+    w.journal.leases.revoke(w.lease_id)
+    return Observed(await w.submit(w.case()))
+
+
+async def stale_premise(w: World) -> Observed:
+    # the order stops being eligible after the agent decided, before the gate dispatches
+    w.payments.arm("capture", "make_ineligible")
+    return Observed(await w.submit(w.case()))
+
+
+async def refund_during_outage(w: World) -> Observed:
+    def support_refunds_by_hand(w: World) -> None:
+        w.payments.manual_refund(ORDER, REFUND_CENTS)
+
+    return Observed(await _crash_then(w, "before_send", support_refunds_by_hand))
+
+
+async def lease_revoked_during_outage(w: World) -> Observed:
+    def revoke(w: World) -> None:
+        w.journal.leases.revoke(w.lease_id)
+
+    return Observed(await _crash_then(w, "before_send", revoke))
+
+
+async def key_expired(w: World) -> Observed:
+    def window_passes(w: World) -> None:
+        w.payments.advance_clock(25 * 3600)
+
+    return Observed(await _crash_then(w, "after_commit", window_passes))
+
+
+async def in_flight_race(w: World) -> Observed:
+    return await w.in_flight_race()
+
+
+async def concurrent_submit(w: World) -> Observed:
+    outcomes = await w.concurrent_submit(8)
+    refunds = {o.refund.refund_id if o.refund else None for o in outcomes}
+    return Observed(
+        outcomes[0],
+        {
+            "workflows": len(outcomes),
+            "distinct_results": len(refunds),
+            "statuses": sorted({o.status for o in outcomes}),
+        },
+    )
+
+
+@dataclass(frozen=True)
+class Scenario:
+    number: int
+    name: str
+    fault: str
+    expect: dict[int, Expect]
+    script: Callable[[World], Awaitable[Observed]]
+    crash: bool = False
+
+
+COMMITTED_FIRST = Expect("COMMITTED", frozenset({"dispatch"}))
+SCENARIOS: dict[str, Scenario] = {
+    s.name: s
+    for s in [
+        Scenario(1, "happy_path", "none", _same(COMMITTED_FIRST), happy_path),
+        Scenario(
+            2,
+            "crash_before_send",
+            "killed after DISPATCHED, before the send",
+            {
+                1: Expect("COMMITTED", frozenset({"retry-idempotent", "recovery-reapply"})),
+                2: Expect("COMMITTED", frozenset({"recovery-reapply"})),
+                3: Expect("AMBIGUOUS", refunded_cents=0, records=0),
+            },
+            crash_before_send,
+            crash=True,
+        ),
+        Scenario(
+            3,
+            "crash_before_ack",
+            "the refund lands, killed before the result returns",
+            {
+                1: Expect("COMMITTED", frozenset({"recovery-query", "retry-idempotent"})),
+                2: Expect("COMMITTED", frozenset({"recovery-query"})),
+                3: Expect("AMBIGUOUS"),
+            },
+            crash_before_ack,
+            crash=True,
+        ),
+        Scenario(
+            4,
+            "duplicate_submit",
+            "the same approved effect submitted twice",
+            _same(COMMITTED_FIRST),
+            duplicate_submit,
+        ),
+        Scenario(
+            5,
+            "model_redecides",
+            "after row 3 recovers, the agent re-decides $30",
+            _same(Expect("REFUSED", code="conflicting_payload")),
+            model_redecides,
+            crash=True,
+        ),
+        Scenario(
+            6,
+            "lease_revoked",
+            "lease revoked before dispatch",
+            _same(Expect("REFUSED", code="lease", refunded_cents=0, records=0)),
+            lease_revoked,
+        ),
+        Scenario(
+            7,
+            "stale_premise",
+            "the order stops being eligible before dispatch",
+            _same(Expect("REFUSED", code="stale_premise", refunded_cents=0, records=0)),
+            stale_premise,
+        ),
+        Scenario(
+            8,
+            "refund_during_outage",
+            "killed before the send; support refunds $20 by hand",
+            {
+                1: Expect("REFUSED", code="stale_premise_at_recovery"),
+                2: Expect("REFUSED", code="stale_premise_at_recovery"),
+                3: Expect("AMBIGUOUS"),
+            },
+            refund_during_outage,
+            crash=True,
+        ),
+        Scenario(
+            9,
+            "lease_revoked_during_outage",
+            "killed before the send; lease revoked while down",
+            {
+                1: Expect("REFUSED", code="lease_at_recovery", refunded_cents=0, records=0),
+                2: Expect("REFUSED", code="lease_at_recovery", refunded_cents=0, records=0),
+                3: Expect("AMBIGUOUS", refunded_cents=0, records=0),
+            },
+            lease_revoked_during_outage,
+            crash=True,
+        ),
+        Scenario(
+            10,
+            "key_expired",
+            "killed after the refund lands; the dedupe window passes",
+            {
+                1: Expect("COMMITTED", frozenset({"recovery-query"})),
+                2: Expect("COMMITTED", frozenset({"recovery-query"})),
+                3: Expect("AMBIGUOUS"),
+            },
+            key_expired,
+            crash=True,
+        ),
+        Scenario(
+            11,
+            "in_flight_race",
+            "attempt 1 stalls past its timeout; attempt 2 on another worker",
+            _same(COMMITTED_FIRST),
+            in_flight_race,
+        ),
+        Scenario(
+            12,
+            "concurrent_submit",
+            "8 workflows submit the same effect across 2 workers",
+            _same(COMMITTED_FIRST),
+            concurrent_submit,
+        ),
+    ]
+}
+
+
+def the_effect_id() -> str:
+    probe = RefundRequest(case_id=CASE, order_id=ORDER, amount_cents=REFUND_CENTS)
+    return effect_id("refund", refund_key(probe))
+
+
+def new_workflow_id(prefix: str = "case") -> str:
+    return f"{prefix}-{CASE}-{uuid.uuid4().hex[:10]}"
+
+
+def open_world_journal(workdir: Path) -> Journal:
+    return open_journal(f"sqlite:///{workdir / 'journal.db'}")
+
+
+def judge(s: Scenario, tier: int, w: World, seen: Observed) -> dict[str, Any]:
+    """The row's result, read from the payments service and the journal, and its verdict."""
+    records = w.payments.refund_records(ORDER)
+    eid = the_effect_id()
+    try:
+        journal_receipt: Receipt | None = receipt(eid, journal=w.journal)
+    except KeyError:
+        journal_receipt = None
+    shown = seen.outcome.receipt or journal_receipt
+    result: dict[str, Any] = {
+        "scenario": s.name,
+        "number": s.number,
+        "tier": tier,
+        "mode": w.mode,
+        "final": shown.final if shown else seen.outcome.status,
+        "via": shown.via if shown else None,
+        "code": shown.code if shown else None,
+        "workflow_status": seen.outcome.status,
+        "refunded_cents": sum(r.amount_cents for r in records),
+        "refund_records": len(records),
+        "refunds_by_source": sorted(r.source for r in records),
+        "calls": w.payments.calls(ORDER),
+        "kills": w.kills,
+        "crash_to_completion_s": w.crash_to_completion_s,
+        "receipt": journal_receipt.model_dump(mode="json") if journal_receipt else None,
+        "extra": seen.extra,
+    }
+    if w.mode != "gated":
+        result["ok"] = None
+        return result
+    e = s.expect[tier]
+    problems = []
+    if result["final"] != e.final:
+        problems.append(f"final {result['final']} != {e.final}")
+    if e.via and result["via"] not in e.via:
+        problems.append(f"via {result['via']} not in {sorted(e.via)}")
+    if e.code and result["code"] != e.code:
+        problems.append(f"code {result['code']} != {e.code}")
+    if result["refunded_cents"] != e.refunded_cents:
+        problems.append(f"refunded {result['refunded_cents']} != {e.refunded_cents} cents")
+    if result["refund_records"] != e.records:
+        problems.append(f"{result['refund_records']} refund records != {e.records}")
+    if s.crash and w.kills < 1:
+        problems.append("no worker died")
+    if s.name == "duplicate_submit" and (
+        seen.extra["body_ran_again"] or not seen.extra["same_result"]
+    ):
+        problems.append("the duplicate ran the body again or returned another result")
+    if s.name in ("in_flight_race", "concurrent_submit") and result["calls"] != 1:
+        problems.append(f"{result['calls']} sends reached the service, expected exactly 1")
+    if s.name == "in_flight_race" and not seen.extra.get("in_flight_seen"):
+        problems.append("attempt 2 was never seen to get EffectInFlight")
+    if seen.extra.get("stalled_worker") in seen.extra.get("in_flight_workers", []):
+        problems.append("the in-flight attempt ran on the stalled worker, not another one")
+    if s.name == "concurrent_submit" and seen.extra["distinct_results"] != 1:
+        problems.append("the workflows did not all get the one result")
+    result["expected"] = {
+        "final": e.final,
+        "via": sorted(e.via),
+        "code": e.code,
+        "refunded_cents": e.refunded_cents,
+        "refund_records": e.records,
+    }
+    result["problems"] = problems
+    result["ok"] = not problems
+    return result
+
+
+async def run_in(world: World, name: str) -> dict[str, Any]:
+    scenario = SCENARIOS[name]
+    world.setup()
+    started = time.monotonic()
+    try:
+        seen = await scenario.script(world)
+        result = judge(scenario, world.tier, world, seen)
+    finally:
+        await world.close()
+    result["elapsed_s"] = round(time.monotonic() - started, 3)
+    return result
+
+
+async def run_on_server(
+    name: str,
+    tier: int,
+    *,
+    mode: Mode = "gated",
+    target: str | None = None,
+    workdir: Path | None = None,
+) -> dict[str, Any]:
+    """One row on a real dev server (its own, unless ``target`` is given)."""
+    from temporalio.client import Client
+    from temporalio.contrib.pydantic import pydantic_data_converter
+
+    from interlock_temporal.testing import DevServer
+
+    from .server_world import ServerWorld
+
+    workdir = workdir or Path(tempfile.mkdtemp(prefix=f"interlock-{name}-t{tier}-"))
+    server = None
+    if target is None:
+        server = await DevServer(ui_port=None).start()
+        target = server.target
+    try:
+        client = await Client.connect(target, data_converter=pydantic_data_converter)
+        world = await ServerWorld.create(client, workdir, tier, mode)
+        return await run_in(world, name)
+    finally:
+        if server is not None:
+            await server.stop()
+
+
+async def run_in_process(name: str, tier: int, workdir: Path) -> dict[str, Any]:
+    from .inprocess_world import InProcessWorld
+
+    return await run_in(InProcessWorld(workdir, tier), name)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(
+        prog="python -m workers.scenarios",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("--list", action="store_true", help="name the rows")
+    sub = p.add_subparsers(dest="command")
+    r = sub.add_parser("run", help="run one row end to end on a real server")
+    r.add_argument("--scenario", required=True, choices=sorted(SCENARIOS))
+    r.add_argument("--tier", type=int, required=True, choices=(1, 2, 3))
+    r.add_argument("--mode", default="gated", choices=("gated", "naive", "activity_key"))
+    r.add_argument("--target", help="use this Temporal server instead of starting one")
+    r.add_argument("--in-process", action="store_true", help="the core protocol only, no server")
+    r.add_argument("--json", action="store_true", help="print one JSON object")
+    args = p.parse_args(argv)
+    if args.list or args.command is None:
+        for s in sorted(SCENARIOS.values(), key=lambda s: s.number):
+            print(f"{s.number:>2}  {s.name:<28} {s.fault}")
+        return 0
+    if args.in_process:
+        if args.mode != "gated":
+            p.error("--in-process runs the gate only")
+        result = asyncio.run(
+            run_in_process(
+                args.scenario, args.tier, Path(tempfile.mkdtemp(prefix="interlock-core-"))
+            )
+        )
+    else:
+        result = asyncio.run(
+            run_on_server(args.scenario, args.tier, mode=args.mode, target=args.target)
+        )
+    if args.json:
+        print(json.dumps(result, sort_keys=True))
+    else:
+        verdict = {True: "PASS", False: "FAIL", None: "-"}[result["ok"]]
+        print(
+            f"{verdict} row {result['number']} {result['scenario']} tier {result['tier']} "
+            f"({result['mode']}): {result['final']} via {result['via']} code {result['code']}, "
+            f"refunded {result['refunded_cents']} cents in {result['refund_records']} record(s)"
+        )
+        for problem in result.get("problems", []):
+            print(f"  - {problem}")
+    return 0 if result["ok"] in (True, None) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

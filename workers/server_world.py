@@ -1,0 +1,170 @@
+"""The fault table on a real Temporal server, with real worker processes and real SIGKILLs."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from temporalio.client import Client, WorkflowHandle
+
+from interlock_temporal.core.models import Kind
+from interlock_temporal.targets.payments import SimulatedPayments
+from interlock_temporal.testing import WorkerProcess
+from workflows.support_case import CaseFile, CaseOutcome, Mode
+
+from .scenarios import Observed, World, new_workflow_id, open_world_journal, the_effect_id
+
+ROOT = Path(__file__).resolve().parents[1]
+RESULT_TIMEOUT_S = 120.0
+
+
+class ServerWorld(World):
+    def __init__(self, client: Client, workdir: Path, tier: int, mode: Mode) -> None:
+        self.client = client
+        self.workdir = workdir
+        self.tier = tier
+        self.mode = mode
+        self.kill = "kill"
+        self.kills = 0
+        self.crash_to_completion_s = None
+        self.task_queue = f"support-{uuid.uuid4().hex[:12]}"
+        self.journal = open_world_journal(workdir)
+        self.payments = SimulatedPayments(workdir / "payments.db", tier=tier)
+        self.workers: list[WorkerProcess] = []
+        self._killed_at: float | None = None
+
+    @classmethod
+    async def create(cls, client: Client, workdir: Path, tier: int, mode: Mode) -> ServerWorld:
+        return cls(client, workdir, tier, mode)
+
+    async def spawn(self, *extra: str) -> WorkerProcess:
+        n = len(self.workers) + 1
+        worker = WorkerProcess(
+            [
+                "-m",
+                "workers.worker",
+                "--target",
+                self.client.service_client.config.target_host,
+                "--namespace",
+                self.client.namespace,
+                "--task-queue",
+                self.task_queue,
+                "--journal",
+                self.journal.url,
+                "--payments",
+                str(self.payments.path),
+                "--tier",
+                str(self.tier),
+                "--identity",
+                f"worker-{n}",
+                *extra,
+            ],
+            cwd=ROOT,
+        )
+        self.workers.append(await worker.start())
+        return worker
+
+    def _live(self) -> list[WorkerProcess]:
+        return [w for w in self.workers if w.process and w.process.returncode is None]
+
+    async def start(self, case: CaseFile) -> WorkflowHandle[Any, CaseOutcome]:
+        if not self._live():
+            await self.spawn()
+        return await self.client.start_workflow(
+            "SupportCase",
+            case,
+            id=new_workflow_id(),
+            task_queue=self.task_queue,
+            result_type=CaseOutcome,
+        )
+
+    async def crashed(self, run: Any) -> None:
+        live = self._live()
+        done, _ = await asyncio.wait(
+            [asyncio.ensure_future(w.wait()) for w in live],
+            timeout=60,
+            return_when=asyncio.FIRST_COMPLETED,
+        )
+        if not done:
+            raise RuntimeError("no worker died within 60 s")
+        self._killed_at = time.monotonic()
+        dead = [w for w in live if w.process and w.process.returncode is not None]
+        for w in dead:
+            if not w.killed:
+                raise RuntimeError(
+                    f"worker exited with {w.process and w.process.returncode}, "
+                    f"not by SIGKILL:\n{w.log}"
+                )
+            self.kills += 1
+
+    async def restart(self) -> None:
+        await self.spawn()
+
+    async def result(self, run: WorkflowHandle[Any, CaseOutcome]) -> CaseOutcome:
+        outcome = await asyncio.wait_for(run.result(), RESULT_TIMEOUT_S)
+        if self._killed_at is not None and self.crash_to_completion_s is None:
+            self.crash_to_completion_s = round(time.monotonic() - self._killed_at, 3)
+        return outcome
+
+    async def _until(self, check: Callable[[], bool], timeout: float) -> None:
+        deadline = time.monotonic() + timeout
+        while not check():
+            if time.monotonic() > deadline:
+                raise TimeoutError("condition not reached")
+            await asyncio.sleep(0.05)
+
+    async def in_flight_race(self) -> Observed:
+        """Attempt 1 stalls inside the send on worker-1 (one activity slot, so it stays busy),
+        times out, and attempt 2 runs on worker-2 while attempt 1 still holds the effect."""
+        self.payments.arm("before_send", "stall", arg=5.0)
+        stalled = await self.spawn("--max-concurrent-activities", "1")
+        handle = await self.start(self.case(start_to_close_s=2.5, heartbeat_s=2.0))
+        eid = the_effect_id()
+
+        def dispatched() -> bool:
+            row = self.journal.row(eid)
+            return row is not None and row.status is Kind.DISPATCHED
+
+        await self._until(dispatched, 30)
+        other = await self.spawn()
+        seen: dict[str, Any] = {"in_flight_seen": False, "in_flight_workers": []}
+        result_task = asyncio.ensure_future(self.result(handle))
+        while not result_task.done():
+            description = await handle.describe()
+            for pending in description.raw_description.pending_activities:
+                failure = pending.last_failure
+                if failure.application_failure_info.type == "EffectInFlight":
+                    seen["in_flight_seen"] = True
+                    if pending.last_worker_identity not in seen["in_flight_workers"]:
+                        seen["in_flight_workers"].append(pending.last_worker_identity)
+                    seen["max_attempt"] = pending.attempt
+            await asyncio.wait([result_task], timeout=0.2)
+        seen["stalled_worker"] = "worker-1" if stalled is self.workers[0] else "?"
+        seen["other_worker"] = f"worker-{self.workers.index(other) + 1}"
+        return Observed(await result_task, seen)
+
+    async def concurrent_submit(self, n: int) -> list[CaseOutcome]:
+        while len(self._live()) < 2:
+            await self.spawn()
+        handles = await asyncio.gather(
+            *[
+                self.client.start_workflow(
+                    "SupportCase",
+                    self.case(),
+                    id=new_workflow_id(f"case-{i}"),
+                    task_queue=self.task_queue,
+                    result_type=CaseOutcome,
+                )
+                for i in range(n)
+            ]
+        )
+        return list(await asyncio.gather(*[self.result(h) for h in handles]))
+
+    async def close(self) -> None:
+        await asyncio.gather(*[w.stop() for w in self.workers])
+        self.journal.close()
+        self.payments.close()

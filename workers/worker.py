@@ -1,0 +1,80 @@
+"""A worker process for the support case: ``python -m workers.worker --target HOST:PORT ...``.
+
+Prints ``READY`` once it polls. The scenario runner starts, kills and restarts these.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import signal
+import socket
+from pathlib import Path
+
+from temporalio.client import Client
+from temporalio.worker import Worker
+
+from interlock_temporal import InterlockPlugin
+from interlock_temporal.targets.payments import SimulatedPayments
+from interlock_temporal.testing import kill_at
+from workflows.activities import support_activities
+from workflows.support_case import SupportCase
+
+
+def parse(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__)
+    p.add_argument("--target", required=True, help="Temporal frontend, HOST:PORT")
+    p.add_argument("--namespace", default="default")
+    p.add_argument("--task-queue", default="support")
+    p.add_argument("--journal", required=True, help="journal URL, e.g. sqlite:///interlock.db")
+    p.add_argument("--payments", required=True, type=Path, help="the simulated service's file")
+    p.add_argument("--tier", type=int, default=2, choices=(1, 2, 3))
+    p.add_argument("--settle-s", type=float, default=0.0)
+    p.add_argument("--max-concurrent-activities", type=int, default=100)
+    p.add_argument("--kill-at", action="append", default=[], help="gate point to SIGKILL at")
+    p.add_argument("--kill-marker", type=Path, help="fire --kill-at once across processes")
+    p.add_argument("--identity", default=None)
+    p.add_argument(
+        "--sticky-timeout-s",
+        type=float,
+        default=1.0,
+        help="how long a cached workflow's task waits for this worker before any worker takes "
+        "it; short, so a dead worker delays its workflows by at most this (SDK default: 10 s)",
+    )
+    return p.parse_args(argv)
+
+
+async def main(argv: list[str] | None = None) -> None:
+    from datetime import timedelta
+
+    args = parse(argv)
+    payments = SimulatedPayments(
+        args.payments, tier=args.tier, settle_time=timedelta(seconds=args.settle_s)
+    )
+    plugin = InterlockPlugin(
+        args.journal,
+        on_point=kill_at(*args.kill_at, marker=args.kill_marker) if args.kill_at else None,
+    )
+    client = await Client.connect(args.target, namespace=args.namespace, plugins=[plugin])
+    identity = args.identity or f"{os.getpid()}@{socket.gethostname()}"
+    worker = Worker(
+        client,
+        task_queue=args.task_queue,
+        workflows=[SupportCase],
+        activities=support_activities(payments),
+        max_concurrent_activities=args.max_concurrent_activities,
+        identity=identity,
+        sticky_queue_schedule_to_start_timeout=timedelta(seconds=args.sticky_timeout_s),
+    )
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    async with worker:
+        print(f"READY pid={os.getpid()} identity={identity}", flush=True)
+        await stop.wait()
+
+
+if __name__ == "__main__":
+    asyncio.run(main())
