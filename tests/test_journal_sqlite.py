@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from journal_conformance import (
+from .journal_conformance import (
     KEY,
     OTHER_KEY,
     JournalConformance,

