@@ -60,7 +60,8 @@ class GateSpec:
     fn: Callable[..., Any]
     target: EffectTarget
     key: Callable[..., Any] | None
-    effect_type: str
+    #: None: the activity's name (as registered), resolved when the activity runs
+    effect_type: str | None
     premises: str | None
     amount: Callable[..., int | None] | None
     resource: Callable[..., str | None] | None
@@ -68,6 +69,10 @@ class GateSpec:
     arg_types: tuple[Any, ...]
     is_async: bool
     _adapters: dict[int, TypeAdapter[Any]] = field(default_factory=dict, compare=False)
+
+    @property
+    def label(self) -> str:
+        return self.effect_type or str(getattr(self.fn, "__name__", "activity"))
 
     def _adapter(self, index: int) -> TypeAdapter[Any]:
         adapter = self._adapters.get(index)
@@ -81,7 +86,7 @@ class GateSpec:
         fails once, non-retryably, naming the fields and never their values."""
         if len(raw) != len(self.arg_types):
             raise InvalidEffectInput(
-                f"{self.effect_type}: expected {len(self.arg_types)} argument(s) "
+                f"{self.label}: expected {len(self.arg_types)} argument(s) "
                 f"({', '.join(self.param_names)}), got {len(raw)}"
             )
         values = []
@@ -93,8 +98,7 @@ class GateSpec:
                     value = self._adapter(index).validate_python(value)
             except Exception as err:
                 raise InvalidEffectInput(
-                    f"{self.effect_type}: invalid input: "
-                    f"{describe_invalid(err, self.param_names[index])}"
+                    f"{self.label}: invalid input: {describe_invalid(err, self.param_names[index])}"
                 ) from None
             values.append(value)
         return tuple(values)
@@ -159,7 +163,8 @@ def gated(
     - ``target``: the adapter of the system the body sends to (declares its tier).
     - ``key``: called with the activity's arguments, returns the JSON data that names the
       approved decision (e.g. the case and the order). Default: the whole input.
-    - ``effect_type``: default the function's name, so renaming the activity keeps ids stable.
+    - ``effect_type``: part of every effect id; default the activity's name. Declare it to
+      keep ids stable across a rename of the activity.
     - ``premises``: the name of the input field that carries the facts the agent relied on
       when it decided; they are re-validated before the first send and every resend, and are
       not part of the payload digest.
@@ -187,7 +192,7 @@ def gated(
             fn=body,
             target=target,
             key=key,
-            effect_type=effect_type or body.__name__,
+            effect_type=effect_type,
             premises=premises,
             amount=amount,
             resource=resource,

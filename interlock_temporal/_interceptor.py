@@ -151,7 +151,7 @@ class _ActivityInbound(temporalio.worker.ActivityInboundInterceptor):
                 spec,
                 EffectContext(
                     effect_id=step.effect_id,
-                    effect_type=spec.effect_type,
+                    effect_type=call.effect_type,
                     via=step.via,
                     dispatch_no=step.dispatch_no,
                     attempt=info.attempt,
@@ -172,6 +172,8 @@ class _ActivityInbound(temporalio.worker.ActivityInboundInterceptor):
         args: tuple[Any, ...],
         authority: Authority | None,
     ) -> Call:
+        effect_type = spec.effect_type or info.activity_type
+
         def extract(fn: Any, what: str) -> Any:
             if fn is None:
                 return None
@@ -179,14 +181,14 @@ class _ActivityInbound(temporalio.worker.ActivityInboundInterceptor):
                 return fn(*args)
             except Exception as err:
                 raise InvalidEffectInput(
-                    f"{spec.effect_type}: the {what} function raised {type(err).__name__}"
+                    f"{effect_type}: the {what} function raised {type(err).__name__}"
                 ) from None
 
         key = extract(spec.key, "key")
         if spec.key is not None and key is None:
-            raise InvalidEffectInput(f"{spec.effect_type}: the key function returned None")
+            raise InvalidEffectInput(f"{effect_type}: the key function returned None")
         return Call(
-            effect_type=spec.effect_type,
+            effect_type=effect_type,
             activity=info.activity_type,
             input=args[0] if len(args) == 1 else args,
             args=args,

@@ -15,6 +15,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
+from interlock_temporal.core.errors import JournalConfigError, JournalUnavailable
+from interlock_temporal.core.identity import effect_id
+from interlock_temporal.core.journal import SCHEMA_VERSION, Journal, RawEntry, open_journal
+from interlock_temporal.core.models import Kind, Lease
+from interlock_temporal.core.signing import HmacKey, parse_secret
+
 from .journal_conformance import (
     KEY,
     OTHER_KEY,
@@ -22,12 +29,6 @@ from .journal_conformance import (
     draft,
     key_id,
 )
-
-from interlock_temporal.core.errors import JournalConfigError, JournalUnavailable
-from interlock_temporal.core.identity import effect_id
-from interlock_temporal.core.journal import SCHEMA_VERSION, Journal, RawEntry, open_journal
-from interlock_temporal.core.models import Kind, Lease
-from interlock_temporal.core.signing import HmacKey, parse_secret
 
 A = effect_id("sqlite.refund", {"case": "A"})
 B = effect_id("sqlite.refund", {"case": "B"})

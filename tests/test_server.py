@@ -303,3 +303,34 @@ async def test_plugin_runs_with_a_user_codec(dev_server: DevServer, tmp_path: Pa
         history = await handle.fetch_history()
         started = history.events[0].workflow_execution_started_event_attributes
         assert started.input.payloads[0].metadata["encoding"] == b"binary/marked"
+
+
+@pytest.mark.parametrize(
+    ("maximum_attempts", "final", "via"),
+    [(1, "AMBIGUOUS", None), (0, "COMMITTED", "recovery-query")],
+)
+async def test_a_send_in_doubt_on_the_last_attempt_is_ambiguous(
+    dev_server: DevServer, tmp_path: Path, maximum_attempts: int, final: str, via: str | None
+) -> None:
+    """The refund lands and the connection drops: with no attempt left the gate cannot ask
+    again, so it says AMBIGUOUS; with retries left, the next attempt finds the refund."""
+    async with rig(dev_server, tmp_path) as r:
+        r.payments.arm("after_commit", "reset")
+        outcome = await r.client.execute_workflow(
+            SupportCase.run,
+            CaseFile(
+                case_id="4471",
+                order_id=ORDER,
+                amount_cents=2000,
+                lease_id=r.lease_id,
+                maximum_attempts=maximum_attempts,
+            ),
+            id=f"case-{uuid.uuid4().hex[:8]}",
+            task_queue=r.task_queue,
+        )
+        assert outcome.status == ("REFUNDED" if final == "COMMITTED" else final)
+        shown = receipt(the_effect_id(), journal=r.journal)
+        assert (shown.final, shown.via) == (final, via)
+        assert shown.executed == (True if final == "COMMITTED" else "unknown")
+        assert r.payments.refunded_cents(ORDER) == 2000
+        assert len(r.payments.refund_records(ORDER)) == 1

@@ -32,6 +32,8 @@ class CaseFile(BaseModel):
     principal: str = "refund-bot"
     lease_id: str | None = None
     mode: Mode = "gated"
+    #: the agent: any activity that takes the case file and returns a RefundRequest
+    decision_activity: str = "decide_refund"
     start_to_close_s: float = 10.0
     heartbeat_s: float | None = 2.0
     maximum_attempts: int = 0
@@ -51,7 +53,7 @@ class SupportCase:
     @workflow.run
     async def run(self, case: CaseFile) -> CaseOutcome:
         decision: RefundRequest = await workflow.execute_activity(
-            "decide_refund",
+            case.decision_activity,
             case,
             result_type=RefundRequest,
             start_to_close_timeout=timedelta(seconds=10),

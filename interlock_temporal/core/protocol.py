@@ -475,57 +475,81 @@ class Gate:
             kind = type(error).__name__
             eid = ticket.effect_id
             if verdict == "rejected":
-                written = self.journal.append(
-                    eid,
-                    ticket.head,
-                    [_refusal("target_rejected", f"the target rejected the request ({kind})")],
+                draft = _refusal("target_rejected", f"the target rejected the request ({kind})")
+            elif verdict == "not_sent" and last_attempt:
+                # nothing happened and nothing will retry: say so, do not leave it pending
+                draft = _refusal(
+                    "not_sent",
+                    f"the request never reached the target ({kind}) "
+                    "and Temporal will make no further attempt",
                 )
-                self._raise_if_refused(eid, written)
             elif verdict == "not_sent":
-                self.journal.append(
-                    eid, ticket.head, [Draft(kind=Kind.NOT_SENT, data={"error": kind})]
-                )
+                draft = Draft(kind=Kind.NOT_SENT, data={"error": kind})
             elif last_attempt:
-                self.journal.append(
-                    eid,
-                    ticket.head,
-                    [
-                        _ambiguity(
-                            "send_failed",
-                            f"the send failed in doubt ({kind}) on the last "
-                            "attempt Temporal will make",
-                        )
-                    ],
+                draft = _ambiguity(
+                    "send_failed",
+                    f"the send failed in doubt ({kind}) on the last attempt Temporal will make",
                 )
-                self._raise_ambiguous(eid)
+            else:
+                return  # in doubt, and Temporal will retry: the next attempt recovers
+            self._record_after_send(eid, ticket.head, draft)
+            view = fold(eid, self.journal.read(eid))
+            if view.status is Kind.REFUSED:
+                raise Refused(view.code or "refused", view.reason or "", receipt_of(view))
+            if view.status is Kind.AMBIGUOUS:
+                raise Ambiguous(view.reason or "ambiguous", receipt_of(view))
         finally:
             ticket.release()
+
+    def _record_after_send(
+        self, eid: str, head: str, draft: Draft, blobs: Mapping[str, Any] | None = None
+    ) -> bool:
+        """Append the send's outcome after ``head``. If the chain moved meanwhile (a last attempt
+        elsewhere recorded AMBIGUOUS, a duplicate proposal was rejected), append after the new
+        head; an outcome that arrives after a final state is marked late. Returns False when
+        there is nothing left to record (the outcome is already known)."""
+        data = dict(draft.data)
+        for _ in range(5):
+            try:
+                self.journal.append(eid, head, [Draft(kind=draft.kind, data=data)], blobs=blobs)
+                return True
+            except HeadConflict:
+                view = fold(eid, self.journal.read(eid))
+                head = view.head
+                if view.status in (Kind.DISPATCHED, Kind.NOT_SENT):
+                    continue  # only annotations or a re-dispatch moved it: not late
+                if view.status in (Kind.COMMITTED, Kind.RESOLVED):
+                    return False  # it is known to have happened (or a person decided)
+                if view.status is Kind.REFUSED and draft.kind is not Kind.COMMITTED:
+                    return False  # already refused, and this attempt adds no execution
+                if view.status is Kind.AMBIGUOUS and draft.kind is Kind.AMBIGUOUS:
+                    return False
+                # what a zombie attempt learned settles an ambiguity, or contradicts a refusal
+                data = {
+                    **draft.data,
+                    "late": True,
+                    "after": view.status.value if view.status else None,
+                }
+                if view.status is Kind.REFUSED:
+                    data["alarm"] = "executed_after_refused"
+        raise InFlight(eid, "could not record the outcome: the record keeps moving", 0.1)
 
     def _record_commit(
         self, eid: str, head: str, via: str, result: Any, confirmation: str | None
     ) -> Done:
-        data: dict[str, Any] = {
-            "via": via,
-            "result_digest": digest(result),
-            "confirmation": confirmation,
-            "worker": self.worker,
-        }
-        for _ in range(5):
-            try:
-                self.journal.append(
-                    eid, head, [Draft(kind=Kind.COMMITTED, data=data)], blobs={"result": result}
-                )
-                return Done(eid, result, via)
-            except HeadConflict:
-                # a late writer: someone recorded an outcome while this attempt was sending
-                view = fold(eid, self.journal.read(eid))
-                if view.status is Kind.COMMITTED:
-                    return Done(eid, self.journal.blob(eid, "result"), view.via or via)
-                data = {**data, "late": True, "after": view.status.value if view.status else None}
-                if view.status is Kind.REFUSED:
-                    data["alarm"] = "executed_after_refused"
-                head = view.head
-        raise InFlight(eid, "could not record the commit: the record keeps moving", 0.1)
+        draft = Draft(
+            kind=Kind.COMMITTED,
+            data={
+                "via": via,
+                "result_digest": digest(result),
+                "confirmation": confirmation,
+                "worker": self.worker,
+            },
+        )
+        if self._record_after_send(eid, head, draft, blobs={"result": result}):
+            return Done(eid, result, via)
+        view = fold(eid, self.journal.read(eid))
+        return Done(eid, self.journal.blob(eid, "result"), view.via or via)
 
     # -- terminal records --------------------------------------------------------------------
 

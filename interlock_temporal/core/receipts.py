@@ -2,15 +2,14 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from .journal import Journal
 from .models import ANNOTATIONS, Entry, Executed, Kind, Receipt
-
-if TYPE_CHECKING:
-    from .journal import Journal
 
 
 @dataclass
@@ -162,8 +161,18 @@ def receipt_of(v: EffectView) -> Receipt:
     )
 
 
-def receipt(effect_id: str, *, journal: Journal) -> Receipt:
-    """The receipt of ``effect_id`` as the journal records it now."""
+def receipt(effect_id: str, *, journal: Journal | str | None = None) -> Receipt:
+    """The receipt of ``effect_id`` as the journal records it now.
+
+    ``journal``: an open journal or a URL; default ``$INTERLOCK_JOURNAL``, else
+    ``sqlite:///interlock.db``.
+    """
+    if not isinstance(journal, Journal):
+        from .journal import open_journal
+
+        url = journal or os.environ.get("INTERLOCK_JOURNAL") or "sqlite:///interlock.db"
+        with open_journal(url, create=False) as opened:
+            return receipt(effect_id, journal=opened)
     entries = journal.read(effect_id)
     if not entries:
         raise KeyError(f"no effect {effect_id} in {journal.url}")

@@ -33,7 +33,9 @@ from ..core.models import Change, Found
 from ..core.premises import default_validate
 
 FaultPoint = Literal["before_send", "after_commit", "capture"]
-FaultAction = Literal["kill", "crash", "stall", "make_ineligible", "manual_refund", "unavailable"]
+FaultAction = Literal[
+    "kill", "crash", "stall", "make_ineligible", "manual_refund", "unavailable", "reset"
+]
 
 
 class RefundRequest(BaseModel):
@@ -246,6 +248,9 @@ class SimulatedPayments:
                 self.manual_refund(order_id, int(arg or 0))
             elif action == "unavailable":
                 raise PaymentsUnavailable("connection refused")
+            elif action == "reset":
+                # the connection drops: at "after_commit" the refund landed, the caller cannot know
+                raise ConnectionResetError("connection reset by peer")
         return stall
 
     # -- reading the money --------------------------------------------------------------------
