@@ -20,7 +20,7 @@ demo: setup
 lint: setup
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
-	$(BIN)/mypy interlock_temporal
+	$(BIN)/mypy interlock_temporal workflows workers benchmarks
 
 test: lint
 	$(BIN)/python -m pytest -q

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from temporalio.client import Client
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.testing import WorkflowEnvironment
 
@@ -109,18 +110,16 @@ class DevServer:
         )
         deadline = asyncio.get_running_loop().time() + timeout
         while True:
+            # the port opens before the frontend is healthy: wait until a client can connect
             try:
-                _, writer = await asyncio.open_connection("127.0.0.1", self.port)
-                writer.close()
-                await writer.wait_closed()
-                break
-            except OSError:
+                await Client.connect(self.target)
+                return self
+            except Exception:
                 if self.process.returncode is not None:
                     raise RuntimeError("the Temporal dev server exited at start") from None
                 if asyncio.get_running_loop().time() > deadline:
                     raise TimeoutError("the Temporal dev server did not start") from None
                 await asyncio.sleep(0.1)
-        return self
 
     async def stop(self) -> None:
         if self.process is not None and self.process.returncode is None:

@@ -8,11 +8,15 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 
 import pytest
+import rfc8785
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from pydantic import BaseModel, SecretStr
 
 from interlock_temporal.core.identity import (
     UnserializableInput,
     canonical,
+    canonical_json,
     digest,
     effect_id,
 )
@@ -153,3 +157,40 @@ def test_objects_that_are_not_json_data_are_refused_without_echoing() -> None:
     with pytest.raises(UnserializableInput) as caught:
         effect_id("refund", {"thing": Opaque()})
     assert "tok_live_secret" not in str(caught.value)
+
+
+# -- the fast path is byte-identical to the reference implementation ---------------------------
+
+_json_data = st.recursive(
+    st.none()
+    | st.booleans()
+    | st.integers(min_value=-(2**60), max_value=2**60)
+    | st.floats(allow_nan=False, allow_infinity=False)
+    | st.text(alphabet=st.characters(codec=None), max_size=8)
+    | st.sampled_from(["", "a", "é", "\U0001f600", "\ue000", "\x00\x1f\x7f", '"\\/'])
+    | st.sampled_from([1e-4, 1e16, 0.1, 1e21, 1e-7, 123.0, -0.0, 5e-324, 1.7976931348623157e308]),
+    lambda children: (
+        st.lists(children, max_size=4)
+        | st.dictionaries(
+            st.text(alphabet=st.characters(codec=None), max_size=4)
+            | st.sampled_from(["a", "b", "\ue000", "\U0001f600"]),
+            children,
+            max_size=4,
+        )
+    ),
+    max_leaves=12,
+)
+
+
+@settings(max_examples=2000, deadline=None)
+@given(_json_data)
+def test_canonical_json_equals_rfc8785(data: object) -> None:
+    try:
+        expected: bytes | None = rfc8785.dumps(data)
+    except (rfc8785.CanonicalizationError, UnicodeError):
+        expected = None
+    if expected is None:
+        with pytest.raises(UnserializableInput):
+            canonical_json(data)
+    else:
+        assert canonical_json(data) == expected

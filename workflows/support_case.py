@@ -7,7 +7,7 @@ so the demo needs no model key; swap the decision activity for one that calls a 
 from __future__ import annotations
 
 from datetime import timedelta
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel
 from temporalio import workflow
@@ -58,7 +58,7 @@ class SupportCase:
             result_type=RefundRequest,
             start_to_close_timeout=timedelta(seconds=10),
         )
-        options = {
+        options: dict[str, Any] = {
             "result_type": RefundResult,
             "start_to_close_timeout": timedelta(seconds=case.start_to_close_s),
             "heartbeat_timeout": (

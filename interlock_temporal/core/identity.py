@@ -7,6 +7,7 @@ JSON, so any language can recompute an id from the same decision.
 from __future__ import annotations
 
 import hashlib
+import json
 from typing import Any
 
 import rfc8785
@@ -28,10 +29,49 @@ def jsonable(value: Any) -> Any:
         raise UnserializableInput(f"value of type {type(value).__name__} is not JSON data") from err
 
 
-def canonical(value: Any) -> bytes:
-    """RFC 8785 canonical JSON bytes of ``value``."""
+_SAFE_INT = 2**53 - 1
+
+
+def _json_module_is_canonical(data: Any) -> bool:
+    """Whether ``json.dumps(sort_keys=True)`` already writes the RFC 8785 bytes of ``data``.
+
+    It does when every string is ASCII (so sorting by code point is sorting by UTF-16 unit, and
+    there is no lone surrogate), every integer is in the interoperable range, and every float
+    is written the same way by Python's ``repr`` and ECMAScript's ``Number.toString``: finite,
+    not integral, and between 1e-4 and 1e16 in magnitude (both then print plain shortest
+    round-trip digits). Anything else goes through the reference implementation.
+    """
+    stack = [data]
+    while stack:
+        x = stack.pop()
+        t = type(x)
+        if t is str:
+            if not x.isascii():
+                return False
+        elif t is dict:
+            for k, v in x.items():
+                if type(k) is not str or not k.isascii():
+                    return False
+                stack.append(v)
+        elif t is list:
+            stack.extend(x)
+        elif t is int:
+            if not -_SAFE_INT <= x <= _SAFE_INT:
+                return False
+        elif t is float:
+            if not (1e-4 <= abs(x) < 1e16) or x.is_integer():
+                return False
+        elif not (t is bool or x is None):
+            return False
+    return True
+
+
+def canonical_json(data: Any) -> bytes:
+    """RFC 8785 canonical JSON bytes of ``data``, which must already be JSON data."""
+    if _json_module_is_canonical(data):
+        return json.dumps(data, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()
     try:
-        return rfc8785.dumps(jsonable(value))
+        return rfc8785.dumps(data)
     except rfc8785.IntegerDomainError:
         raise UnserializableInput(
             "an integer outside the interoperable JSON range (2**53)"
@@ -41,6 +81,13 @@ def canonical(value: Any) -> bytes:
     except rfc8785.CanonicalizationError:
         # the library's message can quote the value; never echo argument values
         raise UnserializableInput("a value with no canonical JSON form") from None
+    except UnicodeError:
+        raise UnserializableInput("a string that is not valid Unicode (a lone surrogate)") from None
+
+
+def canonical(value: Any) -> bytes:
+    """RFC 8785 canonical JSON bytes of ``value`` (models, dataclasses, datetimes included)."""
+    return canonical_json(jsonable(value))
 
 
 def digest(value: Any) -> str:

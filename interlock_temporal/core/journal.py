@@ -20,10 +20,9 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urlparse
 
-import rfc8785
-
 from .claims import Claim
 from .errors import JournalConfigError, JournalCorrupt
+from .identity import canonical_json
 from .leases import LeaseStore
 from .models import ANNOTATIONS, Draft, EffectRow, Entry, JournalHead, Kind, Lease, VerifyReport
 from .signing import HmacKey, Keyring, load_or_create_key_file, parse_secret
@@ -59,7 +58,7 @@ def encode_entry(
     data: Mapping[str, Any],
 ) -> Entry:
     """Build and sign one entry."""
-    body = rfc8785.dumps(
+    body = canonical_json(
         {
             "v": ENTRY_VERSION,
             "seq": seq,
@@ -72,7 +71,7 @@ def encode_entry(
         }
     )
     digest = hashlib.sha256(body).digest()
-    return Entry(
+    return Entry.model_construct(
         seq=seq,
         ts=ts,
         effect_id=effect_id,
@@ -226,7 +225,8 @@ class Journal(ABC):
         When ``build`` is callable it is called inside the transaction with the lease
         ``lease_id`` as read there, and returns the drafts: authority is checked and the
         dispatch recorded in one step. ``blobs`` (argument and result values, kept beside the
-        signed entries, which hold only their digests) are stored in the same transaction.
+        signed entries, which hold only their digests) are stored in the same transaction; a
+        value given as ``bytes`` is taken to be its canonical JSON already.
         """
 
     @abstractmethod

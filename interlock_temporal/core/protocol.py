@@ -8,6 +8,7 @@ release the claim. ``run`` strings the three together for callers with nothing t
 
 from __future__ import annotations
 
+import hashlib
 import os
 import socket
 import time
@@ -18,7 +19,7 @@ from typing import Any
 from . import premises as premise
 from .claims import Claim
 from .errors import Ambiguous, HeadConflict, InFlight, InvalidCall, Refused
-from .identity import UnserializableInput, digest, effect_id, jsonable
+from .identity import UnserializableInput, canonical, digest, effect_id, jsonable
 from .journal import Journal
 from .leases import Demand, check_lease
 from .models import Change, Draft, Entry, Kind, Lease, Receipt
@@ -251,7 +252,8 @@ class Gate:
         recorded = decided if decided is not None else current
         changes = await premise.validate(target, recorded, current, call.input)
         approved = call.args
-        approved_digest = digest(jsonable(list(approved)))
+        approved_json = canonical(list(approved))
+        approved_digest = hashlib.sha256(approved_json).hexdigest()
         proposed = Draft(
             kind=Kind.PROPOSED,
             data={
@@ -303,7 +305,7 @@ class Gate:
             effect_type=call.effect_type,
             lease_id=call.lease_id,
             blobs={
-                "approved": jsonable(list(approved)),
+                "approved": approved_json,
                 # argument values the lease is checked against: beside the entries, not in them
                 "demand": {"amount_cents": call.amount_cents, "resource": call.resource},
             },
@@ -537,16 +539,17 @@ class Gate:
     def _record_commit(
         self, eid: str, head: str, via: str, result: Any, confirmation: str | None
     ) -> Done:
+        result_json = canonical(result)
         draft = Draft(
             kind=Kind.COMMITTED,
             data={
                 "via": via,
-                "result_digest": digest(result),
+                "result_digest": hashlib.sha256(result_json).hexdigest(),
                 "confirmation": confirmation,
                 "worker": self.worker,
             },
         )
-        if self._record_after_send(eid, head, draft, blobs={"result": result}):
+        if self._record_after_send(eid, head, draft, blobs={"result": result_json}):
             return Done(eid, result, via)
         view = fold(eid, self.journal.read(eid))
         return Done(eid, self.journal.blob(eid, "result"), view.via or via)

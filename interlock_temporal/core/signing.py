@@ -19,14 +19,13 @@ class HmacKey:
     """HMAC-SHA256 over an entry's hash. ``key_id`` is derived, so it names this secret only."""
 
     secret: bytes = field(repr=False)
+    key_id: str = field(init=False)
 
     def __post_init__(self) -> None:
         if len(self.secret) < 16:
             raise JournalConfigError("signing key: at least 16 bytes are required")
-
-    @property
-    def key_id(self) -> str:
-        return "hmac-" + hashlib.sha256(b"interlock key id\x00" + self.secret).hexdigest()[:16]
+        key_id = "hmac-" + hashlib.sha256(b"interlock key id\x00" + self.secret).hexdigest()[:16]
+        object.__setattr__(self, "key_id", key_id)
 
     def sign(self, entry_hash: bytes) -> str:
         return hmac.new(self.secret, entry_hash, hashlib.sha256).hexdigest()

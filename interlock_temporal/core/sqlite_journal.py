@@ -297,7 +297,11 @@ class SqliteJournal(Journal):
             for name, value in (blobs or {}).items():
                 db.execute(
                     "INSERT OR REPLACE INTO blobs (effect_id, name, value) VALUES (?, ?, ?)",
-                    (effect_id, name, canonical(value).decode()),
+                    (
+                        effect_id,
+                        name,
+                        (value if isinstance(value, bytes) else canonical(value)).decode(),
+                    ),
                 )
             return written
 

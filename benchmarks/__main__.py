@@ -1,0 +1,159 @@
+"""Measure the gate's cost per effect and the crash-to-completion time; print a summary and
+write ``docs/benchmarks.md``.
+
+    python -m benchmarks            # the full run (make bench), about 4 minutes
+    python -m benchmarks --quick    # a smoke run CI can afford, about 30-40 seconds
+
+Exits 1 if a crash run ends with the wrong outcome (or cannot run), or if the prefilled
+journal does not verify; missed performance targets are reported, and fail the run only with
+``--strict``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import shlex
+import shutil
+import sys
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel
+
+from . import BENCH_DIR, ROOT, crash_recovery, gate_cost
+from .machine import code_version, machine
+from .report import Report, markdown, summary
+
+FULL_SIZES = [0, 10_000, 100_000]
+QUICK_SIZES = [0, 10_000]
+
+
+def _command(argv: list[str]) -> str:
+    return " ".join(["python -m benchmarks", *(shlex.quote(a) for a in argv)])
+
+
+def _jsonable(value: Any) -> Any:
+    if isinstance(value, BaseModel):
+        return value.model_dump(mode="json")
+    if isinstance(value, Path):
+        return str(value)
+    if isinstance(value, datetime):
+        return value.isoformat()
+    return str(value)
+
+
+def parse(argv: list[str]) -> argparse.Namespace:
+    p = argparse.ArgumentParser(
+        prog="python -m benchmarks",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("--quick", action="store_true", help="few samples, sizes 0 and 10,000 only")
+    p.add_argument(
+        "--out",
+        type=Path,
+        default=None,
+        help="the markdown to write (default docs/benchmarks.md; not written with --only "
+        "unless given)",
+    )
+    p.add_argument("--only", choices=("gate", "crash"), help="run one figure only")
+    p.add_argument("--samples", type=int, help="samples per series for figure 1")
+    p.add_argument(
+        "--block",
+        type=int,
+        default=25,
+        help="consecutive operations per subject in each interleaved round (figure 1)",
+    )
+    p.add_argument("--crash-runs", type=int, help="crash runs for figure 2")
+    p.add_argument("--sizes", help="journal sizes for figure 1, comma-separated (must include 0)")
+    p.add_argument("--json", type=Path, help="also write every figure as JSON here")
+    p.add_argument("--strict", action="store_true", help="exit 1 if a target is missed")
+    p.add_argument(
+        "--keep",
+        action="store_true",
+        help="keep figure 1's journals in .bench/gate (about 1 GB after a full run)",
+    )
+    return p.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    args = parse(argv)
+    sizes = (
+        [int(s.replace("_", "")) for s in args.sizes.split(",")]
+        if args.sizes
+        else (QUICK_SIZES if args.quick else FULL_SIZES)
+    )
+    if 0 not in sizes:
+        raise SystemExit("--sizes must include 0 (the ratio is taken against the empty journal)")
+    samples = args.samples or (400 if args.quick else 5_000)
+    crash_runs = args.crash_runs or (4 if args.quick else 24)
+    out: Path | None = args.out
+    if out is None and args.only is None:
+        out = ROOT / "docs" / "benchmarks.md"
+
+    started = datetime.now(UTC)
+    began = time.monotonic()
+    host = machine()
+    code = code_version(ROOT)
+    print(
+        f"interlock-temporal benchmarks: {host.cpu_model}, {host.cores} cores, "
+        f"Python {host.python}, SQLite {host.sqlite}",
+        flush=True,
+    )
+    gate = None
+    crash = None
+    if args.only in (None, "gate"):
+        gate = gate_cost.run(
+            sorted(set(sizes)),
+            samples,
+            block=args.block,
+            profile_n=200 if args.quick else 1_000,
+            checkpoint_n=500 if args.quick else 1_500,
+        )
+        if not args.keep:
+            shutil.rmtree(BENCH_DIR / "gate", ignore_errors=True)
+    if args.only in (None, "crash"):
+        crash = crash_recovery.run(crash_runs, sensitivity=not args.quick)
+    report = Report(
+        started=started,
+        seconds=time.monotonic() - began,
+        quick=args.quick,
+        command=_command(argv),
+        machine=host,
+        code=code,
+        gate=gate,
+        crash=crash,
+    )
+    print(summary(report))
+    if out is not None:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(markdown(report))
+        print(f"wrote {out}")
+    if args.json is not None:
+        doc = {
+            "started": started.isoformat(),
+            "seconds": report.seconds,
+            "quick": args.quick,
+            "command": report.command,
+            "machine": host.as_dict(),
+            "code": code,
+            "gate": None if gate is None else dataclasses.asdict(gate),
+            "crash": None if crash is None else dataclasses.asdict(crash),
+            "targets": [dataclasses.asdict(t) for t in report.targets()],
+        }
+        args.json.write_text(json.dumps(doc, indent=1, default=_jsonable))
+        print(f"wrote {args.json}")
+    if not report.correct:
+        return 1
+    if args.strict and not all(t.met for t in report.targets()):
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,758 @@
+"""Figure 1 (and 3): the gate's own cost per new effect, with the SQLite journal.
+
+``Gate.run(call, target, send)`` for new effects (each a distinct key) against a trivial
+in-memory target, timed per effect, minus the time spent inside the target's ``capture`` and the
+``send`` (both return constants). Measured at several journal sizes (prefilled with real
+committed effects through the same API; size 0 on fresh journals), interleaved in short blocks
+with two floors taken in the same directory: a bare SQLite WAL + ``synchronous=FULL`` single-row
+insert+commit, and an fsync of a small append. Plus: the durable commits per effect (counted
+from the SQL the journal runs), the gate with ``synchronous=OFF`` (the CPU part), the WAL
+auto-checkpoint's share of the tail, and where the time goes (cProfile, and ``rfc8785.dumps``
+timed by wrapping it).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import cProfile
+import gc
+import os
+import pstats
+import random
+import shutil
+import sqlite3
+import time
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass, field
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+from interlock_temporal.core.journal import Journal, open_journal
+from interlock_temporal.core.models import VerifyReport
+from interlock_temporal.core.protocol import Call, Delivery, Gate, Ticket
+from interlock_temporal.core.sqlite_journal import SqliteJournal
+
+from . import ROOT, bench_dir
+from .machine import Filesystem, filesystem_of
+from .stats import Dist
+
+SIGNING_KEY = "42" * 32
+LEASE_ID = "lease_bench"
+PRINCIPAL = "bench-bot"
+ACTIVITY = "bench_refund"
+#: journal entries a new, committed effect writes: PROPOSED, AUTHORIZED, DISPATCHED, COMMITTED
+ENTRIES_PER_EFFECT = 4
+FACTS: Mapping[str, Any] = {"order_paid_cents": 10_000, "refunded_cents": 0, "eligible": True}
+RESULT: Mapping[str, Any] = {"refund_id": "re_bench", "amount_cents": 2_000}
+#: size 0 is measured on fresh journals, each taking this many untimed effects first
+ROTATE_WARMUP = 50
+
+
+# -- the trivial target and send -----------------------------------------------------------------
+
+
+class TrivialTarget:
+    """In memory: ``capture`` returns a small constant dict; no ``query``, no dedupe window,
+    ``settle_time`` 0. Accumulates the time spent inside ``capture``."""
+
+    name = "bench-trivial"
+    dedupe_window: timedelta | None = None
+    settle_time: timedelta = timedelta(0)
+
+    def __init__(self) -> None:
+        self.capture_ns = 0
+
+    def capture(self, args: Any, effect_id: str) -> Mapping[str, Any]:
+        started = time.perf_counter_ns()
+        facts = FACTS
+        self.capture_ns += time.perf_counter_ns() - started
+        return facts
+
+
+class ConstantSend:
+    """The send: returns a constant immediately. Accumulates the time spent inside it."""
+
+    def __init__(self) -> None:
+        self.ns = 0
+
+    async def __call__(self, ticket: Ticket) -> Mapping[str, Any]:
+        started = time.perf_counter_ns()
+        result = RESULT
+        self.ns += time.perf_counter_ns() - started
+        return result
+
+
+def make_call(prefix: str, i: int) -> Call:
+    """A new effect, shaped like the support-case refund: a distinct key per ``(prefix, i)``."""
+    order = f"o-{prefix}-{i}"
+    payload = {
+        "case_id": f"c-{prefix}-{i}",
+        "order_id": order,
+        "amount_cents": 2_000,
+        "reason": "arrived damaged",
+    }
+    return Call(
+        effect_type=ACTIVITY,
+        activity=ACTIVITY,
+        input=payload,
+        args=(payload,),
+        key={"case_id": payload["case_id"], "order_id": order},
+        principal=PRINCIPAL,
+        lease_id=LEASE_ID,
+        session=f"wf-{prefix}-{i}",
+        amount_cents=2_000,
+        resource=f"order:{order}",
+        delivery=Delivery(
+            workflow_id=f"wf-{prefix}-{i}",
+            run_id="run-1",
+            activity_id="2",
+            attempt=1,
+            task_queue="bench",
+        ),
+    )
+
+
+# -- journals ------------------------------------------------------------------------------------
+
+
+def connection_of(journal: Journal) -> sqlite3.Connection:
+    """The SQLite connection under a journal (to count statements, or to relax durability while
+    prefilling)."""
+    if not isinstance(journal, SqliteJournal):
+        raise TypeError(f"expected the SQLite journal, got {type(journal).__name__}")
+    return journal._db
+
+
+def open_bench_journal(path: Path, *, durable: bool = True) -> Journal:
+    journal = open_journal(f"sqlite:///{path}", signing_key=SIGNING_KEY)
+    if journal.leases.get(LEASE_ID) is None:
+        journal.leases.issue(
+            PRINCIPAL,
+            activities=[ACTIVITY],
+            max_amount_cents=5_000,
+            resources=["order:*"],
+            lease_id=LEASE_ID,
+        )
+    if not durable:
+        connection_of(journal).execute("PRAGMA synchronous=OFF")
+    return journal
+
+
+async def fill(journal: Journal, start: int, stop: int, *, progress: str = "") -> None:
+    """Commit effects ``start..stop-1`` through ``Gate.run``, the same API that is measured."""
+    gate = Gate(journal)
+    target = TrivialTarget()
+    send = ConstantSend()
+    began = time.monotonic()
+    for i in range(start, stop):
+        await gate.run(make_call("fill", i), target, send)
+        done = i + 1
+        if progress and (done % 25_000 == 0 or done == stop):
+            rate = (done - start) / max(time.monotonic() - began, 1e-9)
+            print(f"  {progress}: {done:,} effects ({rate:,.0f}/s)", flush=True)
+
+
+@dataclass(frozen=True)
+class Prefilled:
+    size: int
+    path: Path
+    seconds: float
+    verify: VerifyReport
+    verify_s: float
+
+
+async def prefill(directory: Path, sizes: list[int]) -> dict[int, Prefilled]:
+    """One journal per non-zero size, each holding exactly ``size`` committed effects written by
+    ``Gate.run``. Built in ascending order, each starting from a copy of the previous one, with
+    ``synchronous=OFF`` while filling (the entries are the same; only their fsyncs are skipped),
+    then closed (which checkpoints the WAL) and verified once, opened the normal way."""
+    built: dict[int, Prefilled] = {}
+    previous: tuple[int, Path] | None = None
+    for size in sorted(s for s in sizes if s > 0):
+        path = directory / f"journal-{size}.db"
+        began = time.monotonic()
+        start = 0
+        if previous is not None:
+            start = previous[0]
+            shutil.copyfile(previous[1], path)
+        journal = open_bench_journal(path, durable=False)
+        try:
+            await fill(journal, start, size, progress=f"prefill {size:,}")
+        finally:
+            journal.close()
+        seconds = time.monotonic() - began
+        if Path(f"{path}-wal").exists():
+            raise RuntimeError(f"{path}: the WAL was not checkpointed at close")
+        began = time.monotonic()
+        journal = open_bench_journal(path)
+        try:
+            report = journal.verify()
+        finally:
+            journal.close()
+        verify_s = time.monotonic() - began
+        print(f"  verify {size:,}: {report} ({verify_s:.1f} s)", flush=True)
+        if not report.ok or report.effects != size:
+            raise RuntimeError(f"the prefilled journal {path} does not verify: {report}")
+        built[size] = Prefilled(size, path, seconds, report, verify_s)
+        previous = (size, path)
+    return built
+
+
+# -- one measured subject ------------------------------------------------------------------------
+
+
+@dataclass
+class Subject:
+    """A journal at a given size and the gate in front of it; ``one()`` measures one new effect."""
+
+    label: str
+    size_at_start: int
+    journal: Journal
+    durable: bool = True
+    prefix: str = ""
+    gate: Gate = field(init=False)
+    target: TrivialTarget = field(default_factory=TrivialTarget)
+    send: ConstantSend = field(default_factory=ConstantSend)
+    next_i: int = 0
+    net_ns: list[int] = field(default_factory=list)
+    total_ns: list[int] = field(default_factory=list)
+    target_ns: list[int] = field(default_factory=list)
+    #: keep the journal near empty: after this many timed effects, switch (untimed) to a fresh
+    #: journal from ``opener`` and commit ``ROTATE_WARMUP`` untimed effects into it first
+    rotate_every: int | None = None
+    opener: Callable[[int], Journal] | None = None
+    generation: int = 0
+    in_current: int = 0
+    largest: int = 0
+
+    def __post_init__(self) -> None:
+        self.gate = Gate(self.journal)
+        self.prefix = self.prefix or f"m{self.size_at_start}{'' if self.durable else 'x'}"
+
+    async def _rotate(self) -> None:
+        assert self.opener is not None
+        self.journal.close()
+        self.generation += 1
+        self.journal = self.opener(self.generation)
+        self.gate = Gate(self.journal)
+        self.in_current = 0
+        for _ in range(ROTATE_WARMUP):
+            await self._run(record=False)
+
+    async def one(self, *, record: bool = True) -> None:
+        if (
+            record
+            and self.rotate_every is not None
+            and self.in_current >= self.rotate_every + ROTATE_WARMUP
+        ):
+            await self._rotate()
+        await self._run(record=record)
+
+    async def _run(self, *, record: bool) -> None:
+        call = make_call(self.prefix, self.next_i)
+        self.next_i += 1
+        self.in_current += 1
+        self.largest = max(self.largest, self.size_now)
+        capture0, send0 = self.target.capture_ns, self.send.ns
+        started = time.perf_counter_ns()
+        result = await self.gate.run(call, self.target, self.send)
+        total = time.perf_counter_ns() - started
+        if result is not RESULT and result != dict(RESULT):
+            raise RuntimeError(f"{self.label}: the gate returned {result!r}")
+        inside = (self.target.capture_ns - capture0) + (self.send.ns - send0)
+        if record:
+            self.total_ns.append(total)
+            self.target_ns.append(inside)
+            self.net_ns.append(total - inside)
+
+    @property
+    def size_now(self) -> int:
+        """Effects in the journal now."""
+        if self.rotate_every is not None:
+            return self.in_current
+        return self.size_at_start + self.next_i
+
+
+@dataclass(frozen=True)
+class Series:
+    label: str
+    size_at_start: int
+    size_at_end: int
+    durable: bool
+    net_us: Dist
+    total_us: Dist
+    target_us: Dist
+    #: a fresh journal every this many samples (None: one journal, growing)
+    rotate_every: int | None = None
+
+    @classmethod
+    def of(cls, s: Subject) -> Series:
+        return cls(
+            label=s.label,
+            size_at_start=s.size_at_start,
+            size_at_end=s.largest,
+            rotate_every=s.rotate_every,
+            durable=s.durable,
+            net_us=Dist.of(n / 1000 for n in s.net_ns),
+            total_us=Dist.of(n / 1000 for n in s.total_ns),
+            target_us=Dist.of(n / 1000 for n in s.target_ns),
+        )
+
+    @property
+    def throughput_per_s(self) -> float:
+        """Sequential effects per second: 1 / mean wall time of a whole ``Gate.run``."""
+        return 1e6 / self.total_us.mean
+
+
+class SqliteFloor:
+    """A bare SQLite WAL + synchronous=FULL single-row insert+commit, in the same directory."""
+
+    def __init__(self, path: Path) -> None:
+        self.db = sqlite3.connect(path, isolation_level=None)
+        self.db.execute("PRAGMA journal_mode=WAL")
+        self.db.execute("PRAGMA synchronous=FULL")
+        self.db.execute("CREATE TABLE IF NOT EXISTS floor (id INTEGER PRIMARY KEY, v BLOB)")
+        self.row = os.urandom(300)
+        self.ns: list[int] = []
+
+    async def one(self, *, record: bool = True) -> None:
+        started = time.perf_counter_ns()
+        self.db.execute("BEGIN IMMEDIATE")
+        self.db.execute("INSERT INTO floor (v) VALUES (?)", (self.row,))
+        self.db.execute("COMMIT")
+        if record:
+            self.ns.append(time.perf_counter_ns() - started)
+
+    def close(self) -> None:
+        self.db.close()
+
+
+class FsyncFloor:
+    """An fsync of a small append (64 bytes), in the same directory."""
+
+    def __init__(self, path: Path) -> None:
+        self.fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+        self.ns: list[int] = []
+
+    async def one(self, *, record: bool = True) -> None:
+        started = time.perf_counter_ns()
+        os.write(self.fd, b"x" * 63 + b"\n")
+        os.fsync(self.fd)
+        if record:
+            self.ns.append(time.perf_counter_ns() - started)
+
+    def close(self) -> None:
+        os.close(self.fd)
+
+
+# -- counting and profiling ----------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class CheckpointProbe:
+    """The tail's cause: the same journal with SQLite's WAL auto-checkpoint at its default
+    (run synchronously by the commit that crosses it) and switched off."""
+
+    size_at_start: int
+    autocheckpoint_pages: int
+    with_autocheckpoint_us: Dist
+    without_autocheckpoint_us: Dist
+
+
+async def checkpoint_probe(subject: Subject, n: int) -> CheckpointProbe:
+    db = connection_of(subject.journal)
+    (pages,) = db.execute("PRAGMA wal_autocheckpoint").fetchone()
+    size = subject.size_now
+    runs: dict[int, list[int]] = {}
+    for setting in (int(pages), 0):
+        db.execute(f"PRAGMA wal_autocheckpoint={setting}")
+        subject.net_ns.clear()
+        for _ in range(n):
+            await subject.one()
+        runs[setting] = list(subject.net_ns)
+    db.execute(f"PRAGMA wal_autocheckpoint={int(pages)}")
+    db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    return CheckpointProbe(
+        size_at_start=size,
+        autocheckpoint_pages=int(pages),
+        with_autocheckpoint_us=Dist.of(ns / 1000 for ns in runs[int(pages)]),
+        without_autocheckpoint_us=Dist.of(ns / 1000 for ns in runs[0]),
+    )
+
+
+@dataclass(frozen=True)
+class StatementCount:
+    effects: int
+    commits: float
+    begins: float
+    rollbacks: float
+    statements: float
+    inserts: float
+
+
+async def count_statements(subject: Subject, n: int) -> StatementCount:
+    """Trace every SQL statement the journal's connection runs for ``n`` new effects."""
+    seen: list[str] = []
+    db = connection_of(subject.journal)
+    db.set_trace_callback(seen.append)
+    try:
+        for _ in range(n):
+            await subject.one(record=False)
+    finally:
+        db.set_trace_callback(None)
+    words = [s.lstrip().split(None, 1)[0].upper() for s in seen if s.strip()]
+    return StatementCount(
+        effects=n,
+        commits=words.count("COMMIT") / n,
+        begins=words.count("BEGIN") / n,
+        rollbacks=words.count("ROLLBACK") / n,
+        statements=len(words) / n,
+        inserts=words.count("INSERT") / n,
+    )
+
+
+@dataclass(frozen=True)
+class ProfileLine:
+    function: str
+    calls_per_effect: float
+    own_us: float
+    cumulative_us: float
+
+
+@dataclass(frozen=True)
+class Profile:
+    effects: int
+    wall_us_per_effect: float
+    by_own_time: list[ProfileLine]
+    gate_functions: list[ProfileLine]
+    #: (area, own µs per effect) summed over every function, builtins charged to their callers
+    by_area: list[tuple[str, float]]
+    #: without the profiler, in one pass: the canonicaliser's name, p50 µs per effect inside it,
+    #: its calls per effect, and the gate's p50 in that pass (durable journal)
+    canonical_json_fn: str
+    canonical_json_us: float
+    canonical_json_calls: float
+    canonical_pass_gate_us: float
+
+
+def _label(filename: str, line: int, name: str) -> str:
+    if filename == "~":
+        return name
+    parts = Path(filename).parts
+    if "site-packages" in parts:
+        short = "/".join(parts[parts.index("site-packages") + 1 :])
+    else:
+        try:
+            short = str(Path(filename).relative_to(ROOT))
+        except ValueError:
+            short = "/".join(parts[-2:])  # the standard library: package/module.py
+    return f"{short}:{line}({name})"
+
+
+AREAS = {
+    "sqlite": "SQLite statements (the two COMMITs' fsyncs included)",
+    "canonical": "canonical JSON (rfc8785, json, core/identity.py)",
+    "pydantic": "pydantic (models, to_jsonable_python)",
+    "hash": "sha256 / HMAC",
+    "interlock": "interlock_temporal's own Python (protocol, journal, claims, leases)",
+    "harness": "benchmark harness (building each Call)",
+    "other": "other (stdlib: pathlib, os, asyncio)",
+}
+
+
+def _area(key: tuple[str, int, str]) -> str | None:
+    """The area a function's own time belongs to; None: a builtin, charged to its callers."""
+    filename, _, name = key
+    if filename == "~":
+        if "sqlite3" in name:
+            return "sqlite"
+        if "_hashlib" in name or "hmac" in name:
+            return "hash"
+        return None
+    parts = Path(filename).parts
+    if (
+        "rfc8785" in parts
+        or (len(parts) >= 2 and parts[-2] == "json")
+        or filename.endswith("interlock_temporal/core/identity.py")
+    ):
+        return "canonical"
+    if "pydantic" in filename:
+        return "pydantic"
+    if filename.endswith(("hashlib.py", "hmac.py")):
+        return "hash"
+    if "benchmarks" in parts:
+        return "harness"
+    if "interlock_temporal" in filename:
+        return "interlock"
+    return "other"
+
+
+async def profile(directory: Path, n: int, top: int = 12) -> Profile:
+    """cProfile over ``n`` new effects on a fresh durable journal (profiling inflates the Python
+    part; read the shares, not the absolute numbers)."""
+    journal = open_bench_journal(directory / "journal-profile.db")
+    try:
+        subject = Subject("profile", 0, journal, prefix="prof")
+        for _ in range(50):
+            await subject.one(record=False)
+        profiler = cProfile.Profile()
+        started = time.perf_counter_ns()
+        profiler.enable()
+        for _ in range(n):
+            await subject.one(record=False)
+        profiler.disable()
+        wall = (time.perf_counter_ns() - started) / 1000 / n
+    finally:
+        journal.close()
+    raw: dict[tuple[str, int, str], tuple[Any, ...]] = pstats.Stats(profiler).stats  # type: ignore[attr-defined]
+    lines = [
+        (key, ProfileLine(_label(*key), v[1] / n, v[2] * 1e6 / n, v[3] * 1e6 / n))
+        for key, v in raw.items()
+    ]
+    by_own = sorted(lines, key=lambda kv: kv[1].own_us, reverse=True)[:top]
+    gate_fns = sorted(
+        (kv for kv in lines if "interlock_temporal" in kv[0][0] and "benchmarks" not in kv[0][0]),
+        key=lambda kv: kv[1].cumulative_us,
+        reverse=True,
+    )[:top]
+    areas: dict[str, float] = dict.fromkeys(AREAS, 0.0)
+    for key, v in raw.items():
+        area = _area(key)
+        if area is not None:
+            areas[area] += v[2]
+            continue
+        callers: dict[tuple[str, int, str], tuple[Any, ...]] = v[4]
+        charged = 0.0
+        for caller, c in callers.items():
+            areas[_area(caller) or "other"] += c[2]
+            charged += c[2]
+        areas["other"] += max(0.0, v[2] - charged)
+    by_area = sorted(
+        ((AREAS[a], t * 1e6 / n) for a, t in areas.items() if t > 0),
+        key=lambda at: at[1],
+        reverse=True,
+    )
+    canonical_name, canonical_us, canonical_calls, pass_gate_us = await time_canonical_json(
+        directory, n
+    )
+    return Profile(
+        n,
+        wall,
+        [line for _, line in by_own],
+        [line for _, line in gate_fns],
+        by_area,
+        canonical_name,
+        canonical_us,
+        canonical_calls,
+        pass_gate_us,
+    )
+
+
+def canonicaliser() -> tuple[str, Callable[..., bytes]]:
+    """The function every canonical JSON byte of the gate goes through: the package's own
+    ``canonical_json`` where it has one, else ``rfc8785.dumps``."""
+    from interlock_temporal.core import identity
+
+    own = getattr(identity, "canonical_json", None)
+    if callable(own):
+        return "interlock_temporal.core.identity.canonical_json", own
+    import rfc8785
+
+    return "rfc8785.dumps", rfc8785.dumps
+
+
+def _patch_everywhere(original: object, replacement: object) -> list[tuple[object, str]]:
+    """Point every reference to ``original`` in the package's modules (and rfc8785) at
+    ``replacement``; return what was patched, to undo it."""
+    import sys
+
+    patched: list[tuple[object, str]] = []
+    for name, module in list(sys.modules.items()):
+        if module is None or not (name.startswith("interlock_temporal") or name == "rfc8785"):
+            continue
+        for attr, value in list(vars(module).items()):
+            if value is original:
+                setattr(module, attr, replacement)
+                patched.append((module, attr))
+    return patched
+
+
+async def time_canonical_json(directory: Path, n: int) -> tuple[str, float, float, float]:
+    """Per effect, without a profiler: (the canonicaliser's name, p50 µs inside it, its calls,
+    p50 µs of the whole gate in the same pass), measured by wrapping it where it is used."""
+    name, original = canonicaliser()
+    spent = [0, 0]
+
+    def timed(*args: Any, **kwargs: Any) -> bytes:
+        started = time.perf_counter_ns()
+        try:
+            return original(*args, **kwargs)
+        finally:
+            spent[0] += time.perf_counter_ns() - started
+            spent[1] += 1
+
+    per_effect: list[float] = []
+    journal = open_bench_journal(directory / "journal-canonical.db")
+    try:
+        subject = Subject("canonical", 0, journal, prefix="canon")
+        for _ in range(50):
+            await subject.one(record=False)
+        patched = _patch_everywhere(original, timed)
+        try:
+            for _ in range(n):
+                before = spent[0]
+                await subject.one()
+                per_effect.append((spent[0] - before) / 1000)
+        finally:
+            for module, attr in patched:
+                setattr(module, attr, original)
+    finally:
+        journal.close()
+    gate_us = Dist.of(ns / 1000 for ns in subject.net_ns).p50
+    return name, Dist.of(per_effect).p50, spent[1] / n, gate_us
+
+
+# -- the figure ----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class GateCost:
+    directory: str
+    filesystem: Filesystem
+    #: samples per series; taken in rounds of ``block`` consecutive operations per subject
+    samples: int
+    block: int
+    warmup: int
+    seed: int
+    prefilled: list[Prefilled]
+    series: list[Series]
+    nosync: Series
+    floor_sqlite_us: Dist
+    floor_fsync_us: Dist
+    statements: StatementCount
+    checkpoint: CheckpointProbe | None
+    profile: Profile
+    seconds: float
+
+    def at(self, size: int) -> Series:
+        return next(s for s in self.series if s.size_at_start == size)
+
+    @property
+    def flat_ratio(self) -> float:
+        """p50 at the largest size over p50 at size 0."""
+        return self.series[-1].net_us.p50 / self.series[0].net_us.p50
+
+
+async def measure(
+    sizes: list[int],
+    samples: int,
+    *,
+    block: int = 25,
+    rotate_every: int = 250,
+    warmup: int = ROTATE_WARMUP,
+    seed: int = 20_240_601,
+    count_n: int = 200,
+    checkpoint_n: int = 1_500,
+    profile_n: int = 500,
+) -> GateCost:
+    began = time.monotonic()
+    directory = bench_dir("gate")
+    fs = filesystem_of(directory)
+    if fs.is_tmpfs:
+        raise RuntimeError(f"{directory} is on {fs.fstype}: the journal needs a real disk")
+    print(f"figure 1: gate cost, journal directory {directory} ({fs.fstype} on {fs.device})")
+    built = await prefill(directory, sizes)
+
+    def fresh(name: str, durable: bool = True) -> Callable[[int], Journal]:
+        return lambda n: open_bench_journal(directory / f"{name}-{n}.db", durable=durable)
+
+    subjects: list[Subject] = []
+    for size in sorted(sizes):
+        if size == 0:
+            opener = fresh("journal-0")
+            subjects.append(
+                Subject(
+                    "0 effects",
+                    0,
+                    opener(0),
+                    rotate_every=rotate_every,
+                    opener=opener,
+                )
+            )
+        else:
+            path = directory / f"journal-{size}.db"
+            subjects.append(Subject(f"{size:,} effects", size, open_bench_journal(path)))
+    nosync_opener = fresh("journal-0-nosync", durable=False)
+    nosync = Subject(
+        "0 effects, synchronous=OFF",
+        0,
+        nosync_opener(0),
+        durable=False,
+        rotate_every=rotate_every,
+        opener=nosync_opener,
+    )
+    floor_sqlite = SqliteFloor(directory / "floor.db")
+    floor_fsync = FsyncFloor(directory / "floor.log")
+    ops: list[Callable[..., Awaitable[None]]] = [
+        *(s.one for s in subjects),
+        nosync.one,
+        floor_sqlite.one,
+        floor_fsync.one,
+    ]
+    rng = random.Random(seed)
+    block = max(1, min(block, samples))
+    rounds = -(-samples // block)
+    try:
+        for op in ops:
+            for _ in range(warmup):
+                await op(record=False)
+        gc.collect()
+        print(
+            f"  measuring {len(ops)} series x {rounds * block:,} samples, interleaved in "
+            f"{rounds:,} rounds of {block} consecutive operations each",
+            flush=True,
+        )
+        for r in range(rounds):
+            order = list(ops)
+            rng.shuffle(order)
+            for op in order:
+                for _ in range(block):
+                    await op()
+            if (r + 1) % 50 == 0:
+                print(f"  {(r + 1) * block:,} samples per series", flush=True)
+        series = [Series.of(s) for s in subjects]
+        nosync_series = Series.of(nosync)
+        subjects[0].rotate_every = None  # counting: no rotation inside the traced pass
+        statements = await count_statements(subjects[0], count_n)
+        probe_subject = next((s for s in subjects if s.size_at_start == 10_000), subjects[-1])
+        checkpoint = (
+            await checkpoint_probe(probe_subject, checkpoint_n) if checkpoint_n > 0 else None
+        )
+    finally:
+        for s in (*subjects, nosync):
+            s.journal.close()
+        floor_sqlite.close()
+        floor_fsync.close()
+    prof = await profile(directory, profile_n)
+    return GateCost(
+        directory=str(directory.relative_to(ROOT)),
+        filesystem=fs,
+        samples=rounds * block,
+        block=block,
+        warmup=warmup,
+        seed=seed,
+        prefilled=[built[k] for k in sorted(built)],
+        series=series,
+        nosync=nosync_series,
+        floor_sqlite_us=Dist.of(n / 1000 for n in floor_sqlite.ns),
+        floor_fsync_us=Dist.of(n / 1000 for n in floor_fsync.ns),
+        statements=statements,
+        checkpoint=checkpoint,
+        profile=prof,
+        seconds=time.monotonic() - began,
+    )
+
+
+def run(sizes: list[int], samples: int, **kw: Any) -> GateCost:
+    return asyncio.run(measure(sizes, samples, **kw))
