@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import cProfile
+import functools
 import gc
 import os
 import pstats
@@ -30,7 +31,7 @@ from typing import Any
 
 from interlock_temporal.core.journal import Journal, open_journal
 from interlock_temporal.core.models import VerifyReport
-from interlock_temporal.core.protocol import Call, Delivery, Gate, Ticket
+from interlock_temporal.core.protocol import Call, Delivery, Gate, Measure, Ticket
 from interlock_temporal.core.sqlite_journal import SqliteJournal
 
 from . import ROOT, bench_dir
@@ -83,6 +84,10 @@ class ConstantSend:
         return result
 
 
+def _measure(resource: str, _args: tuple[Any, ...]) -> Measure:
+    return Measure(2_000, resource)
+
+
 def make_call(prefix: str, i: int) -> Call:
     """A new effect, shaped like the support-case refund: a distinct key per ``(prefix, i)``."""
     order = f"o-{prefix}-{i}"
@@ -101,8 +106,7 @@ def make_call(prefix: str, i: int) -> Call:
         principal=PRINCIPAL,
         lease_id=LEASE_ID,
         session=f"wf-{prefix}-{i}",
-        amount_cents=2_000,
-        resource=f"order:{order}",
+        measure=functools.partial(_measure, f"order:{order}"),
         delivery=Delivery(
             workflow_id=f"wf-{prefix}-{i}",
             run_id="run-1",

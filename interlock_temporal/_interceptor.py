@@ -32,7 +32,7 @@ from .core.errors import (
     Refused,
 )
 from .core.journal import Journal, open_journal
-from .core.protocol import Call, Delivery, Done, Gate, Ticket
+from .core.protocol import Call, Delivery, Done, Gate, Measure, Ticket
 
 
 @contextlib.contextmanager
@@ -174,17 +174,25 @@ class _ActivityInbound(temporalio.worker.ActivityInboundInterceptor):
     ) -> Call:
         effect_type = spec.effect_type or info.activity_type
 
-        def extract(fn: Any, what: str) -> Any:
+        def extract(fn: Any, what: str, values: tuple[Any, ...]) -> Any:
             if fn is None:
                 return None
             try:
-                return fn(*args)
+                return fn(*values)
             except Exception as err:
                 raise InvalidEffectInput(
                     f"{effect_type}: the {what} function raised {type(err).__name__}"
                 ) from None
 
-        key = extract(spec.key, "key")
+        def measure(values: tuple[Any, ...]) -> Measure:
+            amount = extract(spec.amount, "amount", values)
+            if amount is not None and (not isinstance(amount, int) or isinstance(amount, bool)):
+                raise InvalidEffectInput(
+                    f"{effect_type}: the amount function must return int cents"
+                )
+            return Measure(amount, extract(spec.resource, "resource", values))
+
+        key = extract(spec.key, "key", args)
         if spec.key is not None and key is None:
             raise InvalidEffectInput(f"{effect_type}: the key function returned None")
         return Call(
@@ -197,8 +205,7 @@ class _ActivityInbound(temporalio.worker.ActivityInboundInterceptor):
             principal=authority.principal if authority else None,
             lease_id=authority.lease_id if authority else None,
             session=(authority.session if authority else None) or info.workflow_id,
-            amount_cents=extract(spec.amount, "amount"),
-            resource=extract(spec.resource, "resource"),
+            measure=measure if spec.amount or spec.resource else None,
             delivery=Delivery(
                 workflow_id=info.workflow_id,
                 run_id=info.workflow_run_id,

@@ -34,6 +34,7 @@ from interlock_temporal.core import (
     Journal,
     JournalHead,
     Kind,
+    Measure,
     Receipt,
     Refused,
     VerifyReport,
@@ -79,7 +80,7 @@ def _call(req: RefundRequest, lease_id: str) -> Call:
         premises_field="premises",
         principal="refund-bot",
         lease_id=lease_id,
-        amount_cents=req.amount_cents,
+        measure=lambda args: Measure(RefundRequest.model_validate(args[0]).amount_cents),
     )
 
 

@@ -32,7 +32,7 @@ from interlock_temporal.core.errors import (
 from interlock_temporal.core.identity import digest, effect_id
 from interlock_temporal.core.journal import Journal
 from interlock_temporal.core.models import FINAL_STATES, Change, Entry, Found, Kind
-from interlock_temporal.core.protocol import Call, Done, Gate, Ticket
+from interlock_temporal.core.protocol import Call, Done, Gate, Measure, Ticket
 from interlock_temporal.targets.payments import (
     RefundRequest,
     RefundResult,
@@ -196,7 +196,9 @@ def make_call(
         premises_field="premises",
         principal=principal,
         lease_id=lease_id,
-        amount_cents=amount if amount_cents is None else amount_cents,
+        measure=lambda _args, cents=amount if amount_cents is None else amount_cents: Measure(
+            cents
+        ),
         last_attempt=last_attempt,
     )
 
@@ -917,8 +919,7 @@ def refund_call(req: RefundRequest, lease_id: str, **kw: Any) -> Call:
         premises_field="premises",
         principal=PRINCIPAL,
         lease_id=lease_id,
-        amount_cents=req.amount_cents,
-        resource=f"order:{req.order_id}",
+        measure=lambda args: Measure(args[0].amount_cents, f"order:{args[0].order_id}"),
         decode_args=lambda blob: (RefundRequest.model_validate(blob[0]),),
         **kw,
     )

@@ -31,7 +31,7 @@ from interlock_temporal.targets.payments import RefundRequest, RefundResult, Sim
 from interlock_temporal.testing import DevServer
 from workers.scenarios import ORDER, SCENARIOS, run_in, the_effect_id
 from workers.server_world import ServerWorld
-from workflows.activities import refund_key, support_activities
+from workflows.activities import REFUND_EFFECT, support_activities
 from workflows.support_case import CaseFile, CaseOutcome, SupportCase
 
 from .server_workflows import CallActivity, ParentActsAs
@@ -91,13 +91,7 @@ class Rig:
 
 def sync_refund_activity(payments: SimulatedPayments) -> Any:
     @activity.defn(name="refund_sync")
-    @gated(
-        target=payments,
-        key=refund_key,
-        premises="premises",
-        amount=lambda r: r.amount_cents,
-        resource=lambda r: f"order:{r.order_id}",
-    )
+    @gated(target=payments, **REFUND_EFFECT)
     def refund_sync(r: RefundRequest) -> RefundResult:
         return payments.refund_sync(
             r.order_id, r.amount_cents, idempotency_key=current_effect().effect_id

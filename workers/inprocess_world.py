@@ -11,14 +11,14 @@ from typing import Any
 from interlock_temporal.core.errors import Ambiguous, InFlight, Refused
 from interlock_temporal.core.journal import Journal
 from interlock_temporal.core.models import Kind
-from interlock_temporal.core.protocol import Call, Delivery, Gate, Ticket
+from interlock_temporal.core.protocol import Call, Delivery, Gate, Measure, Ticket
 from interlock_temporal.targets.payments import (
     RefundRequest,
     RefundResult,
     SimulatedCrash,
     SimulatedPayments,
 )
-from workflows.activities import refund_key
+from workflows.activities import REFUND_EFFECT, refund_amount, refund_key, refund_resource
 from workflows.support_case import CaseFile, CaseOutcome
 
 from .scenarios import Observed, World, new_workflow_id, open_world_journal, the_effect_id
@@ -34,12 +34,11 @@ def refund_call(req: RefundRequest, case: CaseFile, workflow_id: str, attempt: i
         input=req,
         args=(req,),
         key=refund_key(req),
-        premises_field="premises",
+        premises_field=REFUND_EFFECT["premises"],
         principal=case.principal,
         lease_id=case.lease_id,
         session=workflow_id,
-        amount_cents=req.amount_cents,
-        resource=f"order:{req.order_id}",
+        measure=lambda args: Measure(refund_amount(args[0]), refund_resource(args[0])),
         delivery=Delivery(workflow_id=workflow_id, activity_id="2", attempt=attempt),
         decode_args=lambda blob: (RefundRequest.model_validate(blob[0]),),
     )

@@ -19,6 +19,23 @@ def refund_key(r: RefundRequest) -> dict[str, str]:
     return {"case": r.case_id, "order": r.order_id}
 
 
+def refund_amount(r: RefundRequest) -> int:
+    return r.amount_cents
+
+
+def refund_resource(r: RefundRequest) -> str:
+    return f"order:{r.order_id}"
+
+
+#: how a refund is gated: its identity, the premises it carries, what its lease checks
+REFUND_EFFECT: dict[str, Any] = {
+    "key": refund_key,
+    "premises": "premises",
+    "amount": refund_amount,
+    "resource": refund_resource,
+}
+
+
 def support_activities(payments: SimulatedPayments) -> list[Callable[..., Any]]:
     @activity.defn(name="decide_refund")
     async def decide_refund(case: CaseFile) -> RefundRequest:
@@ -33,13 +50,7 @@ def support_activities(payments: SimulatedPayments) -> list[Callable[..., Any]]:
         )
 
     @activity.defn(name="refund")
-    @gated(
-        target=payments,
-        key=refund_key,
-        premises="premises",
-        amount=lambda r: r.amount_cents,
-        resource=lambda r: f"order:{r.order_id}",
-    )
+    @gated(target=payments, **REFUND_EFFECT)
     async def refund(r: RefundRequest) -> RefundResult:
         return await payments.refund(
             r.order_id, r.amount_cents, idempotency_key=current_effect().idempotency_key

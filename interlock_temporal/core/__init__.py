@@ -28,7 +28,7 @@ from .models import (
     Receipt,
     VerifyReport,
 )
-from .protocol import Call, Delivery, Done, Gate, Ticket
+from .protocol import Call, Delivery, Done, Gate, Measure, Ticket
 from .receipts import EffectView, fold, receipt, receipt_of
 from .signing import HmacKey, Keyring
 from .targets import Capabilities, EffectTarget, capabilities
@@ -66,6 +66,7 @@ __all__ = [
     "Kind",
     "Lease",
     "LeaseStore",
+    "Measure",
     "RawEntry",
     "Receipt",
     "Refused",

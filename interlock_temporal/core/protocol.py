@@ -14,12 +14,13 @@ import socket
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any
 
 from . import premises as premise
 from .claims import Claim
 from .errors import Ambiguous, HeadConflict, InFlight, InvalidCall, Refused
-from .identity import UnserializableInput, canonical, digest, effect_id, jsonable
+from .identity import UnserializableInput, canonical, canonical_json, digest, effect_id, jsonable
 from .journal import Journal
 from .leases import Demand, check_lease
 from .models import Change, Draft, Entry, Kind, Lease, Receipt
@@ -77,12 +78,32 @@ class Call:
     principal: str | None = None
     lease_id: str | None = None
     session: str | None = None
-    amount_cents: int | None = None
-    resource: str | None = None
+    #: what a lease may cap, read from the arguments the body will receive; recovery reads it
+    #: again from the recorded approved input, so a lease is checked against what is sent
+    measure: Callable[[tuple[Any, ...]], Measure] | None = None
     delivery: Delivery = field(default_factory=Delivery)
     last_attempt: bool = False
     #: turns the recorded approved input (JSON data) back into the body's argument types
     decode_args: Callable[[list[Any]], tuple[Any, ...]] | None = None
+
+    @cached_property
+    def args_json(self) -> list[Any]:
+        """The arguments as JSON data, computed once per attempt."""
+        try:
+            data: list[Any] = jsonable(list(self.args))
+        except UnserializableInput as err:
+            raise InvalidCall(f"the input of {self.activity} is not JSON data: {err}") from None
+        return data
+
+    @cached_property
+    def args_canonical(self) -> bytes:
+        return canonical_json(self.args_json)
+
+
+@dataclass(frozen=True)
+class Measure:
+    amount_cents: int | None = None
+    resource: str | None = None
 
 
 @dataclass
@@ -252,7 +273,7 @@ class Gate:
         recorded = decided if decided is not None else current
         changes = await premise.validate(target, recorded, current, call.input)
         approved = call.args
-        approved_json = canonical(list(approved))
+        approved_json = call.args_canonical
         approved_digest = hashlib.sha256(approved_json).hexdigest()
         proposed = Draft(
             kind=Kind.PROPOSED,
@@ -270,7 +291,8 @@ class Gate:
                 "delivery": _delivery(call),
             },
         )
-        demand = Demand(call.principal, call.activity, call.amount_cents, call.resource)
+        measured = call.measure(approved) if call.measure else Measure()
+        demand = Demand(call.principal, call.activity, measured.amount_cents, measured.resource)
 
         def build(lease: Lease | None) -> list[Draft]:
             problem: str | None
@@ -304,11 +326,7 @@ class Gate:
             build,
             effect_type=call.effect_type,
             lease_id=call.lease_id,
-            blobs={
-                "approved": approved_json,
-                # argument values the lease is checked against: beside the entries, not in them
-                "demand": {"amount_cents": call.amount_cents, "resource": call.resource},
-            },
+            blobs={"approved": approved_json},
         )
         self._raise_if_refused(eid, written)
         self._point("after_dispatch_tx", eid)
@@ -368,12 +386,12 @@ class Gate:
             and view.first_dispatch_ts is not None
             and (target_clock(target) - view.first_dispatch_ts < caps.dedupe_window.total_seconds())
         )
-        recorded_demand = self.journal.blob(eid, "demand") or {}
+        measured = call.measure(args) if call.measure else Measure()
         demand = Demand(
             view.principal,
             view.activity or call.activity,
-            recorded_demand.get("amount_cents"),
-            recorded_demand.get("resource"),
+            measured.amount_cents,
+            measured.resource,
         )
         outcome: dict[str, str] = {}
 
@@ -440,7 +458,7 @@ class Gate:
 
     def _approved_args(self, call: Call, view: EffectView) -> tuple[Any, ...]:
         """Recovery resends the recorded approved input, never one derived again."""
-        if view.approved_digest == digest(jsonable(list(call.args))):
+        if view.approved_digest == hashlib.sha256(call.args_canonical).hexdigest():
             return call.args
         blob = self.journal.blob(view.effect_id, "approved")
         if blob is None or digest(blob) != view.approved_digest:
@@ -621,7 +639,7 @@ class Gate:
 
 def proposed_payload(call: Call) -> list[Any]:
     """The input as proposed, as JSON data, without the decision-time premises it carries."""
-    data: list[Any] = jsonable(list(call.args))
+    data = list(call.args_json)
     field_name = call.premises_field
     if field_name is not None and data and isinstance(data[0], dict):
         data[0] = {k: v for k, v in data[0].items() if k != field_name}
@@ -632,7 +650,7 @@ def decision_premises(call: Call) -> dict[str, Any] | None:
     """The premises the agent captured when it decided, if the input carries them."""
     if call.premises_field is None or not call.args:
         return None
-    first = jsonable(call.args[0])
+    first = call.args_json[0]
     value = first.get(call.premises_field) if isinstance(first, dict) else None
     return dict(value) if isinstance(value, dict) else None
 

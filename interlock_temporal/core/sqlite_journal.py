@@ -20,19 +20,22 @@ from .models import EffectRow, Entry, JournalHead, Kind, Lease
 from .signing import Keyring
 
 _MIGRATIONS: list[str] = [
-    # 1: entries, the effect index, values beside entries, leases
+    # 1: entries, the effect index, values beside entries, leases. Few indexes on purpose:
+    # every index is a page the dispatch and commit transactions must write and fsync.
     """
     CREATE TABLE entries (
         seq       INTEGER PRIMARY KEY,
         effect_id TEXT NOT NULL,
         kind      TEXT NOT NULL,
         prev      TEXT NOT NULL,
-        hash      TEXT NOT NULL UNIQUE,
+        hash      TEXT NOT NULL,
         key_id    TEXT NOT NULL,
         sig       TEXT NOT NULL,
-        body      BLOB NOT NULL,
-        UNIQUE (effect_id, prev)
+        body      BLOB NOT NULL
     );
+    -- no chain forks: one successor per entry (64 bits of prev are plenty to tell them apart,
+    -- and keep this index, which every append writes, small)
+    CREATE UNIQUE INDEX entries_chain ON entries (effect_id, substr(prev, 1, 16));
     CREATE TABLE effects (
         effect_id         TEXT PRIMARY KEY,
         effect_type       TEXT NOT NULL,
@@ -42,14 +45,14 @@ _MIGRATIONS: list[str] = [
         updated_ts        REAL NOT NULL,
         first_dispatch_ts REAL,
         last_dispatch_ts  REAL
-    );
-    CREATE INDEX effects_status ON effects (status, updated_ts);
+    ) WITHOUT ROWID;
+    CREATE INDEX effects_in_doubt ON effects (last_dispatch_ts) WHERE status = 'DISPATCHED';
     CREATE TABLE blobs (
         effect_id TEXT NOT NULL,
         name      TEXT NOT NULL,
         value     TEXT NOT NULL,
         PRIMARY KEY (effect_id, name)
-    );
+    ) WITHOUT ROWID;
     CREATE TABLE leases (
         lease_id   TEXT PRIMARY KEY,
         doc        TEXT NOT NULL
@@ -61,6 +64,14 @@ assert len(_MIGRATIONS) == SCHEMA_VERSION
 _ROW_COLUMNS = (
     "effect_id, effect_type, status, head, head_seq, updated_ts, first_dispatch_ts, "
     "last_dispatch_ts"
+)
+
+
+#: what was started and never confirmed, oldest send first; "older than" counts from the last
+#: send, so annotations appended since do not hide an effect
+IN_DOUBT_SQL = (
+    f"SELECT {_ROW_COLUMNS} FROM effects WHERE status = 'DISPATCHED' AND last_dispatch_ts <= ? "
+    "ORDER BY last_dispatch_ts"
 )
 
 
@@ -144,8 +155,10 @@ class SqliteJournal(Journal):
             self._db = sqlite3.connect(
                 self.path, isolation_level=None, check_same_thread=False, timeout=busy_timeout_s
             )
-            self._db.execute("PRAGMA journal_mode=WAL")
+            self._enter_wal(busy_timeout_s)
             self._db.execute("PRAGMA synchronous=FULL")
+            # keep the indexes' pages in memory as the journal grows (up to 16 MiB)
+            self._db.execute("PRAGMA cache_size=-16384")
             self._db.execute(f"PRAGMA busy_timeout={int(busy_timeout_s * 1000)}")
             self._migrate()
         except sqlite3.Error as err:
@@ -162,6 +175,24 @@ class SqliteJournal(Journal):
             except BaseException:
                 self._close_quietly()
                 raise
+
+    def _enter_wal(self, timeout_s: float) -> None:
+        """Switch to WAL. Several processes opening a new journal at once can find it locked
+        while one of them switches: the switch does not wait on the busy handler, so retry."""
+        deadline = time.monotonic() + timeout_s
+        delay = 0.005
+        while True:
+            try:
+                mode = self._db.execute("PRAGMA journal_mode=WAL").fetchone()[0]
+            except sqlite3.OperationalError as err:
+                if "locked" not in str(err) or time.monotonic() > deadline:
+                    raise
+                time.sleep(delay)
+                delay = min(delay * 2, 0.1)
+                continue
+            if str(mode).lower() != "wal":
+                raise JournalUnavailable(f"journal {self.url}: WAL mode is not available")
+            return
 
     def _close_quietly(self) -> None:
         db = getattr(self, "_db", None)
@@ -268,22 +299,16 @@ class SqliteJournal(Journal):
                     key=self.keyring.signing,
                     data=draft.data,
                 )
-                db.execute(
-                    "INSERT INTO entries (seq, effect_id, kind, prev, hash, key_id, sig, body) "
-                    "VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-                    (
-                        seq,
-                        effect_id,
-                        entry.kind.value,
-                        prev,
-                        entry.hash,
-                        entry.key_id,
-                        entry.sig,
-                        entry.body,
-                    ),
-                )
                 written.append(entry)
                 prev = entry.hash
+            db.executemany(
+                "INSERT INTO entries (seq, effect_id, kind, prev, hash, key_id, sig, body) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                [
+                    (e.seq, e.effect_id, e.kind.value, e.prev, e.hash, e.key_id, e.sig, e.body)
+                    for e in written
+                ],
+            )
             status = state_kind(drafts, Kind(row[1]) if row else None)
             if status is None:
                 raise ValueError("a new effect must start with a state entry, not annotations")
@@ -339,22 +364,23 @@ class SqliteJournal(Journal):
         older_than: float | None = None,
         limit: int | None = None,
     ) -> list[EffectRow]:
-        where: list[str] = []
-        params: list[Any] = []
         if in_doubt:
-            where.append("status = ?")
-            params.append(Kind.DISPATCHED.value)
-        elif status is not None:
-            where.append("status = ?")
-            params.append(status.value)
-        if older_than is not None:
-            # in doubt: how long since the last send went out (annotations do not reset it)
-            where.append("last_dispatch_ts <= ?" if in_doubt else "updated_ts <= ?")
-            params.append(time.time() - older_than)
-        sql = f"SELECT {_ROW_COLUMNS} FROM effects"
-        if where:
-            sql += " WHERE " + " AND ".join(where)
-        sql += " ORDER BY updated_ts DESC"
+            # the literal status lets SQLite use the partial in-doubt index
+            sql = IN_DOUBT_SQL
+            params: list[Any] = [time.time() - (older_than or 0.0)]
+        else:
+            where: list[str] = []
+            params = []
+            if status is not None:
+                where.append("status = ?")
+                params.append(status.value)
+            if older_than is not None:
+                where.append("updated_ts <= ?")
+                params.append(time.time() - older_than)
+            sql = f"SELECT {_ROW_COLUMNS} FROM effects"
+            if where:
+                sql += " WHERE " + " AND ".join(where)
+            sql += " ORDER BY updated_ts DESC"
         if limit is not None:
             sql += f" LIMIT {int(limit)}"
         with self._lock:
