@@ -16,6 +16,7 @@ from temporalio.common import RawValue
 from temporalio.converter import PayloadConverter
 
 from ._errors import InterlockNotInstalled, InvalidEffectInput
+from .core.protocol import Measure
 from .core.targets import EffectTarget
 
 P = ParamSpec("P")
@@ -67,6 +68,7 @@ class GateSpec:
     resource: Callable[..., str | None] | None
     param_names: tuple[str, ...]
     arg_types: tuple[Any, ...]
+    return_type: Any
     is_async: bool
     _adapters: dict[int, TypeAdapter[Any]] = field(default_factory=dict, compare=False)
 
@@ -102,6 +104,39 @@ class GateSpec:
                 ) from None
             values.append(value)
         return tuple(values)
+
+    def _extract(self, fn: Any, what: str, args: tuple[Any, ...], label: str) -> Any:
+        try:
+            return fn(*args)
+        except Exception as err:
+            raise InvalidEffectInput(
+                f"{label}: the {what} function raised {type(err).__name__}"
+            ) from None
+
+    def key_of(self, args: tuple[Any, ...], label: str) -> Any:
+        """The approved decision's key (None: the whole input is the key)."""
+        if self.key is None:
+            return None
+        key = self._extract(self.key, "key", args, label)
+        if key is None:
+            raise InvalidEffectInput(f"{label}: the key function returned None")
+        return key
+
+    def measurer(self, label: str) -> Callable[[tuple[Any, ...]], Measure] | None:
+        """Reads what a lease may cap from arguments (proposed, or recorded and approved)."""
+        if self.amount is None and self.resource is None:
+            return None
+
+        def measure(args: tuple[Any, ...]) -> Measure:
+            amount = self._extract(self.amount, "amount", args, label) if self.amount else None
+            if amount is not None and (not isinstance(amount, int) or isinstance(amount, bool)):
+                raise InvalidEffectInput(f"{label}: amount must return int cents")
+            resource = (
+                self._extract(self.resource, "resource", args, label) if self.resource else None
+            )
+            return Measure(amount, resource)
+
+        return measure
 
     def decode_json(self, data: list[Any]) -> tuple[Any, ...]:
         """The recorded approved input (JSON data) as the body's argument types."""
@@ -198,6 +233,7 @@ def gated(
             resource=resource,
             param_names=tuple(p.name for p in params),
             arg_types=tuple(hints[p.name] for p in params),
+            return_type=hints.get("return"),
             is_async=is_async,
         )
 

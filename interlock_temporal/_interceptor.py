@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import logging
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime, timedelta
 from typing import Any, NoReturn
@@ -24,6 +25,7 @@ from ._errors import (
     JournalUnavailableError,
 )
 from ._gated import EffectContext, GateSpec, _current, spec_of
+from ._review import ReviewDesk
 from .core.errors import (
     Ambiguous,
     InFlight,
@@ -32,7 +34,11 @@ from .core.errors import (
     Refused,
 )
 from .core.journal import Journal, open_journal
-from .core.protocol import Call, Delivery, Done, Gate, Measure, Ticket
+from .core.models import Kind
+from .core.protocol import Call, Delivery, Done, Gate, Ticket
+from .core.review import ReviewRules
+
+log = logging.getLogger("interlock_temporal")
 
 
 @contextlib.contextmanager
@@ -90,13 +96,18 @@ class InterlockInterceptor(temporalio.worker.Interceptor):
         *,
         signing_key: str | bytes | None = None,
         on_point: Callable[[str, str], None] | None = None,
+        client: temporalio.client.Client | None = None,
+        review_rules: ReviewRules | None = None,
     ) -> None:
         self._journal_arg = journal
         self._signing_key = signing_key
         self._on_point = on_point
         self._gate: Gate | None = None
         #: the worker's client, for thread-pool activities (they have no activity.client())
-        self.client: temporalio.client.Client | None = None
+        self.client: temporalio.client.Client | None = client
+        self.desk = ReviewDesk(
+            lambda: self.gate, lambda: self.client, review_rules or ReviewRules()
+        )
 
     @property
     def journal(self) -> Journal:
@@ -139,6 +150,19 @@ class _ActivityInbound(temporalio.worker.ActivityInboundInterceptor):
         if spec is None:
             return await self.next.execute_activity(input)
         info = temporalio.activity.info()
+        self._root.desk.specs.setdefault(info.activity_type, spec)
+        try:
+            return await self._gated(spec, info, input)
+        except AmbiguousEffect as err:
+            await self._open_review(err.receipt.effect_id, info)
+            raise
+
+    async def _gated(
+        self,
+        spec: GateSpec,
+        info: temporalio.activity.Info,
+        input: temporalio.worker.ExecuteActivityInput,
+    ) -> Any:
         args = spec.decode(input.args, temporalio.activity.payload_converter())
         call = self._call(spec, info, args, read_authority(input.headers))
         with _as_temporal_errors():
@@ -165,6 +189,16 @@ class _ActivityInbound(temporalio.worker.ActivityInboundInterceptor):
             _current.reset(token)
         return await _uncancellable(task)
 
+    async def _open_review(self, effect_id: str, info: temporalio.activity.Info) -> None:
+        """Every AMBIGUOUS raise makes sure the review exists and this workflow hears of its
+        outcome; failing to reach Temporal must not hide the AmbiguousEffect itself."""
+        try:
+            await self._root.desk.open(
+                effect_id, task_queue=info.task_queue, subscriber=info.workflow_id
+            )
+        except Exception as err:
+            log.warning("could not open the review of effect %s: %s", effect_id[:16], err)
+
     def _call(
         self,
         spec: GateSpec,
@@ -173,28 +207,7 @@ class _ActivityInbound(temporalio.worker.ActivityInboundInterceptor):
         authority: Authority | None,
     ) -> Call:
         effect_type = spec.effect_type or info.activity_type
-
-        def extract(fn: Any, what: str, values: tuple[Any, ...]) -> Any:
-            if fn is None:
-                return None
-            try:
-                return fn(*values)
-            except Exception as err:
-                raise InvalidEffectInput(
-                    f"{effect_type}: the {what} function raised {type(err).__name__}"
-                ) from None
-
-        def measure(values: tuple[Any, ...]) -> Measure:
-            amount = extract(spec.amount, "amount", values)
-            if amount is not None and (not isinstance(amount, int) or isinstance(amount, bool)):
-                raise InvalidEffectInput(
-                    f"{effect_type}: the amount function must return int cents"
-                )
-            return Measure(amount, extract(spec.resource, "resource", values))
-
-        key = extract(spec.key, "key", args)
-        if spec.key is not None and key is None:
-            raise InvalidEffectInput(f"{effect_type}: the key function returned None")
+        key = spec.key_of(args, effect_type)
         return Call(
             effect_type=effect_type,
             activity=info.activity_type,
@@ -205,7 +218,7 @@ class _ActivityInbound(temporalio.worker.ActivityInboundInterceptor):
             principal=authority.principal if authority else None,
             lease_id=authority.lease_id if authority else None,
             session=(authority.session if authority else None) or info.workflow_id,
-            measure=measure if spec.amount or spec.resource else None,
+            measure=spec.measurer(effect_type),
             delivery=Delivery(
                 workflow_id=info.workflow_id,
                 run_id=info.workflow_run_id,
@@ -239,7 +252,9 @@ class _ActivityInbound(temporalio.worker.ActivityInboundInterceptor):
                 step.release()
                 raise
             with _as_temporal_errors():
-                await gate.commit(step, result)
+                done = await gate.commit(step, result)
+            if done.after is Kind.AMBIGUOUS:
+                await self._root.desk.settled(step.effect_id)
             return result
         finally:
             if heartbeat is not None:

@@ -3,17 +3,23 @@
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
+from datetime import timedelta
 
 import temporalio.worker
+from temporalio.activity import _Definition
+from temporalio.common import WorkflowIDConflictPolicy
 from temporalio.contrib.pydantic import PydanticPayloadConverter, pydantic_data_converter
 from temporalio.converter import DataConverter, DefaultPayloadConverter
 from temporalio.plugin import SimplePlugin
 from temporalio.worker import WorkflowRunner
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner
 
+from ._gated import spec_of
 from ._interceptor import InterlockInterceptor
+from ._review import EffectReview, Reconciler, ReconcileRequest
 from .core.journal import Journal
+from .core.review import ReviewRules
 
 PASSTHROUGH = ("interlock_temporal", "rfc8785", "pydantic", "pydantic_core")
 
@@ -40,11 +46,16 @@ def _with_passthrough(runner: WorkflowRunner | None) -> WorkflowRunner:
 
 class InterlockPlugin(SimplePlugin):
     """Register on the client (``Client.connect(..., plugins=[InterlockPlugin(...)])``); workers
-    built from that client get the interceptor, the data converter and sandbox passthrough.
+    built from that client get the interceptor, the ``EffectReview`` and reconciler workflows
+    with their activities, the data converter and sandbox passthrough.
 
     ``journal``: a URL (``sqlite:///interlock.db``) or an open ``Journal``.
     ``signing_key``: the journal's signing key (default: ``INTERLOCK_SIGNING_KEY``, else a key
     file beside a SQLite journal).
+    ``review``: who may decide reviews, how many must agree, a deadline.
+    ``review_task_queue``: where reviews run (default: the gated activity's task queue).
+    ``reconcile_every``: also run the reconciler on each worker's task queue this often, for
+    effects in doubt longer than ``reconcile_older_than``.
     ``on_point``: called at each named point of the protocol (tests use it to kill a worker at
     an exact step: ``interlock_temporal.testing.kill_at``).
     """
@@ -54,21 +65,59 @@ class InterlockPlugin(SimplePlugin):
         journal: Journal | str = "sqlite:///interlock.db",
         *,
         signing_key: str | bytes | None = None,
+        review: ReviewRules | None = None,
+        review_task_queue: str | None = None,
+        reconcile_every: timedelta | None = None,
+        reconcile_older_than: timedelta = timedelta(seconds=60),
         on_point: Callable[[str, str], None] | None = None,
     ) -> None:
-        self.interceptor = InterlockInterceptor(journal, signing_key=signing_key, on_point=on_point)
+        self.interceptor = InterlockInterceptor(
+            journal, signing_key=signing_key, on_point=on_point, review_rules=review
+        )
+        desk = self.interceptor.desk
+        desk.task_queue = review_task_queue
+        self._reconcile = (
+            None
+            if reconcile_every is None
+            else ReconcileRequest(
+                older_than_s=reconcile_older_than.total_seconds(),
+                every_s=reconcile_every.total_seconds(),
+            )
+        )
         super().__init__(
             "interlock_temporal.InterlockPlugin",
             data_converter=_with_pydantic,
             interceptors=[self.interceptor],
             workflow_runner=_with_passthrough,
+            workflows=[EffectReview, Reconciler],
+            activities=[desk.record_decision, desk.reconcile],
         )
 
     def configure_worker(
         self, config: temporalio.worker.WorkerConfig
     ) -> temporalio.worker.WorkerConfig:
         self.interceptor.client = config.get("client")
-        _ = (
-            self.interceptor.gate
-        )  # open the journal now: a bad URL or key fails the worker, not an activity
+        for fn in config.get("activities") or []:
+            spec = spec_of(fn)
+            if spec is not None:
+                self.interceptor.desk.specs[_Definition.must_from_callable(fn).name or ""] = spec
+        # open the journal now: a bad URL or key fails the worker, not its first activity
+        _ = self.interceptor.gate
         return super().configure_worker(config)
+
+    async def run_worker(
+        self,
+        worker: temporalio.worker.Worker,
+        next: Callable[[temporalio.worker.Worker], Awaitable[None]],
+    ) -> None:
+        if self._reconcile is not None:
+            task_queue = worker.config()["task_queue"]
+            await worker.client.start_workflow(
+                Reconciler.run,
+                self._reconcile,
+                id=f"interlock-reconciler-{task_queue}",
+                task_queue=task_queue,
+                id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
+                static_summary="Interlock: finds effects left in doubt",
+            )
+        await super().run_worker(worker, next)

@@ -77,6 +77,9 @@ MONEY: dict[str, dict[int, Money]] = {
     "key_expired": {1: COMMITTED_20, 2: COMMITTED_20, 3: AMBIGUOUS_20},
     "in_flight_race": _all(Money(Kind.COMMITTED, 2_000, ("api",), calls=1)),
     "concurrent_submit": _all(Money(Kind.COMMITTED, 2_000, ("api",), calls=1)),
+    # rows 13 and 14 exist at tier 3 only: a person decides what nobody could know
+    "ambiguous_resolved_happened": {3: Money(Kind.RESOLVED, 2_000, ("api",), calls=1)},
+    "ambiguous_resolved_not_happened": {3: Money(Kind.COMMITTED, 2_000, ("api",), calls=1)},
 }
 
 ROWS = sorted(SCENARIOS.values(), key=lambda s: s.number)
@@ -84,7 +87,9 @@ ROWS = sorted(SCENARIOS.values(), key=lambda s: s.number)
 
 def test_every_row_of_the_table_is_covered() -> None:
     assert set(MONEY) == set(SCENARIOS)
-    assert [s.number for s in ROWS] == list(range(1, 13))
+    assert [s.number for s in ROWS] == list(range(1, 15))
+    for s in ROWS:
+        assert set(MONEY[s.name]) == set(s.expect), s.name
 
 
 @pytest.fixture
@@ -101,9 +106,10 @@ def payments_after(tmp_path: Path) -> Iterator[Any]:
         p.close()
 
 
-@pytest.mark.parametrize("tier", TIERS, ids=lambda t: f"t{t}")
 @pytest.mark.parametrize(
-    "name", [s.name for s in ROWS], ids=lambda n: f"{SCENARIOS[n].number:02}-{n}"
+    ("name", "tier"),
+    [(s.name, t) for s in ROWS for t in sorted(MONEY[s.name])],
+    ids=lambda v: f"t{v}" if isinstance(v, int) else f"{SCENARIOS[v].number:02}-{v}",
 )
 async def test_row(name: str, tier: int, tmp_path: Path, payments_after: Any) -> None:
     result = await run_in_process(name, tier, tmp_path)

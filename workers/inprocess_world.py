@@ -12,6 +12,8 @@ from interlock_temporal.core.errors import Ambiguous, InFlight, Refused
 from interlock_temporal.core.journal import Journal
 from interlock_temporal.core.models import Kind
 from interlock_temporal.core.protocol import Call, Delivery, Gate, Measure, Ticket
+from interlock_temporal.core.receipts import fold
+from interlock_temporal.core.review import record_resolution
 from interlock_temporal.targets.payments import (
     RefundRequest,
     RefundResult,
@@ -53,6 +55,7 @@ class Run:
         self.workflow_id = new_workflow_id()
         self.attempt = 0
         self.crashed = False
+        self.waiting = False
         self.outcome: CaseOutcome | None = None
         self.request = RefundRequest(
             case_id=case.case_id,
@@ -103,6 +106,21 @@ class Run:
                 return
             if self.outcome is None:
                 await asyncio.sleep(0.002)
+            elif self.outcome.status == "AMBIGUOUS" and self.case.wait_for_review:
+                self.outcome, self.waiting = None, True  # execute_effect waits for a person
+                return
+
+    async def after_review(self) -> None:
+        """What execute_effect does once the review is decided."""
+        view = fold(self.workflow_effect(), self.world.journal.read(self.workflow_effect()))
+        self.waiting = False
+        if view.status is Kind.RESOLVED and view.resolution == "happened":
+            self.outcome = CaseOutcome(case_id=self.case.case_id, status="RESOLVED")
+            return
+        await self.drive()
+
+    def workflow_effect(self) -> str:
+        return Gate.identify(refund_call(self.request, self.case, self.workflow_id, 1))[0]
 
 
 class InProcessWorld(World):
@@ -117,6 +135,7 @@ class InProcessWorld(World):
         self.payments = SimulatedPayments(workdir / "payments.db", tier=tier)
         self.gate = Gate(self.journal)
         self._others: list[Journal] = []
+        self.runs: list[Run] = []
 
     def other_worker(self) -> Gate:
         """A gate on its own journal connection and claims, as another process would have."""
@@ -126,8 +145,24 @@ class InProcessWorld(World):
 
     async def start(self, case: CaseFile) -> Run:
         run = Run(self, case)
+        self.runs.append(run)
         await run.drive()
         return run
+
+    async def resolve(self, decision: str, operator: str, note: str = "") -> None:
+        run = self.runs[-1]
+        if not run.waiting:
+            await run.drive()
+        if not run.waiting:
+            raise RuntimeError("the run is not waiting for a review")
+        record_resolution(
+            self.journal,
+            run.workflow_effect(),
+            kind="ambiguous",
+            decision=decision,
+            operators=[operator],
+            note=note,
+        )
 
     async def crashed(self, run: Any) -> None:
         if not run.crashed:
@@ -138,6 +173,8 @@ class InProcessWorld(World):
         self.gate = Gate(self.journal)
 
     async def result(self, run: Any) -> CaseOutcome:
+        if run.waiting:
+            await run.after_review()
         if run.outcome is None:
             await run.drive()
         if run.outcome is None:

@@ -39,6 +39,7 @@ REFUND_CENTS = 2_000
 REDECIDED_CENTS = 3_000
 LEASE_MAX_CENTS = 5_000
 PRINCIPAL = "refund-bot"
+OPERATOR = "carol"
 
 
 @dataclass(frozen=True)
@@ -107,6 +108,10 @@ class World(ABC):
 
     async def submit(self, case: CaseFile) -> CaseOutcome:
         return await self.result(await self.start(case))
+
+    @abstractmethod
+    async def resolve(self, decision: str, operator: str, note: str = "") -> None:
+        """A person decides the effect's review (once it is open)."""
 
     @abstractmethod
     async def in_flight_race(self) -> Observed: ...
@@ -199,6 +204,26 @@ async def key_expired(w: World) -> Observed:
 
 async def in_flight_race(w: World) -> Observed:
     return await w.in_flight_race()
+
+
+async def _resolved(w: World, point: str, decision: str) -> Observed:
+    """The row's crash at tier 3 leaves the effect AMBIGUOUS; the workflow waits for a person,
+    who decides the review; the workflow then completes."""
+    w.payments.arm(point, w.kill)  # type: ignore[arg-type]
+    run = await w.start(w.case(wait_for_review=True))
+    await w.crashed(run)
+    await w.restart()
+    await w.resolve(decision, OPERATOR, "checked the payments dashboard")
+    outcome = await w.result(run)
+    return Observed(outcome, {"decision": decision, "operator": OPERATOR})
+
+
+async def ambiguous_resolved_happened(w: World) -> Observed:
+    return await _resolved(w, "after_commit", "happened")
+
+
+async def ambiguous_resolved_not_happened(w: World) -> Observed:
+    return await _resolved(w, "before_send", "not_happened")
 
 
 async def concurrent_submit(w: World) -> Observed:
@@ -332,6 +357,22 @@ SCENARIOS: dict[str, Scenario] = {
             _same(COMMITTED_FIRST),
             concurrent_submit,
         ),
+        Scenario(
+            13,
+            "ambiguous_resolved_happened",
+            "row 3 at t3, then an operator resolves happened",
+            {3: Expect("RESOLVED", frozenset({"resolved"}))},
+            ambiguous_resolved_happened,
+            crash=True,
+        ),
+        Scenario(
+            14,
+            "ambiguous_resolved_not_happened",
+            "row 2 at t3, then an operator resolves not_happened",
+            {3: Expect("COMMITTED", frozenset({"recovery-reapply"}))},
+            ambiguous_resolved_not_happened,
+            crash=True,
+        ),
     ]
 }
 
@@ -405,6 +446,11 @@ def judge(s: Scenario, tier: int, w: World, seen: Observed) -> dict[str, Any]:
         problems.append("the in-flight attempt ran on the stalled worker, not another one")
     if s.name == "concurrent_submit" and seen.extra["distinct_results"] != 1:
         problems.append("the workflows did not all get the one result")
+    if "decision" in seen.extra:
+        if journal_receipt is None or journal_receipt.operator != seen.extra["operator"]:
+            problems.append("the receipt does not name the operator who decided")
+        if seen.outcome.status not in ("REFUNDED", "RESOLVED"):
+            problems.append(f"the workflow ended {seen.outcome.status}, not completed")
     result["expected"] = {
         "final": e.final,
         "via": sorted(e.via),
@@ -419,6 +465,12 @@ def judge(s: Scenario, tier: int, w: World, seen: Observed) -> dict[str, Any]:
 
 async def run_in(world: World, name: str) -> dict[str, Any]:
     scenario = SCENARIOS[name]
+    if world.mode == "gated" and world.tier not in scenario.expect:
+        await world.close()
+        raise ValueError(
+            f"row {scenario.number} ({name}) is defined at tier(s) "
+            f"{', '.join(map(str, sorted(scenario.expect)))} only"
+        )
     world.setup()
     started = time.monotonic()
     try:

@@ -9,9 +9,11 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from temporalio.client import Client, WorkflowHandle
+from temporalio.client import Client, WorkflowExecutionStatus, WorkflowHandle
+from temporalio.service import RPCError
 
 from interlock_temporal.core.models import Kind
+from interlock_temporal.core.review import review_id
 from interlock_temporal.targets.payments import SimulatedPayments
 from interlock_temporal.testing import WorkerProcess
 from workflows.support_case import CaseFile, CaseOutcome, Mode
@@ -109,6 +111,22 @@ class ServerWorld(World):
         if self._killed_at is not None and self.crash_to_completion_s is None:
             self.crash_to_completion_s = round(time.monotonic() - self._killed_at, 3)
         return outcome
+
+    async def resolve(self, decision: str, operator: str, note: str = "") -> None:
+        """What a person does in the Web UI: Send a Signal, ``resolve``, with the JSON."""
+        handle = self.client.get_workflow_handle(review_id("ambiguous", the_effect_id()))
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                description = await handle.describe()
+                if description.status == WorkflowExecutionStatus.RUNNING:
+                    break
+            except RPCError:
+                pass
+            if time.monotonic() > deadline:
+                raise TimeoutError("the review did not open")
+            await asyncio.sleep(0.1)
+        await handle.signal("resolve", {"decision": decision, "operator": operator, "note": note})
 
     async def _until(self, check: Callable[[], bool], timeout: float) -> None:
         deadline = time.monotonic() + timeout

@@ -12,7 +12,7 @@ from typing import Any, Literal
 from pydantic import BaseModel
 from temporalio import workflow
 from temporalio.common import RetryPolicy
-from temporalio.exceptions import ActivityError
+from temporalio.exceptions import ActivityError, ApplicationError
 
 with workflow.unsafe.imports_passed_through():
     from interlock_temporal import Receipt
@@ -32,6 +32,8 @@ class CaseFile(BaseModel):
     principal: str = "refund-bot"
     lease_id: str | None = None
     mode: Mode = "gated"
+    #: when the effect is ambiguous: wait for a person's decision (True) or report it (False)
+    wait_for_review: bool = False
     #: the agent: any activity that takes the case file and returns a RefundRequest
     decision_activity: str = "decide_refund"
     start_to_close_s: float = 10.0
@@ -73,11 +75,13 @@ class SupportCase:
         try:
             if case.mode == "gated":
                 with act_as(case.principal, lease=case.lease_id):
-                    result = await execute_effect("refund", decision, **options)
+                    result = await execute_effect(
+                        "refund", decision, wait_for_review=case.wait_for_review, **options
+                    )
             else:
                 name = "refund_naive" if case.mode == "naive" else "refund_activity_key"
                 result = await workflow.execute_activity(name, decision, **options)
-        except ActivityError as err:
+        except (ActivityError, ApplicationError) as err:
             receipt = receipt_from(err)
             if receipt is None:
                 raise
@@ -87,4 +91,6 @@ class SupportCase:
                 receipt=receipt,
                 error=f"{receipt.code or ''}: {receipt.reason or ''}",
             )
-        return CaseOutcome(case_id=case.case_id, status="REFUNDED", refund=result)
+        # a person attested "happened" without a result: resolved, no refund object to show
+        status = "REFUNDED" if result is not None else "RESOLVED"
+        return CaseOutcome(case_id=case.case_id, status=status, refund=result)

@@ -34,6 +34,7 @@ from .targets import (
     target_clock,
 )
 
+NO_LEASE = "no lease: run the activity under act_as(principal, lease)"
 #: how soon to try again when a live attempt holds the effect
 IN_FLIGHT_RETRY_S = 0.5
 #: named points where the sweep injects crashes (see ``Gate(on_point=...)``)
@@ -113,6 +114,9 @@ class Done:
     effect_id: str
     result: Any
     via: str
+    #: set when this commit arrived after another outcome was recorded (a late writer): the
+    #: state it followed, e.g. AMBIGUOUS (the commit settles a review) or REFUSED (an alarm)
+    after: Kind | None = None
 
 
 @dataclass
@@ -260,6 +264,8 @@ class Gate:
             return Done(eid, self.journal.blob(eid, "result"), "resolved")
         if claim is None:  # pragma: no cover - _unclaimed only passes terminal states
             raise InFlight(eid, "another live attempt holds it", IN_FLIGHT_RETRY_S)
+        if status is Kind.REOPENED:
+            return await self._dispatch_reopened(call, target, view, claim)
         return await self._recover(call, target, view, claim)
 
     # -- 1. nothing recorded: propose, authorise, dispatch in one transaction --------------------
@@ -297,7 +303,7 @@ class Gate:
         def build(lease: Lease | None) -> list[Draft]:
             problem: str | None
             if call.lease_id is None:
-                problem = "no lease: run the activity under act_as(principal, lease)"
+                problem = NO_LEASE
             else:
                 found = check_lease(lease, demand, self.clock())
                 problem = found.detail if found else None
@@ -332,6 +338,61 @@ class Gate:
         self._point("after_dispatch_tx", eid)
         return Ticket(
             eid, written[-1].hash, "dispatch", approved, call.input, 1, target, call, claim
+        )
+
+    async def _dispatch_reopened(
+        self, call: Call, target: EffectTarget, view: EffectView, claim: Claim
+    ) -> Ticket:
+        """A person reopened a refused effect: authorise it afresh, under the caller's authority
+        and the facts current now (the new baseline for any later recovery)."""
+        eid = view.effect_id
+        current = await premise.capture(target, call.input, eid)
+        decided = decision_premises(call)
+        recorded = decided if decided is not None else current
+        changes = await premise.validate(target, recorded, current, call.input)
+        measured = call.measure(call.args) if call.measure else Measure()
+        demand = Demand(call.principal, call.activity, measured.amount_cents, measured.resource)
+        approved_json = call.args_canonical
+
+        def build(lease: Lease | None) -> list[Draft]:
+            found = check_lease(lease, demand, self.clock()) if call.lease_id else None
+            if call.lease_id is None:
+                return [_refusal("lease", NO_LEASE)]
+            if found is not None:
+                return [_refusal("lease", found.detail)]
+            if changes:
+                return [_refusal("stale_premise", premise.describe(changes), changes)]
+            return [
+                Draft(
+                    kind=Kind.AUTHORIZED,
+                    data={
+                        "lease": lease.snapshot() if lease else None,
+                        "lease_id": call.lease_id,
+                        "principal": call.principal,
+                        "premises": recorded,
+                        "approved_digest": hashlib.sha256(approved_json).hexdigest(),
+                        "decided_by": ["lease", f"reopened:{view.operator}"],
+                        "checks": ["lease", "premises"],
+                    },
+                ),
+                self._dispatched("reopened", call, current, None),
+            ]
+
+        written = self.journal.append(
+            eid, view.head, build, lease_id=call.lease_id, blobs={"approved": approved_json}
+        )
+        self._raise_if_refused(eid, written)
+        self._point("after_dispatch_tx", eid)
+        return Ticket(
+            eid,
+            written[-1].hash,
+            "reopened",
+            call.args,
+            call.input,
+            view.dispatches + 1,
+            target,
+            call,
+            claim,
         )
 
     def _dispatched(
@@ -523,27 +584,30 @@ class Gate:
 
     def _record_after_send(
         self, eid: str, head: str, draft: Draft, blobs: Mapping[str, Any] | None = None
-    ) -> bool:
+    ) -> tuple[bool, Kind | None]:
         """Append the send's outcome after ``head``. If the chain moved meanwhile (a last attempt
         elsewhere recorded AMBIGUOUS, a duplicate proposal was rejected), append after the new
         head; an outcome that arrives after a final state is marked late. Returns False when
-        there is nothing left to record (the outcome is already known)."""
+        there is nothing left to record (the outcome is already known), and the final state this
+        outcome followed when it arrived late."""
         data = dict(draft.data)
+        after: Kind | None = None
         for _ in range(5):
             try:
                 self.journal.append(eid, head, [Draft(kind=draft.kind, data=data)], blobs=blobs)
-                return True
+                return True, after
             except HeadConflict:
                 view = fold(eid, self.journal.read(eid))
                 head = view.head
                 if view.status in (Kind.DISPATCHED, Kind.NOT_SENT):
                     continue  # only annotations or a re-dispatch moved it: not late
                 if view.status in (Kind.COMMITTED, Kind.RESOLVED):
-                    return False  # it is known to have happened (or a person decided)
+                    return False, view.status  # known to have happened, or a person decided
                 if view.status is Kind.REFUSED and draft.kind is not Kind.COMMITTED:
-                    return False  # already refused, and this attempt adds no execution
+                    return False, view.status  # already refused; this attempt adds no execution
                 if view.status is Kind.AMBIGUOUS and draft.kind is Kind.AMBIGUOUS:
-                    return False
+                    return False, view.status
+                after = view.status
                 # what a zombie attempt learned settles an ambiguity, or contradicts a refusal
                 data = {
                     **draft.data,
@@ -567,10 +631,11 @@ class Gate:
                 "worker": self.worker,
             },
         )
-        if self._record_after_send(eid, head, draft, blobs={"result": result_json}):
-            return Done(eid, result, via)
+        recorded, after = self._record_after_send(eid, head, draft, blobs={"result": result_json})
+        if recorded:
+            return Done(eid, result, via, after)
         view = fold(eid, self.journal.read(eid))
-        return Done(eid, self.journal.blob(eid, "result"), view.via or via)
+        return Done(eid, self.journal.blob(eid, "result"), view.via or via, after)
 
     # -- terminal records --------------------------------------------------------------------
 

@@ -79,6 +79,10 @@ def fold(effect_id: str, entries: Sequence[Entry]) -> EffectView:
             v.authority = d.get("lease")
             v.approved_digest = d.get("approved_digest")
             v.decided_by = list(d.get("decided_by", []))
+            # a reopened effect is authorised afresh: its new baseline replaces the proposal's
+            v.premises = d.get("premises", v.premises)
+            v.lease_id = d.get("lease_id", v.lease_id)
+            v.principal = d.get("principal", v.principal)
         elif e.kind is Kind.DISPATCHED:
             v.dispatches += 1
             v.first_dispatch_ts = v.first_dispatch_ts or e.ts
@@ -105,6 +109,8 @@ def fold(effect_id: str, entries: Sequence[Entry]) -> EffectView:
             v.resolution = d.get("decision")
             v.operator = d.get("operator")
             v.absence_confirmed = v.resolution == "not_happened"
+            v.result_digest = d.get("result_digest", v.result_digest)
+            v.via = "resolved"
             v.finished_ts = e.ts
         elif e.kind is Kind.REOPENED:
             v.operator = d.get("operator")
@@ -131,7 +137,7 @@ def receipt_of(v: EffectView) -> Receipt:
         effect_id=v.effect_id,
         effect_type=v.effect_type or "",
         final=v.status.value if v.status else "UNKNOWN",
-        via=v.via if v.status in (Kind.COMMITTED, Kind.DISPATCHED) else None,
+        via=v.via if v.status in (Kind.COMMITTED, Kind.DISPATCHED, Kind.RESOLVED) else None,
         proposed=v.status is not None,
         authorized=v.authorized,
         executed=_executed(v),

@@ -1,0 +1,662 @@
+"""People in the loop, inside Temporal: the ``EffectReview`` workflow a person resolves from the
+Web UI (or the CLI), the activities that record what they decide, and the reconciler that finds
+effects left in doubt so none stays unseen."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+from datetime import timedelta
+from typing import TYPE_CHECKING, Any, Literal
+
+from pydantic import BaseModel, Field, ValidationError
+from temporalio import activity, workflow
+from temporalio.common import RetryPolicy, WorkflowIDConflictPolicy, WorkflowIDReusePolicy
+from temporalio.exceptions import ActivityError, ApplicationError
+
+from ._gated import EffectContext, GateSpec, _current, describe_invalid
+from .core.errors import Ambiguous, InFlight, InterlockError, Refused
+from .core.models import Kind, Receipt
+from .core.protocol import Call, Delivery, Done, Gate
+from .core.receipts import fold, receipt_of
+from .core.review import (
+    Decision,
+    Recorded,
+    ReviewError,
+    ReviewKind,
+    ReviewRules,
+    decision_problem,
+    record_resolution,
+    review_id,
+    review_markdown,
+    tally,
+)
+
+if TYPE_CHECKING:
+    import temporalio.client
+
+log = logging.getLogger("interlock_temporal.review")
+
+RESOLUTION_SIGNAL = "interlock.resolution"
+RECORD_ACTIVITY = "interlock.record_decision"
+RECONCILE_ACTIVITY = "interlock.reconcile"
+
+ReviewState = Literal["open", "recording", "resolved", "closed", "expired"]
+
+
+class ReviewRequest(BaseModel):
+    kind: ReviewKind
+    effect_id: str
+    activity: str
+    principal: str | None = None
+    rules: ReviewRules = Field(default_factory=ReviewRules)
+    #: the explanation shown in the Web UI (markdown), prepared from the journal by the worker
+    details: str = ""
+
+
+class Subscriber(BaseModel):
+    """A workflow waiting on the review's outcome."""
+
+    workflow_id: str
+
+
+class Resolution(BaseModel):
+    """What a waiting workflow is told when the review ends."""
+
+    effect_id: str
+    kind: ReviewKind
+    state: ReviewState
+    decision: str | None = None
+    operators: list[str] = Field(default_factory=list)
+    note: str = ""
+    result: Any = None
+    receipt: Receipt | None = None
+
+
+class ReviewStatus(BaseModel):
+    kind: ReviewKind
+    effect_id: str
+    state: ReviewState
+    decision: str | None = None
+    operators: list[str] = Field(default_factory=list)
+    votes: list[dict[str, str]] = Field(default_factory=list)
+    reported: list[str] = Field(default_factory=list)
+    subscribers: int = 0
+    reason: str = ""
+    receipt: Receipt | None = None
+
+
+class DecisionRecord(BaseModel):
+    kind: ReviewKind
+    effect_id: str
+    decision: str
+    operators: list[str]
+    note: str = ""
+    result: Any = None
+
+
+def _parse(value: Any) -> tuple[Decision | None, str | None]:
+    try:
+        return Decision.model_validate(value), None
+    except ValidationError as err:
+        return None, "the decision must be JSON like " + (
+            '{"decision": "...", "operator": "...", "note": "..."}: '
+            + describe_invalid(err, "decision").removeprefix("decision.")
+        )
+
+
+@workflow.defn(name="EffectReview")
+class EffectReview:
+    """One open question about one effect, answered by people.
+
+    Signal ``resolve`` or Update ``decide`` with ``{"decision", "operator", "note"}``; query
+    ``status``. The Web UI shows the review's explanation in its current details.
+    """
+
+    @workflow.init
+    def __init__(self, req: ReviewRequest) -> None:
+        self._req = req
+        self._votes: list[Decision] = []
+        self._reported: list[str] = []
+        self._subscribers: list[str] = []
+        self._state: ReviewState = "open"
+        self._pending: tuple[str, list[str], str, Any] | None = None
+        self._settled_by: Receipt | None = None
+        self._outcome: Resolution | None = None
+        self._receipt: Receipt | None = None
+        self._reason = ""
+        self._recordings = 0
+        self._last_error: str | None = None
+        self._decided: tuple[str, list[str], str, Any] | None = None
+
+    @workflow.run
+    async def run(self, req: ReviewRequest) -> ReviewStatus:
+        deadline = (
+            workflow.now() + timedelta(seconds=req.rules.deadline_s)
+            if req.rules.deadline_s
+            else None
+        )
+        self._show()
+        while self._state == "open":
+            timeout = None
+            if deadline is not None:
+                timeout = max(0.0, (deadline - workflow.now()).total_seconds())
+            try:
+                await workflow.wait_condition(
+                    lambda: self._pending is not None or self._settled_by is not None,
+                    timeout=timeout,
+                )
+            except TimeoutError:
+                self._state = "expired"
+                self._reason = "no decision before the review's deadline"
+                break
+            if self._settled_by is not None:
+                self._state, self._receipt = "closed", self._settled_by
+                self._reason = "a late COMMITTED from the attempt in doubt settled it"
+                break
+            await self._record()
+        self._outcome = self._resolution()
+        self._show()
+        for subscriber in list(self._subscribers):
+            await self._notify(subscriber)
+        await workflow.wait_condition(workflow.all_handlers_finished)
+        return self.status()
+
+    async def _record(self) -> None:
+        assert self._pending is not None
+        decision, operators, note, result = self._pending
+        self._pending = None
+        self._state = "recording"
+        self._show()
+        try:
+            recorded: Recorded = await workflow.execute_activity(
+                RECORD_ACTIVITY,
+                DecisionRecord(
+                    kind=self._req.kind,
+                    effect_id=self._req.effect_id,
+                    decision=decision,
+                    operators=operators,
+                    note=note,
+                    result=result,
+                ),
+                result_type=Recorded,
+                start_to_close_timeout=timedelta(seconds=30),
+                retry_policy=RetryPolicy(maximum_interval=timedelta(seconds=10)),
+            )
+        except ActivityError as err:
+            cause = err.cause
+            message = cause.message if isinstance(cause, ApplicationError) else str(err)
+            self._last_error = message
+            self._report(f"not recorded: {message}")
+            self._votes = [v for v in self._votes if v.decision != decision]
+            self._state = "open"
+        else:
+            self._last_error = None
+            self._receipt = recorded.receipt
+            self._reason = recorded.reason
+            self._state = "closed" if recorded.state == "closed" else "resolved"
+            self._decided = (decision, operators, note, result)
+        self._recordings += 1
+        self._show()
+
+    # -- what people send ------------------------------------------------------------------
+
+    def _problem(self, d: Decision) -> str | None:
+        if self._state != "open":
+            return f"this review is already {self._state}" + (
+                f": {self._outcome.decision} by {', '.join(self._outcome.operators)}"
+                if self._outcome and self._outcome.decision
+                else ""
+            )
+        return decision_problem(
+            self._req.kind, d, self._req.rules, self._req.principal, self._votes
+        )
+
+    def _vote(self, d: Decision) -> None:
+        self._votes.append(d)
+        counted = tally(self._votes, self._req.rules.min_approvals)
+        if counted is not None and self._pending is None:
+            decision, operators = counted
+            deciding = [v for v in self._votes if v.decision == decision]
+            result = next((v.result for v in reversed(deciding) if v.result is not None), None)
+            note = "; ".join(f"{v.operator.strip()}: {v.note}" for v in deciding if v.note)
+            self._pending = (decision, operators, note, result)
+        self._show()
+
+    @workflow.signal(
+        name="resolve",
+        description='Decide this review. Send {"decision": "happened" | "not_happened" (or '
+        '"approve" | "reject" for an approval), "operator": "your name", "note": "why"}.',
+    )
+    def resolve(self, payload: Any) -> None:
+        d, problem = _parse(payload)
+        if d is not None:
+            problem = self._problem(d)
+        if problem is not None:
+            who = d.operator if d else "?"
+            self._report(f"signal from {who!r} ignored: {problem}")
+            workflow.logger.warning("review %s: %s", self._req.effect_id[:16], problem)
+            return
+        assert d is not None
+        self._vote(d)
+
+    @workflow.update(
+        name="decide",
+        description='Decide this review and see the outcome: {"decision": ..., "operator": ..., '
+        '"note": ...}. Refused with a reason if the decision is not valid.',
+    )
+    async def decide(self, payload: Any) -> ReviewStatus:
+        d, _ = _parse(payload)
+        assert d is not None  # the validator parsed it
+        seen = self._recordings
+        self._vote(d)
+        if self._pending is not None or self._state == "recording":
+            await workflow.wait_condition(lambda: self._recordings > seen)
+            if self._state == "open" and self._last_error:
+                raise ApplicationError(self._last_error, type="InvalidDecision")
+        return self.status()
+
+    @decide.validator
+    def _validate_decide(self, payload: Any) -> None:
+        d, problem = _parse(payload)
+        if d is not None:
+            problem = self._problem(d)
+        if problem is not None:
+            raise ValueError(problem)
+
+    @workflow.signal(name="subscribe", description="Internal: a workflow waiting on this review.")
+    async def subscribe(self, subscriber: Subscriber) -> None:
+        if subscriber.workflow_id in self._subscribers:
+            return
+        self._subscribers.append(subscriber.workflow_id)
+        if self._outcome is not None:  # it ended already: tell the newcomer at once
+            await self._notify(subscriber.workflow_id)
+        self._show()
+
+    @workflow.signal(
+        name="settled", description="Internal: a late COMMITTED from the attempt settled it."
+    )
+    def settled(self, receipt: Receipt) -> None:
+        if self._state == "open":
+            self._settled_by = receipt
+
+    @workflow.query(name="status", description="The review's state, votes and outcome.")
+    def status(self) -> ReviewStatus:
+        outcome = self._outcome
+        return ReviewStatus(
+            kind=self._req.kind,
+            effect_id=self._req.effect_id,
+            state=self._state,
+            decision=outcome.decision if outcome else None,
+            operators=outcome.operators if outcome else [],
+            votes=[
+                {"decision": v.decision, "operator": v.operator, "note": v.note}
+                for v in self._votes
+            ],
+            reported=list(self._reported),
+            subscribers=len(self._subscribers),
+            reason=self._reason,
+            receipt=self._receipt,
+        )
+
+    # -- telling people and workflows ------------------------------------------------------------
+
+    def _resolution(self) -> Resolution:
+        decided = self._decided
+        if self._state == "closed" and decided is None:
+            receipt = self._receipt
+            return Resolution(
+                effect_id=self._req.effect_id,
+                kind=self._req.kind,
+                state="closed",
+                decision="happened",
+                operators=["late-commit"],
+                receipt=receipt,
+            )
+        if decided is None:
+            return Resolution(effect_id=self._req.effect_id, kind=self._req.kind, state=self._state)
+        decision, operators, note, result = decided
+        return Resolution(
+            effect_id=self._req.effect_id,
+            kind=self._req.kind,
+            state=self._state,
+            decision="happened" if self._state == "closed" else decision,
+            operators=operators,
+            note=note,
+            result=result,
+            receipt=self._receipt,
+        )
+
+    async def _notify(self, workflow_id: str) -> None:
+        assert self._outcome is not None
+        try:
+            await workflow.get_external_workflow_handle(workflow_id).signal(
+                RESOLUTION_SIGNAL, self._outcome
+            )
+        except Exception as err:  # the waiter may be gone; that must not stop the others
+            self._report(f"could not tell workflow {workflow_id}: {type(err).__name__}")
+
+    def _report(self, text: str) -> None:
+        self._reported.append(text)
+        del self._reported[:-20]
+        self._show()
+
+    def _show(self) -> None:
+        lines = [self._req.details, "", "---", "", f"**Review state: {self._state}**"]
+        if self._outcome and self._outcome.decision:
+            lines.append(
+                f"- decided: `{self._outcome.decision}` by {', '.join(self._outcome.operators)}"
+            )
+        if self._reason:
+            lines.append(f"- {self._reason}")
+        for v in self._votes:
+            lines.append(
+                f"- vote: `{v.decision}` by {v.operator} {('— ' + v.note) if v.note else ''}"
+            )
+        for text in self._reported[-5:]:
+            lines.append(f"- {text}")
+        lines.append(f"- workflows waiting: {len(self._subscribers)}")
+        workflow.set_current_details("\n".join(lines))
+
+
+# -- the reconciler ------------------------------------------------------------------------
+
+
+class ReconcileRequest(BaseModel):
+    """Find effects dispatched and never confirmed, with no live attempt, for ``older_than_s``."""
+
+    older_than_s: float = 60.0
+    limit: int = 200
+    #: repeat every so many seconds (the scheduled reconciler); None: once
+    every_s: float | None = None
+    runs_before_continue_as_new: int = 100
+
+
+class ReconcileOutcome(BaseModel):
+    effect_id: str
+    activity: str | None = None
+    final: str
+    via: str | None = None
+    code: str | None = None
+    review: str | None = None
+    note: str = ""
+
+
+class ReconcileReport(BaseModel):
+    in_doubt: int
+    outcomes: list[ReconcileOutcome] = Field(default_factory=list)
+
+
+@workflow.defn(name="InterlockReconciler")
+class Reconciler:
+    """Runs the reconcile activity once, or every ``every_s`` seconds."""
+
+    @workflow.run
+    async def run(self, req: ReconcileRequest) -> ReconcileReport:
+        runs = 0
+        while True:
+            report: ReconcileReport = await workflow.execute_activity(
+                RECONCILE_ACTIVITY,
+                req,
+                result_type=ReconcileReport,
+                start_to_close_timeout=timedelta(minutes=10),
+                heartbeat_timeout=timedelta(seconds=30),
+            )
+            if req.every_s is None:
+                return report
+            runs += 1
+            if runs >= req.runs_before_continue_as_new:
+                workflow.continue_as_new(req)
+            await workflow.sleep(req.every_s)
+
+
+# -- the worker's side: opening reviews, recording decisions, recovering -------------------
+
+
+class ReviewDesk:
+    """What the interceptor and the plugin's activities share: the gate, the client, and the
+    gated activities this worker knows (to decode inputs and check attested results)."""
+
+    def __init__(
+        self,
+        gate: Callable[[], Gate],
+        client: Callable[[], temporalio.client.Client | None],
+        rules: ReviewRules,
+        task_queue: str | None = None,
+    ) -> None:
+        self._gate = gate
+        self._client = client
+        self.rules = rules
+        self.task_queue = task_queue
+        self.specs: dict[str, GateSpec] = {}
+
+    # -- opening -----------------------------------------------------------------------------
+
+    async def open(
+        self,
+        effect_id: str,
+        *,
+        task_queue: str,
+        subscriber: str | None = None,
+        kind: ReviewKind = "ambiguous",
+    ) -> str | None:
+        """Make sure the effect's review exists (and ``subscriber`` will hear its outcome).
+        Starts one only while the journal says the effect awaits a person."""
+        journal = self._gate().journal
+        entries = journal.read(effect_id)
+        view = fold(effect_id, entries)
+        if kind == "ambiguous" and view.status is not Kind.AMBIGUOUS:
+            return None
+        client = self._client()
+        if client is None:
+            try:
+                client = activity.client()
+            except RuntimeError:
+                log.warning(
+                    "no Temporal client to open the review of effect %s; the reconciler "
+                    "or the next attempt will",
+                    effect_id[:16],
+                )
+                return None
+        approved = journal.blob(effect_id, "approved") or []
+        changes: list[dict[str, Any]] = next(
+            (e.data.get("changes", []) for e in reversed(entries) if e.kind is Kind.AMBIGUOUS), []
+        )
+        req = ReviewRequest(
+            kind=kind,
+            effect_id=effect_id,
+            activity=view.activity or view.effect_type or "",
+            principal=view.principal,
+            rules=self.rules,
+            details=review_markdown(
+                kind, view, approved[0] if len(approved) == 1 else approved, self.rules, changes
+            ),
+        )
+        workflow_id = review_id(kind, effect_id)
+        options: dict[str, Any] = {
+            "id": workflow_id,
+            "task_queue": self.task_queue or task_queue,
+            # a finished review is not reopened by accident: the journal check above starts
+            # a new one only while the effect awaits a person
+            "id_reuse_policy": WorkflowIDReusePolicy.ALLOW_DUPLICATE,
+            "static_summary": f"{'Effect in doubt' if kind == 'ambiguous' else 'Approval needed'}"
+            f": {req.activity} {effect_id[:12]}",
+        }
+        if subscriber:
+            # signal-with-start: one review per effect, every waiting workflow subscribed
+            options["start_signal"] = "subscribe"
+            options["start_signal_args"] = [Subscriber(workflow_id=subscriber)]
+        else:
+            options["id_conflict_policy"] = WorkflowIDConflictPolicy.USE_EXISTING
+        await client.start_workflow(EffectReview.run, req, **options)
+        return workflow_id
+
+    async def settled(self, effect_id: str) -> None:
+        """A late COMMITTED closed an AMBIGUOUS effect: tell its review, if one is open."""
+        client = self._client()
+        if client is None:
+            return
+        view = fold(effect_id, self._gate().journal.read(effect_id))
+        try:
+            await client.get_workflow_handle(review_id("ambiguous", effect_id)).signal(
+                EffectReview.settled, receipt_of(view)
+            )
+        except Exception as err:
+            log.info("no open review to settle for %s (%s)", effect_id[:16], type(err).__name__)
+
+    # -- the activities --------------------------------------------------------------------
+
+    @activity.defn(name=RECORD_ACTIVITY)
+    async def record_decision(self, rec: DecisionRecord) -> Recorded:
+        journal = self._gate().journal
+        result = rec.result
+        if rec.decision == "happened" and result is not None:
+            result = self._checked_result(rec.effect_id, result)
+        try:
+            return record_resolution(
+                journal,
+                rec.effect_id,
+                kind=rec.kind,
+                decision=rec.decision,
+                operators=rec.operators,
+                note=rec.note,
+                result=result,
+            )
+        except ReviewError as err:
+            raise ApplicationError(str(err), type="InvalidDecision", non_retryable=True) from None
+
+    def _checked_result(self, effect_id: str, result: Any) -> Any:
+        view = fold(effect_id, self._gate().journal.read(effect_id))
+        spec = self.specs.get(view.activity or "")
+        if spec is None or spec.return_type is None:
+            return result
+        from pydantic import TypeAdapter
+
+        try:
+            value = TypeAdapter(spec.return_type).validate_python(result)
+        except ValidationError as err:
+            raise ApplicationError(
+                f"the attested result does not match what {view.activity} returns: "
+                f"{describe_invalid(err, 'result')}",
+                type="InvalidDecision",
+                non_retryable=True,
+            ) from None
+        return TypeAdapter(spec.return_type).dump_python(value, mode="json")
+
+    @activity.defn(name=RECONCILE_ACTIVITY)
+    async def reconcile(self, req: ReconcileRequest) -> ReconcileReport:
+        gate = self._gate()
+        rows = gate.journal.in_doubt(older_than=req.older_than_s)
+        report = ReconcileReport(in_doubt=len(rows))
+        info = activity.info()
+        for row in rows[: req.limit]:
+            activity.heartbeat(row.effect_id)
+            if gate.journal.is_claimed(row.effect_id):
+                report.outcomes.append(
+                    ReconcileOutcome(
+                        effect_id=row.effect_id, final="skipped", note="a live attempt holds it"
+                    )
+                )
+                continue
+            report.outcomes.append(await self._recover(gate, row.effect_id, info))
+        return report
+
+    async def _recover(self, gate: Gate, effect_id: str, info: activity.Info) -> ReconcileOutcome:
+        journal = gate.journal
+        view = fold(effect_id, journal.read(effect_id))
+        name = view.activity or ""
+        spec = self.specs.get(name)
+        if spec is None:
+            return ReconcileOutcome(
+                effect_id=effect_id,
+                activity=name,
+                final="skipped",
+                note=f"no gated activity {name!r} on this worker",
+            )
+        args = spec.decode_json(journal.blob(effect_id, "approved") or [])
+        label = view.effect_type or name
+        call = Call(
+            effect_type=label,
+            activity=name,
+            input=args[0] if len(args) == 1 else args,
+            args=args,
+            key=spec.key_of(args, label),
+            premises_field=spec.premises,
+            principal=view.principal,
+            lease_id=view.lease_id,
+            session=view.session,
+            measure=spec.measurer(label),
+            delivery=Delivery(
+                workflow_id=info.workflow_id,
+                run_id=info.workflow_run_id,
+                activity_id=info.activity_id,
+                attempt=info.attempt,
+                task_queue=info.task_queue,
+            ),
+            last_attempt=True,
+            decode_args=spec.decode_json,
+        )
+        if Gate.identify(call)[0] != effect_id:
+            return ReconcileOutcome(
+                effect_id=effect_id,
+                activity=name,
+                final="skipped",
+                note="its recorded input no longer names this effect",
+            )
+        try:
+            step = await gate.begin(call, spec.target)
+            if not isinstance(step, Done):
+                step = await self._send(gate, spec, step)
+        except Ambiguous:
+            review = await self.open(effect_id, task_queue=info.task_queue)
+            return self._outcome(gate, effect_id, name, review=review)
+        except (Refused, InFlight, InterlockError) as err:
+            return self._outcome(gate, effect_id, name, note=str(err))
+        return self._outcome(gate, effect_id, name)
+
+    async def _send(self, gate: Gate, spec: GateSpec, step: Any) -> Done:
+        token = _current.set(
+            (
+                spec,
+                EffectContext(
+                    effect_id=step.effect_id,
+                    effect_type=step.call.effect_type,
+                    via=step.via,
+                    dispatch_no=step.dispatch_no,
+                    attempt=step.call.delivery.attempt,
+                    principal=step.call.principal,
+                ),
+            )
+        )
+        try:
+            if spec.is_async:
+                result = await spec.fn(*step.args)
+            else:
+                result = await asyncio.to_thread(spec.fn, *step.args)
+        except Exception as err:
+            await gate.fail(step, err, last_attempt=True)
+            raise InterlockError(f"the send failed ({type(err).__name__})") from None
+        finally:
+            _current.reset(token)
+        return await gate.commit(step, result)
+
+    @staticmethod
+    def _outcome(
+        gate: Gate,
+        effect_id: str,
+        activity_name: str,
+        *,
+        review: str | None = None,
+        note: str = "",
+    ) -> ReconcileOutcome:
+        r = receipt_of(fold(effect_id, gate.journal.read(effect_id)))
+        return ReconcileOutcome(
+            effect_id=effect_id,
+            activity=activity_name,
+            final=r.final,
+            via=r.via,
+            code=r.code,
+            review=review,
+            note=note,
+        )

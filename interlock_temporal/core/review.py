@@ -1,0 +1,294 @@
+"""Reviews: what a person may decide about an effect, how a decision is checked, and how it is
+recorded. Plain Python: the review workflow's validator and the CLI use the same rules."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Sequence
+from datetime import UTC, datetime
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from .errors import InterlockError
+from .identity import canonical, jsonable
+from .journal import Journal
+from .models import Draft, Kind, Receipt
+from .receipts import EffectView, fold, receipt_of
+
+ReviewKind = Literal["ambiguous", "approval"]
+
+DECISIONS: dict[str, tuple[str, ...]] = {
+    "ambiguous": ("happened", "not_happened"),
+    "approval": ("approve", "reject"),
+}
+
+
+def review_id(kind: str, effect_id: str) -> str:
+    """The review workflow's id: one open review per effect and kind."""
+    return f"interlock-review-{kind}-{effect_id}"
+
+
+class Decision(BaseModel):
+    """What a person sends, from the Web UI, the CLI or code."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    decision: str
+    operator: str
+    note: str = ""
+    #: for ``happened``: what the effect returned, checked against the activity's return type
+    result: Any = None
+
+
+class ReviewRules(BaseModel):
+    """Who may decide, and how many must agree."""
+
+    model_config = ConfigDict(frozen=True)
+
+    allowed_operators: list[str] | None = None
+    min_approvals: int = Field(default=1, ge=1)
+    deadline_s: float | None = Field(default=None, gt=0)
+
+
+class ReviewError(InterlockError):
+    """A decision that cannot be recorded (the message is shown to the person)."""
+
+
+def decision_problem(
+    kind: str,
+    d: Decision,
+    rules: ReviewRules,
+    principal: str | None,
+    already: Sequence[Decision] = (),
+) -> str | None:
+    """Why ``d`` may not be counted, or None. The text is what the Web UI displays."""
+    valid = DECISIONS.get(kind, ())
+    if d.decision not in valid:
+        return (
+            f"{d.decision!r} is not a decision for a {kind} review: send one of {', '.join(valid)}"
+        )
+    operator = d.operator.strip()
+    if not operator:
+        return "operator must name the person deciding"
+    if rules.allowed_operators is not None and operator not in rules.allowed_operators:
+        return f"operator {operator!r} is not on this review's list of people who may decide"
+    if principal is not None and operator == principal:
+        return f"{operator!r} is the agent's own principal: no self-approval"
+    if d.result is not None and d.decision != "happened":
+        return "a result can be attested only with the decision happened"
+    if any(v.operator.strip() == operator for v in already):
+        return f"operator {operator!r} has already decided this review"
+    return None
+
+
+def tally(votes: Sequence[Decision], min_approvals: int) -> tuple[str, list[str]] | None:
+    """The first decision that enough distinct people agree on: (decision, operators)."""
+    by_decision: dict[str, list[str]] = {}
+    for v in votes:
+        names = by_decision.setdefault(v.decision, [])
+        if v.operator.strip() not in names:
+            names.append(v.operator.strip())
+        if len(names) >= min_approvals:
+            return v.decision, names
+    return None
+
+
+class Recorded(BaseModel):
+    """The journal's answer to a decision."""
+
+    recorded: bool
+    state: Literal["resolved", "closed", "reopened"]
+    reason: str = ""
+    receipt: Receipt
+
+
+def record_resolution(
+    journal: Journal,
+    effect_id: str,
+    *,
+    kind: str,
+    decision: str,
+    operators: Sequence[str],
+    note: str = "",
+    result: Any = None,
+) -> Recorded:
+    """Append ``RESOLVED`` for an effect that is AMBIGUOUS, conditional on its head.
+
+    An effect a late ``COMMITTED`` already settled is reported closed, and one already resolved
+    is reported as it was: neither is changed.
+    """
+    if kind != "ambiguous":
+        raise ReviewError(f"{kind} reviews are recorded by the policy layer")
+    entries = journal.read(effect_id)
+    if not entries:
+        raise ReviewError(f"no effect {effect_id} in the journal")
+    view = fold(effect_id, entries)
+    if view.status is Kind.COMMITTED:
+        return Recorded(
+            recorded=False,
+            state="closed",
+            receipt=receipt_of(view),
+            reason="a late COMMITTED from the attempt in doubt already settled it",
+        )
+    if view.status is Kind.RESOLVED:
+        return Recorded(
+            recorded=False,
+            state="resolved",
+            receipt=receipt_of(view),
+            reason=f"already resolved {view.resolution} by {view.operator}",
+        )
+    if view.status is not Kind.AMBIGUOUS:
+        raise ReviewError(f"effect {effect_id[:16]} is {view.status}, not awaiting a decision")
+    data: dict[str, Any] = {
+        "kind": kind,
+        "decision": decision,
+        "operator": operators[0],
+        "operators": list(operators),
+        "note": note,
+    }
+    blobs: dict[str, Any] = {}
+    if decision == "happened" and result is not None:
+        result_json = canonical(result)
+        data["result_digest"] = hashlib.sha256(result_json).hexdigest()
+        blobs["result"] = result_json
+    journal.append(effect_id, view.head, [Draft(kind=Kind.RESOLVED, data=data)], blobs=blobs)
+    after = fold(effect_id, journal.read(effect_id))
+    return Recorded(recorded=True, state="resolved", receipt=receipt_of(after))
+
+
+def reopen(journal: Journal, effect_id: str, *, operator: str, note: str = "") -> Recorded:
+    """Reopen a REFUSED effect that never executed: its next attempt dispatches under the
+    authority and the facts current then."""
+    if not operator.strip():
+        raise ReviewError("operator must name the person reopening the effect")
+    entries = journal.read(effect_id)
+    if not entries:
+        raise ReviewError(f"no effect {effect_id} in the journal")
+    view = fold(effect_id, entries)
+    if view.status is not Kind.REFUSED:
+        raise ReviewError(
+            f"effect {effect_id[:16]} is {view.status}: only a REFUSED effect can be reopened"
+        )
+    journal.append(
+        effect_id,
+        view.head,
+        [
+            Draft(
+                kind=Kind.REOPENED,
+                data={"operator": operator.strip(), "note": note, "refused_code": view.code},
+            )
+        ],
+    )
+    return Recorded(
+        recorded=True,
+        state="reopened",
+        receipt=receipt_of(fold(effect_id, journal.read(effect_id))),
+    )
+
+
+# -- what the person sees ------------------------------------------------------------------
+
+
+def _when(ts: float | None) -> str:
+    if ts is None:
+        return "-"
+    return datetime.fromtimestamp(ts, UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+
+
+def _code(value: Any) -> str:
+    return "`" + json.dumps(value, sort_keys=True, default=str) + "`"
+
+
+def review_markdown(
+    kind: str,
+    view: EffectView,
+    proposal: Any,
+    rules: ReviewRules,
+    changes: Sequence[dict[str, Any]] = (),
+) -> str:
+    """The review's explanation for the Temporal UI: what was proposed, under which authority,
+    what is known and unknown, and the exact JSON to send."""
+    tier_text = {
+        1: "dedupes a resend by idempotency key, and can be asked",
+        2: "can be asked whether the effect happened",
+        3: "can neither dedupe a resend nor be asked whether it happened",
+    }.get(view.tier or 0, "unknown")
+    lines = [
+        f"## {'Effect in doubt' if kind == 'ambiguous' else 'Approval needed'}: "
+        f"`{view.activity or view.effect_type}`",
+        "",
+        f"- effect id: `{view.effect_id}`",
+        f"- principal: `{view.principal}` under lease `{view.lease_id}`",
+        f"- target: `{view.target}` (tier {view.tier}: {tier_text})",
+        f"- proposed {_when(view.proposed_ts)}; dispatched {view.dispatches} time(s), "
+        f"last {_when(view.last_dispatch_ts)}",
+        f"- why a person is needed: {view.reason or '-'}",
+        "",
+        "### The proposal",
+        "",
+        "```json",
+        json.dumps(jsonable(proposal), indent=2, sort_keys=True, default=str),
+        "```",
+        "",
+        "### The facts it relied on",
+        "",
+        "| fact | when proposed | at the last check |",
+        "|---|---|---|",
+    ]
+    changed = {c["fact"]: c for c in changes}
+    for fact, value in sorted((view.premises or {}).items()):
+        now = changed[fact]["current"] if fact in changed else value
+        mark = " (changed)" if fact in changed else ""
+        lines.append(f"| {fact} | {_code(value)} | {_code(now)}{mark} |")
+    for fact, c in sorted(changed.items()):
+        if fact not in (view.premises or {}):
+            lines.append(f"| {fact} | {_code(c.get('recorded'))} | {_code(c.get('current'))} |")
+    authority = view.authority or {}
+    lines += [
+        "",
+        "### Authority at the send",
+        "",
+        f"lease `{authority.get('lease_id', view.lease_id)}` held by "
+        f"`{authority.get('principal', view.principal)}`, activities "
+        f"{_code(authority.get('activities'))}, max {authority.get('max_amount_cents')} cents, "
+        f"resources {_code(authority.get('resources'))}",
+        "",
+    ]
+    if kind == "ambiguous":
+        lines += [
+            "### Known and unknown",
+            "",
+            "- known: the send was recorded as dispatched before it went out; no attempt "
+            "recorded its confirmation",
+            "- unknown: whether the target executed it. Check the target's own records "
+            "before deciding.",
+            "",
+        ]
+    choices = DECISIONS.get(kind, ())
+    lines += [
+        "### Decide",
+        "",
+        "More Actions → Send a Signal → `resolve` (or Update → `decide`), with one of:",
+        "",
+    ]
+    for choice in choices:
+        lines.append(f'    {{"decision": "{choice}", "operator": "your-name", "note": "why"}}')
+    if kind == "ambiguous":
+        lines += [
+            "",
+            '`happened` may carry `"result": {...}`, checked against the activity\'s return '
+            "type. `not_happened` lets the effect be sent again, after its lease and facts "
+            "are re-checked.",
+        ]
+    rule_text = [f"{rules.min_approvals} approval(s) needed"]
+    if rules.allowed_operators is not None:
+        rule_text.append("operators: " + ", ".join(rules.allowed_operators))
+    rule_text.append(f"the agent's principal `{view.principal}` may not decide")
+    lines += [
+        "",
+        "Rules: " + "; ".join(rule_text) + ".",
+        "The Web UI's signal carries no identity: `operator` is what the sender typed.",
+    ]
+    return "\n".join(lines)
