@@ -87,6 +87,13 @@ class ReviewStatus(BaseModel):
     receipt: Receipt | None = None
 
 
+class Settlement(BaseModel):
+    """A late COMMITTED from the attempt that was in doubt: what it recorded."""
+
+    receipt: Receipt
+    result: Any = None
+
+
 class DecisionRecord(BaseModel):
     kind: ReviewKind
     effect_id: str
@@ -122,7 +129,7 @@ class EffectReview:
         self._subscribers: list[str] = []
         self._state: ReviewState = "open"
         self._pending: tuple[str, list[str], str, Any] | None = None
-        self._settled_by: Receipt | None = None
+        self._settled_by: Settlement | None = None
         self._outcome: Resolution | None = None
         self._receipt: Receipt | None = None
         self._reason = ""
@@ -152,7 +159,7 @@ class EffectReview:
                 self._reason = "no decision before the review's deadline"
                 break
             if self._settled_by is not None:
-                self._state, self._receipt = "closed", self._settled_by
+                self._state, self._receipt = "closed", self._settled_by.receipt
                 self._reason = "a late COMMITTED from the attempt in doubt settled it"
                 break
             await self._record()
@@ -203,6 +210,9 @@ class EffectReview:
     # -- what people send ------------------------------------------------------------------
 
     def _problem(self, d: Decision) -> str | None:
+        if self._pending is not None:
+            decision, operators, _, _ = self._pending
+            return f"this review is already decided: {decision} by {', '.join(operators)}"
         if self._state != "open":
             return f"this review is already {self._state}" + (
                 f": {self._outcome.decision} by {', '.join(self._outcome.operators)}"
@@ -277,9 +287,9 @@ class EffectReview:
     @workflow.signal(
         name="settled", description="Internal: a late COMMITTED from the attempt settled it."
     )
-    def settled(self, receipt: Receipt) -> None:
+    def settled(self, settlement: Settlement) -> None:
         if self._state == "open":
-            self._settled_by = receipt
+            self._settled_by = settlement
 
     @workflow.query(name="status", description="The review's state, votes and outcome.")
     def status(self) -> ReviewStatus:
@@ -305,14 +315,14 @@ class EffectReview:
     def _resolution(self) -> Resolution:
         decided = self._decided
         if self._state == "closed" and decided is None:
-            receipt = self._receipt
             return Resolution(
                 effect_id=self._req.effect_id,
                 kind=self._req.kind,
                 state="closed",
                 decision="happened",
                 operators=["late-commit"],
-                receipt=receipt,
+                receipt=self._receipt,
+                result=self._settled_by.result if self._settled_by else None,
             )
         if decided is None:
             return Resolution(effect_id=self._req.effect_id, kind=self._req.kind, state=self._state)
@@ -431,6 +441,17 @@ class ReviewDesk:
         self.task_queue = task_queue
         self.specs: dict[str, GateSpec] = {}
 
+    def _the_client(self) -> temporalio.client.Client | None:
+        """The plugin's client, else the running async activity's own (thread-pool activities
+        have none: the plugin's reference is what reaches Temporal from them)."""
+        client = self._client()
+        if client is not None:
+            return client
+        try:
+            return activity.client()
+        except RuntimeError:
+            return None
+
     # -- opening -----------------------------------------------------------------------------
 
     async def open(
@@ -494,13 +515,15 @@ class ReviewDesk:
 
     async def settled(self, effect_id: str) -> None:
         """A late COMMITTED closed an AMBIGUOUS effect: tell its review, if one is open."""
-        client = self._client()
+        client = self._the_client()
         if client is None:
             return
-        view = fold(effect_id, self._gate().journal.read(effect_id))
+        journal = self._gate().journal
+        view = fold(effect_id, journal.read(effect_id))
+        settlement = Settlement(receipt=receipt_of(view), result=journal.blob(effect_id, "result"))
         try:
             await client.get_workflow_handle(review_id("ambiguous", effect_id)).signal(
-                EffectReview.settled, receipt_of(view)
+                EffectReview.settled, settlement
             )
         except Exception as err:
             log.info("no open review to settle for %s (%s)", effect_id[:16], type(err).__name__)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from datetime import timedelta
 from typing import Any
 
@@ -36,7 +36,9 @@ def act_as(
     try:
         yield
     finally:
-        current_authority.reset(token)
+        # a workflow evicted from the cache closes its coroutine in another context
+        with suppress(ValueError):
+            current_authority.reset(token)
 
 
 def current_principal() -> Authority | None:

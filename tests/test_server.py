@@ -109,6 +109,8 @@ async def rig(
     journal_options: str = "",
     converter: DataConverter = pydantic_data_converter,
     extra: Sequence[Any] = (),
+    tier: int = 2,
+    plugin_options: dict[str, Any] | None = None,
 ) -> AsyncIterator[Rig]:
     db = tmp_path / "journal.db"
     journal = open_journal(db, signing_key="11" * 32)
@@ -118,10 +120,16 @@ async def rig(
         max_amount_cents=5000,
         resources=[f"order:{ORDER}"],
     )
-    payments = SimulatedPayments(tmp_path / "payments.db", tier=2)
+    payments = SimulatedPayments(tmp_path / "payments.db", tier=tier)
     payments.open_order(ORDER, 10_000)
     plugins = (
-        [InterlockPlugin(f"sqlite:///{db}{journal_options}", signing_key="11" * 32)]
+        [
+            InterlockPlugin(
+                f"sqlite:///{db}{journal_options}",
+                signing_key="11" * 32,
+                **(plugin_options or {}),
+            )
+        ]
         if plugin
         else []
     )

@@ -1,0 +1,149 @@
+"""No effect stays in doubt unseen: effects left DISPATCHED by a cancelled workflow or by
+retries that ran out are recovered by the reconciler, ending COMMITTED where the target can say
+so and in an open review where it cannot. Real worker processes, real SIGKILLs."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+from temporalio.client import Client, WorkflowExecutionStatus, WorkflowFailureError
+from temporalio.service import RPCError
+
+from interlock_temporal._review import Reconciler, ReconcileReport, ReconcileRequest
+from interlock_temporal.core.models import Kind
+from interlock_temporal.core.protocol import Gate, Ticket
+from interlock_temporal.core.receipts import receipt
+from interlock_temporal.core.review import review_id
+from interlock_temporal.testing import DevServer
+from workers.inprocess_world import refund_call
+from workers.scenarios import ORDER, the_effect_id
+from workers.server_world import ServerWorld
+from workflows.support_case import CaseFile
+
+from .test_server import rig
+
+pytestmark = pytest.mark.server
+
+
+async def reconcile(client: Client, task_queue: str) -> ReconcileReport:
+    report: ReconcileReport = await client.execute_workflow(
+        Reconciler.run,
+        ReconcileRequest(older_than_s=0),
+        id=f"interlock-reconcile-{uuid.uuid4().hex[:8]}",
+        task_queue=task_queue,
+        result_type=ReconcileReport,
+        execution_timeout=timedelta(seconds=60),
+    )
+    return report
+
+
+@pytest.mark.parametrize(
+    ("tier", "point", "final", "via", "cents"),
+    [
+        (2, "after_commit", "COMMITTED", "recovery-query", 2000),
+        (2, "before_send", "COMMITTED", "recovery-reapply", 2000),
+        (3, "after_commit", "AMBIGUOUS", None, 2000),
+    ],
+)
+async def test_a_workflow_cancelled_while_its_effect_is_in_doubt(
+    client: Client,
+    tmp_path: Path,
+    tier: int,
+    point: str,
+    final: str,
+    via: str | None,
+    cents: int,
+) -> None:
+    world = await ServerWorld.create(client, tmp_path, tier, "gated")
+    try:
+        world.setup()
+        world.payments.arm(point, "kill")  # type: ignore[arg-type]
+        run = await world.start(world.case())
+        await world.crashed(run)
+        await run.cancel()
+        await world.restart()  # a worker must run the workflow's code for it to be cancelled
+        with pytest.raises(WorkflowFailureError):
+            await run.result()
+        eid = the_effect_id()
+        assert world.journal.row(eid).status is Kind.DISPATCHED  # type: ignore[union-attr]
+
+        report = await reconcile(client, world.task_queue)
+        (outcome,) = [o for o in report.outcomes if o.effect_id == eid]
+        assert (outcome.final, outcome.via) == (final, via), outcome
+        assert world.journal.in_doubt() == []
+        assert world.payments.refunded_cents(ORDER) == cents
+        assert len(world.payments.refund_records(ORDER)) == 1
+        if final == "AMBIGUOUS":
+            assert outcome.review == review_id("ambiguous", eid)
+            review = client.get_workflow_handle(outcome.review)
+            assert (await review.describe()).status == WorkflowExecutionStatus.RUNNING
+    finally:
+        await world.close()
+
+
+async def test_an_activity_whose_retries_ran_out_in_doubt(client: Client, tmp_path: Path) -> None:
+    world = await ServerWorld.create(client, tmp_path, 2, "gated")
+    try:
+        world.setup()
+        world.payments.arm("after_commit", "kill")
+        run = await world.start(world.case(maximum_attempts=1))
+        await world.crashed(run)
+        await world.restart()
+        with pytest.raises(WorkflowFailureError):  # its one attempt timed out: no retry left
+            await run.result()
+        eid = the_effect_id()
+        assert world.journal.row(eid).status is Kind.DISPATCHED  # type: ignore[union-attr]
+
+        report = await reconcile(client, world.task_queue)
+        (outcome,) = [o for o in report.outcomes if o.effect_id == eid]
+        assert (outcome.final, outcome.via) == ("COMMITTED", "recovery-query")
+        assert world.journal.in_doubt() == []
+        assert receipt(eid, journal=world.journal).executed is True
+        assert world.payments.refunded_cents(ORDER) == 2000
+        assert world.payments.calls(ORDER) == 1  # found, not sent again
+    finally:
+        await world.close()
+
+
+async def test_the_plugin_runs_the_reconciler_on_a_schedule(
+    dev_server: DevServer, tmp_path: Path
+) -> None:
+    options = {"reconcile_every": timedelta(seconds=1), "reconcile_older_than": timedelta(0)}
+    async with rig(dev_server, tmp_path, tier=2, plugin_options=options) as r:
+        scheduled = r.client.get_workflow_handle(f"interlock-reconciler-{r.task_queue}")
+
+        async def running() -> bool:
+            try:
+                return (await scheduled.describe()).status == WorkflowExecutionStatus.RUNNING
+            except RPCError:
+                return False
+
+        deadline = time.monotonic() + 30
+        while not await running():
+            assert time.monotonic() < deadline, "the scheduled reconciler did not start"
+            await asyncio.sleep(0.1)
+
+        # an effect dispatched by a worker that then vanished: recorded, claim released
+        request = r.request()
+        case = CaseFile(
+            case_id=request.case_id, order_id=ORDER, amount_cents=2000, lease_id=r.lease_id
+        )
+        step = await Gate(r.journal).begin(refund_call(request, case, "wf-gone", 1), r.payments)
+        assert isinstance(step, Ticket)
+        step.release()
+        eid = step.effect_id
+        assert r.journal.in_doubt()[0].effect_id == eid
+
+        deadline = time.monotonic() + 30
+        while (row := r.journal.row(eid)) is None or row.status is Kind.DISPATCHED:
+            assert time.monotonic() < deadline, "the scheduled reconciler did not recover it"
+            await asyncio.sleep(0.2)
+        assert row.status is Kind.COMMITTED
+        assert receipt(eid, journal=r.journal).via == "recovery-reapply"
+        assert r.payments.refunded_cents(ORDER) == 2000
+        await scheduled.terminate()

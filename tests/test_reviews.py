@@ -1,0 +1,296 @@
+"""The EffectReview workflow on a real server: a person's decision checked, counted once,
+recorded in the journal, and heard by every workflow waiting on the effect."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from temporalio.client import (
+    WorkflowExecutionStatus,
+    WorkflowHandle,
+    WorkflowUpdateFailedError,
+)
+from temporalio.service import RPCError
+
+from interlock_temporal.core.identity import effect_id
+from interlock_temporal.core.models import Kind
+from interlock_temporal.core.receipts import receipt
+from interlock_temporal.core.review import ReviewRules, review_id
+from interlock_temporal.targets.payments import RefundRequest
+from interlock_temporal.testing import DevServer
+from workers.scenarios import ORDER
+from workflows.activities import refund_key
+from workflows.support_case import CaseFile, CaseOutcome, SupportCase
+
+from .server_workflows import CallActivity
+from .test_server import Rig, rig
+
+pytestmark = pytest.mark.server
+
+CASE = "4471"
+
+
+@pytest.fixture(autouse=True)
+def fresh_case() -> None:
+    """A case id of its own per test: the dev server outlives tests, and review ids derive from
+    the effect id, so two tests on one case would meet each other's reviews."""
+    global CASE, EFFECT, REVIEW
+    CASE = f"4471-{uuid.uuid4().hex[:8]}"
+    EFFECT = effect_id(
+        "refund", refund_key(RefundRequest(case_id=CASE, order_id=ORDER, amount_cents=2000))
+    )
+    REVIEW = review_id("ambiguous", EFFECT)
+
+
+EFFECT = ""
+REVIEW = ""
+
+
+async def until(check: Callable[[], Awaitable[bool]], timeout: float = 30) -> None:
+    deadline = time.monotonic() + timeout
+    while not await check():
+        if time.monotonic() > deadline:
+            raise TimeoutError("condition not reached")
+        await asyncio.sleep(0.1)
+
+
+async def start_case(r: Rig, **kw: Any) -> WorkflowHandle[Any, CaseOutcome]:
+    fields: dict[str, Any] = {"maximum_attempts": 1, "wait_for_review": True, **kw}
+    case = CaseFile(case_id=CASE, order_id=ORDER, amount_cents=2000, lease_id=r.lease_id, **fields)
+    return await r.client.start_workflow(
+        SupportCase.run,
+        case,
+        id=f"case-{uuid.uuid4().hex[:8]}",
+        task_queue=r.task_queue,
+    )
+
+
+async def review_running(r: Rig) -> WorkflowHandle[Any, Any]:
+    handle = r.client.get_workflow_handle(REVIEW)
+
+    async def running() -> bool:
+        try:
+            return (await handle.describe()).status == WorkflowExecutionStatus.RUNNING
+        except RPCError:
+            return False
+
+    await until(running)
+    return handle
+
+
+async def ambiguous(r: Rig, fault: str = "after_commit", **kw: Any) -> tuple[Any, Any]:
+    """A refund whose send fails in doubt on the last attempt: AMBIGUOUS, a review open, the
+    support case waiting on it."""
+    r.payments.arm(fault, "reset")  # type: ignore[arg-type]
+    case = await start_case(r, **kw)
+    review = await review_running(r)
+    return case, review
+
+
+def resolved_count(r: Rig) -> int:
+    return sum(1 for e in r.journal.read(EFFECT) if e.kind is Kind.RESOLVED)
+
+
+async def test_the_update_validator_refuses_with_a_message(
+    dev_server: DevServer, tmp_path: Path
+) -> None:
+    async with rig(dev_server, tmp_path, tier=3) as r:
+        case, review = await ambiguous(r)
+        for bad, says in [
+            ({"decision": "approve", "operator": "carol"}, "not a decision for a ambiguous"),
+            ({"decision": "happened", "operator": "  "}, "operator must name"),
+            ({"decision": "happened", "operator": "refund-bot"}, "no self-approval"),
+            ({"decision": "happened"}, "operator"),
+        ]:
+            with pytest.raises(WorkflowUpdateFailedError) as refused:
+                await review.execute_update("decide", bad)
+            assert says in str(refused.value.cause), (bad, refused.value.cause)
+        assert r.journal.row(EFFECT).status is Kind.AMBIGUOUS  # type: ignore[union-attr]
+        status = await review.execute_update(
+            "decide", {"decision": "happened", "operator": "carol", "note": "in the dashboard"}
+        )
+        assert status["state"] == "resolved" and status["operators"] == ["carol"]
+        outcome = await case.result()
+        assert outcome.status == "RESOLVED"
+        shown = receipt(EFFECT, journal=r.journal)
+        assert (shown.final, shown.executed, shown.operator) == ("RESOLVED", True, "carol")
+        assert r.payments.refunded_cents(ORDER) == 2000
+
+
+async def test_allow_list_and_minimum_approvals(dev_server: DevServer, tmp_path: Path) -> None:
+    rules = ReviewRules(allowed_operators=["carol", "dave"], min_approvals=2)
+    async with rig(dev_server, tmp_path, tier=3, plugin_options={"review": rules}) as r:
+        case, review = await ambiguous(r)
+        with pytest.raises(WorkflowUpdateFailedError) as refused:
+            await review.execute_update("decide", {"decision": "happened", "operator": "mallory"})
+        assert "not on this review's list" in str(refused.value.cause)
+        first = await review.execute_update("decide", {"decision": "happened", "operator": "carol"})
+        assert first["state"] == "open" and len(first["votes"]) == 1
+        with pytest.raises(WorkflowUpdateFailedError) as twice:
+            await review.execute_update("decide", {"decision": "happened", "operator": "carol"})
+        assert "already decided" in str(twice.value.cause)
+        assert resolved_count(r) == 0
+        second = await review.execute_update("decide", {"decision": "happened", "operator": "dave"})
+        assert second["state"] == "resolved" and second["operators"] == ["carol", "dave"]
+        assert (await case.result()).status == "RESOLVED"
+        resolved = [e for e in r.journal.read(EFFECT) if e.kind is Kind.RESOLVED]
+        assert [e.data["operators"] for e in resolved] == [["carol", "dave"]]
+
+
+async def test_a_second_resolve_changes_nothing_and_is_reported(
+    dev_server: DevServer, tmp_path: Path
+) -> None:
+    async with rig(dev_server, tmp_path, tier=3) as r:
+        case, review = await ambiguous(r)
+        await review.signal("resolve", {"decision": "happened", "operator": "carol"})
+        await review.signal("resolve", {"decision": "not_happened", "operator": "dave"})
+        assert (await case.result()).status == "RESOLVED"
+        status = await review.result()
+        assert status["state"] == "resolved" and status["decision"] == "happened"
+        assert any("dave" in line and "already" in line for line in status["reported"])
+        assert resolved_count(r) == 1
+        # once the review has ended, the server itself refuses another signal
+        with pytest.raises(RPCError):
+            await review.signal("resolve", {"decision": "not_happened", "operator": "erin"})
+        assert resolved_count(r) == 1
+        assert r.payments.refunded_cents(ORDER) == 2000 and r.payments.calls() == 1
+
+
+async def test_eight_waiting_workflows_continue_after_one_resolution(
+    dev_server: DevServer, tmp_path: Path
+) -> None:
+    async with rig(dev_server, tmp_path, tier=3) as r:
+        first, review = await ambiguous(r)
+        others = [await start_case(r) for _ in range(7)]
+
+        async def all_subscribed() -> bool:
+            return int((await review.query("status"))["subscribers"]) == 8
+
+        await until(all_subscribed)
+        # two AMBIGUOUS raises (eight, here) leave one review
+        listed = [
+            w
+            async for w in r.client.list_workflows(
+                f"WorkflowId = '{REVIEW}' AND ExecutionStatus = 'Running'"
+            )
+        ]
+        assert len(listed) == 1
+        refund = {"refund_id": "re_seen_by_carol", "order_id": ORDER, "amount_cents": 2000}
+        await review.execute_update(
+            "decide", {"decision": "happened", "operator": "carol", "result": refund}
+        )
+        outcomes = await asyncio.gather(*[h.result() for h in [first, *others]])
+        assert {o.status for o in outcomes} == {"REFUNDED"}
+        assert {o.refund.refund_id for o in outcomes if o.refund} == {"re_seen_by_carol"}
+        assert r.payments.refunded_cents(ORDER) == 2000 and r.payments.calls() == 1
+        assert resolved_count(r) == 1
+
+
+async def test_an_attested_result_is_checked_against_the_return_type(
+    dev_server: DevServer, tmp_path: Path
+) -> None:
+    async with rig(dev_server, tmp_path, tier=3) as r:
+        case, review = await ambiguous(r)
+        bad = {"refund_id": "re_1", "order_id": ORDER, "amount_cents": "a-secret-figure"}
+        with pytest.raises(WorkflowUpdateFailedError) as refused:
+            await review.execute_update(
+                "decide", {"decision": "happened", "operator": "carol", "result": bad}
+            )
+        message = str(refused.value.cause)
+        assert "does not match" in message and "amount_cents" in message
+        assert "a-secret-figure" not in message
+        assert (await review.query("status"))["state"] == "open"
+        assert resolved_count(r) == 0
+        await review.execute_update("decide", {"decision": "happened", "operator": "carol"})
+        assert (await case.result()).status == "RESOLVED"
+
+
+async def test_not_happened_resends_after_the_checks(dev_server: DevServer, tmp_path: Path) -> None:
+    async with rig(dev_server, tmp_path, tier=3) as r:
+        case, review = await ambiguous(r, fault="before_send")
+        assert r.payments.refunded_cents(ORDER) == 0
+        await review.signal("resolve", {"decision": "not_happened", "operator": "carol"})
+        outcome = await case.result()
+        assert outcome.status == "REFUNDED"
+        shown = receipt(EFFECT, journal=r.journal)
+        assert (shown.final, shown.via) == ("COMMITTED", "recovery-reapply")
+        assert r.payments.refunded_cents(ORDER) == 2000
+        assert len(r.payments.refund_records(ORDER)) == 1
+
+
+async def test_not_happened_still_refuses_a_revoked_lease(
+    dev_server: DevServer, tmp_path: Path
+) -> None:
+    async with rig(dev_server, tmp_path, tier=3) as r:
+        case, review = await ambiguous(r, fault="before_send")
+        r.journal.leases.revoke(r.lease_id)
+        await review.signal("resolve", {"decision": "not_happened", "operator": "carol"})
+        outcome = await case.result()
+        assert outcome.status == "REFUSED"
+        assert outcome.receipt is not None and outcome.receipt.code == "lease_at_recovery"
+        assert r.payments.refunded_cents(ORDER) == 0
+
+
+async def test_a_late_commit_settles_the_review(dev_server: DevServer, tmp_path: Path) -> None:
+    """Attempt 1 stalls inside the send past its timeout; the last attempt finds it still in
+    flight and declares AMBIGUOUS; then attempt 1's refund lands and its COMMITTED arrives late,
+    closing the review with no person involved."""
+    async with rig(dev_server, tmp_path, tier=3) as r:
+        r.payments.arm("before_send", "stall", arg=4.0)
+        case = await start_case(
+            r, maximum_attempts=2, start_to_close_s=1.0, heartbeat_s=None, initial_interval_s=0.2
+        )
+        review = await review_running(r)
+        outcome = await asyncio.wait_for(case.result(), 30)
+        status = await review.result()
+        assert outcome.status == "REFUNDED" and outcome.refund is not None
+        assert status["state"] == "closed"
+        entries = r.journal.read(EFFECT)
+        kinds = [e.kind for e in entries]
+        assert kinds[-2:] == [Kind.AMBIGUOUS, Kind.COMMITTED]
+        assert entries[-1].data["late"] is True and entries[-1].data["after"] == "AMBIGUOUS"
+        assert receipt(EFFECT, journal=r.journal).executed is True
+        assert r.payments.refunded_cents(ORDER) == 2000 and r.payments.calls() == 1
+
+
+async def test_a_review_past_its_deadline_expires(dev_server: DevServer, tmp_path: Path) -> None:
+    rules = ReviewRules(deadline_s=1.0)
+    async with rig(dev_server, tmp_path, tier=3, plugin_options={"review": rules}) as r:
+        case, review = await ambiguous(r)
+        outcome = await asyncio.wait_for(case.result(), 30)
+        assert outcome.status == "AMBIGUOUS"
+        assert (await review.result())["state"] == "expired"
+        assert r.journal.row(EFFECT).status is Kind.AMBIGUOUS  # type: ignore[union-attr]
+
+
+async def test_a_thread_pool_activity_opens_its_review(
+    dev_server: DevServer, tmp_path: Path
+) -> None:
+    async with rig(dev_server, tmp_path, tier=3) as r:
+        r.payments.arm("after_commit", "reset")
+        request = r.request().model_copy(update={"case_id": CASE})
+        handle = await r.client.start_workflow(
+            CallActivity.run,
+            {
+                "activity": "refund_sync",
+                "arg": request,
+                "principal": "refund-bot",
+                "lease": r.lease_id,
+                "maximum_attempts": 1,
+            },
+            id=f"call-{uuid.uuid4().hex[:8]}",
+            task_queue=r.task_queue,
+        )
+        with pytest.raises(Exception):  # noqa: B017 - the workflow fails with AmbiguousEffect
+            await handle.result()
+        (row,) = r.journal.effects()
+        assert row.status is Kind.AMBIGUOUS
+        sync_review = r.client.get_workflow_handle(review_id("ambiguous", row.effect_id))
+        assert (await sync_review.describe()).status == WorkflowExecutionStatus.RUNNING
+        assert (await sync_review.query("status"))["subscribers"] == 1
