@@ -5,7 +5,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-$(shell cat pyproject.toml requirements.lock | cksum | cut -d' ' -f1)
 
-.PHONY: setup demo test faults bench lint clean
+.PHONY: setup browser demo test faults bench lint clean
 
 setup: $(STAMP)
 
@@ -22,7 +22,19 @@ lint: setup
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy interlock_temporal workflows workers benchmarks
 
-test: lint
+# The Web UI test drives Debian's chromium with Playwright (pinned in pyproject's dev extra and
+# requirements.lock; its wheel bundles the driver; `playwright install` is never run: browsers
+# cannot be downloaded here). Quick when both are present.
+CHROMIUM := /usr/bin/chromium
+APT_GET  := $(if $(filter 0,$(shell id -u)),,sudo )env DEBIAN_FRONTEND=noninteractive apt-get
+
+browser: setup
+	@test -x $(CHROMIUM) || $(APT_GET) install -y chromium \
+		|| { $(APT_GET) update && $(APT_GET) install -y chromium; }
+	@test -x $(CHROMIUM) || { echo "$(CHROMIUM) is still missing after apt-get" >&2; exit 1; }
+	@$(BIN)/python -c "import playwright.async_api"
+
+test: lint browser
 	$(BIN)/python -m pytest -q
 
 faults: setup

@@ -22,7 +22,7 @@ from temporalio.contrib.pydantic import pydantic_data_converter
 from interlock_temporal.core.journal import open_journal
 from interlock_temporal.core.models import Kind
 from interlock_temporal.testing import DevServer
-from workers.scenarios import SCENARIOS, run_in, the_effect_id
+from workers.scenarios import SCENARIOS, run_in
 from workers.server_world import ServerWorld
 from workflows.support_case import CaseFile, CaseOutcome, Mode
 
@@ -130,7 +130,7 @@ def _split(world: TimedWorld, workdir: Path) -> tuple[float | None, float | None
     ready = None if world.ready_wall is None else world.ready_wall - kill
     journal = open_journal(f"sqlite:///{workdir / 'journal.db'}", create=False)
     try:
-        entries = journal.read(the_effect_id())
+        entries = journal.read(world.effect_id)
     finally:
         journal.close()
     after = [e for e in entries if e.ts > kill]

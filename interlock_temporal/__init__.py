@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 from .core.journal import Journal, open_journal
 from .core.models import Change, Found, Kind, Lease, Receipt
 from .core.receipts import receipt
+from .core.review import Decision, ReviewRules
 from .core.targets import EffectTarget
 
 if TYPE_CHECKING:
@@ -29,6 +30,14 @@ if TYPE_CHECKING:
     from ._gated import EffectContext, current_effect, gated
     from ._interceptor import InterlockInterceptor
     from ._plugin import InterlockPlugin
+    from ._review import (
+        EffectReview,
+        Reconciler,
+        ReconcileReport,
+        ReconcileRequest,
+        Resolution,
+        ReviewStatus,
+    )
 
 _LAZY = {
     "AmbiguousEffect": "._errors",
@@ -42,14 +51,22 @@ _LAZY = {
     "gated": "._gated",
     "InterlockInterceptor": "._interceptor",
     "InterlockPlugin": "._plugin",
+    "EffectReview": "._review",
+    "Reconciler": "._review",
+    "ReconcileRequest": "._review",
+    "ReconcileReport": "._review",
+    "Resolution": "._review",
+    "ReviewStatus": "._review",
 }
 
 __all__ = [
     "AmbiguousEffect",
     "Change",
+    "Decision",
     "EffectContext",
     "EffectInFlight",
     "EffectRefused",
+    "EffectReview",
     "EffectTarget",
     "Found",
     "InterlockInterceptor",
@@ -60,6 +77,12 @@ __all__ = [
     "Kind",
     "Lease",
     "Receipt",
+    "ReconcileReport",
+    "ReconcileRequest",
+    "Reconciler",
+    "Resolution",
+    "ReviewRules",
+    "ReviewStatus",
     "current_effect",
     "gated",
     "open_journal",

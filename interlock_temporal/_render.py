@@ -1,4 +1,5 @@
-"""Plain-text rendering of receipts, journal entries, effects and leases, for people.
+"""Plain-text rendering of receipts, journal entries, effects, leases, reviews and reconcile
+reports, for people.
 
 Used by the ``interlock`` command and the demo. Plain functions returning strings: no colors,
 no terminal control, nothing printed. Argument values never appear: entries carry only digests,
@@ -8,22 +9,32 @@ and entry data is summarised from a fixed set of keys that hold no argument valu
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .core.models import EffectRow, Entry, Lease, Receipt, VerifyReport
 
+if TYPE_CHECKING:  # the review models import Temporal: only the type checker needs them here
+    from ._review import ReconcileReport, ReviewStatus
+
 __all__ = [
+    "ReviewLine",
     "entry_summary",
     "fmt_time",
     "lease_state",
+    "reconcile_summary",
     "render_effects",
     "render_entries",
     "render_leases",
     "render_receipt",
+    "render_reconcile",
+    "render_review_status",
+    "render_reviews",
     "render_table",
     "render_verify",
     "short",
+    "votes_text",
 ]
 
 #: how many characters of an effect id the tables show (64 bits: unique in practice)
@@ -303,3 +314,123 @@ def render_verify(report: VerifyReport, journal: str | None = None) -> str:
         if report.head is not None:
             pairs.append(("journal ends at", str(report.head)))
     return _fields(pairs)
+
+
+# -- reviews ----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ReviewLine:
+    """One review workflow as ``interlock reviews list`` shows it."""
+
+    workflow_id: str
+    kind: str
+    effect_id: str
+    #: the review's own state (open, recording, resolved, ...), or the workflow's status when
+    #: the review could not be asked (terminated, ...), or "?"
+    state: str
+    votes: Sequence[Mapping[str, str]] = field(default_factory=tuple)
+    #: how many workflows wait on the outcome; None when unknown
+    waiting: int | None = None
+    started: datetime | None = None
+    note: str = ""
+
+
+def votes_text(votes: Sequence[Mapping[str, str]]) -> str:
+    """``operator=decision`` for each vote, comma-separated ("-" for none)."""
+    if not votes:
+        return _NONE
+    return ",".join(f"{v.get('operator', '?')}={v.get('decision', '?')}" for v in votes)
+
+
+def render_reviews(lines: Sequence[ReviewLine]) -> str:
+    """Reviews as a table: kind, effect (16 characters), state, votes so far, workflows waiting,
+    started; a NOTE column when any review has one."""
+    if not lines:
+        return "(no reviews)"
+    headers = ["KIND", "EFFECT", "STATE", "VOTES", "WAITING", "STARTED"]
+    with_note = any(line.note for line in lines)
+    rows = []
+    for line in lines:
+        cells = [
+            line.kind,
+            short(line.effect_id, EFFECT_ID_WIDTH),
+            line.state,
+            votes_text(line.votes),
+            _NONE if line.waiting is None else str(line.waiting),
+            fmt_time(line.started),
+        ]
+        if with_note:
+            cells.append(line.note or _NONE)
+        rows.append(cells)
+    return render_table([*headers, "NOTE"] if with_note else headers, rows)
+
+
+def render_review_status(status: ReviewStatus, workflow_id: str | None = None) -> str:
+    """A review's status (what the ``decide`` Update and the ``status`` query return) as aligned
+    ``key: value`` lines, with the receipt's verdict when the journal recorded one."""
+    pairs: list[tuple[str, str]] = []
+    if workflow_id is not None:
+        pairs.append(("review", workflow_id))
+    pairs += [
+        ("effect", status.effect_id),
+        ("kind", status.kind),
+        ("state", status.state),
+        ("decision", _text(status.decision)),
+        ("operators", _text(status.operators)),
+        ("votes", votes_text(status.votes)),
+        ("workflows waiting", str(status.subscribers)),
+    ]
+    if status.reason:
+        pairs.append(("reason", status.reason))
+    found = status.receipt
+    if found is not None:
+        executed = found.executed if found.executed == "unknown" else _text(found.executed)
+        pairs += [
+            ("final", found.final),
+            ("executed", str(executed)),
+            ("operator", _text(found.operator)),
+            ("journal seq", str(found.journal_seq)),
+        ]
+    for text in status.reported[-3:]:
+        pairs.append(("reported", _clip(text, DATA_WIDTH)))
+    return _fields(pairs)
+
+
+# -- reconcile --------------------------------------------------------------------------------
+
+_REVIEW_PREFIX_WIDTH = len("interlock-review-ambiguous-")
+
+
+def render_reconcile(report: ReconcileReport) -> str:
+    """What one reconciler run did, one effect a line: effect (16 characters), activity, final,
+    via or code, the review opened for it (shortened like the effect), note."""
+    if not report.outcomes:
+        return "(no effects in doubt)"
+    rows = [
+        [
+            short(o.effect_id, EFFECT_ID_WIDTH),
+            o.activity or _NONE,
+            o.final,
+            o.via or o.code or _NONE,
+            short(o.review, _REVIEW_PREFIX_WIDTH + EFFECT_ID_WIDTH),
+            _clip(o.note, DATA_WIDTH) if o.note else _NONE,
+        ]
+        for o in report.outcomes
+    ]
+    return render_table(["EFFECT", "ACTIVITY", "FINAL", "VIA/CODE", "REVIEW", "NOTE"], rows)
+
+
+def reconcile_summary(report: ReconcileReport, unsettled: int) -> str:
+    """One line: how many effects were in doubt, what became of them, how many still need
+    someone (skipped for a reason other than a live attempt, or left beyond the limit)."""
+    counts: dict[str, int] = {}
+    for o in report.outcomes:
+        counts[o.final] = counts.get(o.final, 0) + 1
+    parts = [f"{n} {final}" for final, n in sorted(counts.items())]
+    beyond = report.in_doubt - len(report.outcomes)
+    if beyond > 0:
+        parts.append(f"{beyond} not reached (limit)")
+    found = f"{report.in_doubt} in doubt" + (": " + ", ".join(parts) if parts else "")
+    verdict = "all settled" if unsettled == 0 else f"{unsettled} still need attention"
+    return f"{found}; {verdict}"

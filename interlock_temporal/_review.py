@@ -12,8 +12,9 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, Field, ValidationError
 from temporalio import activity, workflow
+from temporalio.api.failure.v1 import ApplicationFailureInfo, Failure
 from temporalio.common import RetryPolicy, WorkflowIDConflictPolicy, WorkflowIDReusePolicy
-from temporalio.exceptions import ActivityError, ApplicationError
+from temporalio.exceptions import ActivityError, ApplicationError, FailureError
 
 from ._gated import EffectContext, GateSpec, _current, describe_invalid
 from .core.errors import Ambiguous, InFlight, InterlockError, Refused
@@ -101,6 +102,20 @@ class DecisionRecord(BaseModel):
     operators: list[str]
     note: str = ""
     result: Any = None
+
+
+def _refusal(message: str) -> FailureError:
+    """A refused decision, shown to the person as its message alone: a failure built whole, so
+    no worker stack trace (file paths and all) lands in the Web UI's dialog."""
+    return FailureError(
+        message,
+        failure=Failure(
+            message=message,
+            application_failure_info=ApplicationFailureInfo(
+                type="InvalidDecision", non_retryable=True
+            ),
+        ),
+    )
 
 
 def _parse(value: Any) -> tuple[Decision | None, str | None]:
@@ -264,7 +279,7 @@ class EffectReview:
         if self._pending is not None or self._state == "recording":
             await workflow.wait_condition(lambda: self._recordings > seen)
             if self._state == "open" and self._last_error:
-                raise ApplicationError(self._last_error, type="InvalidDecision")
+                raise _refusal(self._last_error)
         return self.status()
 
     @decide.validator
@@ -273,7 +288,7 @@ class EffectReview:
         if d is not None:
             problem = self._problem(d)
         if problem is not None:
-            raise ValueError(problem)
+            raise _refusal(problem)
 
     @workflow.signal(name="subscribe", description="Internal: a workflow waiting on this review.")
     async def subscribe(self, subscriber: Subscriber) -> None:
@@ -353,7 +368,7 @@ class EffectReview:
         self._show()
 
     def _show(self) -> None:
-        lines = [self._req.details, "", "---", "", f"**Review state: {self._state}**"]
+        lines = [self._req.details, "", "---", "", f"**Review state: {self._state}**", ""]
         if self._outcome and self._outcome.decision:
             lines.append(
                 f"- decided: `{self._outcome.decision}` by {', '.join(self._outcome.operators)}"
@@ -383,10 +398,15 @@ class ReconcileRequest(BaseModel):
     runs_before_continue_as_new: int = 100
 
 
+SkipReason = Literal["live_attempt", "unknown_activity", "input_changed"]
+
+
 class ReconcileOutcome(BaseModel):
     effect_id: str
     activity: str | None = None
     final: str
+    #: why the reconciler left it (``final`` is then "skipped")
+    skipped: SkipReason | None = None
     via: str | None = None
     code: str | None = None
     review: str | None = None
@@ -395,6 +415,8 @@ class ReconcileOutcome(BaseModel):
 
 class ReconcileReport(BaseModel):
     in_doubt: int
+    #: AMBIGUOUS effects checked for an open review (one is started where none runs)
+    ambiguous: int = 0
     outcomes: list[ReconcileOutcome] = Field(default_factory=list)
 
 
@@ -578,11 +600,24 @@ class ReviewDesk:
             if gate.journal.is_claimed(row.effect_id):
                 report.outcomes.append(
                     ReconcileOutcome(
-                        effect_id=row.effect_id, final="skipped", note="a live attempt holds it"
+                        effect_id=row.effect_id,
+                        final="skipped",
+                        skipped="live_attempt",
+                        note="a live attempt holds it",
                     )
                 )
                 continue
             report.outcomes.append(await self._recover(gate, row.effect_id, info))
+        # AMBIGUOUS effects whose review never opened, or expired: in front of a person again
+        ambiguous = gate.journal.effects(status=Kind.AMBIGUOUS, limit=req.limit)
+        report.ambiguous = len(ambiguous)
+        already = {o.effect_id for o in report.outcomes}
+        for row in ambiguous:
+            if row.effect_id in already:
+                continue
+            activity.heartbeat(row.effect_id)
+            review = await self.open(row.effect_id, task_queue=info.task_queue)
+            report.outcomes.append(self._outcome(gate, row.effect_id, "", review=review))
         return report
 
     async def _recover(self, gate: Gate, effect_id: str, info: activity.Info) -> ReconcileOutcome:
@@ -595,6 +630,7 @@ class ReviewDesk:
                 effect_id=effect_id,
                 activity=name,
                 final="skipped",
+                skipped="unknown_activity",
                 note=f"no gated activity {name!r} on this worker",
             )
         args = spec.decode_json(journal.blob(effect_id, "approved") or [])
@@ -625,6 +661,7 @@ class ReviewDesk:
                 effect_id=effect_id,
                 activity=name,
                 final="skipped",
+                skipped="input_changed",
                 note="its recorded input no longer names this effect",
             )
         try:
@@ -673,10 +710,11 @@ class ReviewDesk:
         review: str | None = None,
         note: str = "",
     ) -> ReconcileOutcome:
-        r = receipt_of(fold(effect_id, gate.journal.read(effect_id)))
+        view = fold(effect_id, gate.journal.read(effect_id))
+        r = receipt_of(view)
         return ReconcileOutcome(
             effect_id=effect_id,
-            activity=activity_name,
+            activity=activity_name or view.activity,
             final=r.final,
             via=r.via,
             code=r.code,

@@ -1,54 +1,103 @@
-"""``interlock``: the operator's view of a journal.
+"""``interlock``: the operator's view of a journal, and of the reviews and reconciler on Temporal.
 
     interlock [--journal URL] [--signing-key KEY] journal verify [--head SEQ:HASH] [--json]
     interlock journal head [--json]
     interlock effects list [--state KIND | --in-doubt] [--older-than AGE] [--limit N] [--json]
     interlock effects show EFFECT_ID [--json]
+    interlock effects reopen EFFECT_ID --operator O [--note N]
     interlock leases issue PRINCIPAL [--activity A]... [--max-amount-cents N] [--resource R]...
                                      [--ttl 1h|30m|90s]
     interlock leases revoke LEASE_ID
     interlock leases list [--json]
 
+On a Temporal server (``--address``, default ``$TEMPORAL_ADDRESS``, else ``localhost:7233``;
+``--namespace``, default ``$TEMPORAL_NAMESPACE``, else ``default``):
+
+    interlock reviews list [--all] [--limit N] [--json]
+    interlock reviews resolve EFFECT_ID --decision D --operator O [--note N]
+                              [--kind ambiguous|approval] [--result JSON] [--timeout AGE]
+                              [--json]
+    interlock reconcile --task-queue Q [--older-than AGE] [--limit N] [--timeout AGE] [--json]
+
 Exit codes: 0 ok; 1 a check failed or there was nothing to do; 2 usage error or not found;
-3 the journal cannot be opened. Errors are one line on stderr, never a traceback (set
-``INTERLOCK_DEBUG=1`` to see one for an unexpected error).
+3 the journal cannot be opened, or the Temporal server cannot be reached. Errors are one line
+on stderr, never a traceback (set ``INTERLOCK_DEBUG=1`` to see one for an unexpected error).
+Temporal is imported only by the commands that talk to a server.
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
+import gc
 import json
 import os
 import re
 import sqlite3
 import sys
 import time
-from collections.abc import Callable, Sequence
+import uuid
+from collections.abc import Awaitable, Callable, Sequence
 from datetime import timedelta
-from typing import Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
-from ._render import lease_state, render_effects, render_entries, render_leases, render_receipt
+from ._render import (
+    ReviewLine,
+    lease_state,
+    reconcile_summary,
+    render_effects,
+    render_entries,
+    render_leases,
+    render_receipt,
+    render_reconcile,
+    render_review_status,
+    render_reviews,
+)
 from ._render import render_verify as _render_verify
 from .core.errors import InterlockError, JournalConfigError, JournalCorrupt, JournalUnavailable
 from .core.journal import Journal, open_journal
 from .core.models import ANNOTATIONS, JournalHead, Kind
 from .core.receipts import receipt
+from .core.review import DECISIONS, ReviewError, reopen, review_id
+
+if TYPE_CHECKING:  # Temporal is imported by the commands that need a server, not at start
+    from temporalio.client import Client, WorkflowExecution
+    from temporalio.service import RPCError
+
+    from ._review import ReconcileOutcome, ReviewStatus
 
 EXIT_OK = 0
 EXIT_FAILED = 1
 EXIT_USAGE = 2
 EXIT_JOURNAL = 3
+#: the Temporal server cannot be reached (the same code as a journal that cannot be opened)
+EXIT_SERVER = 3
 
 DEFAULT_JOURNAL = "sqlite:///interlock.db"
+DEFAULT_ADDRESS = "localhost:7233"
+DEFAULT_NAMESPACE = "default"
 #: the shortest effect id prefix ``effects show`` accepts
 MIN_PREFIX = 8
+#: a full effect id: 256 bits, hex
+_FULL_ID = re.compile(r"[0-9a-f]{64}")
+#: how long ``reviews list`` waits for one review to answer its status query
+QUERY_TIMEOUT_S = 5.0
+#: how many reviews ``reviews list`` asks at once
+QUERY_CONCURRENCY = 16
+#: the visibility query for open reviews; ``--all`` drops the status filter
+REVIEWS_QUERY = "WorkflowType = 'EffectReview'"
+OPEN_REVIEWS_QUERY = f"{REVIEWS_QUERY} AND ExecutionStatus = 'Running'"
+#: the reconciler's note for an effect a live attempt holds (that attempt will settle it)
+#: reconciler outcomes that need nobody: the effect is settled or in front of a person
+_SETTLED = frozenset({Kind.COMMITTED.value, Kind.REFUSED.value, Kind.RESOLVED.value})
 
 _EPILOG = """\
 exit codes: 0 ok; 1 a check failed or nothing to do; 2 usage error or not found;
-3 the journal cannot be opened.
+3 the journal cannot be opened, or the Temporal server cannot be reached.
 The journal defaults to $INTERLOCK_JOURNAL, else sqlite:///interlock.db. The signing key comes
 from --signing-key, else $INTERLOCK_SIGNING_KEY, else the key file beside the SQLite database
-(<database>.key).
+(<database>.key). Commands on Temporal (reviews, reconcile) connect to --address, else
+$TEMPORAL_ADDRESS, else localhost:7233, in --namespace, else $TEMPORAL_NAMESPACE, else default.
 """
 
 
@@ -59,6 +108,9 @@ class CliError(Exception):
         super().__init__(message)
         self.code = code
         self.message = message
+
+
+Handler = Callable[[argparse.Namespace], int]
 
 
 # -- argument types -------------------------------------------------------------------------
@@ -118,6 +170,24 @@ def _positive(text: str) -> int:
     if value == 0:
         raise argparse.ArgumentTypeError(f"invalid number {text!r}: must be at least 1")
     return value
+
+
+def _age(text: str) -> timedelta:
+    """Like ``parse_duration``, and zero is allowed (``0s``: no minimum age)."""
+    value = text.strip().lower()
+    match = _DURATION.fullmatch(value)
+    if value and (value.isdigit() or match is not None):
+        numbers = [value] if value.isdigit() else [g for g in match.groups() if g] if match else []
+        if numbers and all(int(n) == 0 for n in numbers):
+            return timedelta(0)
+    return parse_duration(text)
+
+
+def _result_json(text: str) -> Any:
+    try:
+        return json.loads(text)
+    except ValueError as err:
+        raise argparse.ArgumentTypeError(f"--result is not JSON: {err}") from None
 
 
 # -- opening the journal ----------------------------------------------------------------------
@@ -272,6 +342,22 @@ def cmd_effects_show(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def cmd_effects_reopen(args: argparse.Namespace) -> int:
+    with open_for(args) as journal:
+        effect_id = resolve_effect(journal, args.effect_id)
+        try:
+            recorded = reopen(journal, effect_id, operator=args.operator, note=args.note)
+        except ReviewError as err:
+            raise CliError(EXIT_FAILED, str(err)) from None
+    _out(
+        f"reopened {effect_id} by {args.operator.strip()}: its next attempt dispatches under "
+        "the lease and the facts current then"
+    )
+    _out("")
+    _out(render_receipt(recorded.receipt))
+    return EXIT_OK
+
+
 # -- leases ----------------------------------------------------------------------------------
 
 
@@ -325,6 +411,472 @@ def cmd_leases_list(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+# -- Temporal ---------------------------------------------------------------------------------
+
+
+def temporal_address(args: argparse.Namespace) -> str:
+    """``--address``, else ``$TEMPORAL_ADDRESS``, else ``localhost:7233``."""
+    given: str | None = getattr(args, "address", None)
+    return given or os.environ.get("TEMPORAL_ADDRESS") or DEFAULT_ADDRESS
+
+
+def temporal_namespace(args: argparse.Namespace) -> str:
+    """``--namespace``, else ``$TEMPORAL_NAMESPACE``, else ``default``."""
+    given: str | None = getattr(args, "namespace", None)
+    return given or os.environ.get("TEMPORAL_NAMESPACE") or DEFAULT_NAMESPACE
+
+
+def _reason(err: BaseException) -> str:
+    """The telling part of a connection error, on one line."""
+    text = str(err) or type(err).__name__
+    found = re.search(r'message: "([^"]+)"', text) or re.search(r'error: "([^"]+)"', text)
+    if found is not None:
+        return found.group(1)
+    return " ".join(text.split())[:200]
+
+
+async def connect(args: argparse.Namespace) -> Client:
+    """A client for ``--address`` and ``--namespace``, with the pydantic data converter."""
+    from temporalio.client import Client
+    from temporalio.contrib.pydantic import pydantic_data_converter
+
+    address = temporal_address(args)
+    try:
+        return await Client.connect(
+            address, namespace=temporal_namespace(args), data_converter=pydantic_data_converter
+        )
+    except Exception as err:  # RuntimeError when refused, ValueError for a malformed address
+        raise CliError(
+            EXIT_SERVER, f"Temporal at {address} cannot be reached: {_reason(err)}"
+        ) from None
+
+
+def _server_error(err: RPCError, args: argparse.Namespace) -> CliError:
+    from temporalio.service import RPCStatusCode
+
+    address = temporal_address(args)
+    if err.status in (RPCStatusCode.UNAVAILABLE, RPCStatusCode.DEADLINE_EXCEEDED):
+        return CliError(EXIT_SERVER, f"Temporal at {address} cannot be reached: {err.message}")
+    if err.status == RPCStatusCode.NOT_FOUND and "namespace" in err.message.lower():
+        return CliError(
+            EXIT_SERVER, f"namespace {temporal_namespace(args)} not found on Temporal at {address}"
+        )
+    return CliError(EXIT_FAILED, f"Temporal at {address}: {err.message or err.status.name}")
+
+
+def _is_not_found(err: RPCError) -> bool:
+    """The workflow does not exist (or has ended), as opposed to the namespace."""
+    from temporalio.service import RPCStatusCode
+
+    return err.status == RPCStatusCode.NOT_FOUND and "namespace" not in err.message.lower()
+
+
+def _failure_message(err: BaseException) -> str:
+    """The message a workflow, an Update handler or its validator failed with, on one line."""
+    from temporalio.exceptions import FailureError
+
+    text = err.message if isinstance(err, FailureError) else str(err)
+    return " ".join((text or type(err).__name__).split())
+
+
+ServerCommand = Callable[[argparse.Namespace, "Client"], Awaitable[int]]
+
+
+def on_server(body: ServerCommand) -> Handler:
+    """A handler that connects to Temporal, runs ``body`` and turns RPC failures into one line."""
+
+    def handler(args: argparse.Namespace) -> int:
+        failure: Exception | None = None
+        code = EXIT_FAILED
+        try:
+            code = asyncio.run(_with_client(body, args))
+        except Exception as err:
+            if os.environ.get("INTERLOCK_DEBUG"):
+                raise
+            # without its traceback and chain: their frames hold the client
+            failure = err.with_traceback(None)
+            failure.__cause__ = failure.__context__ = None
+        # Free the client now, not during interpreter shutdown: the SDK's native client dropped
+        # while Python finalizes can abort the process after the command did its work
+        # ("PyGILState_Release: thread state ... must be current", temporalio/sdk-python#300).
+        gc.collect()
+        if failure is not None:
+            raise failure
+        return code
+
+    return handler
+
+
+async def _with_client(body: ServerCommand, args: argparse.Namespace) -> int:
+    from temporalio.service import RPCError
+
+    client = await connect(args)
+    try:
+        return await body(args, client)
+    except RPCError as err:
+        raise _server_error(err, args) from None
+
+
+def _try_open(args: argparse.Namespace) -> tuple[Journal | None, str]:
+    """The journal, or None and why it cannot be opened (for commands that can do without)."""
+    try:
+        return open_for(args), ""
+    except CliError as err:
+        return None, err.message
+    except (JournalConfigError, JournalCorrupt, JournalUnavailable, sqlite3.Error) as err:
+        return None, f"journal {journal_url(args)} cannot be opened: {err}"
+
+
+def review_of(workflow_id: str) -> tuple[str, str]:
+    """(kind, effect id) named by a review's workflow id (``?`` for a kind it does not name)."""
+    for kind in DECISIONS:
+        prefix = review_id(kind, "")
+        if workflow_id.startswith(prefix):
+            return kind, workflow_id[len(prefix) :]
+    return "?", workflow_id
+
+
+# -- reviews ---------------------------------------------------------------------------------
+
+
+async def _review_line(
+    client: Client, execution: WorkflowExecution
+) -> tuple[ReviewLine, ReviewStatus | None]:
+    """Ask one review for its status (a running one by query, a finished one by its result)."""
+    from temporalio.client import WorkflowExecutionStatus
+    from temporalio.exceptions import TemporalError
+
+    from ._review import ReviewStatus
+
+    kind, effect_id = review_of(execution.id)
+    handle = client.get_workflow_handle(
+        execution.id, run_id=execution.run_id, result_type=ReviewStatus
+    )
+    running = execution.status == WorkflowExecutionStatus.RUNNING
+    timeout = timedelta(seconds=QUERY_TIMEOUT_S)
+    status: ReviewStatus | None = None
+    note = ""
+    try:
+        if running:
+            status = await handle.query("status", result_type=ReviewStatus, rpc_timeout=timeout)
+        elif execution.status == WorkflowExecutionStatus.COMPLETED:
+            status = await handle.result(follow_runs=False, rpc_timeout=timeout)
+    except (TemporalError, ValueError) as err:
+        note = (
+            "no worker answered its status query"
+            if running
+            else f"its result cannot be read ({type(err).__name__})"
+        )
+    if status is None:
+        state = "?" if running or execution.status is None else execution.status.name.lower()
+        return (
+            ReviewLine(
+                workflow_id=execution.id,
+                kind=kind,
+                effect_id=effect_id,
+                state=state,
+                started=execution.start_time,
+                note=note,
+            ),
+            None,
+        )
+    line = ReviewLine(
+        workflow_id=execution.id,
+        kind=status.kind,
+        effect_id=status.effect_id,
+        state=status.state,
+        votes=status.votes,
+        waiting=status.subscribers,
+        started=execution.start_time,
+    )
+    return line, status
+
+
+async def _is_running(client: Client, workflow_id: str) -> bool:
+    from temporalio.client import WorkflowExecutionStatus
+    from temporalio.service import RPCError
+
+    try:
+        description = await client.get_workflow_handle(workflow_id).describe()
+    except RPCError as err:
+        if _is_not_found(err):
+            return False
+        raise
+    return description.status == WorkflowExecutionStatus.RUNNING
+
+
+async def _without_review(client: Client, journal: Journal, running: set[str]) -> list[str]:
+    """AMBIGUOUS effects with no running review. Visibility can lag a start: an effect whose
+    review the listing missed is checked directly before it is reported."""
+    missing = [
+        row.effect_id
+        for row in journal.effects(status=Kind.AMBIGUOUS)
+        if review_id("ambiguous", row.effect_id) not in running
+    ]
+    found = await asyncio.gather(
+        *(_is_running(client, review_id("ambiguous", eid)) for eid in missing)
+    )
+    return [eid for eid, is_running in zip(missing, found, strict=True) if not is_running]
+
+
+async def reviews_list(args: argparse.Namespace, client: Client) -> int:
+    journal, problem = _try_open(args)
+    try:
+        query = REVIEWS_QUERY if args.all else OPEN_REVIEWS_QUERY
+        limit: int = args.limit
+        executions = [e async for e in client.list_workflows(query, limit=limit + 1)]
+        more = len(executions) > limit
+        executions = executions[:limit]
+        gate = asyncio.Semaphore(QUERY_CONCURRENCY)
+
+        async def one(e: WorkflowExecution) -> tuple[ReviewLine, ReviewStatus | None]:
+            async with gate:
+                return await _review_line(client, e)
+
+        found = await asyncio.gather(*(one(e) for e in executions))
+        orphans: list[str] | None = None
+        if journal is not None:
+            if args.all or more:  # the listing is not every open review: list those alone
+                running = {e.id async for e in client.list_workflows(OPEN_REVIEWS_QUERY)}
+            else:
+                running = {e.id for e in executions}
+            orphans = await _without_review(client, journal, running)
+    finally:
+        if journal is not None:
+            journal.close()
+    if args.json:
+        _json(
+            {
+                "reviews": [
+                    {
+                        "workflow_id": line.workflow_id,
+                        "kind": line.kind,
+                        "effect_id": line.effect_id,
+                        "state": line.state,
+                        "votes": list(line.votes),
+                        "waiting": line.waiting,
+                        "started": None if line.started is None else line.started.isoformat(),
+                        "note": line.note,
+                        "status": None if status is None else status.model_dump(mode="json"),
+                    }
+                    for line, status in found
+                ],
+                "ambiguous_without_review": orphans,
+            }
+        )
+    else:
+        if found:
+            _out(render_reviews([line for line, _ in found]))
+        else:
+            _err("no reviews" if args.all else "no open reviews")
+        if orphans:
+            if found:
+                _out("")
+            for eid in orphans:
+                _out(f"AMBIGUOUS with no open review: {eid}")
+    if more:
+        _err(f"showing the newest {limit} reviews; raise --limit to see more")
+    if journal is None:
+        _err(f"{problem}: listing reviews only, not AMBIGUOUS effects that have none")
+    elif orphans:
+        _err(
+            f"{len(orphans)} AMBIGUOUS effect(s) have no open review: no one is asked about "
+            "them; check the target and see `interlock effects show EFFECT_ID`"
+        )
+    return EXIT_OK
+
+
+def _effect_for_review(args: argparse.Namespace) -> str:
+    """A full effect id as given, or the one a prefix names in the journal."""
+    text: str = args.effect_id.strip()
+    if _FULL_ID.fullmatch(text.lower()):
+        return text.lower()
+    journal, problem = _try_open(args)
+    if journal is None:
+        raise CliError(
+            EXIT_USAGE,
+            f"give the full effect id (64 hex characters): a prefix is looked up in the "
+            f"journal, and {problem}",
+        )
+    with journal:
+        return resolve_effect(journal, text)
+
+
+async def _no_open_review(
+    client: Client, args: argparse.Namespace, workflow_id: str, effect_id: str
+) -> CliError:
+    """Why an Update found no review: none was ever started (2), or it has ended (1)."""
+    from temporalio.client import WorkflowExecutionStatus
+    from temporalio.exceptions import TemporalError
+    from temporalio.service import RPCError
+
+    from ._review import ReviewStatus
+
+    handle = client.get_workflow_handle(workflow_id, result_type=ReviewStatus)
+    try:
+        description = await handle.describe()
+    except RPCError as err:
+        if not _is_not_found(err):
+            raise
+        return CliError(
+            EXIT_USAGE,
+            f"no open review for effect {effect_id} (no workflow {workflow_id} in namespace "
+            f"{temporal_namespace(args)})",
+        )
+    ended = description.status.name.lower() if description.status else "ended"
+    if description.status == WorkflowExecutionStatus.COMPLETED:
+        try:
+            status = await handle.result(follow_runs=False)
+        except (TemporalError, ValueError):
+            pass
+        else:
+            ended = status.state
+            if status.decision:
+                ended += f": {status.decision} by {', '.join(status.operators)}"
+    return CliError(
+        EXIT_FAILED, f"no open review for effect {effect_id[:16]}: its review is already {ended}"
+    )
+
+
+async def reviews_resolve(args: argparse.Namespace, client: Client) -> int:
+    from temporalio.client import WorkflowUpdateFailedError
+    from temporalio.service import RPCError
+
+    from ._review import ReviewStatus
+
+    effect_id = _effect_for_review(args)
+    workflow_id = review_id(args.kind, effect_id)
+    payload: dict[str, Any] = {
+        "decision": args.decision,
+        "operator": args.operator,
+        "note": args.note,
+    }
+    if args.result is not None:
+        payload["result"] = args.result
+    handle = client.get_workflow_handle(workflow_id)
+    timeout: timedelta = args.timeout
+    try:
+        status = await asyncio.wait_for(
+            handle.execute_update("decide", payload, result_type=ReviewStatus),
+            timeout.total_seconds(),
+        )
+    except WorkflowUpdateFailedError as err:
+        # the validator's refusal (or a decision the journal would not record): the reason
+        raise CliError(EXIT_FAILED, f"refused: {_failure_message(err.cause)}") from None
+    except RPCError as err:
+        if _is_not_found(err):
+            raise await _no_open_review(client, args, workflow_id, effect_id) from None
+        raise
+    except TimeoutError:
+        raise CliError(
+            EXIT_FAILED,
+            f"review {workflow_id} did not answer within {timeout}: is a worker with "
+            "InterlockPlugin polling its task queue? The decision may still be applied when one "
+            "does",
+        ) from None
+    if args.json:
+        _json({"workflow_id": workflow_id, **status.model_dump(mode="json")})
+    else:
+        _out(render_review_status(status, workflow_id))
+    if status.state == "open":
+        _err("vote counted: the review stays open until enough people agree")
+    elif status.state == "closed":
+        _err(f"not recorded: {status.reason or 'the effect was settled meanwhile'}")
+        return EXIT_FAILED
+    return EXIT_OK
+
+
+# -- reconcile -------------------------------------------------------------------------------
+
+
+def settled(outcome: ReconcileOutcome) -> bool:
+    """The effect needs nobody now: it ended COMMITTED, REFUSED or RESOLVED, is AMBIGUOUS in
+    front of a person (a review is open), or a live attempt holds it and will settle it."""
+    if outcome.final in _SETTLED:
+        return True
+    if outcome.final == Kind.AMBIGUOUS.value:
+        return bool(outcome.review)
+    return outcome.skipped == "live_attempt"
+
+
+async def _has_pollers(client: Client, task_queue: str) -> bool:
+    from temporalio.api.enums.v1 import TaskQueueType
+    from temporalio.api.taskqueue.v1 import TaskQueue
+    from temporalio.api.workflowservice.v1 import DescribeTaskQueueRequest
+    from temporalio.service import RPCError
+
+    try:
+        response = await client.workflow_service.describe_task_queue(
+            DescribeTaskQueueRequest(
+                namespace=client.namespace,
+                task_queue=TaskQueue(name=task_queue),
+                task_queue_type=TaskQueueType.TASK_QUEUE_TYPE_WORKFLOW,
+            )
+        )
+    except RPCError:
+        return True  # cannot tell: say nothing
+    return bool(response.pollers)
+
+
+async def reconcile(args: argparse.Namespace, client: Client) -> int:
+    from temporalio.client import WorkflowFailureError
+    from temporalio.exceptions import TimeoutError as WorkflowTimeout
+
+    from ._review import ReconcileReport, ReconcileRequest
+
+    task_queue: str = args.task_queue
+    timeout: timedelta = args.timeout
+    request = ReconcileRequest(older_than_s=args.older_than.total_seconds(), limit=args.limit)
+    if not await _has_pollers(client, task_queue):
+        _err(f"no worker has polled task queue {task_queue} lately: waiting up to {timeout}")
+    workflow_id = f"interlock-reconcile-{uuid.uuid4().hex}"
+    try:
+        report = await client.execute_workflow(
+            "InterlockReconciler",
+            request,
+            id=workflow_id,
+            task_queue=task_queue,
+            result_type=ReconcileReport,
+            execution_timeout=timeout,
+            static_summary="interlock reconcile (from the command line)",
+        )
+    except WorkflowFailureError as err:
+        if isinstance(err.cause, WorkflowTimeout):
+            raise CliError(
+                EXIT_FAILED,
+                f"the reconciler did not finish within {timeout}: is a worker with "
+                f"InterlockPlugin and the gated activities polling task queue {task_queue}?",
+            ) from None
+        raise CliError(
+            EXIT_FAILED, f"the reconciler failed: {_failure_message(err.cause)}"
+        ) from None
+    unsettled = [o.effect_id for o in report.outcomes if not settled(o)]
+    beyond = max(report.in_doubt - len(report.outcomes), 0)
+    needing = len(unsettled) + beyond
+    if args.json:
+        _json(
+            {
+                "workflow_id": workflow_id,
+                **report.model_dump(mode="json"),
+                "unsettled": unsettled,
+                "not_reached": beyond,
+                "ok": needing == 0,
+            }
+        )
+    else:
+        if report.outcomes:
+            _out(render_reconcile(report))
+        _out(reconcile_summary(report, needing))
+    if beyond:
+        _err(f"{beyond} effect(s) in doubt beyond --limit {args.limit}: run again")
+    return EXIT_OK if needing == 0 else EXIT_FAILED
+
+
+cmd_reviews_list = on_server(reviews_list)
+cmd_reviews_resolve = on_server(reviews_resolve)
+cmd_reconcile = on_server(reconcile)
+
+
 # -- the parser ------------------------------------------------------------------------------
 
 
@@ -334,6 +886,23 @@ class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> NoReturn:
         self.print_usage(sys.stderr)
         self.exit(EXIT_USAGE, f"interlock: error: {message}\n")
+
+
+def _temporal_options(parser: argparse.ArgumentParser, *, top: bool) -> None:
+    # like the journal options: accepted on the group and on the subcommand
+    default = None if top else argparse.SUPPRESS
+    parser.add_argument(
+        "--address",
+        metavar="HOST:PORT",
+        default=default,
+        help=f"the Temporal frontend (default: $TEMPORAL_ADDRESS, else {DEFAULT_ADDRESS})",
+    )
+    parser.add_argument(
+        "--namespace",
+        metavar="NS",
+        default=default,
+        help=f"the Temporal namespace (default: $TEMPORAL_NAMESPACE, else {DEFAULT_NAMESPACE})",
+    )
 
 
 def _journal_options(parser: argparse.ArgumentParser, *, top: bool) -> None:
@@ -355,13 +924,11 @@ def _journal_options(parser: argparse.ArgumentParser, *, top: bool) -> None:
     )
 
 
-Handler = Callable[[argparse.Namespace], int]
-
-
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(
         prog="interlock",
-        description="Inspect and verify an interlock journal, and manage leases.",
+        description="Inspect and verify an interlock journal, manage leases, decide reviews "
+        "and run the reconciler on Temporal.",
         epilog=_EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
@@ -409,7 +976,9 @@ def build_parser() -> argparse.ArgumentParser:
     json_flag(head)
 
     # effects
-    effects = groups.add_parser("effects", help="list effects, show one effect's receipt")
+    effects = groups.add_parser(
+        "effects", help="list effects, show one effect's receipt, reopen a refused one"
+    )
     _journal_options(effects, top=False)
     effects_sub = effects.add_subparsers(dest="command", metavar="COMMAND", required=True)
     listing = command(effects_sub, "list", cmd_effects_list, "list effects, newest first")
@@ -445,6 +1014,20 @@ def build_parser() -> argparse.ArgumentParser:
         help=f"the effect id, or a unique prefix of at least {MIN_PREFIX} characters",
     )
     json_flag(show)
+    reopen_cmd = command(
+        effects_sub,
+        "reopen",
+        cmd_effects_reopen,
+        "reopen a REFUSED effect that never executed (journal only): its next attempt "
+        "dispatches under the authority and facts current then; exit 1 if it is not REFUSED",
+    )
+    reopen_cmd.add_argument(
+        "effect_id",
+        metavar="EFFECT_ID",
+        help=f"the effect id, or a unique prefix of at least {MIN_PREFIX} characters",
+    )
+    reopen_cmd.add_argument("--operator", required=True, metavar="O", help="who reopens it")
+    reopen_cmd.add_argument("--note", default="", metavar="N", help="why, for the record")
 
     # leases
     leases = groups.add_parser("leases", help="issue, revoke and list leases")
@@ -487,6 +1070,111 @@ def build_parser() -> argparse.ArgumentParser:
     revoke.add_argument("lease_id", metavar="LEASE_ID")
     lease_list = command(leases_sub, "list", cmd_leases_list, "list leases and their state")
     json_flag(lease_list)
+
+    # reviews (on Temporal)
+    reviews = groups.add_parser(
+        "reviews", help="list the reviews people decide, and decide one (needs Temporal)"
+    )
+    _journal_options(reviews, top=False)
+    _temporal_options(reviews, top=True)
+    reviews_sub = reviews.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    review_list = command(
+        reviews_sub,
+        "list",
+        cmd_reviews_list,
+        "list open reviews (kind, effect, state, votes, workflows waiting, started) and, from "
+        "the journal, AMBIGUOUS effects that have no open review",
+    )
+    _temporal_options(review_list, top=False)
+    review_list.add_argument(
+        "--all", action="store_true", help="also reviews that have ended (any status)"
+    )
+    review_list.add_argument(
+        "--limit", type=_positive, default=100, metavar="N", help="at most N reviews (100)"
+    )
+    json_flag(review_list)
+    resolve = command(
+        reviews_sub,
+        "resolve",
+        cmd_reviews_resolve,
+        "decide an effect's review (the Update `decide`) and print its status; exit 1 if the "
+        "review refuses the decision, 2 if no review was ever opened for the effect",
+    )
+    _temporal_options(resolve, top=False)
+    resolve.add_argument(
+        "effect_id",
+        metavar="EFFECT_ID",
+        help=f"the effect id, or a unique prefix of at least {MIN_PREFIX} characters when the "
+        "journal can be opened to look it up",
+    )
+    resolve.add_argument(
+        "--decision",
+        required=True,
+        metavar="D",
+        help="happened or not_happened (an ambiguous review); approve or reject (an approval)",
+    )
+    resolve.add_argument("--operator", required=True, metavar="O", help="who decides")
+    resolve.add_argument("--note", default="", metavar="N", help="why, for the record")
+    resolve.add_argument(
+        "--kind",
+        choices=list(DECISIONS),
+        default="ambiguous",
+        help="which review of the effect (default: ambiguous)",
+    )
+    resolve.add_argument(
+        "--result",
+        type=_result_json,
+        metavar="JSON",
+        help="with happened: what the effect returned, checked against the activity's return type",
+    )
+    resolve.add_argument(
+        "--timeout",
+        type=parse_duration,
+        default=timedelta(seconds=60),
+        metavar="AGE",
+        help="how long to wait for the review to answer (default: 60s)",
+    )
+    json_flag(resolve)
+
+    # reconcile (on Temporal)
+    reconcile_help = (
+        "run the reconciler once on a task queue: effects dispatched and never confirmed, with "
+        "no live attempt, are recovered, and a review is opened for each that ends AMBIGUOUS; "
+        "exit 1 if any is left without an outcome or a person"
+    )
+    reconcile_cmd = groups.add_parser(
+        "reconcile",
+        help="recover effects left in doubt, once, on a task queue (needs Temporal)",
+        description=reconcile_help,
+        epilog=_EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    _temporal_options(reconcile_cmd, top=True)
+    reconcile_cmd.set_defaults(handler=cmd_reconcile)
+    reconcile_cmd.add_argument(
+        "--task-queue",
+        required=True,
+        metavar="Q",
+        help="where workers with InterlockPlugin and the gated activities run",
+    )
+    reconcile_cmd.add_argument(
+        "--older-than",
+        type=_age,
+        default=timedelta(seconds=60),
+        metavar="AGE",
+        help="only effects dispatched at least this long ago (default: 60s; 0s for all)",
+    )
+    reconcile_cmd.add_argument(
+        "--limit", type=_positive, default=200, metavar="N", help="at most N effects (200)"
+    )
+    reconcile_cmd.add_argument(
+        "--timeout",
+        type=parse_duration,
+        default=timedelta(minutes=5),
+        metavar="AGE",
+        help="how long the reconciler may take (default: 5m)",
+    )
+    json_flag(reconcile_cmd)
     return parser
 
 

@@ -15,13 +15,14 @@ from temporalio.client import Client, WorkflowExecutionStatus, WorkflowFailureEr
 from temporalio.service import RPCError
 
 from interlock_temporal._review import Reconciler, ReconcileReport, ReconcileRequest
+from interlock_temporal.core.errors import Ambiguous
 from interlock_temporal.core.models import Kind
 from interlock_temporal.core.protocol import Gate, Ticket
 from interlock_temporal.core.receipts import receipt
 from interlock_temporal.core.review import review_id
 from interlock_temporal.testing import DevServer
 from workers.inprocess_world import refund_call
-from workers.scenarios import ORDER, the_effect_id
+from workers.scenarios import ORDER
 from workers.server_world import ServerWorld
 from workflows.support_case import CaseFile
 
@@ -69,7 +70,7 @@ async def test_a_workflow_cancelled_while_its_effect_is_in_doubt(
         await world.restart()  # a worker must run the workflow's code for it to be cancelled
         with pytest.raises(WorkflowFailureError):
             await run.result()
-        eid = the_effect_id()
+        eid = world.effect_id
         assert world.journal.row(eid).status is Kind.DISPATCHED  # type: ignore[union-attr]
 
         report = await reconcile(client, world.task_queue)
@@ -82,6 +83,7 @@ async def test_a_workflow_cancelled_while_its_effect_is_in_doubt(
             assert outcome.review == review_id("ambiguous", eid)
             review = client.get_workflow_handle(outcome.review)
             assert (await review.describe()).status == WorkflowExecutionStatus.RUNNING
+            await review.terminate()  # the server outlives this test: leave no review behind
     finally:
         await world.close()
 
@@ -96,7 +98,7 @@ async def test_an_activity_whose_retries_ran_out_in_doubt(client: Client, tmp_pa
         await world.restart()
         with pytest.raises(WorkflowFailureError):  # its one attempt timed out: no retry left
             await run.result()
-        eid = the_effect_id()
+        eid = world.effect_id
         assert world.journal.row(eid).status is Kind.DISPATCHED  # type: ignore[union-attr]
 
         report = await reconcile(client, world.task_queue)
@@ -147,3 +149,40 @@ async def test_the_plugin_runs_the_reconciler_on_a_schedule(
         assert receipt(eid, journal=r.journal).via == "recovery-reapply"
         assert r.payments.refunded_cents(ORDER) == 2000
         await scheduled.terminate()
+
+
+async def test_an_ambiguous_effect_with_no_review_gets_one(
+    dev_server: DevServer, tmp_path: Path
+) -> None:
+    """Its review never opened (or expired): the reconciler opens one, so nothing stays
+    AMBIGUOUS where no person can see it."""
+    async with rig(dev_server, tmp_path, tier=3) as r:
+        request = r.request().model_copy(update={"case_id": f"4471-{uuid.uuid4().hex[:6]}"})
+        case = CaseFile(
+            case_id=request.case_id, order_id=ORDER, amount_cents=2000, lease_id=r.lease_id
+        )
+        gate = Gate(r.journal)
+        step = await gate.begin(refund_call(request, case, "wf-gone", 1), r.payments)
+        assert isinstance(step, Ticket)
+        with pytest.raises(Ambiguous):
+            await gate.fail(step, ConnectionResetError(), last_attempt=True)
+        eid = step.effect_id
+        review = r.client.get_workflow_handle(review_id("ambiguous", eid))
+        with pytest.raises(RPCError):
+            await review.describe()  # nobody opened it
+
+        report = await reconcile(r.client, r.task_queue)
+        (outcome,) = [o for o in report.outcomes if o.effect_id == eid]
+        assert (outcome.final, outcome.review) == ("AMBIGUOUS", review_id("ambiguous", eid))
+        assert outcome.activity == "refund"
+        assert (await review.describe()).status == WorkflowExecutionStatus.RUNNING
+        again = await reconcile(r.client, r.task_queue)  # a running review is kept, not doubled
+        assert [o.review for o in again.outcomes if o.effect_id == eid] == [outcome.review]
+        listed = [
+            w
+            async for w in r.client.list_workflows(
+                f"WorkflowId = '{outcome.review}' AND ExecutionStatus = 'Running'"
+            )
+        ]
+        assert len(listed) == 1
+        await review.terminate()

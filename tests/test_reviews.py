@@ -103,7 +103,7 @@ async def test_the_update_validator_refuses_with_a_message(
     async with rig(dev_server, tmp_path, tier=3) as r:
         case, review = await ambiguous(r)
         for bad, says in [
-            ({"decision": "approve", "operator": "carol"}, "not a decision for a ambiguous"),
+            ({"decision": "approve", "operator": "carol"}, "not a decision for ambiguous reviews"),
             ({"decision": "happened", "operator": "  "}, "operator must name"),
             ({"decision": "happened", "operator": "refund-bot"}, "no self-approval"),
             ({"decision": "happened"}, "operator"),

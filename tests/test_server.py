@@ -58,7 +58,7 @@ async def test_real_kill_row(client: Client, tmp_path: Path, name: str, tier: in
     assert len(payments.refund_records(ORDER)) == expected.records
     with open_journal(tmp_path / "journal.db", create=False) as journal:
         assert journal.verify().ok
-        assert receipt(the_effect_id(), journal=journal).final == expected.final
+        assert receipt(result["effect_id"], journal=journal).final == expected.final
 
 
 # -- in-process workers for the adapter's edges --------------------------------------------

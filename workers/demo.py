@@ -26,7 +26,7 @@ from interlock_temporal._render import render_entries, render_receipt
 from interlock_temporal.core.receipts import receipt
 from interlock_temporal.testing import DevServer
 
-from .scenarios import ORDER, run_in, the_effect_id
+from .scenarios import ORDER, run_in
 from .server_world import ServerWorld
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -67,7 +67,7 @@ async def act(client: Client, name: str, mode: str, tier: int, title: str) -> di
 
         journal_url = f"sqlite:///{(workdir / 'journal.db').relative_to(ROOT)}"
         with open_journal(workdir / "journal.db", create=False) as journal:
-            eid = the_effect_id()
+            eid = result["effect_id"]
             say("  journal:")
             say(indent(render_entries(journal.read(eid))))
             say("  receipt:")

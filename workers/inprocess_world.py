@@ -23,7 +23,7 @@ from interlock_temporal.targets.payments import (
 from workflows.activities import REFUND_EFFECT, refund_amount, refund_key, refund_resource
 from workflows.support_case import CaseFile, CaseOutcome
 
-from .scenarios import Observed, World, new_workflow_id, open_world_journal, the_effect_id
+from .scenarios import Observed, World, new_workflow_id, open_world_journal
 
 MAX_ATTEMPTS = 500
 
@@ -186,7 +186,7 @@ class InProcessWorld(World):
         self.payments.arm("before_send", "stall", arg=0.3)
         run = Run(self, self.case())
         first = asyncio.ensure_future(run.attempt_once(self.gate))
-        eid = the_effect_id()
+        eid = self.effect_id
         while (row := self.journal.row(eid)) is None or row.status is not Kind.DISPATCHED:
             await asyncio.sleep(0.005)
         seen = False

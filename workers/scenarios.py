@@ -71,6 +71,14 @@ class World(ABC):
     lease_id: str
     kill: FaultAction
     kills: int = 0
+    #: the support case: worlds that share a Temporal server get their own, because a review's
+    #: workflow id derives from the effect id (the case and the order)
+    case_id: str = CASE
+
+    @property
+    def effect_id(self) -> str:
+        return the_effect_id(self.case_id)
+
     crash_to_completion_s: float | None = None
 
     def setup(self) -> None:
@@ -84,7 +92,7 @@ class World(ABC):
 
     def case(self, amount_cents: int = REFUND_CENTS, **kw: Any) -> CaseFile:
         return CaseFile(
-            case_id=CASE,
+            case_id=self.case_id,
             order_id=ORDER,
             amount_cents=amount_cents,
             principal=PRINCIPAL,
@@ -377,8 +385,9 @@ SCENARIOS: dict[str, Scenario] = {
 }
 
 
-def the_effect_id() -> str:
-    probe = RefundRequest(case_id=CASE, order_id=ORDER, amount_cents=REFUND_CENTS)
+def the_effect_id(case_id: str = CASE) -> str:
+    """The effect id of the row's refund: the case and the order name the decision."""
+    probe = RefundRequest(case_id=case_id, order_id=ORDER, amount_cents=REFUND_CENTS)
     return effect_id("refund", refund_key(probe))
 
 
@@ -393,7 +402,7 @@ def open_world_journal(workdir: Path) -> Journal:
 def judge(s: Scenario, tier: int, w: World, seen: Observed) -> dict[str, Any]:
     """The row's result, read from the payments service and the journal, and its verdict."""
     records = w.payments.refund_records(ORDER)
-    eid = the_effect_id()
+    eid = w.effect_id
     try:
         journal_receipt: Receipt | None = receipt(eid, journal=w.journal)
     except KeyError:
@@ -402,6 +411,7 @@ def judge(s: Scenario, tier: int, w: World, seen: Observed) -> dict[str, Any]:
     result: dict[str, Any] = {
         "scenario": s.name,
         "number": s.number,
+        "effect_id": eid,
         "tier": tier,
         "mode": w.mode,
         "final": shown.final if shown else seen.outcome.status,

@@ -18,7 +18,7 @@ from interlock_temporal.targets.payments import SimulatedPayments
 from interlock_temporal.testing import WorkerProcess
 from workflows.support_case import CaseFile, CaseOutcome, Mode
 
-from .scenarios import Observed, World, new_workflow_id, open_world_journal, the_effect_id
+from .scenarios import CASE, Observed, World, new_workflow_id, open_world_journal
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULT_TIMEOUT_S = 120.0
@@ -34,6 +34,7 @@ class ServerWorld(World):
         self.kills = 0
         self.crash_to_completion_s = None
         self.task_queue = f"support-{uuid.uuid4().hex[:12]}"
+        self.case_id = f"{CASE}-{self.task_queue[-6:]}"
         self.journal = open_world_journal(workdir)
         self.payments = SimulatedPayments(workdir / "payments.db", tier=tier)
         self.workers: list[WorkerProcess] = []
@@ -114,7 +115,7 @@ class ServerWorld(World):
 
     async def resolve(self, decision: str, operator: str, note: str = "") -> None:
         """What a person does in the Web UI: Send a Signal, ``resolve``, with the JSON."""
-        handle = self.client.get_workflow_handle(review_id("ambiguous", the_effect_id()))
+        handle = self.client.get_workflow_handle(review_id("ambiguous", self.effect_id))
         deadline = time.monotonic() + 60
         while True:
             try:
@@ -141,7 +142,7 @@ class ServerWorld(World):
         self.payments.arm("before_send", "stall", arg=5.0)
         stalled = await self.spawn("--max-concurrent-activities", "1")
         handle = await self.start(self.case(start_to_close_s=2.5, heartbeat_s=2.0))
-        eid = the_effect_id()
+        eid = self.effect_id
 
         def dispatched() -> bool:
             row = self.journal.row(eid)

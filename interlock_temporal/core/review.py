@@ -67,7 +67,7 @@ def decision_problem(
     valid = DECISIONS.get(kind, ())
     if d.decision not in valid:
         return (
-            f"{d.decision!r} is not a decision for a {kind} review: send one of {', '.join(valid)}"
+            f"{d.decision!r} is not a decision for {kind} reviews: send one of {', '.join(valid)}"
         )
     operator = d.operator.strip()
     if not operator:

@@ -38,7 +38,8 @@ async def main() -> None:
                 seen = await SCENARIOS[row].script(world)
                 assert seen.outcome.status in ("REFUNDED", "RESOLVED"), seen.outcome
                 case_workflows = [
-                    w async for w in client.list_workflows(
+                    w
+                    async for w in client.list_workflows(
                         f"WorkflowType = 'SupportCase' AND TaskQueue = '{world.task_queue}'"
                     )
                 ]

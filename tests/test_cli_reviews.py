@@ -1,0 +1,913 @@
+"""``interlock reviews``, ``interlock reconcile`` and ``interlock effects reopen`` against a real
+Temporal dev server, real workers (in-process, and worker processes killed with SIGKILL) and
+real journals. The command runs as its console script in a subprocess, as an operator runs it."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import re
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager, suppress
+from dataclasses import dataclass
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+from temporalio.client import Client, WorkflowExecutionStatus, WorkflowHandle
+from temporalio.contrib.pydantic import pydantic_data_converter
+from temporalio.service import RPCError
+from temporalio.worker import Worker
+
+from interlock_temporal import InterlockPlugin
+from interlock_temporal._render import (
+    ReviewLine,
+    reconcile_summary,
+    render_reconcile,
+    render_reviews,
+)
+from interlock_temporal._review import ReconcileOutcome, ReconcileReport, ReviewStatus
+from interlock_temporal.cli import _age, main, settled
+from interlock_temporal.core import Call, Gate, Journal, Kind, open_journal, receipt
+from interlock_temporal.core.review import review_id
+from interlock_temporal.targets.payments import RefundRequest, SimulatedCrash, SimulatedPayments
+from interlock_temporal.testing import DevServer, free_port
+from workers.scenarios import ORDER
+from workers.server_world import ServerWorld
+from workflows.activities import support_activities
+from workflows.support_case import CaseFile, CaseOutcome, SupportCase
+
+from .test_cli import build_world
+
+pytestmark = pytest.mark.server
+
+CONSOLE_SCRIPT = Path(sys.executable).with_name("interlock")
+
+
+@pytest.fixture(autouse=True)
+def _clean_env(monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in list(os.environ):
+        if name.startswith(("INTERLOCK_", "TEMPORAL_")):
+            monkeypatch.delenv(name, raising=False)
+
+
+# -- running the command --------------------------------------------------------------------
+
+
+@dataclass
+class Ran:
+    code: int
+    out: str
+    err: str
+
+    def json(self) -> Any:
+        return json.loads(self.out)
+
+
+async def interlock(*argv: str, cwd: Path, env: dict[str, str] | None = None) -> Ran:
+    """The console script in a subprocess (never blocking the loop the in-process worker runs
+    on). The environment has no INTERLOCK_* or TEMPORAL_* variables unless ``env`` adds them."""
+    environ = {k: v for k, v in os.environ.items() if not k.startswith(("INTERLOCK_", "TEMPORAL_"))}
+    environ.update(env or {})
+    process = await asyncio.create_subprocess_exec(
+        str(CONSOLE_SCRIPT),
+        *argv,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+        env=environ,
+        cwd=cwd,
+    )
+    out, err = await asyncio.wait_for(process.communicate(), 60)
+    assert process.returncode is not None
+    return Ran(process.returncode, out.decode(), err.decode())
+
+
+def one_line(ran: Ran) -> str:
+    """The error, which must be one line on stderr and no traceback."""
+    assert "Traceback" not in ran.err, ran.err
+    lines = ran.err.strip().splitlines()
+    assert len(lines) == 1, ran.err
+    assert lines[0].startswith("interlock: "), ran.err
+    return lines[0]
+
+
+def fields(text: str) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for line in text.splitlines():
+        key, sep, value = line.partition(":")
+        if sep and key and not key.startswith(" "):
+            out.setdefault(key, value.strip())
+    return out
+
+
+def kinds(journal: Journal, effect_id: str) -> list[Kind]:
+    return [e.kind for e in journal.read(effect_id)]
+
+
+async def until(check: Callable[[], Any], what: str, timeout: float = 15.0) -> Any:
+    deadline = time.monotonic() + timeout
+    while True:
+        value = check()
+        if asyncio.iscoroutine(value):
+            value = await value
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{what} within {timeout} s")
+        await asyncio.sleep(0.1)
+
+
+# -- an in-process worker with the plugin, at any tier ----------------------------------------
+
+
+@dataclass
+class Rig:
+    client: Client
+    task_queue: str
+    payments: SimulatedPayments
+    journal: Journal
+    url: str
+    lease_id: str
+    address: str
+    workdir: Path
+
+    def case(self, **kw: Any) -> CaseFile:
+        # a case id of its own: the effect id (and so the review's workflow id) is this test's,
+        # whatever other tests left on the shared dev server
+        return CaseFile(
+            case_id=f"cli-{uuid.uuid4().hex[:10]}",
+            order_id=ORDER,
+            amount_cents=2000,
+            lease_id=self.lease_id,
+            **kw,
+        )
+
+    async def start(self, case: CaseFile) -> WorkflowHandle[SupportCase, CaseOutcome]:
+        return await self.client.start_workflow(
+            SupportCase.run,
+            case,
+            id=f"case-{uuid.uuid4().hex[:10]}",
+            task_queue=self.task_queue,
+        )
+
+    async def cli(self, *argv: str) -> Ran:
+        # reconcile has no journal option: the reconciler uses the worker's journal
+        journal = [] if argv[0] == "reconcile" else ["--journal", self.url]
+        return await interlock(*argv, *journal, "--address", self.address, cwd=self.workdir)
+
+
+@asynccontextmanager
+async def rig(dev_server: DevServer, tmp_path: Path, tier: int) -> AsyncIterator[Rig]:
+    db = tmp_path / "journal.db"
+    url = f"sqlite:///{db}"
+    journal = open_journal(url)  # the key file beside it: the worker and the command find it
+    lease = journal.leases.issue(
+        "refund-bot",
+        activities=["refund"],
+        max_amount_cents=5000,
+        resources=[f"order:{ORDER}"],
+    )
+    payments = SimulatedPayments(tmp_path / "payments.db", tier=tier)
+    payments.open_order(ORDER, 10_000)
+    client = await Client.connect(
+        dev_server.target,
+        data_converter=pydantic_data_converter,
+        plugins=[InterlockPlugin(url)],
+    )
+    queue = f"cli-{uuid.uuid4().hex[:10]}"
+    try:
+        async with Worker(
+            client,
+            task_queue=queue,
+            workflows=[SupportCase],
+            activities=support_activities(payments),
+        ):
+            yield Rig(client, queue, payments, journal, url, lease, dev_server.target, tmp_path)
+    finally:
+        journal.close()
+        payments.close()
+
+
+def effect_of(case: CaseFile) -> str:
+    from interlock_temporal.core.identity import effect_id
+
+    return effect_id("refund", {"case": case.case_id, "order": case.order_id})
+
+
+async def review_status(client: Client, effect_id: str) -> ReviewStatus | None:
+    handle = client.get_workflow_handle(review_id("ambiguous", effect_id))
+    try:
+        description = await handle.describe()
+        if description.status != WorkflowExecutionStatus.RUNNING:
+            return None
+        status: ReviewStatus = await handle.query("status", result_type=ReviewStatus)
+    except RPCError:
+        return None
+    return status
+
+
+# -- reviews: list, resolve -------------------------------------------------------------------
+
+
+async def test_list_and_resolve_a_review_a_workflow_waits_on(
+    dev_server: DevServer, tmp_path: Path
+) -> None:
+    """Tier 3, the connection drops after the refund landed, no attempt left: AMBIGUOUS, and
+    the workflow waits for a person. The operator finds it, is refused a wrong decision, decides
+    it happened, and cannot decide it twice."""
+    async with rig(dev_server, tmp_path, tier=3) as r:
+        r.payments.arm("after_commit", "reset")
+        case = r.case(wait_for_review=True, maximum_attempts=1)
+        eid = effect_of(case)
+        handle = await r.start(case)
+
+        async def waiting() -> bool:
+            status = await review_status(r.client, eid)
+            return status is not None and status.subscribers == 1
+
+        await until(waiting, "the review opened with the workflow waiting on it")
+        assert r.journal.row(eid).status is Kind.AMBIGUOUS  # type: ignore[union-attr]
+        assert r.payments.refunded_cents(ORDER) == 2000
+
+        # -- list: the review, with the workflow waiting; not reported as lacking a review
+        async def listed() -> Ran | None:
+            ran = await r.cli("reviews", "list", "--json")
+            assert ran.code == 0, ran.err
+            ids = [doc["workflow_id"] for doc in ran.json()["reviews"]]
+            return ran if review_id("ambiguous", eid) in ids else None
+
+        as_json = (await until(listed, "the review listed")).json()
+        (doc,) = [d for d in as_json["reviews"] if d["effect_id"] == eid]
+        assert (doc["kind"], doc["state"], doc["waiting"], doc["votes"]) == (
+            "ambiguous",
+            "open",
+            1,
+            [],
+        )
+        assert doc["status"]["subscribers"] == 1
+        assert eid not in as_json["ambiguous_without_review"]
+
+        table = await r.cli("reviews", "list")
+        assert table.code == 0, table.err
+        lines = table.out.splitlines()
+        # other tests' reviews may share the server (a NOTE column appears for those no worker
+        # answers for); the columns this test reads come first
+        assert lines[0].split()[:6] == ["KIND", "EFFECT", "STATE", "VOTES", "WAITING", "STARTED"]
+        (row,) = [line.split() for line in lines[1:] if line.split()[1:2] == [eid[:16]]]
+        assert row[0] == "ambiguous" and row[2:5] == ["open", "-", "1"]
+        assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ", row[5])
+        assert f"AMBIGUOUS with no open review: {eid}" not in table.out
+
+        # -- a decision the review's validator refuses: exit 1, its message, nothing recorded
+        before = kinds(r.journal, eid)
+        wrong = await r.cli(
+            "reviews", "resolve", eid[:10], "--decision", "approve", "--operator", "carol"
+        )
+        assert wrong.code == 1, (wrong.out, wrong.err)
+        assert (
+            "'approve' is not a decision for ambiguous reviews: send one of happened, not_happened"
+        ) in one_line(wrong)
+        assert wrong.out == ""
+        own = await r.cli(
+            "reviews", "resolve", eid, "--decision", "happened", "--operator", "refund-bot"
+        )
+        assert own.code == 1 and "no self-approval" in one_line(own)
+        assert kinds(r.journal, eid) == before
+        still = await review_status(r.client, eid)
+        assert still is not None and still.state == "open" and still.votes == []
+
+        # -- the right decision: recorded, and the waiting workflow finishes
+        decided = await r.cli(
+            "reviews",
+            "resolve",
+            eid[:12],
+            "--decision",
+            "happened",
+            "--operator",
+            "carol",
+            "--note",
+            "the refund is on the statement",
+        )
+        assert decided.code == 0, decided.err
+        shown = fields(decided.out)
+        assert shown["review"] == review_id("ambiguous", eid)
+        assert shown["effect"] == eid
+        assert (shown["state"], shown["decision"], shown["operators"]) == (
+            "resolved",
+            "happened",
+            "carol",
+        )
+        assert (shown["final"], shown["executed"], shown["operator"]) == (
+            "RESOLVED",
+            "yes",
+            "carol",
+        )
+        outcome = await asyncio.wait_for(handle.result(), 15)
+        assert outcome.status == "RESOLVED"
+        found = receipt(eid, journal=r.journal)
+        assert (found.final, found.operator, found.executed) == ("RESOLVED", "carol", True)
+        resolved = [e for e in r.journal.read(eid) if e.kind is Kind.RESOLVED]
+        assert len(resolved) == 1
+        assert resolved[0].data["operator"] == "carol"
+        assert resolved[0].data["decision"] == "happened"
+
+        # -- again: the review has ended; nothing more is recorded
+        await until(lambda: _ended(r.client, eid), "the review ended")
+        again = await r.cli(
+            "reviews", "resolve", eid, "--decision", "not_happened", "--operator", "dave"
+        )
+        assert again.code == 1, (again.out, again.err)
+        line = one_line(again)
+        assert "no open review" in line and "already resolved: happened by carol" in line
+        assert [e.kind for e in r.journal.read(eid)].count(Kind.RESOLVED) == 1
+
+        # the ended review is no longer listed as open, and --all shows how it ended
+        after = await r.cli("reviews", "list", "--json")
+        assert eid not in [d["effect_id"] for d in after.json()["reviews"]]
+        everything = await r.cli("reviews", "list", "--all", "--json")
+        (ended,) = [d for d in everything.json()["reviews"] if d["effect_id"] == eid]
+        assert ended["state"] == "resolved"
+        assert ended["status"]["operators"] == ["carol"]
+        assert ended["votes"] == [
+            {"decision": "happened", "operator": "carol", "note": "the refund is on the statement"}
+        ]
+
+
+async def _ended(client: Client, effect_id: str) -> bool:
+    description = await client.get_workflow_handle(review_id("ambiguous", effect_id)).describe()
+    return description.status == WorkflowExecutionStatus.COMPLETED
+
+
+async def test_list_reports_ambiguous_effects_nobody_reviews(
+    dev_server: DevServer, tmp_path: Path
+) -> None:
+    """An AMBIGUOUS effect whose review never opened (here: the gate ran with no Temporal) is
+    named; with no journal the command lists reviews only and says so."""
+    world = await asyncio.to_thread(build_world, tmp_path)
+    address = dev_server.target
+
+    ran = await interlock(
+        "reviews", "list", "--journal", world.url, "--address", address, cwd=tmp_path
+    )
+    assert ran.code == 0, ran.err
+    assert f"AMBIGUOUS with no open review: {world.ambiguous}" in ran.out.splitlines()
+    # only AMBIGUOUS effects: the one in doubt, refused or committed is not named
+    for other in (world.in_doubt, world.refused, world.committed):
+        assert other not in ran.out
+    assert "1 AMBIGUOUS effect(s) have no open review" in ran.err
+
+    as_json = await interlock(
+        "reviews", "list", "--json", "--journal", world.url, "--address", address, cwd=tmp_path
+    )
+    assert as_json.json()["ambiguous_without_review"] == [world.ambiguous]
+
+    # the journal and the address from the environment, the options on the group
+    from_env = await interlock(
+        "reviews",
+        "--address",
+        address,
+        "list",
+        "--json",
+        cwd=tmp_path,
+        env={"INTERLOCK_JOURNAL": world.url},
+    )
+    assert from_env.code == 0 and from_env.json()["ambiguous_without_review"] == [world.ambiguous]
+    by_env = await interlock(
+        "reviews",
+        "list",
+        "--json",
+        "--journal",
+        world.url,
+        cwd=tmp_path,
+        env={"TEMPORAL_ADDRESS": address, "TEMPORAL_NAMESPACE": "default"},
+    )
+    assert by_env.code == 0 and by_env.json()["ambiguous_without_review"] == [world.ambiguous]
+
+    missing = f"sqlite:///{tmp_path / 'nowhere.db'}"
+    blind = await interlock(
+        "reviews", "list", "--journal", missing, "--address", address, cwd=tmp_path
+    )
+    assert blind.code == 0, blind.err
+    assert "AMBIGUOUS with no open review" not in blind.out
+    assert "Traceback" not in blind.err
+    note = blind.err.strip().splitlines()[-1]
+    assert note.startswith("interlock: journal ")
+    assert "nowhere.db" in note and "listing reviews only" in note
+    assert not (tmp_path / "nowhere.db").exists()
+    blind_json = await interlock(
+        "reviews", "list", "--json", "--journal", missing, "--address", address, cwd=tmp_path
+    )
+    assert blind_json.code == 0 and blind_json.json()["ambiguous_without_review"] is None
+
+
+async def test_resolve_without_a_review(dev_server: DevServer, tmp_path: Path) -> None:
+    world = await asyncio.to_thread(build_world, tmp_path)
+    address = dev_server.target
+    with world.open() as journal:
+        before = kinds(journal, world.ambiguous)
+
+    nobody = await interlock(
+        "reviews",
+        "resolve",
+        world.ambiguous[:10],
+        "--decision",
+        "happened",
+        "--operator",
+        "carol",
+        "--journal",
+        world.url,
+        "--address",
+        address,
+        cwd=tmp_path,
+    )
+    assert nobody.code == 2, (nobody.out, nobody.err)
+    assert f"no open review for effect {world.ambiguous}" in one_line(nobody)
+    with world.open() as journal:
+        assert kinds(journal, world.ambiguous) == before
+
+    # a prefix needs the journal; a full id does not
+    no_journal = ["--journal", f"sqlite:///{tmp_path / 'nowhere.db'}", "--address", address]
+    prefix = await interlock(
+        "reviews",
+        "resolve",
+        world.ambiguous[:10],
+        "--decision",
+        "happened",
+        "--operator",
+        "carol",
+        *no_journal,
+        cwd=tmp_path,
+    )
+    assert prefix.code == 2 and "full effect id" in one_line(prefix)
+    full = await interlock(
+        "reviews",
+        "resolve",
+        world.ambiguous.upper(),
+        "--decision",
+        "happened",
+        "--operator",
+        "carol",
+        *no_journal,
+        cwd=tmp_path,
+    )
+    assert full.code == 2 and f"no open review for effect {world.ambiguous}" in one_line(full)
+
+    unknown = await interlock(
+        "reviews",
+        "resolve",
+        "0123456789ab",
+        "--decision",
+        "happened",
+        "--operator",
+        "carol",
+        "--journal",
+        world.url,
+        "--address",
+        address,
+        cwd=tmp_path,
+    )
+    assert unknown.code == 2 and "no effect 0123456789ab" in one_line(unknown)
+
+    bad_result = await interlock(
+        "reviews",
+        "resolve",
+        world.ambiguous,
+        "--decision",
+        "happened",
+        "--operator",
+        "carol",
+        "--result",
+        "{not json",
+        "--address",
+        address,
+        cwd=tmp_path,
+    )
+    assert bad_result.code == 2 and "--result is not JSON" in bad_result.err
+
+
+async def test_unreachable_server_exits_3_naming_the_address(tmp_path: Path) -> None:
+    address = f"127.0.0.1:{free_port()}"
+    for argv in (
+        ["reviews", "list"],
+        ["reviews", "resolve", "a" * 64, "--decision", "happened", "--operator", "carol"],
+        ["reconcile", "--task-queue", "q"],
+    ):
+        ran = await interlock(*argv, "--address", address, cwd=tmp_path)
+        assert ran.code == 3, (argv, ran.err)
+        assert ran.out == ""
+        assert f"Temporal at {address} cannot be reached" in one_line(ran)
+    from_env = await interlock("reviews", "list", cwd=tmp_path, env={"TEMPORAL_ADDRESS": address})
+    assert from_env.code == 3 and address in one_line(from_env)
+
+
+async def test_unknown_namespace_exits_3(dev_server: DevServer, tmp_path: Path) -> None:
+    ran = await interlock(
+        "reviews",
+        "list",
+        "--address",
+        dev_server.target,
+        "--namespace",
+        "no-such-namespace",
+        "--journal",
+        f"sqlite:///{tmp_path / 'none.db'}",
+        cwd=tmp_path,
+    )
+    assert ran.code == 3
+    assert "namespace no-such-namespace not found" in ran.err
+    assert "Traceback" not in ran.err
+
+
+# -- reconcile ----------------------------------------------------------------------------------
+
+
+async def _left_in_doubt(world: ServerWorld) -> str:
+    """The worker is SIGKILLed after DISPATCHED, before the send; the workflow is then
+    terminated, so no attempt will come back for the effect; a fresh worker starts."""
+    world.setup()
+    world.payments.arm("before_send", "kill")
+    # a case id of its own: a review this test opens is this test's alone on the shared server
+    case = world.case().model_copy(update={"case_id": f"cli-{uuid.uuid4().hex[:10]}"})
+    handle = await world.start(case)
+    await world.crashed(handle)
+    eid = effect_of(case)
+    row = world.journal.row(eid)
+    assert row is not None and row.status is Kind.DISPATCHED
+    assert not world.journal.is_claimed(eid)  # the kernel released the dead worker's claim
+    await handle.terminate("left in doubt for the reconciler")
+    assert world.payments.refunded_cents(ORDER) == 0
+    await world.spawn()
+    return eid
+
+
+async def test_reconcile_recovers_an_effect_left_in_doubt_at_tier_2(
+    client: Client, tmp_path: Path
+) -> None:
+    """The reconciler, run from the command on the fresh worker, asks the target, finds
+    nothing sent, and sends once: COMMITTED."""
+    world = await ServerWorld.create(client, tmp_path, 2, "gated")
+    try:
+        eid = await _left_in_doubt(world)
+        argv = ["--address", client.service_client.config.target_host]
+        ran = await interlock(
+            "reconcile",
+            "--task-queue",
+            world.task_queue,
+            "--older-than",
+            "0s",
+            "--json",
+            *argv,
+            cwd=tmp_path,
+        )
+        assert ran.code == 0, (ran.out, ran.err)
+        report = ran.json()
+        assert report["ok"] is True and report["in_doubt"] == 1 and report["unsettled"] == []
+        (outcome,) = report["outcomes"]
+        assert outcome["effect_id"] == eid
+        assert (outcome["activity"], outcome["final"], outcome["review"]) == (
+            "refund",
+            "COMMITTED",
+            None,
+        )
+        assert outcome["via"].startswith("recovery")
+
+        found = receipt(eid, journal=world.journal)
+        assert (found.final, found.tier, found.executed) == ("COMMITTED", 2, True)
+        assert found.via == outcome["via"]
+        assert world.payments.refunded_cents(ORDER) == 2000
+        assert len(world.payments.refund_records(ORDER)) == 1
+
+        # nothing left: the table form says so, and exits 0
+        again = await interlock(
+            "reconcile", "--task-queue", world.task_queue, "--older-than", "0s", *argv, cwd=tmp_path
+        )
+        assert again.code == 0, again.err
+        assert again.out.strip() == "0 in doubt; all settled"
+        assert world.payments.refunded_cents(ORDER) == 2000
+    finally:
+        await world.close()
+
+
+async def test_reconcile_puts_an_effect_it_cannot_settle_in_front_of_a_person(
+    client: Client, tmp_path: Path
+) -> None:
+    """Tier 3 cannot be asked: the reconciler records AMBIGUOUS and opens a review (exit 0:
+    a person is asked); the review is listed, and resolved from the command."""
+    world = await ServerWorld.create(client, tmp_path, 3, "gated")
+    try:
+        eid = await _left_in_doubt(world)
+        argv = ["--address", client.service_client.config.target_host]
+        ran = await interlock(
+            "reconcile", "--task-queue", world.task_queue, "--older-than", "0s", *argv, cwd=tmp_path
+        )
+        assert ran.code == 0, (ran.out, ran.err)
+        lines = ran.out.strip().splitlines()
+        assert (
+            lines[1].split()[:5]
+            == [
+                eid[:16],
+                "refund",
+                "AMBIGUOUS",
+                "unknowable",  # its code: tier 3 cannot be asked
+                f"interlock-review-ambiguous-{eid[:16]}",
+            ]
+        )
+        assert lines[-1] == "1 in doubt: 1 AMBIGUOUS; all settled"
+        assert receipt(eid, journal=world.journal).final == "AMBIGUOUS"
+
+        journal = ["--journal", world.journal.url]
+
+        async def listed() -> Any:
+            out = await interlock("reviews", "list", "--json", *journal, *argv, cwd=tmp_path)
+            assert out.code == 0, out.err
+            docs = [d for d in out.json()["reviews"] if d["effect_id"] == eid]
+            return (docs, out.json()["ambiguous_without_review"]) if docs else None
+
+        (doc,), orphans = await until(listed, "the reconciler's review listed")
+        assert (doc["state"], doc["waiting"]) == ("open", 0)  # nobody waits: it was terminated
+        assert eid not in orphans
+
+        decided = await interlock(
+            "reviews",
+            "resolve",
+            eid[:8],
+            "--decision",
+            "not_happened",
+            "--operator",
+            "carol",
+            *journal,
+            *argv,
+            cwd=tmp_path,
+        )
+        assert decided.code == 0, decided.err
+        assert fields(decided.out)["decision"] == "not_happened"
+        found = receipt(eid, journal=world.journal)
+        assert (found.final, found.operator, found.executed) == ("RESOLVED", "carol", False)
+        assert world.payments.refunded_cents(ORDER) == 0
+    finally:
+        await world.close()
+
+
+async def test_reconcile_exits_1_for_an_effect_it_cannot_settle(
+    dev_server: DevServer, tmp_path: Path
+) -> None:
+    """An effect in doubt whose gated activity this worker does not have is skipped: exit 1,
+    and the table names it. One dispatched a moment ago is not touched under --older-than."""
+    async with rig(dev_server, tmp_path, tier=2) as r:
+        lease = r.journal.leases.issue("refund-bot", activities=["mystery"])
+        req = RefundRequest(case_id="mystery-1", order_id=ORDER, amount_cents=100)
+        call = Call(
+            effect_type="mystery",
+            activity="mystery",
+            input=req,
+            args=(req,),
+            key={"case": req.case_id},
+            principal="refund-bot",
+            lease_id=lease,
+        )
+
+        async def dies(_: Any) -> Any:
+            raise SimulatedCrash("before the answer")
+
+        with suppress(SimulatedCrash):
+            await Gate(r.journal).run(call, r.payments, dies)
+        eid = Gate.identify(call)[0]
+        assert r.journal.row(eid).status is Kind.DISPATCHED  # type: ignore[union-attr]
+
+        young = await r.cli(
+            "reconcile", "--task-queue", r.task_queue, "--older-than", "1h", "--json"
+        )
+        assert young.code == 0, young.err
+        assert young.json()["in_doubt"] == 0 and young.json()["ok"] is True
+
+        ran = await r.cli("reconcile", "--task-queue", r.task_queue, "--older-than", "0s")
+        assert ran.code == 1, (ran.out, ran.err)
+        lines = ran.out.strip().splitlines()
+        assert lines[0].split() == ["EFFECT", "ACTIVITY", "FINAL", "VIA/CODE", "REVIEW", "NOTE"]
+        assert lines[1].split()[:5] == [eid[:16], "mystery", "skipped", "-", "-"]
+        assert "no gated activity 'mystery' on this worker" in lines[1]
+        assert lines[-1] == "1 in doubt: 1 skipped; 1 still need attention"
+        assert kinds(r.journal, eid)[-1] is Kind.DISPATCHED  # left as it was
+
+
+async def test_reconcile_with_no_worker_times_out(dev_server: DevServer, tmp_path: Path) -> None:
+    queue = f"nobody-{uuid.uuid4().hex[:8]}"
+    started = time.monotonic()
+    ran = await interlock(
+        "reconcile",
+        "--task-queue",
+        queue,
+        "--timeout",
+        "2s",
+        "--address",
+        dev_server.target,
+        cwd=tmp_path,
+    )
+    assert ran.code == 1
+    assert time.monotonic() - started < 15
+    lines = ran.err.strip().splitlines()
+    assert f"no worker has polled task queue {queue}" in lines[0]
+    assert "did not finish within 0:00:02" in lines[-1] and queue in lines[-1]
+    assert "Traceback" not in ran.err
+
+
+# -- effects reopen (the journal only) --------------------------------------------------------
+
+
+@pytest.fixture
+def cli(capsys: pytest.CaptureFixture[str]) -> Callable[..., Ran]:
+    def run(*argv: str) -> Ran:
+        capsys.readouterr()
+        code = main(list(argv))
+        captured = capsys.readouterr()
+        return Ran(code, captured.out, captured.err)
+
+    return run
+
+
+def test_reopen_a_refused_effect(tmp_path: Path, cli: Callable[..., Ran]) -> None:
+    world = build_world(tmp_path)
+    with world.open() as journal:
+        before = kinds(journal, world.refused)
+    assert before[-1] is Kind.REFUSED
+
+    ran = cli(
+        "--journal",
+        world.url,
+        "effects",
+        "reopen",
+        world.refused[:10],
+        "--operator",
+        "dave",
+        "--note",
+        "the customer called back",
+    )
+    assert ran.code == 0, ran.err
+    assert ran.out.startswith(f"reopened {world.refused} by dave")
+    assert fields(ran.out)["final"] == "REOPENED"
+    with world.open() as journal:
+        entries = journal.read(world.refused)
+        assert [e.kind for e in entries] == [*before, Kind.REOPENED]
+        assert entries[-1].data["operator"] == "dave"
+        assert entries[-1].data["note"] == "the customer called back"
+        assert entries[-1].data["refused_code"] == "lease"
+        assert journal.verify().ok
+
+    # reopened once: it is no longer REFUSED
+    twice = cli("--journal", world.url, "effects", "reopen", world.refused, "--operator", "dave")
+    assert twice.code == 1 and "only a REFUSED effect can be reopened" in twice.err
+
+
+@pytest.mark.parametrize("which", ["committed", "ambiguous", "in_doubt"])
+def test_reopen_refuses_an_effect_that_is_not_refused(
+    tmp_path: Path, cli: Callable[..., Ran], which: str
+) -> None:
+    world = build_world(tmp_path)
+    effect_id = getattr(world, which)
+    with world.open() as journal:
+        before = kinds(journal, effect_id)
+    ran = cli("--journal", world.url, "effects", "reopen", effect_id, "--operator", "dave")
+    assert ran.code == 1
+    assert ran.out == ""
+    assert "only a REFUSED effect can be reopened" in ran.err
+    assert len(ran.err.strip().splitlines()) == 1
+    with world.open() as journal:
+        assert kinds(journal, effect_id) == before
+
+
+def test_reopen_usage(tmp_path: Path, cli: Callable[..., Ran]) -> None:
+    world = build_world(tmp_path)
+    no_operator = cli("--journal", world.url, "effects", "reopen", world.refused)
+    assert no_operator.code == 2 and "--operator" in no_operator.err
+    blank = cli("--journal", world.url, "effects", "reopen", world.refused, "--operator", " ")
+    assert blank.code == 1 and "operator must name" in blank.err
+    unknown = cli("--journal", world.url, "effects", "reopen", "f" * 64, "--operator", "dave")
+    assert unknown.code == 2 and "no effect" in unknown.err
+    with world.open() as journal:
+        assert kinds(journal, world.refused)[-1] is Kind.REFUSED
+
+
+# -- the pieces ---------------------------------------------------------------------------------
+
+
+def test_only_the_server_commands_import_temporal(tmp_path: Path) -> None:
+    world = build_world(tmp_path)
+    probe = (
+        "import sys\n"
+        "from interlock_temporal.cli import main\n"
+        "code = main(sys.argv[1:])\n"
+        "loaded = [m for m in sys.modules if m.split('.')[0] == 'temporalio']\n"
+        "print('PROBE', code, len(loaded))\n"
+    )
+
+    def run(*argv: str) -> tuple[int, int]:
+        done = subprocess.run(
+            [sys.executable, "-c", probe, *argv],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            cwd=tmp_path,
+            env={k: v for k, v in os.environ.items() if not k.startswith("INTERLOCK_")},
+        )
+        line = done.stdout.strip().splitlines()[-1].split()
+        assert line[0] == "PROBE", done.stdout
+        return int(line[1]), int(line[2])
+
+    for argv in (["journal", "verify"], ["effects", "list"], ["leases", "list"]):
+        assert run("--journal", world.url, *argv) == (0, 0), argv
+    code, loaded = run("reviews", "list", "--address", f"127.0.0.1:{free_port()}")
+    assert code == 3 and loaded > 0  # the probe sees Temporal when a command needs it
+
+
+def test_usage_of_the_server_commands(cli: Callable[..., Ran]) -> None:
+    assert cli("reconcile").code == 2  # --task-queue is required
+    assert cli("reconcile", "--task-queue", "q", "--older-than", "soon").code == 2
+    assert cli("reviews").code == 2
+    assert cli("reviews", "resolve", "a" * 64, "--operator", "carol").code == 2
+    assert cli("reviews", "resolve", "a" * 64, "--decision", "happened").code == 2
+    kind = cli(
+        "reviews", "resolve", "a" * 64, "--decision", "x", "--operator", "o", "--kind", "other"
+    )
+    assert kind.code == 2
+
+
+@pytest.mark.parametrize(
+    ("text", "seconds"), [("0s", 0), ("0", 0), ("0m0s", 0), ("90s", 90), ("1h30m", 5400)]
+)
+def test_age_allows_zero(text: str, seconds: int) -> None:
+    assert _age(text) == timedelta(seconds=seconds)
+
+
+def test_settled_outcomes() -> None:
+    def outcome(final: str, **kw: Any) -> ReconcileOutcome:
+        return ReconcileOutcome(effect_id="e" * 64, final=final, **kw)
+
+    assert settled(outcome("COMMITTED", via="recovery-query"))
+    assert settled(outcome("REFUSED", code="lease"))
+    assert settled(outcome("AMBIGUOUS", review=review_id("ambiguous", "e" * 64)))
+    assert not settled(outcome("AMBIGUOUS"))
+    assert settled(outcome("skipped", skipped="live_attempt", note="a live attempt holds it"))
+    assert not settled(outcome("skipped", skipped="unknown_activity", note="no gated activity"))
+    assert not settled(outcome("skipped", note="a live attempt holds it"))  # the reason decides
+    assert not settled(outcome("DISPATCHED", note="in flight"))
+
+
+def test_render_reviews_and_reconcile() -> None:
+    table = render_reviews(
+        [
+            ReviewLine(
+                workflow_id=review_id("ambiguous", "a" * 64),
+                kind="ambiguous",
+                effect_id="a" * 64,
+                state="open",
+                votes=[{"decision": "happened", "operator": "bob", "note": ""}],
+                waiting=2,
+            ),
+            ReviewLine(
+                workflow_id=review_id("approval", "b" * 64),
+                kind="approval",
+                effect_id="b" * 64,
+                state="?",
+                note="no worker answered its status query",
+            ),
+        ]
+    ).splitlines()
+    assert table[0].split() == ["KIND", "EFFECT", "STATE", "VOTES", "WAITING", "STARTED", "NOTE"]
+    assert table[1].split() == ["ambiguous", "a" * 16, "open", "bob=happened", "2", "-", "-"]
+    assert table[2].split()[:6] == ["approval", "b" * 16, "?", "-", "-", "-"]
+    assert table[2].endswith("no worker answered its status query")
+    assert render_reviews([]) == "(no reviews)"
+
+    report = ReconcileReport(
+        in_doubt=3,
+        outcomes=[
+            ReconcileOutcome(
+                effect_id="c" * 64, activity="refund", final="COMMITTED", via="recovery-query"
+            ),
+            ReconcileOutcome(
+                effect_id="d" * 64,
+                activity="refund",
+                final="AMBIGUOUS",
+                review=review_id("ambiguous", "d" * 64),
+            ),
+        ],
+    )
+    lines = render_reconcile(report).splitlines()
+    assert lines[1].split() == ["c" * 16, "refund", "COMMITTED", "recovery-query", "-", "-"]
+    assert lines[2].split()[:5] == [
+        "d" * 16,
+        "refund",
+        "AMBIGUOUS",
+        "-",
+        "interlock-review-ambiguous-" + "d" * 16,
+    ]
+    assert reconcile_summary(report, 1) == (
+        "3 in doubt: 1 AMBIGUOUS, 1 COMMITTED, 1 not reached (limit); 1 still need attention"
+    )
+    assert render_reconcile(ReconcileReport(in_doubt=0)) == "(no effects in doubt)"
+    assert reconcile_summary(ReconcileReport(in_doubt=0), 0) == "0 in doubt; all settled"
