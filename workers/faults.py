@@ -115,7 +115,12 @@ def markdown(results: list[dict[str, Any]], tiers: list[int], elapsed: float) ->
             + " | ".join(cell(row[t]) if t in row else "—" for t in tiers)
             + " |"
         )
-    crash = [r["crash_to_completion_s"] for r in results if r.get("crash_to_completion_s")]
+    # rows where a person decides include the person's time: not a recovery figure
+    crash = [
+        r["crash_to_completion_s"]
+        for r in results
+        if r.get("crash_to_completion_s") and "decision" not in r.get("extra", {})
+    ]
     if crash:
         crash.sort()
         lines += [
