@@ -5,7 +5,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-$(shell cat pyproject.toml requirements.lock | cksum | cut -d' ' -f1)
 
-.PHONY: setup browser demo test faults bench lint clean
+.PHONY: setup browser stripe-mock demo test faults bench lint clean
 
 setup: $(STAMP)
 
@@ -14,7 +14,7 @@ $(STAMP): pyproject.toml requirements.lock
 	$(BIN)/python -m pip install --quiet --disable-pip-version-check -c requirements.lock -e '.[dev]'
 	@rm -f $(VENV)/.installed-* && touch $@
 
-demo: setup
+demo: setup stripe-mock
 	$(BIN)/python -m workers.demo
 
 lint: setup
@@ -34,14 +34,24 @@ browser: setup
 	@test -x $(CHROMIUM) || { echo "$(CHROMIUM) is still missing after apt-get" >&2; exit 1; }
 	@$(BIN)/python -c "import playwright.async_api"
 
-test: lint browser
+# The Stripe fake (stripe-stateful-mock, pinned in tools/stripe-mock/package-lock.json),
+# installed with the machine's npm; it runs on loopback only.
+STRIPE_MOCK := tools/stripe-mock/node_modules/stripe-stateful-mock
+
+stripe-mock: $(STRIPE_MOCK)
+
+$(STRIPE_MOCK): tools/stripe-mock/package.json tools/stripe-mock/package-lock.json
+	cd tools/stripe-mock && npm ci --no-audit --no-fund --loglevel=error
+	@touch $@
+
+test: lint browser stripe-mock
 	$(BIN)/python -m pytest -q
 
-faults: setup
+faults: setup stripe-mock
 	$(BIN)/python -m workers.faults
 
 bench: setup
 	$(BIN)/python -m benchmarks
 
 clean:
-	rm -rf .demo .bench .pytest_cache .mypy_cache .ruff_cache
+	rm -rf .demo .bench .pytest_cache .mypy_cache .ruff_cache tools/stripe-mock/node_modules

@@ -27,6 +27,8 @@ from .targets.payments import SimulatedCrash, SimulatedPayments
 __all__ = [
     "DevServer",
     "SimulatedCrash",
+    "StripeMock",
+    "StripeProxy",
     "WorkerProcess",
     "free_port",
     "kill_at",
@@ -235,3 +237,127 @@ class WorkerProcess:
             except TimeoutError:
                 self.process.kill()
                 await self.process.wait()
+
+
+# -- a stateful Stripe fake, and a proxy that can lose a response ---------------------------
+
+STRIPE_MOCK_DIR = Path(__file__).resolve().parents[1] / "tools" / "stripe-mock"
+STRIPE_TEST_KEY = "sk_test_interlock"
+
+
+@dataclass
+class StripeMock:
+    """``stripe-stateful-mock`` on loopback (``make test`` installs it with npm): it dedupes
+    idempotency keys, refuses over-refunds and lists refunds with their metadata. It never
+    expires keys and never resets: use fresh charges."""
+
+    port: int = field(default_factory=free_port)
+    process: asyncio.subprocess.Process | None = None
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    async def start(self, timeout: float = 30.0) -> StripeMock:
+        if not (STRIPE_MOCK_DIR / "node_modules" / "stripe-stateful-mock").is_dir():
+            raise RuntimeError(
+                f"stripe-stateful-mock is not installed in {STRIPE_MOCK_DIR}: run `make test` "
+                "(or `npm ci` there)"
+            )
+        script = (
+            f"require('stripe-stateful-mock').createExpressApp().listen({self.port}, '127.0.0.1')"
+        )
+        self.process = await asyncio.create_subprocess_exec(
+            shutil.which("node") or "node",
+            "-e",
+            script,
+            cwd=STRIPE_MOCK_DIR,
+            stdout=asyncio.subprocess.DEVNULL,
+            stderr=asyncio.subprocess.DEVNULL,
+        )
+        await _wait_for_port(self.port, self.process, timeout, "the Stripe fake")
+        return self
+
+    async def stop(self) -> None:
+        if self.process is not None and self.process.returncode is None:
+            self.process.terminate()
+            await self.process.wait()
+
+
+async def _wait_for_port(
+    port: int, process: asyncio.subprocess.Process, timeout: float, what: str
+) -> None:
+    deadline = asyncio.get_running_loop().time() + timeout
+    while True:
+        try:
+            _, writer = await asyncio.open_connection("127.0.0.1", port)
+            writer.close()
+            await writer.wait_closed()
+            return
+        except OSError:
+            if process.returncode is not None:
+                raise RuntimeError(f"{what} exited at start") from None
+            if asyncio.get_running_loop().time() > deadline:
+                raise TimeoutError(f"{what} did not start") from None
+            await asyncio.sleep(0.05)
+
+
+@dataclass
+class StripeProxy:
+    """An HTTP proxy in front of the Stripe fake that counts refund requests and, when told,
+    lets a refund commit at Stripe and then drops the response: the sender cannot know."""
+
+    upstream_port: int
+    port: int = field(default_factory=free_port)
+    refund_posts: int = 0
+    drop_refund_responses: int = 0
+    dropped: int = 0
+    _server: asyncio.base_events.Server | None = None
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    async def start(self) -> StripeProxy:
+        self._server = await asyncio.start_server(self._serve, "127.0.0.1", self.port)
+        return self
+
+    async def stop(self) -> None:
+        if self._server is not None:
+            self._server.close()
+            await self._server.wait_closed()
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            head = await reader.readuntil(b"\r\n\r\n")
+            lines = head.decode("latin-1").split("\r\n")
+            method, path, _ = lines[0].split(" ", 2)
+            headers = [ln for ln in lines[1:] if ln and not ln.lower().startswith("connection:")]
+            length = next(
+                (
+                    int(ln.split(":", 1)[1])
+                    for ln in headers
+                    if ln.lower().startswith("content-length:")
+                ),
+                0,
+            )
+            body = await reader.readexactly(length) if length else b""
+            is_refund = method == "POST" and path.split("?")[0] == "/v1/refunds"
+            if is_refund:
+                self.refund_posts += 1
+            up_reader, up_writer = await asyncio.open_connection("127.0.0.1", self.upstream_port)
+            request = "\r\n".join([lines[0], *headers, "Connection: close", "", ""])
+            up_writer.write(request.encode("latin-1") + body)
+            await up_writer.drain()
+            response = await up_reader.read()  # the upstream closes: the whole response
+            up_writer.close()
+            if is_refund and self.drop_refund_responses > 0:
+                self.drop_refund_responses -= 1
+                self.dropped += 1
+                return  # the refund committed at Stripe; its sender never hears back
+            writer.write(response)
+            await writer.drain()
+        except (asyncio.IncompleteReadError, ConnectionError):
+            pass
+        finally:
+            writer.close()

@@ -23,26 +23,34 @@ from temporalio.contrib.pydantic import pydantic_data_converter
 
 from interlock_temporal.testing import DevServer
 
-from .scenarios import SCENARIOS, run_in
+from .scenarios import SCENARIOS, World, run_in
 from .server_world import ServerWorld
+from .stripe_harness import StripeServerWorld
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
+#: the rows the Stripe target runs (scenarios.md asks rows 1 to 10 of it, at tier 1)
+STRIPE_ROWS = range(1, 11)
+
+
 async def run_matrix(
-    rows: list[str], tiers: list[int], jobs: int, workdir: Path
+    cells: list[tuple[str, int, str]], jobs: int, workdir: Path
 ) -> list[dict[str, Any]]:
     server = await DevServer(ui_port=None).start()
     try:
         client = await Client.connect(server.target, data_converter=pydantic_data_converter)
         limit = asyncio.Semaphore(jobs)
 
-        async def one(name: str, tier: int) -> dict[str, Any]:
+        async def one(name: str, tier: int, against: str) -> dict[str, Any]:
             async with limit:
-                cell_dir = workdir / f"{name}-t{tier}"
+                cell_dir = workdir / f"{against}-{name}-t{tier}"
                 cell_dir.mkdir(parents=True)
                 try:
-                    world = await ServerWorld.create(client, cell_dir, tier, "gated")
+                    if against == "stripe":
+                        world: World = await StripeServerWorld.launch(client, cell_dir)
+                    else:
+                        world = await ServerWorld.create(client, cell_dir, tier, "gated")
                     result = await run_in(world, name)
                 except Exception as err:  # a cell that cannot run is a failed cell, not a crash
                     s = SCENARIOS[name]
@@ -58,9 +66,11 @@ async def run_matrix(
                         "refund_records": None,
                         "problems": [f"{type(err).__name__}: {err}"],
                     }
+                result["target"] = against
                 mark = "ok  " if result["ok"] else "FAIL"
                 print(
-                    f"{mark} row {result['number']:>2} {name:<28} t{tier}  {result['final']:<10}"
+                    f"{mark} {against:<9} row {result['number']:>2} {name:<28} t{tier}"
+                    f"  {result['final']:<10}"
                     f" {result.get('via') or result.get('code') or '':<26}"
                     f" ${(result['refunded_cents'] or 0) / 100:.0f}"
                     f"  {result.get('elapsed_s', 0):.1f}s",
@@ -68,8 +78,7 @@ async def run_matrix(
                 )
                 return result
 
-        cells = [(n, t) for n in rows for t in tiers if t in SCENARIOS[n].expect]
-        return list(await asyncio.gather(*[one(n, t) for n, t in cells]))
+        return list(await asyncio.gather(*[one(n, t, a) for n, t, a in cells]))
     finally:
         await server.stop()
 
@@ -89,8 +98,12 @@ def cell(result: dict[str, Any]) -> str:
 
 def markdown(results: list[dict[str, Any]], tiers: list[int], elapsed: float) -> str:
     by_row: dict[int, dict[int, dict[str, Any]]] = {}
+    stripe: dict[int, dict[str, Any]] = {}
     for r in results:
-        by_row.setdefault(r["number"], {})[r["tier"]] = r
+        if r.get("target") == "stripe":
+            stripe[r["number"]] = r
+        else:
+            by_row.setdefault(r["number"], {})[r["tier"]] = r
     lines = [
         "# The fault table",
         "",
@@ -115,6 +128,22 @@ def markdown(results: list[dict[str, Any]], tiers: list[int], elapsed: float) ->
             + " | ".join(cell(row[t]) if t in row else "—" for t in tiers)
             + " |"
         )
+    if stripe:
+        lines += [
+            "",
+            "## Against Stripe",
+            "",
+            "The same rows with the refund sent to Stripe through the official `stripe` SDK, to",
+            "`stripe-stateful-mock` on loopback (a proxy in front of it counts the requests).",
+            "Stripe dedupes by key for 24 hours and can be asked: tier 1. The dedupe window is",
+            "walked past with the adapter's injected clock (the fake never expires keys); the",
+            "order stops being eligible through a charge metadata flag the refund relies on.",
+            "",
+            "| # | scenario | Stripe (t1) |",
+            "|---|---|---|",
+        ]
+        for number in sorted(stripe):
+            lines.append(f"| {number} | {stripe[number]['scenario']} | {cell(stripe[number])} |")
     # rows where a person decides include the person's time: not a recovery figure
     crash = [
         r["crash_to_completion_s"]
@@ -143,6 +172,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--tiers", default="1,2,3")
     p.add_argument("--out", type=Path, default=ROOT / "docs" / "fault-table.md")
     p.add_argument("--json", type=Path, help="also write every cell's result here")
+    p.add_argument("--targets", default="simulated,stripe", help="simulated, stripe, or both")
     args = p.parse_args(argv)
     ordered = sorted(SCENARIOS.values(), key=lambda s: s.number)
     rows = [s.name for s in ordered]
@@ -152,7 +182,16 @@ def main(argv: list[str] | None = None) -> int:
     tiers = [int(t) for t in args.tiers.split(",")]
     started = time.monotonic()
     workdir = Path(tempfile.mkdtemp(prefix="interlock-faults-"))
-    results = asyncio.run(run_matrix(rows, tiers, args.jobs, workdir))
+    targets = set(args.targets.split(","))
+    cells = [
+        (n, t, "simulated")
+        for n in rows
+        for t in tiers
+        if "simulated" in targets and t in SCENARIOS[n].expect
+    ]
+    if "stripe" in targets and 1 in tiers:
+        cells += [(n, 1, "stripe") for n in rows if SCENARIOS[n].number in STRIPE_ROWS]
+    results = asyncio.run(run_matrix(cells, args.jobs, workdir))
     elapsed = time.monotonic() - started
     table = markdown(results, tiers, elapsed)
     print()
@@ -164,7 +203,10 @@ def main(argv: list[str] | None = None) -> int:
         args.json.write_text(json.dumps(results, indent=1, sort_keys=True, default=str))
     failed = [r for r in results if not r["ok"]]
     for r in failed:
-        print(f"FAILED row {r['number']} {r['scenario']} t{r['tier']}: {r.get('problems')}")
+        print(
+            f"FAILED {r.get('target')} row {r['number']} {r['scenario']} t{r['tier']}: "
+            f"{r.get('problems')}"
+        )
     return 1 if failed else 0
 
 

@@ -14,16 +14,23 @@ from interlock_temporal.core.models import Kind
 from interlock_temporal.core.protocol import Call, Delivery, Gate, Measure, Ticket
 from interlock_temporal.core.receipts import fold
 from interlock_temporal.core.review import record_resolution
+from interlock_temporal.core.targets import EffectTarget
 from interlock_temporal.targets.payments import (
     RefundRequest,
     RefundResult,
     SimulatedCrash,
     SimulatedPayments,
 )
-from workflows.activities import REFUND_EFFECT, refund_amount, refund_key, refund_resource
+from workflows.activities import (
+    REFUND_EFFECT,
+    RefundService,
+    refund_amount,
+    refund_key,
+    refund_resource,
+)
 from workflows.support_case import CaseFile, CaseOutcome
 
-from .scenarios import Observed, World, new_workflow_id, open_world_journal
+from .scenarios import Observed, Payments, World, new_workflow_id, open_world_journal
 
 MAX_ATTEMPTS = 500
 
@@ -67,7 +74,7 @@ class Run:
 
     async def _send(self, ticket: Ticket) -> RefundResult:
         r = ticket.input
-        return await self.world.payments.refund(
+        return await self.world.service.refund(
             r.order_id, r.amount_cents, idempotency_key=ticket.effect_id
         )
 
@@ -76,7 +83,7 @@ class Run:
         self.attempt += 1
         call = refund_call(self.request, self.case, self.workflow_id, self.attempt)
         try:
-            result = await gate.run(call, self.world.payments, self._send)
+            result = await gate.run(call, self.world.target, self._send)
         except (Refused, Ambiguous) as err:
             return CaseOutcome(
                 case_id=self.case.case_id,
@@ -124,7 +131,12 @@ class Run:
 
 
 class InProcessWorld(World):
-    def __init__(self, workdir: Path, tier: int) -> None:
+    def __init__(
+        self,
+        workdir: Path,
+        tier: int,
+        parts: tuple[Payments, RefundService, EffectTarget] | None = None,
+    ) -> None:
         self.workdir = workdir
         self.tier = tier
         self.mode = "gated"
@@ -132,7 +144,12 @@ class InProcessWorld(World):
         self.kills = 0
         self.crash_to_completion_s = None
         self.journal = open_world_journal(workdir)
-        self.payments = SimulatedPayments(workdir / "payments.db", tier=tier)
+        if parts is None:
+            simulated = SimulatedPayments(workdir / "payments.db", tier=tier)
+            parts = (simulated, simulated, simulated)
+        self.payments: Payments = parts[0]
+        self.service: RefundService = parts[1]
+        self.target: EffectTarget = parts[2]
         self.gate = Gate(self.journal)
         self._others: list[Journal] = []
         self.runs: list[Run] = []
@@ -192,7 +209,7 @@ class InProcessWorld(World):
         seen = False
         try:
             await self.other_worker().run(
-                refund_call(run.request, run.case, run.workflow_id, 2), self.payments, run._send
+                refund_call(run.request, run.case, run.workflow_id, 2), self.target, run._send
             )
         except InFlight:
             seen = True

@@ -22,13 +22,18 @@ from abc import ABC, abstractmethod
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from interlock_temporal.core.identity import effect_id
 from interlock_temporal.core.journal import Journal, open_journal
 from interlock_temporal.core.models import Receipt
 from interlock_temporal.core.receipts import receipt
-from interlock_temporal.targets.payments import FaultAction, RefundRequest, SimulatedPayments
+from interlock_temporal.targets.payments import (
+    FaultAction,
+    FaultPoint,
+    RefundRecord,
+    RefundRequest,
+)
 from workflows.activities import refund_key
 from workflows.support_case import CaseFile, CaseOutcome, Mode
 
@@ -61,12 +66,34 @@ class Observed:
     extra: dict[str, Any] = field(default_factory=dict)
 
 
+class Payments(Protocol):
+    """What a row does to the payments service and reads back from it (the money)."""
+
+    def open_order(self, order_id: str, paid_cents: int) -> str: ...
+
+    def arm(
+        self, point: FaultPoint, action: FaultAction, *, arg: float | None = None, count: int = 1
+    ) -> None: ...
+
+    def manual_refund(self, order_id: str, amount_cents: int) -> str: ...
+
+    def advance_clock(self, seconds: float) -> None: ...
+
+    def refund_records(self, order_id: str) -> list[RefundRecord]: ...
+
+    def calls(self, order_id: str | None = None) -> int: ...
+
+    def order_facts(self, order_id: str) -> dict[str, Any]: ...
+
+    def close(self) -> None: ...
+
+
 class World(ABC):
     """One row's world: the payments service, the journal, the lease, and workers."""
 
     tier: int
     mode: Mode
-    payments: SimulatedPayments
+    payments: Payments
     journal: Journal
     lease_id: str
     kill: FaultAction
@@ -74,26 +101,28 @@ class World(ABC):
     #: the support case: worlds that share a Temporal server get their own, because a review's
     #: workflow id derives from the effect id (the case and the order)
     case_id: str = CASE
+    #: the order the case refunds (a Stripe world's order is the charge it creates)
+    order_id: str = ORDER
 
     @property
     def effect_id(self) -> str:
-        return the_effect_id(self.case_id)
+        return the_effect_id(self.case_id, self.order_id)
 
     crash_to_completion_s: float | None = None
 
     def setup(self) -> None:
-        self.payments.open_order(ORDER, PAID_CENTS)
+        self.order_id = self.payments.open_order(self.order_id, PAID_CENTS)
         self.lease_id = self.journal.leases.issue(
             PRINCIPAL,
             activities=["refund"],
             max_amount_cents=LEASE_MAX_CENTS,
-            resources=[f"order:{ORDER}"],
+            resources=[f"order:{self.order_id}"],
         )
 
     def case(self, amount_cents: int = REFUND_CENTS, **kw: Any) -> CaseFile:
         return CaseFile(
             case_id=self.case_id,
-            order_id=ORDER,
+            order_id=self.order_id,
             amount_cents=amount_cents,
             principal=PRINCIPAL,
             lease_id=self.lease_id,
@@ -160,13 +189,13 @@ async def crash_before_ack(w: World) -> Observed:
 
 async def duplicate_submit(w: World) -> Observed:
     first = await w.submit(w.case())
-    calls_after_first = w.payments.calls(ORDER)
+    calls_after_first = w.payments.calls(w.order_id)
     second = await w.submit(w.case())
     return Observed(
         second,
         {
             "first": first.model_dump(mode="json"),
-            "body_ran_again": w.payments.calls(ORDER) != calls_after_first,
+            "body_ran_again": w.payments.calls(w.order_id) != calls_after_first,
             "same_result": first.refund == second.refund,
         },
     )
@@ -191,7 +220,7 @@ async def stale_premise(w: World) -> Observed:
 
 async def refund_during_outage(w: World) -> Observed:
     def support_refunds_by_hand(w: World) -> None:
-        w.payments.manual_refund(ORDER, REFUND_CENTS)
+        w.payments.manual_refund(w.order_id, REFUND_CENTS)
 
     return Observed(await _crash_then(w, "before_send", support_refunds_by_hand))
 
@@ -385,9 +414,9 @@ SCENARIOS: dict[str, Scenario] = {
 }
 
 
-def the_effect_id(case_id: str = CASE) -> str:
+def the_effect_id(case_id: str = CASE, order_id: str = ORDER) -> str:
     """The effect id of the row's refund: the case and the order name the decision."""
-    probe = RefundRequest(case_id=case_id, order_id=ORDER, amount_cents=REFUND_CENTS)
+    probe = RefundRequest(case_id=case_id, order_id=order_id, amount_cents=REFUND_CENTS)
     return effect_id("refund", refund_key(probe))
 
 
@@ -401,7 +430,7 @@ def open_world_journal(workdir: Path) -> Journal:
 
 def judge(s: Scenario, tier: int, w: World, seen: Observed) -> dict[str, Any]:
     """The row's result, read from the payments service and the journal, and its verdict."""
-    records = w.payments.refund_records(ORDER)
+    records = w.payments.refund_records(w.order_id)
     eid = w.effect_id
     try:
         journal_receipt: Receipt | None = receipt(eid, journal=w.journal)
@@ -421,7 +450,7 @@ def judge(s: Scenario, tier: int, w: World, seen: Observed) -> dict[str, Any]:
         "refunded_cents": sum(r.amount_cents for r in records),
         "refund_records": len(records),
         "refunds_by_source": sorted(r.source for r in records),
-        "calls": w.payments.calls(ORDER),
+        "calls": w.payments.calls(w.order_id),
         "kills": w.kills,
         "crash_to_completion_s": w.crash_to_completion_s,
         "receipt": journal_receipt.model_dump(mode="json") if journal_receipt else None,
@@ -499,8 +528,10 @@ async def run_on_server(
     mode: Mode = "gated",
     target: str | None = None,
     workdir: Path | None = None,
+    stripe: bool = False,
 ) -> dict[str, Any]:
-    """One row on a real dev server (its own, unless ``target`` is given)."""
+    """One row on a real dev server (its own, unless ``target`` is given); with ``stripe``,
+    against the Stripe fake through the real SDK (tier 1)."""
     from temporalio.client import Client
     from temporalio.contrib.pydantic import pydantic_data_converter
 
@@ -515,17 +546,36 @@ async def run_on_server(
         target = server.target
     try:
         client = await Client.connect(target, data_converter=pydantic_data_converter)
-        world = await ServerWorld.create(client, workdir, tier, mode)
+        if stripe:
+            from .stripe_harness import StripeServerWorld
+
+            world: World = await StripeServerWorld.launch(client, workdir, mode)
+        else:
+            world = await ServerWorld.create(client, workdir, tier, mode)
         return await run_in(world, name)
     finally:
         if server is not None:
             await server.stop()
 
 
-async def run_in_process(name: str, tier: int, workdir: Path) -> dict[str, Any]:
+async def run_in_process(
+    name: str, tier: int, workdir: Path, *, stripe: bool = False
+) -> dict[str, Any]:
     from .inprocess_world import InProcessWorld
 
-    return await run_in(InProcessWorld(workdir, tier), name)
+    if not stripe:
+        return await run_in(InProcessWorld(workdir, tier), name)
+    from interlock_temporal.testing import StripeMock, StripeProxy
+
+    from .stripe_harness import stripe_inprocess_world
+
+    mock = await StripeMock().start()
+    proxy = await StripeProxy(mock.port).start()
+    try:
+        return await run_in(stripe_inprocess_world(workdir, mock, proxy), name)
+    finally:
+        await proxy.stop()
+        await mock.stop()
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -542,23 +592,35 @@ def main(argv: list[str] | None = None) -> int:
     r.add_argument("--mode", default="gated", choices=("gated", "naive", "activity_key"))
     r.add_argument("--target", help="use this Temporal server instead of starting one")
     r.add_argument("--in-process", action="store_true", help="the core protocol only, no server")
+    r.add_argument(
+        "--stripe",
+        action="store_true",
+        help="against the Stripe fake through the real SDK (tier 1; make test installs it)",
+    )
     r.add_argument("--json", action="store_true", help="print one JSON object")
     args = p.parse_args(argv)
     if args.list or args.command is None:
         for s in sorted(SCENARIOS.values(), key=lambda s: s.number):
             print(f"{s.number:>2}  {s.name:<28} {s.fault}")
         return 0
+    if args.stripe and args.tier != 1:
+        p.error("Stripe dedupes by key and can be asked: it is tier 1")
     if args.in_process:
         if args.mode != "gated":
             p.error("--in-process runs the gate only")
         result = asyncio.run(
             run_in_process(
-                args.scenario, args.tier, Path(tempfile.mkdtemp(prefix="interlock-core-"))
+                args.scenario,
+                args.tier,
+                Path(tempfile.mkdtemp(prefix="interlock-core-")),
+                stripe=args.stripe,
             )
         )
     else:
         result = asyncio.run(
-            run_on_server(args.scenario, args.tier, mode=args.mode, target=args.target)
+            run_on_server(
+                args.scenario, args.tier, mode=args.mode, target=args.target, stripe=args.stripe
+            )
         )
     if args.json:
         print(json.dumps(result, sort_keys=True))

@@ -18,7 +18,7 @@ from interlock_temporal.targets.payments import SimulatedPayments
 from interlock_temporal.testing import WorkerProcess
 from workflows.support_case import CaseFile, CaseOutcome, Mode
 
-from .scenarios import CASE, Observed, World, new_workflow_id, open_world_journal
+from .scenarios import CASE, Observed, Payments, World, new_workflow_id, open_world_journal
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULT_TIMEOUT_S = 120.0
@@ -36,9 +36,17 @@ class ServerWorld(World):
         self.task_queue = f"support-{uuid.uuid4().hex[:12]}"
         self.case_id = f"{CASE}-{self.task_queue[-6:]}"
         self.journal = open_world_journal(workdir)
-        self.payments = SimulatedPayments(workdir / "payments.db", tier=tier)
+        self.payments: Payments = self._payments()
         self.workers: list[WorkerProcess] = []
         self._killed_at: float | None = None
+
+    def _payments(self) -> Payments:
+        self.simulated = SimulatedPayments(self.workdir / "payments.db", tier=self.tier)
+        return self.simulated
+
+    def target_args(self) -> list[str]:
+        """How a worker process reaches the payments service."""
+        return ["--payments", str(self.simulated.path), "--tier", str(self.tier)]
 
     @classmethod
     async def create(cls, client: Client, workdir: Path, tier: int, mode: Mode) -> ServerWorld:
@@ -58,10 +66,7 @@ class ServerWorld(World):
                 self.task_queue,
                 "--journal",
                 self.journal.url,
-                "--payments",
-                str(self.payments.path),
-                "--tier",
-                str(self.tier),
+                *self.target_args(),
                 "--identity",
                 f"worker-{n}",
                 *extra,

@@ -28,7 +28,10 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--namespace", default="default")
     p.add_argument("--task-queue", default="support")
     p.add_argument("--journal", required=True, help="journal URL, e.g. sqlite:///interlock.db")
-    p.add_argument("--payments", required=True, type=Path, help="the simulated service's file")
+    p.add_argument("--payments", type=Path, help="the simulated service's file")
+    p.add_argument("--stripe-api", help="talk to Stripe (the fake) at this URL instead")
+    p.add_argument("--faults", type=Path, help="with --stripe-api: the armed-faults file")
+    p.add_argument("--clock-file", type=Path, help="with --stripe-api: the clock offset file")
     p.add_argument("--tier", type=int, default=2, choices=(1, 2, 3))
     p.add_argument("--settle-s", type=float, default=0.0)
     p.add_argument("--max-concurrent-activities", type=int, default=100)
@@ -49,9 +52,16 @@ async def main(argv: list[str] | None = None) -> None:
     from datetime import timedelta
 
     args = parse(argv)
-    payments = SimulatedPayments(
-        args.payments, tier=args.tier, settle_time=timedelta(seconds=args.settle_s)
-    )
+    if args.stripe_api:
+        from .stripe_harness import worker_parts
+
+        service, target = worker_parts(args.stripe_api, args.faults, args.clock_file)
+        activities = support_activities(service, target)
+    else:
+        payments = SimulatedPayments(
+            args.payments, tier=args.tier, settle_time=timedelta(seconds=args.settle_s)
+        )
+        activities = support_activities(payments)
     plugin = InterlockPlugin(
         args.journal,
         on_point=kill_at(*args.kill_at, marker=args.kill_marker) if args.kill_at else None,
@@ -62,7 +72,7 @@ async def main(argv: list[str] | None = None) -> None:
         client,
         task_queue=args.task_queue,
         workflows=[SupportCase],
-        activities=support_activities(payments),
+        activities=activities,
         max_concurrent_activities=args.max_concurrent_activities,
         identity=identity,
         sticky_queue_schedule_to_start_timeout=timedelta(seconds=args.sticky_timeout_s),

@@ -1,14 +1,15 @@
-"""The support case's activities, bound to one payments service."""
+"""The support case's activities, bound to one payments service (the simulated one, or Stripe
+through ``workers.stripe_harness``)."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Protocol
 
 from temporalio import activity
 
-from interlock_temporal import current_effect, gated
-from interlock_temporal.targets.payments import RefundRequest, RefundResult, SimulatedPayments
+from interlock_temporal import EffectTarget, current_effect, gated
+from interlock_temporal.targets.payments import RefundRequest, RefundResult
 
 from .support_case import CaseFile
 
@@ -36,7 +37,23 @@ REFUND_EFFECT: dict[str, Any] = {
 }
 
 
-def support_activities(payments: SimulatedPayments) -> list[Callable[..., Any]]:
+class RefundService(Protocol):
+    """What the agent and the refund activity call: read an order's facts, refund it."""
+
+    def order_facts(self, order_id: str) -> dict[str, Any]: ...
+
+    async def refund(
+        self, order_id: str, amount_cents: int, *, idempotency_key: str | None = None
+    ) -> RefundResult: ...
+
+
+def support_activities(
+    payments: RefundService, target: EffectTarget | None = None
+) -> list[Callable[..., Any]]:
+    """``payments`` sends; ``target`` (default: ``payments`` itself, as for the simulated
+    service) is what the gate asks about the effect."""
+    gate_target: Any = target if target is not None else payments
+
     @activity.defn(name="decide_refund")
     async def decide_refund(case: CaseFile) -> RefundRequest:
         """The scripted agent: reads the order, approves what the case says, and records the
@@ -50,7 +67,7 @@ def support_activities(payments: SimulatedPayments) -> list[Callable[..., Any]]:
         )
 
     @activity.defn(name="refund")
-    @gated(target=payments, **REFUND_EFFECT)
+    @gated(target=gate_target, **REFUND_EFFECT)
     async def refund(r: RefundRequest) -> RefundResult:
         return await payments.refund(
             r.order_id, r.amount_cents, idempotency_key=current_effect().idempotency_key

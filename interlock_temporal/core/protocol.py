@@ -416,30 +416,26 @@ class Gate:
         eid = view.effect_id
         caps = capabilities(target)
         absent = view.absence_confirmed
+        args = self._approved_args(call, view)
+        payload = _as_input(args)
+        settled = True
         if not absent:
             settled = (
                 view.last_dispatch_ts is None
                 or self.clock() >= view.last_dispatch_ts + caps.settle_time.total_seconds()
             )
             if caps.queryable:
-                found = await query(target, eid)
+                found = await query(target, eid, payload)
                 if found is not None:
-                    done = self._record_commit(
+                    return self._record_commit(
                         eid,
                         view.head,
                         "recovery-query",
                         jsonable(found.result),
                         found.confirmation,
                     )
-                    return done
                 absent = settled
-            if not settled:
-                if call.last_attempt:
-                    self._ambiguous(view, "the target may still be executing it", "unsettled")
-                raise InFlight(eid, "the target may still be executing it", IN_FLIGHT_RETRY_S)
 
-        args = self._approved_args(call, view)
-        payload = _as_input(args)
         current = await premise.capture(target, payload, eid)
         changes = await premise.validate(target, view.premises or {}, current, payload)
         in_window = (
@@ -447,6 +443,12 @@ class Gate:
             and view.first_dispatch_ts is not None
             and (target_clock(target) - view.first_dispatch_ts < caps.dedupe_window.total_seconds())
         )
+        # "not found" proves nothing until the target has settled; only a resend the target
+        # dedupes (same key, inside its window, facts unchanged) is safe before that
+        if not settled and not (in_window and not changes):
+            if call.last_attempt:
+                self._ambiguous(view, "the target may still be executing it", "unsettled")
+            raise InFlight(eid, "the target may still be executing it", IN_FLIGHT_RETRY_S)
         measured = call.measure(args) if call.measure else Measure()
         demand = Demand(
             view.principal,
@@ -475,6 +477,11 @@ class Gate:
                 if absent:
                     outcome["kind"] = "refused"
                     return [_refusal(code, reason, ch)]
+                if not settled and not call.last_attempt:
+                    # once the target has settled, "not found" will confirm absence: wait for
+                    # that rather than call it ambiguous now
+                    outcome["kind"] = "unsettled"
+                    return []
                 outcome["kind"] = "ambiguous"
                 return [
                     _ambiguity(
@@ -504,6 +511,8 @@ class Gate:
             self._raise_if_refused(eid, written)
         if outcome["kind"] == "ambiguous":
             self._raise_ambiguous(eid)
+        if outcome["kind"] == "unsettled":
+            raise InFlight(eid, "the target may still be executing it", IN_FLIGHT_RETRY_S)
         self._point("after_dispatch_tx", eid)
         return Ticket(
             eid,

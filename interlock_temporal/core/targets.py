@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import inspect
 import time
-from collections.abc import Mapping
+from collections.abc import Awaitable, Mapping
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any, Literal, Protocol, TypeVar, runtime_checkable
@@ -26,7 +26,9 @@ T = TypeVar("T")
 class EffectTarget(Protocol):
     """The required part of a target adapter. Optional methods:
 
-    - ``query(effect_id) -> Found | None``: tier 2, does the effect exist, and its result.
+    - ``query(effect_id[, args]) -> Found | None``: tier 2, does the effect exist, and its
+      result (``args``: the effect's approved input, for targets that look effects up through
+      it).
     - ``validate(recorded, current, payload) -> list[Change]``: premise comparison (default:
       field-by-field equality). Prefer predicates ("refundable remainder >= amount") where
       equality is too strict.
@@ -36,11 +38,18 @@ class EffectTarget(Protocol):
       id), cited by the receipt.
     """
 
-    name: str
-    dedupe_window: timedelta | None
-    settle_time: timedelta
+    @property
+    def name(self) -> str: ...
 
-    def capture(self, args: Any, effect_id: str) -> Mapping[str, Any]:
+    @property
+    def dedupe_window(self) -> timedelta | None: ...
+
+    @property
+    def settle_time(self) -> timedelta: ...
+
+    def capture(
+        self, args: Any, effect_id: str
+    ) -> Mapping[str, Any] | Awaitable[Mapping[str, Any]]:
         """The facts the effect relies on, excluding this effect's own contribution."""
         ...
 
@@ -72,11 +81,22 @@ async def resolve(value: T | Any) -> T:
     return await value if inspect.isawaitable(value) else value  # type: ignore[no-any-return]
 
 
-async def query(target: EffectTarget, effect_id: str) -> Found | None:
+def _takes_input(fn: Any) -> bool:
+    try:
+        params = list(inspect.signature(fn).parameters.values())
+    except (TypeError, ValueError):
+        return False
+    positional = [p for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    return len(positional) >= 2 or any(p.kind is p.VAR_POSITIONAL for p in params)
+
+
+async def query(target: EffectTarget, effect_id: str, args: Any = None) -> Found | None:
+    """Ask a queryable target whether the effect happened. A ``query(effect_id, args)`` is
+    given the effect's approved input too (Stripe finds refunds through their charge)."""
     fn = getattr(target, "query", None)
     if not callable(fn):
         return None
-    found = await resolve(fn(effect_id))
+    found = await resolve(fn(effect_id, args) if _takes_input(fn) else fn(effect_id))
     if found is None or isinstance(found, Found):
         return found
     return Found.model_validate(found)

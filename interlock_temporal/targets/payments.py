@@ -17,24 +17,32 @@ from __future__ import annotations
 import asyncio
 import os
 import secrets
-import signal
 import sqlite3
 import threading
 import time
 from collections.abc import Mapping
 from datetime import timedelta
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
 from ..core.identity import digest
 from ..core.models import Change, Found
 from ..core.premises import default_validate
+from ._faults import FaultAction, FaultPlan, FaultPoint, SimulatedCrash
 
-FaultPoint = Literal["before_send", "after_commit", "capture"]
-FaultAction = Literal[
-    "kill", "crash", "stall", "make_ineligible", "manual_refund", "unavailable", "reset"
+__all__ = [
+    "FaultAction",
+    "FaultPoint",
+    "IdempotencyConflict",
+    "PaymentsUnavailable",
+    "RefundRecord",
+    "RefundRejected",
+    "RefundRequest",
+    "RefundResult",
+    "SimulatedCrash",
+    "SimulatedPayments",
 ]
 
 
@@ -78,10 +86,6 @@ class PaymentsUnavailable(Exception):
     """The request never reached the service (connection refused)."""
 
 
-class SimulatedCrash(BaseException):
-    """Raised in-process where a real run would SIGKILL the worker (the sweep's crash)."""
-
-
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS orders (
     order_id TEXT PRIMARY KEY, paid_cents INTEGER NOT NULL, eligible INTEGER NOT NULL,
@@ -96,9 +100,6 @@ CREATE INDEX IF NOT EXISTS refunds_key ON refunds (idempotency_key);
 CREATE TABLE IF NOT EXISTS calls (
     seq INTEGER PRIMARY KEY, order_id TEXT, amount_cents INTEGER, idempotency_key TEXT,
     outcome TEXT, pid INTEGER, ts REAL);
-CREATE TABLE IF NOT EXISTS faults (
-    id INTEGER PRIMARY KEY, point TEXT NOT NULL, action TEXT NOT NULL, arg REAL,
-    remaining INTEGER NOT NULL);
 CREATE TABLE IF NOT EXISTS settings (key TEXT PRIMARY KEY, value TEXT NOT NULL);
 """
 
@@ -133,6 +134,7 @@ class SimulatedPayments:
         self._db.execute("PRAGMA synchronous=FULL")
         with self._lock:
             self._db.executescript(_SCHEMA)
+        self.faults = FaultPlan(self.path)
 
     def __repr__(self) -> str:
         return f"SimulatedPayments({str(self.path)!r}, tier={self.tier})"
@@ -156,7 +158,8 @@ class SimulatedPayments:
 
     def open_order(
         self, order_id: str, paid_cents: int, *, eligible: bool = True, disputed: bool = False
-    ) -> None:
+    ) -> str:
+        """Record a paid order; returns its id (what refund requests name)."""
         self._tx(
             lambda db: db.execute(
                 "INSERT OR REPLACE INTO orders (order_id, paid_cents, eligible, disputed) "
@@ -164,6 +167,7 @@ class SimulatedPayments:
                 (order_id, paid_cents, int(eligible), int(disputed)),
             )
         )
+        return order_id
 
     def set_eligible(self, order_id: str, eligible: bool) -> None:
         self._tx(
@@ -206,52 +210,28 @@ class SimulatedPayments:
         self, point: FaultPoint, action: FaultAction, *, arg: float | None = None, count: int = 1
     ) -> None:
         """Arm a fault that fires ``count`` times at ``point``, in whichever process gets there."""
-        self._tx(
-            lambda db: db.execute(
-                "INSERT INTO faults (point, action, arg, remaining) VALUES (?, ?, ?, ?)",
-                (point, action, arg, count),
-            )
-        )
+        self.faults.arm(point, action, arg=arg, count=count)
 
     def disarm(self) -> None:
-        self._tx(lambda db: db.execute("DELETE FROM faults"))
-
-    def _take_faults(self, point: str) -> list[tuple[str, float | None]]:
-        def run(db: sqlite3.Connection) -> list[tuple[str, float | None]]:
-            rows = db.execute(
-                "SELECT id, action, arg FROM faults WHERE point = ? AND remaining > 0 ORDER BY id",
-                (point,),
-            ).fetchall()
-            for fid, _, _ in rows:
-                db.execute("UPDATE faults SET remaining = remaining - 1 WHERE id = ?", (fid,))
-            return [(action, arg) for _, action, arg in rows]
-
-        if not self._read("SELECT 1 FROM faults WHERE remaining > 0 LIMIT 1"):
-            return []
-        result: list[tuple[str, float | None]] = self._tx(run)
-        return result
+        self.faults.disarm()
 
     def _fire(self, point: str, order_id: str) -> float:
         """Run the faults armed at ``point``; returns how long to stall."""
-        stall = 0.0
-        for action, arg in self._take_faults(point):
-            if action == "kill":
-                os.kill(os.getpid(), signal.SIGKILL)
-                time.sleep(60)  # pragma: no cover - the signal arrives first
-            elif action == "crash":
-                raise SimulatedCrash(point)
-            elif action == "stall":
-                stall += float(arg or 0)
-            elif action == "make_ineligible":
-                self.set_eligible(order_id, False)
-            elif action == "manual_refund":
-                self.manual_refund(order_id, int(arg or 0))
-            elif action == "unavailable":
-                raise PaymentsUnavailable("connection refused")
-            elif action == "reset":
-                # the connection drops: at "after_commit" the refund landed, the caller cannot know
-                raise ConnectionResetError("connection reset by peer")
-        return stall
+
+        def unavailable(_: float | None) -> None:
+            raise PaymentsUnavailable("connection refused")
+
+        def by_hand(arg: float | None) -> None:
+            self.manual_refund(order_id, int(arg or 0))
+
+        return self.faults.fire(
+            point,
+            {
+                "make_ineligible": lambda _: self.set_eligible(order_id, False),
+                "manual_refund": by_hand,
+                "unavailable": unavailable,
+            },
+        )
 
     # -- reading the money --------------------------------------------------------------------
 
@@ -453,6 +433,7 @@ class SimulatedPayments:
         return "in_doubt"
 
     def close(self) -> None:
+        self.faults.close()
         with self._lock:
             self._db.close()
 
