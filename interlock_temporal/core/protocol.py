@@ -564,7 +564,11 @@ class Gate:
             verdict = classify(ticket.target, error)
             kind = type(error).__name__
             eid = ticket.effect_id
-            if verdict == "rejected":
+            changes = [c for c in getattr(error, "changes", None) or [] if isinstance(c, Change)]
+            if verdict == "rejected" and changes:
+                # the target re-checked the facts as it sent (a compare-and-swap) and they moved
+                draft = _refusal("stale_premise", premise.describe(changes), changes)
+            elif verdict == "rejected":
                 draft = _refusal("target_rejected", f"the target rejected the request ({kind})")
             elif verdict == "not_sent" and last_attempt:
                 # nothing happened and nothing will retry: say so, do not leave it pending
@@ -585,7 +589,7 @@ class Gate:
             self._record_after_send(eid, ticket.head, draft)
             view = fold(eid, self.journal.read(eid))
             if view.status is Kind.REFUSED:
-                raise Refused(view.code or "refused", view.reason or "", receipt_of(view))
+                raise Refused(view.code or "refused", view.reason or "", receipt_of(view), changes)
             if view.status is Kind.AMBIGUOUS:
                 raise Ambiguous(view.reason or "ambiguous", receipt_of(view))
         finally:
