@@ -14,8 +14,11 @@ $(STAMP): pyproject.toml requirements.lock
 	$(BIN)/python -m pip install --quiet --disable-pip-version-check -c requirements.lock -e '.[dev]'
 	@rm -f $(VENV)/.installed-* && touch $@
 
+# make demo DEMO_ARGS=--stripe runs the story against the Stripe fake
+DEMO_ARGS ?=
+
 demo: setup stripe-mock
-	$(BIN)/python -m workers.demo
+	$(BIN)/python -m workers.demo $(DEMO_ARGS)
 
 lint: setup
 	$(BIN)/ruff check .

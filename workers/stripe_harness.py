@@ -199,7 +199,8 @@ class StripeFacade:
         return int(self.client.v1.charges.retrieve(order_id).amount_refunded)
 
     def calls(self, order_id: str | None = None) -> int:
-        """Refund requests that reached Stripe through the proxy (the gate's and baselines')."""
+        """Refund requests that reached Stripe through the proxy (the gate's and baselines'):
+        every order's, so a world keeps one order per proxy (or resets the count)."""
         return self.proxy.refund_posts if self.proxy is not None else 0
 
     def order_facts(self, order_id: str) -> dict[str, Any]:
@@ -226,8 +227,16 @@ class StripeServerWorld(ServerWorld):
     @classmethod
     async def launch(cls, client: Client, workdir: Path, mode: Mode = "gated") -> StripeServerWorld:
         mock = await StripeMock().start()
-        proxy = await StripeProxy(mock.port).start()
-        return cls(client, workdir, mode, mock, proxy)
+        try:
+            proxy = await StripeProxy(mock.port).start()
+            try:
+                return cls(client, workdir, mode, mock, proxy)
+            except BaseException:
+                await proxy.stop()
+                raise
+        except BaseException:
+            await mock.stop()
+            raise
 
     def _payments(self) -> Payments:
         self.facade = StripeFacade(self.mock.url, self.proxy, self.workdir)
@@ -254,5 +263,7 @@ class StripeServerWorld(ServerWorld):
 def stripe_inprocess_world(workdir: Path, mock: StripeMock, proxy: StripeProxy) -> InProcessWorld:
     """A row against the core alone, with the real SDK and the fake (a crash unwinds)."""
     facade = StripeFacade(mock.url, proxy, workdir)
-    service, target = worker_parts(proxy.url, facade.faults_path, facade.clock_path)
+    # the worker's parts share the facade's fault plan (one file, one connection to close)
+    target = FaultyStripeRefunds(stripe_client(proxy.url), facade.plan, facade.clock)
+    service = StripeRefundService(target, facade.plan)
     return InProcessWorld(workdir, 1, parts=(facade, service, target))

@@ -57,6 +57,9 @@ class WebhookOutcome(BaseModel):
     unknown: list[str] = Field(default_factory=list)
     #: refunds with no effect id (made outside the gate, e.g. by hand in the dashboard)
     untagged: list[str] = Field(default_factory=list)
+    #: effects whose refund Stripe reports failed or canceled: the money did not move, whatever
+    #: the effect's state says; their CONFIRMED entry carries an alarm
+    failed: list[str] = Field(default_factory=list)
 
 
 def _field(name: str) -> Callable[[Any], Any]:
@@ -274,11 +277,13 @@ class StripeRefunds:
         if event.type not in REFUND_EVENTS:
             return outcome
         obj = _plain(event.data.object)
-        refunds = (
-            [obj]
-            if event.type.startswith("refund.")
-            else list((obj.get("refunds") or {}).get("data", []))
-        )
+        if event.type.startswith("refund."):
+            refunds = [obj]
+        else:
+            refunds = list((obj.get("refunds") or {}).get("data", []))
+            if not refunds and obj.get("id"):
+                # newer API versions do not embed a charge's refunds: ask for them
+                refunds = [_plain(r) for r in self._refunds(str(obj["id"]))]
         for refund in refunds:
             effect_id = (refund.get("metadata") or {}).get("effect_id")
             if not effect_id:
@@ -301,6 +306,15 @@ class StripeRefunds:
                 "status": refund.get("status"),
                 "amount": refund.get("amount"),
             }
+            if refund.get("status") in ("failed", "canceled") or event.type == "refund.failed":
+                data["alarm"] = "refund_failed"
+                outcome.failed.append(effect_id)
+                log.warning(
+                    "webhook %s: the refund of effect %s is %s",
+                    event.id,
+                    effect_id[:16],
+                    refund.get("status"),
+                )
             if self._annotate(journal, effect_id, data):
                 outcome.confirmed.append(effect_id)
             else:
