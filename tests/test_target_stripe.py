@@ -11,6 +11,7 @@ Calls that go through the proxy run in a thread: the proxy lives on the test's e
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import hmac
 import json
@@ -658,6 +659,47 @@ async def test_a_charge_refunded_webhook_confirms_its_embedded_refunds(
     assert data["refund_id"] == result.refund_id and data["event_type"] == "charge.refunded"
     assert rig.status() is Kind.COMMITTED
     assert rig.journal.verify().ok
+
+
+async def test_a_charge_refunded_webhook_without_embedded_refunds_asks_for_them(
+    fake: Fake, make_rig: Any
+) -> None:
+    """Newer API versions send the charge without its refunds: the adapter lists them."""
+    rig: Rig = make_rig()
+    result = await rig.run()
+    charge = fake.direct.v1.charges.retrieve(rig.charge).to_dict()
+    charge.pop("refunds", None)
+    outcome = await asyncio.to_thread(
+        rig.target.confirm_webhook,
+        *signed(event_of("charge.refunded", charge)),
+        SECRET,
+        rig.journal,
+    )
+    assert outcome.confirmed == [rig.eid]
+    (data,) = confirmations(rig.journal, rig.eid)
+    assert data["refund_id"] == result.refund_id
+
+
+async def test_a_failed_refund_is_reported_and_flagged(fake: Fake, make_rig: Any) -> None:
+    """Stripe can fail a refund after accepting it: the money did not move, so the webhook's
+    entry carries an alarm and the outcome names the effect (its state is not rewritten)."""
+    rig: Rig = make_rig()
+    result = await rig.run()
+    refund = fake.direct.v1.refunds.retrieve(result.refund_id).to_dict()
+    refund["status"] = "failed"
+    outcome = rig.target.confirm_webhook(
+        *signed(event_of("refund.failed", refund)), SECRET, rig.journal
+    )
+    assert outcome.failed == [rig.eid] and outcome.confirmed == [rig.eid]
+    (data,) = confirmations(rig.journal, rig.eid)
+    assert data["alarm"] == "refund_failed" and data["status"] == "failed"
+    assert rig.status() is Kind.COMMITTED
+    ok = rig.target.confirm_webhook(
+        *signed(event_of("refund.updated", fake.direct.v1.refunds.retrieve(result.refund_id))),
+        SECRET,
+        rig.journal,
+    )
+    assert ok.failed == []
 
 
 # -- the fault table's rows 1 to 10 at tier 1, in-process against the fake --------------------
