@@ -64,7 +64,9 @@ async def test_a_workflow_cancelled_while_its_effect_is_in_doubt(
     try:
         world.setup()
         world.payments.arm(point, "kill")  # type: ignore[arg-type]
-        run = await world.start(world.case())
+        # a long heartbeat timeout: the server schedules no retry before the cancellation
+        # lands, so what settles the effect is the reconciler, not a late retry
+        run = await world.start(world.case(heartbeat_s=60.0, start_to_close_s=120.0))
         await world.crashed(run)
         await run.cancel()
         await world.restart()  # a worker must run the workflow's code for it to be cancelled
