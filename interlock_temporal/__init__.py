@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from .core.journal import Journal, open_journal
 from .core.models import Change, Found, Kind, Lease, Receipt
+from .core.policy import Limits, Policy
 from .core.receipts import receipt
 from .core.review import Decision, ReviewRules
 from .core.targets import EffectTarget
@@ -21,13 +22,15 @@ from .core.targets import EffectTarget
 if TYPE_CHECKING:
     from ._errors import (
         AmbiguousEffect,
+        ApprovalRequired,
         EffectInFlight,
         EffectRefused,
+        InterlockDenied,
         InterlockNotInstalled,
         InvalidEffectInput,
         receipt_from,
     )
-    from ._gated import EffectContext, current_effect, gated
+    from ._gated import EffectContext, current_effect, gated, report_cost
     from ._interceptor import InterlockInterceptor
     from ._plugin import InterlockPlugin
     from ._review import (
@@ -41,6 +44,8 @@ if TYPE_CHECKING:
 
 _LAZY = {
     "AmbiguousEffect": "._errors",
+    "ApprovalRequired": "._errors",
+    "InterlockDenied": "._errors",
     "EffectInFlight": "._errors",
     "EffectRefused": "._errors",
     "InterlockNotInstalled": "._errors",
@@ -49,6 +54,7 @@ _LAZY = {
     "EffectContext": "._gated",
     "current_effect": "._gated",
     "gated": "._gated",
+    "report_cost": "._gated",
     "InterlockInterceptor": "._interceptor",
     "InterlockPlugin": "._plugin",
     "EffectReview": "._review",
@@ -61,6 +67,7 @@ _LAZY = {
 
 __all__ = [
     "AmbiguousEffect",
+    "ApprovalRequired",
     "Change",
     "Decision",
     "EffectContext",
@@ -69,6 +76,7 @@ __all__ = [
     "EffectReview",
     "EffectTarget",
     "Found",
+    "InterlockDenied",
     "InterlockInterceptor",
     "InterlockNotInstalled",
     "InterlockPlugin",
@@ -76,6 +84,8 @@ __all__ = [
     "Journal",
     "Kind",
     "Lease",
+    "Limits",
+    "Policy",
     "Receipt",
     "ReconcileReport",
     "ReconcileRequest",
@@ -88,6 +98,7 @@ __all__ = [
     "open_journal",
     "receipt",
     "receipt_from",
+    "report_cost",
 ]
 
 

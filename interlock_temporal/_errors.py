@@ -62,6 +62,42 @@ class InvalidEffectInput(ApplicationError):
         super().__init__(message, type="InvalidEffectInput", non_retryable=True)
 
 
+class InterlockDenied(ApplicationError):
+    """The policy denied the call; its body never ran. Not retryable.
+
+    The details hold ``{"code", "policy_id", "argument"}``: the reason code, the policy that
+    denied, and the offending argument's name (never its value).
+    """
+
+    def __init__(
+        self, code: str, reason: str, policy_id: str | None = None, argument: str | None = None
+    ) -> None:
+        where = f" (policy {policy_id}" + (f", argument {argument!r})" if argument else ")")
+        super().__init__(
+            f"{code}: {reason}{where if policy_id else ''}",
+            {"code": code, "policy_id": policy_id, "argument": argument},
+            type="InterlockDenied",
+            non_retryable=True,
+        )
+        self.code = code
+        self.policy_id = policy_id
+        self.argument = argument
+
+
+class ApprovalRequired(ApplicationError):
+    """The policy wants a person to approve this call first; its body never ran."""
+
+    def __init__(self, code: str, reason: str, binding: str, policy_id: str | None = None) -> None:
+        super().__init__(
+            f"{code}: {reason}",
+            {"code": code, "binding": binding, "policy_id": policy_id},
+            type="ApprovalRequired",
+            non_retryable=True,
+        )
+        self.code = code
+        self.binding = binding
+
+
 class JournalUnavailableError(ApplicationError):
     """The journal cannot be written: nothing was sent. Retryable."""
 

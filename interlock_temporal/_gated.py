@@ -41,6 +41,24 @@ class EffectContext:
         """The key to send to a target that dedupes: the effect id itself."""
         return self.effect_id
 
+    def report_cost(self, usd: float) -> None:
+        """What this call actually cost: the policy's budgets are settled with it once."""
+        report_cost(usd)
+
+
+_cost: ContextVar[list[float] | None] = ContextVar("interlock_cost", default=None)
+
+
+def report_cost(usd: float) -> None:
+    """Report what the running activity actually cost, in USD (gated or not). The budget was
+    charged the estimate when the call was allowed; this replaces it, once."""
+    if isinstance(usd, bool) or not isinstance(usd, int | float) or not 0 <= usd < float("inf"):
+        raise ValueError("report_cost: usd must be a finite, non-negative number")
+    meter = _cost.get()
+    if meter is None:
+        raise RuntimeError("report_cost() is only available inside an activity under a policy")
+    meter.append(float(usd))
+
 
 _current: ContextVar[tuple[GateSpec, EffectContext] | None] = ContextVar(
     "interlock_effect", default=None

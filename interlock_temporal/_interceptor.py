@@ -19,22 +19,27 @@ from temporalio.exceptions import ApplicationError
 from ._context import Authority, current_authority, read_authority, with_authority
 from ._errors import (
     AmbiguousEffect,
+    ApprovalRequired,
     EffectInFlight,
     EffectRefused,
+    InterlockDenied,
     InvalidEffectInput,
     JournalUnavailableError,
 )
-from ._gated import EffectContext, GateSpec, _current, spec_of
+from ._gated import EffectContext, GateSpec, _cost, _current, spec_of
 from ._review import ReviewDesk
 from .core.errors import (
     Ambiguous,
+    Denied,
     InFlight,
     InvalidCall,
     JournalUnavailable,
+    NeedsApproval,
     Refused,
 )
 from .core.journal import Journal, open_journal
 from .core.models import Kind
+from .core.policy import CallEvent, Policy, PolicyGuard, Scopes, Verdict, cost_in
 from .core.protocol import Call, Delivery, Done, Gate, Ticket
 from .core.review import ReviewRules
 
@@ -56,6 +61,10 @@ def _as_temporal_errors() -> Iterator[None]:
         raise InvalidEffectInput(str(e)) from None
     except JournalUnavailable as e:
         raise JournalUnavailableError(str(e)) from None
+    except Denied as d:
+        raise InterlockDenied(d.code, d.reason, d.policy_id, d.argument) from None
+    except NeedsApproval as n:
+        raise ApprovalRequired(n.code, n.reason, n.binding, n.policy_id) from None
 
 
 def is_last_attempt(info: temporalio.activity.Info, now: datetime | None = None) -> bool:
@@ -98,10 +107,12 @@ class InterlockInterceptor(temporalio.worker.Interceptor):
         on_point: Callable[[str, str], None] | None = None,
         client: temporalio.client.Client | None = None,
         review_rules: ReviewRules | None = None,
+        policy: Policy | None = None,
     ) -> None:
         self._journal_arg = journal
         self._signing_key = signing_key
         self._on_point = on_point
+        self._policy = policy
         self._gate: Gate | None = None
         #: the worker's client, for thread-pool activities (they have no activity.client())
         self.client: temporalio.client.Client | None = client
@@ -119,8 +130,13 @@ class InterlockInterceptor(temporalio.worker.Interceptor):
             journal = self._journal_arg
             if not isinstance(journal, Journal):
                 journal = open_journal(journal, signing_key=self._signing_key)
-            self._gate = Gate(journal, on_point=self._on_point)
+            guard = None if self._policy is None else PolicyGuard(self._policy, journal.policy)
+            self._gate = Gate(journal, on_point=self._on_point, policy=guard)
         return self._gate
+
+    @property
+    def guard(self) -> PolicyGuard | None:
+        return self.gate.policy
 
     def intercept_activity(
         self, next: temporalio.worker.ActivityInboundInterceptor
@@ -147,21 +163,88 @@ class _ActivityInbound(temporalio.worker.ActivityInboundInterceptor):
 
     async def execute_activity(self, input: temporalio.worker.ExecuteActivityInput) -> Any:
         spec = spec_of(input.fn)
-        if spec is None:
-            return await self.next.execute_activity(input)
-        info = temporalio.activity.info()
-        self._root.desk.specs.setdefault(info.activity_type, spec)
+        meter: list[float] = []
+        token = _cost.set(meter)
         try:
-            return await self._gated(spec, info, input)
-        except AmbiguousEffect as err:
-            await self._open_review(err.receipt.effect_id, info)
-            raise
+            if spec is None:
+                guard = self._root.guard
+                if guard is None:
+                    return await self.next.execute_activity(input)
+                return await self._policed(guard, input, meter)
+            info = temporalio.activity.info()
+            self._root.desk.specs.setdefault(info.activity_type, spec)
+            try:
+                return await self._gated(spec, info, input, meter)
+            except AmbiguousEffect as err:
+                await self._open_review(err.receipt.effect_id, info)
+                raise
+        finally:
+            _cost.reset(token)
+
+    async def _policed(
+        self,
+        guard: PolicyGuard,
+        input: temporalio.worker.ExecuteActivityInput,
+        meter: list[float],
+    ) -> Any:
+        """An activity that is not gated: the policy decides whether its body runs at all."""
+        info = temporalio.activity.info()
+        authority = read_authority(input.headers)
+        event = CallEvent(
+            activity=info.activity_type,
+            args=tuple(input.args),
+            principal=authority.principal if authority else None,
+            session=(authority.session if authority else None) or info.workflow_id,
+            namespace=info.workflow_namespace,
+            attempt=info.attempt,
+            workflow_id=info.workflow_id,
+        )
+        scopes = Scopes.of(event, f"{info.workflow_run_id}/{info.activity_id}")
+        with _as_temporal_errors():
+            decision = guard.check(event, scopes, delivery=f"{scopes.execution}/{info.attempt}")
+            if decision.verdict is Verdict.DENY:
+                raise Denied(decision.code, decision.reason, decision.policy_id, decision.argument)
+            if decision.verdict is Verdict.ESCALATE:
+                raise NeedsApproval(
+                    decision.code, decision.reason, scopes.execution, decision.policy_id
+                )
+        if decision.verdict is Verdict.MODIFY and decision.args is not None:
+            input = dataclasses.replace(input, args=list(decision.args))
+        result = await self.next.execute_activity(input)
+        self._settle(guard, scopes, meter, result)
+        return self._after_result(guard, event, result)
+
+    @staticmethod
+    def _settle(guard: PolicyGuard, scopes: Scopes, meter: list[float], result: Any) -> None:
+        """Settle the budgets with what the call actually cost, when it said."""
+        actual = meter[-1] if meter else cost_in(result, guard.policy.cost_field)
+        if actual is None:
+            return
+        try:
+            guard.settle(scopes, actual)
+        except JournalUnavailable as err:
+            # the estimate stays charged: the budget errs on the side of having spent more
+            log.warning("could not settle the cost of %s: %s", scopes.execution, err)
+
+    @staticmethod
+    def _after_result(guard: PolicyGuard, event: CallEvent, result: Any) -> Any:
+        if not guard.policy.result_rules:
+            return result
+        decision = guard.check_result(dataclasses.replace(event, phase="result", result=result))
+        if decision.verdict is Verdict.DENY:
+            raise InterlockDenied(
+                decision.code, decision.reason, decision.policy_id, decision.argument
+            )
+        if decision.verdict is Verdict.MODIFY and decision.args:
+            return decision.args[0]
+        return result
 
     async def _gated(
         self,
         spec: GateSpec,
         info: temporalio.activity.Info,
         input: temporalio.worker.ExecuteActivityInput,
+        meter: list[float],
     ) -> Any:
         args = spec.decode(input.args, temporalio.activity.payload_converter())
         call = self._call(spec, info, args, read_authority(input.headers))
@@ -187,7 +270,22 @@ class _ActivityInbound(temporalio.worker.ActivityInboundInterceptor):
             task = asyncio.ensure_future(self._send_and_record(gate, step, input, info))
         finally:
             _current.reset(token)
-        return await _uncancellable(task)
+        result = await _uncancellable(task)
+        guard = gate.policy
+        if guard is None:
+            return result
+        event = CallEvent(
+            activity=call.activity,
+            args=step.args,
+            principal=call.principal,
+            session=call.session,
+            namespace=call.namespace,
+            attempt=info.attempt,
+            workflow_id=info.workflow_id,
+            effect_id=step.effect_id,
+        )
+        self._settle(guard, Scopes.of(event, f"effect:{step.effect_id}"), meter, result)
+        return self._after_result(guard, event, result)
 
     async def _open_review(self, effect_id: str, info: temporalio.activity.Info) -> None:
         """Every AMBIGUOUS raise makes sure the review exists and this workflow hears of its
@@ -218,6 +316,7 @@ class _ActivityInbound(temporalio.worker.ActivityInboundInterceptor):
             principal=authority.principal if authority else None,
             lease_id=authority.lease_id if authority else None,
             session=(authority.session if authority else None) or info.workflow_id,
+            namespace=info.workflow_namespace,
             measure=spec.measurer(effect_type),
             delivery=Delivery(
                 workflow_id=info.workflow_id,

@@ -19,6 +19,7 @@ from ._gated import spec_of
 from ._interceptor import InterlockInterceptor
 from ._review import EffectReview, Reconciler, ReconcileRequest
 from .core.journal import Journal
+from .core.policy import Policy
 from .core.review import ReviewRules
 
 PASSTHROUGH = ("interlock_temporal", "rfc8785", "pydantic", "pydantic_core")
@@ -56,6 +57,8 @@ class InterlockPlugin(SimplePlugin):
     ``review_task_queue``: where reviews run (default: the gated activity's task queue).
     ``reconcile_every``: also run the reconciler on each worker's task queue this often, for
     effects in doubt longer than ``reconcile_older_than``.
+    ``policy``: limits and rules every activity of the worker is checked against (a
+    ``Policy``); denied calls fail with ``InterlockDenied`` and their bodies never run.
     ``on_point``: called at each named point of the protocol (tests use it to kill a worker at
     an exact step: ``interlock_temporal.testing.kill_at``).
     """
@@ -70,9 +73,14 @@ class InterlockPlugin(SimplePlugin):
         reconcile_every: timedelta | None = None,
         reconcile_older_than: timedelta = timedelta(seconds=60),
         on_point: Callable[[str, str], None] | None = None,
+        policy: Policy | None = None,
     ) -> None:
         self.interceptor = InterlockInterceptor(
-            journal, signing_key=signing_key, on_point=on_point, review_rules=review
+            journal,
+            signing_key=signing_key,
+            on_point=on_point,
+            review_rules=review,
+            policy=policy,
         )
         desk = self.interceptor.desk
         desk.task_queue = review_task_queue

@@ -43,6 +43,7 @@ from typing import TYPE_CHECKING, Any, NoReturn
 
 from ._render import (
     ReviewLine,
+    fmt_time,
     lease_state,
     reconcile_summary,
     render_effects,
@@ -408,6 +409,57 @@ def cmd_leases_list(args: argparse.Namespace) -> int:
         _out(render_leases(leases, now))
     else:
         _err("no leases")
+    return EXIT_OK
+
+
+# -- the policy's circuit --------------------------------------------------------------------
+
+
+def _circuit_doc(session: str, state: Any) -> dict[str, Any]:
+    circuit = None if state is None else state.circuit
+    return {
+        "session": session,
+        "known": state is not None,
+        "open": circuit is not None,
+        "code": circuit.code if circuit else None,
+        "activity": circuit.activity if circuit else None,
+        "opened_at": circuit.at if circuit else None,
+        "calls": state.total if state else 0,
+        "spent_usd": state.spent_usd if state else 0.0,
+    }
+
+
+def cmd_circuit_show(args: argparse.Namespace) -> int:
+    with open_for(args) as journal:
+        doc = _circuit_doc(args.session, journal.policy.session(args.session))
+    if args.json:
+        _json(doc)
+    elif not doc["known"]:
+        _out(f"session {args.session}: no calls checked by the policy")
+    elif doc["open"]:
+        _out(
+            f"session {args.session}: circuit OPEN since "
+            f"{fmt_time(doc['opened_at'])} on {doc['code']} ({doc['activity']}); "
+            f"{doc['calls']} calls, ${doc['spent_usd']:.2f} spent"
+        )
+    else:
+        _out(
+            f"session {args.session}: circuit closed; {doc['calls']} calls, "
+            f"${doc['spent_usd']:.2f} spent"
+        )
+    return EXIT_OK
+
+
+def cmd_circuit_reset(args: argparse.Namespace) -> int:
+    with open_for(args) as journal:
+        try:
+            reset = journal.policy.reset(args.session, operator=args.operator, note=args.note)
+        except ValueError as err:
+            raise CliError(EXIT_USAGE, str(err)) from None
+    if not reset:
+        _err(f"session {args.session}: the circuit is not open: nothing reset")
+        return EXIT_FAILED
+    _out(f"session {args.session}: circuit reset by {args.operator.strip()} (journaled)")
     return EXIT_OK
 
 
@@ -1070,6 +1122,27 @@ def build_parser() -> argparse.ArgumentParser:
     revoke.add_argument("lease_id", metavar="LEASE_ID")
     lease_list = command(leases_sub, "list", cmd_leases_list, "list leases and their state")
     json_flag(lease_list)
+
+    # the policy's circuit
+    circuit = groups.add_parser(
+        "circuit", help="show a session's circuit, reset it after the policy opened it"
+    )
+    _journal_options(circuit, top=False)
+    circuit_sub = circuit.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    circuit_show = command(
+        circuit_sub, "show", cmd_circuit_show, "show whether a session's circuit is open, and why"
+    )
+    circuit_show.add_argument("session", metavar="SESSION", help="the session (a workflow id)")
+    json_flag(circuit_show)
+    circuit_reset = command(
+        circuit_sub,
+        "reset",
+        cmd_circuit_reset,
+        "close a session's open circuit (journaled, with the operator); exit 1 if not open",
+    )
+    circuit_reset.add_argument("session", metavar="SESSION", help="the session (a workflow id)")
+    circuit_reset.add_argument("--operator", required=True, metavar="O", help="who resets it")
+    circuit_reset.add_argument("--note", default="", metavar="N", help="why, for the record")
 
     # reviews (on Temporal)
     reviews = groups.add_parser(

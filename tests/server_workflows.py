@@ -44,3 +44,45 @@ class ParentActsAs:
             return await workflow.execute_child_workflow(
                 CallActivity.run, child_spec, id=f"{workflow.info().workflow_id}-child"
             )
+
+
+@workflow.defn
+class RunCalls:
+    """An agent's session: runs activities one after another under act_as and reports each
+    outcome (a result, or the error type and the policy's reason code), never failing."""
+
+    @workflow.run
+    async def run(self, spec: dict[str, Any]) -> list[dict[str, Any]]:
+        from temporalio.exceptions import ActivityError, ApplicationError
+
+        outcomes: list[dict[str, Any]] = []
+        options: dict[str, Any] = {
+            "start_to_close_timeout": timedelta(seconds=10),
+            "retry_policy": RetryPolicy(
+                initial_interval=timedelta(milliseconds=100),
+                maximum_interval=timedelta(milliseconds=500),
+                maximum_attempts=spec.get("maximum_attempts", 3),
+            ),
+        }
+        with act_as(spec["principal"], lease=spec.get("lease"), session=spec.get("session")):
+            for call in spec["calls"]:
+                try:
+                    result = await workflow.execute_activity(
+                        call["activity"], call["arg"], **options
+                    )
+                    outcomes.append({"ok": result})
+                except ActivityError as err:
+                    cause = err.cause
+                    if isinstance(cause, ApplicationError):
+                        details = list(cause.details)
+                        first = details[0] if details and isinstance(details[0], dict) else {}
+                        outcomes.append(
+                            {
+                                "error": cause.type,
+                                "code": first.get("code"),
+                                "message": cause.message,
+                            }
+                        )
+                    else:
+                        outcomes.append({"error": type(cause).__name__, "message": str(cause)})
+        return outcomes

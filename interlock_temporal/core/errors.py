@@ -75,3 +75,30 @@ class InFlight(GateOutcome):
         self.effect_id = effect_id
         self.reason = reason
         self.retry_after = retry_after
+
+
+class Denied(GateOutcome):
+    """The policy denied the call: the body did not run. Names the reason code, the policy and
+    the offending argument (never its value)."""
+
+    def __init__(
+        self, code: str, reason: str, policy_id: str | None = None, argument: str | None = None
+    ) -> None:
+        where = f" (policy {policy_id}" + (f", argument {argument!r})" if argument else ")")
+        super().__init__(f"{code}: {reason}{where if policy_id else ''}")
+        self.code = code
+        self.reason = reason
+        self.policy_id = policy_id
+        self.argument = argument
+
+
+class NeedsApproval(GateOutcome):
+    """The policy escalated the call to a person: the body did not run."""
+
+    def __init__(self, code: str, reason: str, binding: str, policy_id: str | None = None) -> None:
+        super().__init__(f"{code}: {reason}")
+        self.code = code
+        self.reason = reason
+        #: what an approval must name: the effect id, or the call's digest for ungated calls
+        self.binding = binding
+        self.policy_id = policy_id

@@ -25,10 +25,19 @@ from .errors import JournalConfigError, JournalCorrupt
 from .identity import canonical_json
 from .leases import LeaseStore
 from .models import ANNOTATIONS, Draft, EffectRow, Entry, JournalHead, Kind, Lease, VerifyReport
+from .policy import PolicyStore
 from .signing import HmacKey, Keyring, load_or_create_key_file, parse_secret
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
+#: the effect type of policy chains (``policy:<session>``)
+POLICY_CHAIN_TYPE = "interlock.policy"
 ENTRY_VERSION = 1
+
+
+def policy_chain(session: str) -> str:
+    """The journal chain that records a session's policy events."""
+    return f"policy:{session}"
+
 
 Build = Sequence[Draft] | Callable[[Lease | None], Sequence[Draft]]
 
@@ -199,6 +208,11 @@ class Journal(ABC):
     @property
     @abstractmethod
     def leases(self) -> LeaseStore: ...
+
+    @property
+    @abstractmethod
+    def policy(self) -> PolicyStore:
+        """The policy layer's shared state (sessions, spend, admitted executions)."""
 
     @abstractmethod
     def read(self, effect_id: str) -> list[Entry]:

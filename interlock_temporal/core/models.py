@@ -21,6 +21,9 @@ class Kind(StrEnum):
     NOT_SENT = "NOT_SENT"
     RESOLVED = "RESOLVED"
     REOPENED = "REOPENED"
+    #: a policy event on a session's policy chain (``policy:<session>``): a denial, an
+    #: escalation, an observed verdict, a circuit reset
+    POLICY = "POLICY"
     # annotations: recorded on the effect's chain, never change its state
     REJECTED_PROPOSAL = "REJECTED_PROPOSAL"
     CONFIRMED = "CONFIRMED"
@@ -182,5 +185,10 @@ class Receipt(BaseModel):
     operator: str | None = None
     proposed_at: datetime | None = None
     finished_at: datetime | None = None
+    #: the policy's verdict when it did not simply allow: observed (monitor mode) or met by
+    #: an approval; and the policy epoch that decided
+    policy_code: str | None = None
+    policy_epoch: str | None = None
+    observed: bool = False
     journal_seq: int
     journal_hash: str

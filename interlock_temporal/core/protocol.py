@@ -19,11 +19,12 @@ from typing import Any
 
 from . import premises as premise
 from .claims import Claim
-from .errors import Ambiguous, HeadConflict, InFlight, InvalidCall, Refused
+from .errors import Ambiguous, Denied, HeadConflict, InFlight, InvalidCall, NeedsApproval, Refused
 from .identity import UnserializableInput, canonical, canonical_json, digest, effect_id, jsonable
 from .journal import Journal
 from .leases import Demand, check_lease
 from .models import Change, Draft, Entry, Kind, Lease, Receipt
+from .policy import CallEvent, Decision, PolicyGuard, Scopes, Verdict
 from .receipts import EffectView, fold, receipt_of
 from .targets import (
     EffectTarget,
@@ -79,6 +80,7 @@ class Call:
     principal: str | None = None
     lease_id: str | None = None
     session: str | None = None
+    namespace: str | None = None
     #: what a lease may cap, read from the arguments the body will receive; recovery reads it
     #: again from the recorded approved input, so a lease is checked against what is sent
     measure: Callable[[tuple[Any, ...]], Measure] | None = None
@@ -86,6 +88,8 @@ class Call:
     last_attempt: bool = False
     #: turns the recorded approved input (JSON data) back into the body's argument types
     decode_args: Callable[[list[Any]], tuple[Any, ...]] | None = None
+    #: the policy's decision for this attempt, made once however often the attempt re-reads
+    admission: dict[str, Decision] = field(default_factory=dict, compare=False, repr=False)
 
     @cached_property
     def args_json(self) -> list[Any]:
@@ -153,9 +157,13 @@ class Gate:
         *,
         clock: Callable[[], float] = time.time,
         on_point: Callable[[str, str], None] | None = None,
+        policy: PolicyGuard | None = None,
     ) -> None:
         self.journal = journal
         self.clock = clock
+        #: consulted when a new effect is about to be dispatched or one in doubt resent (a
+        #: duplicate of a recorded outcome never reaches it)
+        self.policy = policy
         self._on_point = on_point
         self.worker = _worker_id()
 
@@ -177,6 +185,53 @@ class Gate:
             raise InvalidCall(
                 f"the effect key or input of {call.activity} is not JSON data: {err}"
             ) from None
+
+    # -- the policy ----------------------------------------------------------------------------
+
+    def _police(self, call: Call, eid: str, pdigest: str, args: tuple[Any, ...]) -> Decision | None:
+        """The policy's decision on sending ``args`` for this effect, once per attempt. Raises
+        ``Denied`` or ``NeedsApproval``; nothing is journaled on the effect for either, so the
+        effect may be proposed again once the session's circuit is reset or a person approves."""
+        if self.policy is None:
+            return None
+        decision = call.admission.get(eid)
+        if decision is None:
+            d = call.delivery
+            event = CallEvent(
+                activity=call.activity,
+                args=args,
+                principal=call.principal,
+                session=call.session,
+                namespace=call.namespace,
+                attempt=d.attempt,
+                workflow_id=d.workflow_id,
+                effect_id=eid,
+            )
+            decision = self.policy.check(
+                event,
+                Scopes.of(event, f"effect:{eid}"),
+                delivery=f"{d.run_id}/{d.activity_id}/{d.attempt}" if d.activity_id else "",
+                digest=pdigest,
+            )
+            call.admission[eid] = decision
+        if decision.verdict is Verdict.DENY:
+            raise Denied(decision.code, decision.reason, decision.policy_id, decision.argument)
+        if decision.verdict is Verdict.ESCALATE:
+            raise NeedsApproval(decision.code, decision.reason, eid, decision.policy_id)
+        return decision
+
+    def _policy_note(self, decision: Decision | None) -> dict[str, Any]:
+        if decision is None or self.policy is None:
+            return {}
+        return {
+            "policy": {
+                "verdict": decision.verdict.value,
+                "code": decision.code or None,
+                "policy_id": decision.policy_id or self.policy.policy.policy_id,
+                "epoch": self.policy.policy.epoch,
+                "observed": decision.observed,
+            }
+        }
 
     # -- the attempt ---------------------------------------------------------------------------
 
@@ -274,12 +329,22 @@ class Gate:
         self, call: Call, target: EffectTarget, eid: str, pdigest: str, claim: Claim | None
     ) -> Ticket:
         caps = capabilities(target)
+        admitted = self._police(call, eid, pdigest, call.args)
         current = await premise.capture(target, call.input, eid)
         decided = decision_premises(call)
         recorded = decided if decided is not None else current
         changes = await premise.validate(target, recorded, current, call.input)
         approved = call.args
         approved_json = call.args_canonical
+        if admitted is not None and admitted.verdict is Verdict.MODIFY and admitted.args:
+            approved = admitted.args
+            try:
+                approved_json = canonical_json(jsonable(list(approved)))
+            except UnserializableInput as err:
+                raise InvalidCall(
+                    f"a policy rule rewrote the input of {call.activity} into one that is not "
+                    f"JSON data: {err}"
+                ) from None
         approved_digest = hashlib.sha256(approved_json).hexdigest()
         proposed = Draft(
             kind=Kind.PROPOSED,
@@ -299,6 +364,9 @@ class Gate:
         )
         measured = call.measure(approved) if call.measure else Measure()
         demand = Demand(call.principal, call.activity, measured.amount_cents, measured.resource)
+        decided_by = ["lease"]
+        if admitted is not None:
+            decided_by.append(f"policy:{admitted.policy_id or self.policy_id}")
 
         def build(lease: Lease | None) -> list[Draft]:
             problem: str | None
@@ -318,8 +386,9 @@ class Gate:
                     data={
                         "lease": lease.snapshot() if lease else None,
                         "approved_digest": approved_digest,
-                        "decided_by": ["lease"],
-                        "checks": ["lease", "premises"],
+                        "decided_by": decided_by,
+                        "checks": ["lease", "premises", *(["policy"] if admitted else [])],
+                        **self._policy_note(admitted),
                     },
                 ),
                 self._dispatched("dispatch", call, current, None),
@@ -337,7 +406,7 @@ class Gate:
         self._raise_if_refused(eid, written)
         self._point("after_dispatch_tx", eid)
         return Ticket(
-            eid, written[-1].hash, "dispatch", approved, call.input, 1, target, call, claim
+            eid, written[-1].hash, "dispatch", approved, _as_input(approved), 1, target, call, claim
         )
 
     async def _dispatch_reopened(
@@ -350,6 +419,7 @@ class Gate:
         decided = decision_premises(call)
         recorded = decided if decided is not None else current
         changes = await premise.validate(target, recorded, current, call.input)
+        admitted = self._police(call, eid, view.payload_digest or "", call.args)
         measured = call.measure(call.args) if call.measure else Measure()
         demand = Demand(call.principal, call.activity, measured.amount_cents, measured.resource)
         approved_json = call.args_canonical
@@ -371,8 +441,10 @@ class Gate:
                         "principal": call.principal,
                         "premises": recorded,
                         "approved_digest": hashlib.sha256(approved_json).hexdigest(),
-                        "decided_by": ["lease", f"reopened:{view.operator}"],
-                        "checks": ["lease", "premises"],
+                        "decided_by": ["lease", f"reopened:{view.operator}"]
+                        + ([f"policy:{admitted.policy_id or self.policy_id}"] if admitted else []),
+                        "checks": ["lease", "premises", *(["policy"] if admitted else [])],
+                        **self._policy_note(admitted),
                     },
                 ),
                 self._dispatched("reopened", call, current, None),
@@ -394,6 +466,10 @@ class Gate:
             call,
             claim,
         )
+
+    @property
+    def policy_id(self) -> str:
+        return self.policy.policy.policy_id if self.policy else ""
 
     def _dispatched(
         self, via: str, call: Call, current: Mapping[str, Any], lease: Lease | None
@@ -449,6 +525,10 @@ class Gate:
             if call.last_attempt:
                 self._ambiguous(view, "the target may still be executing it", "unsettled")
             raise InFlight(eid, "the target may still be executing it", IN_FLIGHT_RETRY_S)
+        if in_window or absent:
+            # a resend is re-checked against the policy like the lease (an approved input is
+            # never rewritten again: only a denial or an escalation counts here)
+            self._police(call, eid, view.payload_digest or "", args)
         measured = call.measure(args) if call.measure else Measure()
         demand = Demand(
             view.principal,

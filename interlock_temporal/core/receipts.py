@@ -49,6 +49,8 @@ class EffectView:
     alarm: str | None = None
     proposed_ts: float | None = None
     finished_ts: float | None = None
+    #: the policy's note on the authorisation (verdict, code, epoch, observed)
+    policy: dict[str, Any] | None = None
 
     @property
     def in_doubt(self) -> bool:
@@ -79,6 +81,7 @@ def fold(effect_id: str, entries: Sequence[Entry]) -> EffectView:
             v.authority = d.get("lease")
             v.approved_digest = d.get("approved_digest")
             v.decided_by = list(d.get("decided_by", []))
+            v.policy = d.get("policy", v.policy)
             # a reopened effect is authorised afresh: its new baseline replaces the proposal's
             v.premises = d.get("premises", v.premises)
             v.lease_id = d.get("lease_id", v.lease_id)
@@ -162,6 +165,9 @@ def receipt_of(v: EffectView) -> Receipt:
         operator=v.operator,
         proposed_at=_ts(v.proposed_ts),
         finished_at=_ts(v.finished_ts),
+        policy_code=(v.policy or {}).get("code"),
+        policy_epoch=(v.policy or {}).get("epoch"),
+        observed=bool((v.policy or {}).get("observed")),
         journal_seq=v.head_seq,
         journal_hash=v.head,
     )

@@ -3,20 +3,41 @@ processes on one host. Claims are ``flock`` files beside the database."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import sqlite3
 import threading
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
 from .claims import FileClaims, _FileClaim
 from .errors import HeadConflict, JournalConfigError, JournalUnavailable
 from .identity import canonical
-from .journal import SCHEMA_VERSION, Build, Journal, RawEntry, encode_entry, state_kind
+from .journal import (
+    POLICY_CHAIN_TYPE,
+    SCHEMA_VERSION,
+    Build,
+    Journal,
+    RawEntry,
+    encode_entry,
+    policy_chain,
+    state_kind,
+)
 from .leases import LeaseStore
-from .models import EffectRow, Entry, JournalHead, Kind, Lease
+from .models import Draft, EffectRow, Entry, JournalHead, Kind, Lease
+from .policy import (
+    Decision,
+    Outcome,
+    PolicyState,
+    PolicyStore,
+    Scopes,
+    SessionState,
+    dump_session,
+    load_session,
+    reset_circuit,
+)
 from .signing import Keyring
 
 _MIGRATIONS: list[str] = [
@@ -57,6 +78,28 @@ _MIGRATIONS: list[str] = [
         lease_id   TEXT PRIMARY KEY,
         doc        TEXT NOT NULL
     );
+    """,
+    # 2: the policy layer's shared state. A session's state is one small document (its
+    # circuit, repeat streak, windows); spend is kept per budget scope; an admitted execution
+    # (or effect) is remembered so Temporal's retries are neither repeats nor charged twice.
+    """
+    CREATE TABLE policy_sessions (
+        session TEXT PRIMARY KEY,
+        doc     TEXT NOT NULL
+    ) WITHOUT ROWID;
+    CREATE TABLE policy_spend (
+        scope     TEXT PRIMARY KEY,
+        spent_usd REAL NOT NULL
+    ) WITHOUT ROWID;
+    CREATE TABLE policy_admissions (
+        execution    TEXT PRIMARY KEY,
+        session      TEXT NOT NULL,
+        principal    TEXT NOT NULL,
+        namespace    TEXT NOT NULL,
+        estimate_usd REAL NOT NULL,
+        actual_usd   REAL,
+        ts           REAL NOT NULL
+    ) WITHOUT ROWID;
     """,
 ]
 assert len(_MIGRATIONS) == SCHEMA_VERSION
@@ -137,6 +180,164 @@ class _SqliteLeases(LeaseStore):
         return [Lease.model_validate_json(r[0]) for r in rows]
 
 
+class _SqlitePolicy(PolicyStore):
+    def __init__(self, journal: SqliteJournal) -> None:
+        self._j = journal
+
+    @staticmethod
+    def _spent(db: sqlite3.Connection, scope: str) -> float:
+        row = db.execute("SELECT spent_usd FROM policy_spend WHERE scope = ?", (scope,)).fetchone()
+        return 0.0 if row is None else float(row[0])
+
+    @staticmethod
+    def _load(db: sqlite3.Connection, session: str) -> SessionState:
+        row = db.execute("SELECT doc FROM policy_sessions WHERE session = ?", (session,)).fetchone()
+        return load_session(row[0] if row else None)
+
+    @staticmethod
+    def _save(db: sqlite3.Connection, session: str, state: SessionState) -> None:
+        db.execute(
+            "INSERT OR REPLACE INTO policy_sessions (session, doc) VALUES (?, ?)",
+            (session, dump_session(state).decode()),
+        )
+
+    @staticmethod
+    def _add_spend(db: sqlite3.Connection, scope: str, delta: float) -> None:
+        db.execute(
+            "INSERT INTO policy_spend (scope, spent_usd) VALUES (?, max(0.0, ?)) "
+            "ON CONFLICT (scope) DO UPDATE SET spent_usd = max(0.0, spent_usd + ?)",
+            (scope, delta, delta),
+        )
+
+    def _note(self, db: sqlite3.Connection, session: str, data: dict[str, Any]) -> None:
+        self._j._append_tx(
+            db,
+            policy_chain(session),
+            None,
+            [Draft(kind=Kind.POLICY, data=data)],
+            effect_type=POLICY_CHAIN_TYPE,
+        )
+
+    def evaluate(self, scopes: Scopes, fn: Callable[[PolicyState, bool], Outcome]) -> Decision:
+        def run(db: sqlite3.Connection) -> Decision:
+            session = self._load(db, scopes.session)
+            principal = self._spent(db, "principal:" + scopes.principal)
+            namespace = self._spent(db, "namespace:" + scopes.namespace)
+            admitted = (
+                db.execute(
+                    "SELECT 1 FROM policy_admissions WHERE execution = ?", (scopes.execution,)
+                ).fetchone()
+                is not None
+            )
+            out = fn(PolicyState(session, principal, namespace), admitted)
+            after = out.state
+            if after.session != session:
+                self._save(db, scopes.session, after.session)
+            if after.principal_spent_usd != principal:
+                self._add_spend(
+                    db, "principal:" + scopes.principal, after.principal_spent_usd - principal
+                )
+            if after.namespace_spent_usd != namespace:
+                self._add_spend(
+                    db, "namespace:" + scopes.namespace, after.namespace_spent_usd - namespace
+                )
+            if out.charge is not None:
+                db.execute(
+                    "INSERT OR IGNORE INTO policy_admissions (execution, session, principal, "
+                    "namespace, estimate_usd, ts) VALUES (?, ?, ?, ?, ?, ?)",
+                    (
+                        scopes.execution,
+                        scopes.session,
+                        scopes.principal,
+                        scopes.namespace,
+                        out.charge,
+                        time.time(),
+                    ),
+                )
+            if out.note is not None:
+                self._note(db, scopes.session, out.note)
+            return out.decision
+
+        decision: Decision = self._j._write(run)
+        return decision
+
+    def settle_cost(self, scopes: Scopes, actual_usd: float) -> bool:
+        if not actual_usd >= 0 or actual_usd == float("inf"):
+            raise ValueError("a cost must be a finite, non-negative number of USD")
+
+        def run(db: sqlite3.Connection) -> bool:
+            row = db.execute(
+                "SELECT session, principal, namespace, estimate_usd, actual_usd "
+                "FROM policy_admissions WHERE execution = ?",
+                (scopes.execution,),
+            ).fetchone()
+            if row is None or row[4] is not None:
+                return False
+            session_id, principal, namespace, estimate, _ = row
+            delta = actual_usd - estimate
+            state = self._load(db, session_id)
+            self._save(
+                db,
+                session_id,
+                dataclasses.replace(state, spent_usd=max(0.0, state.spent_usd + delta)),
+            )
+            self._add_spend(db, "principal:" + principal, delta)
+            self._add_spend(db, "namespace:" + namespace, delta)
+            db.execute(
+                "UPDATE policy_admissions SET actual_usd = ? WHERE execution = ?",
+                (actual_usd, scopes.execution),
+            )
+            return True
+
+        settled: bool = self._j._write(run)
+        return settled
+
+    def session(self, session: str) -> SessionState | None:
+        with self._j._lock:
+            row = self._j._db.execute(
+                "SELECT doc FROM policy_sessions WHERE session = ?", (session,)
+            ).fetchone()
+        return None if row is None else load_session(row[0])
+
+    def spent(self, scope: str) -> float:
+        with self._j._lock:
+            return self._spent(self._j._db, scope)
+
+    def reset(self, session: str, *, operator: str, note: str = "") -> bool:
+        if not operator.strip():
+            raise ValueError("operator must name the person resetting the circuit")
+
+        def run(db: sqlite3.Connection) -> bool:
+            state = self._load(db, session)
+            if state.circuit is None:
+                return False
+            self._save(db, session, reset_circuit(state))
+            self._note(
+                db,
+                session,
+                {
+                    "event": "circuit_reset",
+                    "session": session,
+                    "operator": operator.strip(),
+                    "note": note,
+                    "code": state.circuit.code,
+                },
+            )
+            return True
+
+        reset: bool = self._j._write(run)
+        return reset
+
+    def events(self, since: float | None = None) -> list[Entry]:
+        with self._j._lock:
+            rows = self._j._db.execute(
+                "SELECT effect_id FROM effects WHERE effect_type = ?", (POLICY_CHAIN_TYPE,)
+            ).fetchall()
+        entries = [e for (chain,) in rows for e in self._j.read(chain)]
+        entries = [e for e in entries if since is None or e.ts >= since]
+        return sorted(entries, key=lambda e: e.seq)
+
+
 class SqliteJournal(Journal):
     def __init__(
         self,
@@ -168,6 +369,7 @@ class SqliteJournal(Journal):
             self._close_quietly()
             raise
         self._leases = _SqliteLeases(self)
+        self._policy = _SqlitePolicy(self)
         self._claims = FileClaims(self.path.with_name(self.path.name + ".claims"))
         if check_tail:
             try:
@@ -260,81 +462,96 @@ class SqliteJournal(Journal):
         lease_id: str | None = None,
         blobs: Mapping[str, Any] | None = None,
     ) -> list[Entry]:
-        def run(db: sqlite3.Connection) -> list[Entry]:
-            row = db.execute(
-                "SELECT effect_type, status, head, first_dispatch_ts, last_dispatch_ts "
-                "FROM effects WHERE effect_id = ?",
-                (effect_id,),
-            ).fetchone()
-            actual = row[2] if row else ""
-            if actual != expected_head:
-                raise HeadConflict(effect_id, expected_head, actual)
-            if callable(build):
-                lease = None
-                if lease_id is not None:
-                    doc = db.execute(
-                        "SELECT doc FROM leases WHERE lease_id = ?", (lease_id,)
-                    ).fetchone()
-                    lease = None if doc is None else Lease.model_validate_json(doc[0])
-                drafts = list(build(lease))
-            else:
-                drafts = list(build)
-            if not drafts:
-                return []
-            etype = row[0] if row else effect_type
-            if not etype:
-                raise ValueError("a new effect needs its effect_type")
-            (seq,) = db.execute("SELECT COALESCE(MAX(seq), 0) FROM entries").fetchone()
-            now = time.time()
-            prev = actual
-            written: list[Entry] = []
-            for draft in drafts:
-                seq += 1
-                entry = encode_entry(
-                    seq=seq,
-                    ts=now,
-                    effect_id=effect_id,
-                    kind=draft.kind,
-                    prev=prev,
-                    key=self.keyring.signing,
-                    data=draft.data,
-                )
-                written.append(entry)
-                prev = entry.hash
-            db.executemany(
-                "INSERT INTO entries (seq, effect_id, kind, prev, hash, key_id, sig, body) "
-                "VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-                [
-                    (e.seq, e.effect_id, e.kind.value, e.prev, e.hash, e.key_id, e.sig, e.body)
-                    for e in written
-                ],
-            )
-            status = state_kind(drafts, Kind(row[1]) if row else None)
-            if status is None:
-                raise ValueError("a new effect must start with a state entry, not annotations")
-            dispatched = any(d.kind is Kind.DISPATCHED for d in drafts)
-            first_dispatch = row[3] if row and row[3] is not None else (now if dispatched else None)
-            last_dispatch = now if dispatched else (row[4] if row else None)
-            db.execute(
-                f"INSERT OR REPLACE INTO effects ({_ROW_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-                (effect_id, etype, status.value, prev, seq, now, first_dispatch, last_dispatch),
-            )
-            for name, value in (blobs or {}).items():
-                db.execute(
-                    "INSERT OR REPLACE INTO blobs (effect_id, name, value) VALUES (?, ?, ?)",
-                    (
-                        effect_id,
-                        name,
-                        (value if isinstance(value, bytes) else canonical(value)).decode(),
-                    ),
-                )
-            return written
-
         try:
-            result: list[Entry] = self._write(run)
+            result: list[Entry] = self._write(
+                lambda db: self._append_tx(
+                    db, effect_id, expected_head, build, effect_type, lease_id, blobs
+                )
+            )
         except sqlite3.IntegrityError as err:  # the UNIQUE (effect_id, prev) backstop
             raise HeadConflict(effect_id, expected_head, "?") from err
         return result
+
+    def _append_tx(
+        self,
+        db: sqlite3.Connection,
+        effect_id: str,
+        expected_head: str | None,
+        build: Build,
+        effect_type: str | None = None,
+        lease_id: str | None = None,
+        blobs: Mapping[str, Any] | None = None,
+    ) -> list[Entry]:
+        """``append`` inside a transaction the caller holds. ``expected_head=None`` appends
+        after whatever the head is (for chains only this transaction writes)."""
+        row = db.execute(
+            "SELECT effect_type, status, head, first_dispatch_ts, last_dispatch_ts "
+            "FROM effects WHERE effect_id = ?",
+            (effect_id,),
+        ).fetchone()
+        actual = row[2] if row else ""
+        if expected_head is not None and actual != expected_head:
+            raise HeadConflict(effect_id, expected_head, actual)
+        if callable(build):
+            lease = None
+            if lease_id is not None:
+                doc = db.execute(
+                    "SELECT doc FROM leases WHERE lease_id = ?", (lease_id,)
+                ).fetchone()
+                lease = None if doc is None else Lease.model_validate_json(doc[0])
+            drafts = list(build(lease))
+        else:
+            drafts = list(build)
+        if not drafts:
+            return []
+        etype = row[0] if row else effect_type
+        if not etype:
+            raise ValueError("a new effect needs its effect_type")
+        (seq,) = db.execute("SELECT COALESCE(MAX(seq), 0) FROM entries").fetchone()
+        now = time.time()
+        prev = actual
+        written: list[Entry] = []
+        for draft in drafts:
+            seq += 1
+            entry = encode_entry(
+                seq=seq,
+                ts=now,
+                effect_id=effect_id,
+                kind=draft.kind,
+                prev=prev,
+                key=self.keyring.signing,
+                data=draft.data,
+            )
+            written.append(entry)
+            prev = entry.hash
+        db.executemany(
+            "INSERT INTO entries (seq, effect_id, kind, prev, hash, key_id, sig, body) "
+            "VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+            [
+                (e.seq, e.effect_id, e.kind.value, e.prev, e.hash, e.key_id, e.sig, e.body)
+                for e in written
+            ],
+        )
+        status = state_kind(drafts, Kind(row[1]) if row else None)
+        if status is None:
+            raise ValueError("a new effect must start with a state entry, not annotations")
+        dispatched = any(d.kind is Kind.DISPATCHED for d in drafts)
+        first_dispatch = row[3] if row and row[3] is not None else (now if dispatched else None)
+        last_dispatch = now if dispatched else (row[4] if row else None)
+        db.execute(
+            f"INSERT OR REPLACE INTO effects ({_ROW_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+            (effect_id, etype, status.value, prev, seq, now, first_dispatch, last_dispatch),
+        )
+        for name, value in (blobs or {}).items():
+            db.execute(
+                "INSERT OR REPLACE INTO blobs (effect_id, name, value) VALUES (?, ?, ?)",
+                (
+                    effect_id,
+                    name,
+                    (value if isinstance(value, bytes) else canonical(value)).decode(),
+                ),
+            )
+        return written
 
     # -- reading -------------------------------------------------------------------------------
 
@@ -369,8 +586,9 @@ class SqliteJournal(Journal):
             sql = IN_DOUBT_SQL
             params: list[Any] = [time.time() - (older_than or 0.0)]
         else:
-            where: list[str] = []
-            params = []
+            # policy chains are the policy layer's record, not effects
+            where: list[str] = ["effect_type != ?"]
+            params = [POLICY_CHAIN_TYPE]
             if status is not None:
                 where.append("status = ?")
                 params.append(status.value)
@@ -430,6 +648,10 @@ class SqliteJournal(Journal):
     @property
     def leases(self) -> LeaseStore:
         return self._leases
+
+    @property
+    def policy(self) -> _SqlitePolicy:
+        return self._policy
 
     def claim(self, effect_id: str) -> _FileClaim | None:
         return self._claims.try_claim(effect_id)

@@ -1,0 +1,832 @@
+"""The policy layer (DESIGN section 6): may this principal run this activity with this input now?
+
+Two parts, both plain Python with no I/O:
+
+- ``decide(state, call, limits, rng)``: the circuit breaker, a pure function whose layers run in
+  a fixed order (circuit, replay, budget, repeats, window, global cap, probabilistic denial,
+  human-in-the-loop). It returns the verdict *and* the state after it, so a store can apply
+  both in one transaction.
+- rules: ``Rule = Callable[[CallEvent], Decision | None]``, composed by ``evaluate_rules``: a
+  block wins, modifies compose in order (each later rule sees the rewritten call), a rule that
+  raises blocks (fail closed).
+
+``PolicyGuard`` strings them together around a ``PolicyStore`` (the journal's database keeps
+the state, so several worker processes share one view).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import fnmatch
+import hashlib
+import logging
+import math
+from abc import ABC, abstractmethod
+from bisect import bisect_right, insort
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
+
+from .identity import UnserializableInput, canonical_json, jsonable
+
+log = logging.getLogger("interlock_temporal.policy")
+
+
+class Verdict(StrEnum):
+    ALLOW = "ALLOW"
+    DENY = "DENY"
+    MODIFY = "MODIFY"
+    ESCALATE = "ESCALATE"
+    #: a rule's denial: the same outcome as DENY
+    BLOCK = "DENY"
+
+
+class Reason(StrEnum):
+    """Why a call was denied or escalated (the breaker's codes; rules choose their own)."""
+
+    CIRCUIT_OPEN = "CIRCUIT_OPEN"
+    REPLAY = "REPLAY"
+    BUDGET_EXHAUSTED = "BUDGET_EXHAUSTED"
+    BUDGET_EXCEEDED = "BUDGET_EXCEEDED"
+    BUDGET_THRESHOLD = "BUDGET_THRESHOLD"
+    MAX_REPEAT_EXCEEDED = "MAX_REPEAT_EXCEEDED"
+    WINDOW_EXCEEDED = "WINDOW_EXCEEDED"
+    GLOBAL_LIMIT = "GLOBAL_LIMIT"
+    HITL_REQUIRED = "HITL_REQUIRED"
+    RULE_ERROR = "RULE_ERROR"
+
+
+#: denials that say nothing about the agent's behaviour, so they do not trip the circuit: it is
+#: open already, or Temporal delivered the same attempt twice
+_NO_TRIP = frozenset({Reason.CIRCUIT_OPEN, Reason.REPLAY})
+
+#: SHACKLE's list of error signals, matched without regular expressions (no ReDoS surface)
+ERROR_SIGNALS = (
+    "401",
+    "unauthorized",
+    "403",
+    "forbidden",
+    "500",
+    "502",
+    "503",
+    "504",
+    "timeout",
+    "connection refused",
+    "connection reset",
+    "permission denied",
+    "rate limit",
+    "quota exceeded",
+    "invalid api key",
+    "token expired",
+    "model not found",
+    "resource exhausted",
+    "deadline exceeded",
+)
+
+
+# -- the breaker's configuration, state and input ------------------------------------------
+
+
+class Limits(BaseModel):
+    """The circuit breaker's configuration. Every limit is off unless set."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    #: per session (default: the workflow id), per principal, per namespace, in USD
+    session_budget_usd: float | None = Field(default=None, gt=0)
+    principal_budget_usd: float | None = Field(default=None, gt=0)
+    namespace_budget_usd: float | None = Field(default=None, gt=0)
+    #: escalate once the smallest remaining fraction of a budget falls to this or below
+    escalate_below_fraction: float | None = Field(default=None, gt=0, lt=1)
+    #: consecutive identical calls (activity and canonical input) allowed in a session
+    max_repeat_calls: int | None = Field(default=None, ge=1)
+    #: an error signal in the input lowers the repeat limit by one
+    error_amplification: bool = True
+    #: at most ``window_max_calls`` calls of one activity type per ``window_s`` seconds
+    window_s: float | None = Field(default=None, gt=0)
+    window_max_calls: int | None = Field(default=None, ge=1)
+    #: calls allowed per session in total
+    max_total_calls: int | None = Field(default=None, ge=1)
+    #: below 20% of a budget, deny at random with probability ``jitter * (1 - fraction)``,
+    #: so an agent cannot probe the exact edge
+    probabilistic_deny: bool = False
+    deny_jitter_ratio: float = Field(default=0.5, ge=0, le=1)
+    #: every call (True), or calls of these activities (globs), need a person's approval
+    hitl_always: bool = False
+    hitl_activities: tuple[str, ...] = ()
+    #: the estimated cost of one call, by activity name (globs); charged when allowed
+    costs: dict[str, float] = Field(default_factory=dict)
+
+    def cost_of(self, activity: str) -> float:
+        exact = self.costs.get(activity)
+        if exact is not None:
+            return exact
+        for pattern, cost in self.costs.items():
+            if fnmatch.fnmatchcase(activity, pattern):
+                return cost
+        return 0.0
+
+    def needs_person(self, activity: str) -> bool:
+        if self.hitl_always:
+            return True
+        return bool(self.hitl_activities) and any(
+            fnmatch.fnmatchcase(activity, p) for p in self.hitl_activities
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class Circuit:
+    """Why and when a session's circuit opened. Only a person closes it."""
+
+    code: str
+    activity: str
+    at: float
+
+
+# The state records are not frozen only because frozen dataclasses cost four times as much to
+# build, and ``decide`` builds them on every call: nothing mutates one once built.
+@dataclass(slots=True)
+class SessionState:
+    circuit: Circuit | None = None
+    #: the last allowed call's signature (activity and input digest) and how many in a row
+    last_call: str = ""
+    streak: int = 0
+    total: int = 0
+    spent_usd: float = 0.0
+    #: per activity type, the times of the calls inside the current window
+    windows: Mapping[str, tuple[float, ...]] = field(default_factory=dict)
+    #: the most recent deliveries (workflow run, activity id, attempt): a replay repeats one
+    deliveries: tuple[str, ...] = ()
+
+
+@dataclass(slots=True)
+class PolicyState:
+    """What ``decide`` reads: the session's state and the spend of the wider budgets."""
+
+    session: SessionState = field(default_factory=SessionState)
+    principal_spent_usd: float = 0.0
+    namespace_spent_usd: float = 0.0
+
+
+#: how many recent deliveries a session remembers for replay detection
+RECENT_DELIVERIES = 32
+
+
+@dataclass(frozen=True, slots=True)
+class CallFacts:
+    """What the breaker knows of one call. Built by the adapter, never from model output."""
+
+    activity: str
+    #: sha256 of the canonical input as proposed
+    digest: str
+    now: float
+    cost_usd: float = 0.0
+    #: ``run_id/activity_id/attempt``; empty when not delivered by Temporal
+    delivery: str = ""
+    #: this execution (or effect) was admitted before: a retry attempt, neither a repeat nor
+    #: charged again
+    admitted: bool = False
+    error_signal: bool = False
+    #: a rule asked for a person
+    escalate: bool = False
+    #: a person's approval covers this call
+    approved: bool = False
+
+    @property
+    def signature(self) -> str:
+        return f"{self.activity}\x00{self.digest}"
+
+
+@dataclass(slots=True)
+class Decision:
+    """A verdict with its reason. ``decide`` also returns the state after it (``state``);
+    a rule's MODIFY carries the rewritten arguments (``args``). Treated as a value: never
+    changed once made (``dataclasses.replace`` makes a changed copy)."""
+
+    verdict: Verdict
+    code: str = ""
+    reason: str = ""
+    policy_id: str | None = None
+    #: the offending argument's name (never its value)
+    argument: str | None = None
+    args: tuple[Any, ...] | None = None
+    state: PolicyState | None = None
+    #: the decision was a monitor's: it was recorded, not enforced
+    observed: bool = False
+
+    @property
+    def denies(self) -> bool:
+        return self.verdict is Verdict.DENY
+
+
+def _deny(state: PolicyState, call: CallFacts, code: Reason, reason: str) -> Decision:
+    session = state.session
+    if code not in _NO_TRIP:
+        session = dataclasses.replace(session, circuit=Circuit(code.value, call.activity, call.now))
+    return Decision(
+        Verdict.DENY, code.value, reason, state=_remember_delivery(state, session, call)
+    )
+
+
+def _recent(deliveries: tuple[str, ...], delivery: str) -> tuple[str, ...]:
+    if not delivery:
+        return deliveries
+    if len(deliveries) < RECENT_DELIVERIES:
+        return (*deliveries, delivery)
+    return (*deliveries[1 - RECENT_DELIVERIES :], delivery)
+
+
+def _remember_delivery(state: PolicyState, session: SessionState, call: CallFacts) -> PolicyState:
+    if call.delivery:
+        s = session
+        session = SessionState(
+            s.circuit,
+            s.last_call,
+            s.streak,
+            s.total,
+            s.spent_usd,
+            s.windows,
+            _recent(s.deliveries, call.delivery),
+        )
+    if session is state.session:
+        return state
+    return PolicyState(session, state.principal_spent_usd, state.namespace_spent_usd)
+
+
+def _budgets(state: PolicyState, limits: Limits) -> list[tuple[str, float, float]]:
+    """(scope, limit, spent) for each configured budget."""
+    out: list[tuple[str, float, float]] = []
+    if limits.session_budget_usd is not None:
+        out.append(("session", limits.session_budget_usd, state.session.spent_usd))
+    if limits.principal_budget_usd is not None:
+        out.append(("principal", limits.principal_budget_usd, state.principal_spent_usd))
+    if limits.namespace_budget_usd is not None:
+        out.append(("namespace", limits.namespace_budget_usd, state.namespace_spent_usd))
+    return out
+
+
+def admit(state: PolicyState, call: CallFacts, limits: Limits) -> PolicyState:
+    """The state after ``call`` is allowed: counted, and charged its estimated cost."""
+    s = state.session
+    if call.admitted:
+        return _remember_delivery(state, s, call)
+    signature = call.signature
+    windows = s.windows
+    if limits.window_s is not None:
+        # sorted times; only the newest ``window_max_calls`` inside the window can matter
+        times = list(windows.get(call.activity, ()))
+        insort(times, call.now)
+        del times[: bisect_right(times, call.now - limits.window_s)]
+        if limits.window_max_calls is not None:
+            del times[: -limits.window_max_calls]
+        windows = {**windows, call.activity: tuple(times)}
+    session = SessionState(
+        s.circuit,
+        signature,
+        s.streak + 1 if signature == s.last_call else 1,
+        s.total + 1,
+        s.spent_usd + call.cost_usd,
+        windows,
+        _recent(s.deliveries, call.delivery),
+    )
+    return PolicyState(
+        session,
+        state.principal_spent_usd + call.cost_usd,
+        state.namespace_spent_usd + call.cost_usd,
+    )
+
+
+def decide(state: PolicyState, call: CallFacts, limits: Limits, rng: float) -> Decision:
+    """The circuit breaker's verdict on ``call``, and the state after it.
+
+    Pure: the same (state, call, limits, rng) always give the same decision. A DENY opens the
+    session's circuit (except a replay, and a call the open circuit denied), and nothing but a
+    person's reset closes it. A retry attempt of an admitted execution is neither a repeat nor
+    charged again. An approval satisfies an ESCALATE, never a DENY.
+    """
+    s = state.session
+    if s.circuit is not None:
+        return _deny(
+            state,
+            call,
+            Reason.CIRCUIT_OPEN,
+            f"the session's circuit opened on {s.circuit.code} and only a person resets it",
+        )
+    if call.delivery and call.delivery in s.deliveries:
+        return _deny(state, call, Reason.REPLAY, "this delivery was already checked once")
+    if call.admitted:
+        return Decision(Verdict.ALLOW, "RETRY", state=admit(state, call, limits))
+
+    budgets = _budgets(state, limits)
+    lowest = 1.0
+    for scope, limit, spent in budgets:
+        remaining = max(0.0, limit - spent)
+        if remaining <= 0:
+            return _deny(state, call, Reason.BUDGET_EXHAUSTED, f"the {scope} budget is spent")
+        if call.cost_usd > remaining:
+            return _deny(
+                state,
+                call,
+                Reason.BUDGET_EXCEEDED,
+                f"the call's cost exceeds what remains of the {scope} budget",
+            )
+        lowest = min(lowest, remaining / limit)
+    if (
+        limits.escalate_below_fraction is not None
+        and budgets
+        and lowest <= limits.escalate_below_fraction
+        and not call.approved
+    ):
+        return Decision(
+            Verdict.ESCALATE,
+            Reason.BUDGET_THRESHOLD.value,
+            "a budget fell below its escalation threshold",
+            state=_remember_delivery(state, s, call),
+        )
+
+    if limits.max_repeat_calls is not None and call.signature == s.last_call:
+        limit = limits.max_repeat_calls
+        if limits.error_amplification and call.error_signal:
+            limit = max(1, limit - 1)
+        if s.streak >= limit:
+            return _deny(
+                state,
+                call,
+                Reason.MAX_REPEAT_EXCEEDED,
+                f"{s.streak} identical calls of {call.activity} in a row (limit {limit})",
+            )
+
+    if limits.window_s is not None and limits.window_max_calls is not None:
+        times = s.windows.get(call.activity, ())
+        recent = len(times) - bisect_right(times, call.now - limits.window_s)
+        if recent >= limits.window_max_calls:
+            return _deny(
+                state,
+                call,
+                Reason.WINDOW_EXCEEDED,
+                f"{recent} calls of {call.activity} in {limits.window_s:g} s",
+            )
+
+    if limits.max_total_calls is not None and s.total >= limits.max_total_calls:
+        return _deny(state, call, Reason.GLOBAL_LIMIT, f"{s.total} calls in this session")
+
+    if (
+        limits.probabilistic_deny
+        and budgets
+        and lowest < 0.2
+        and rng < limits.deny_jitter_ratio * (1.0 - lowest)
+    ):
+        # indistinguishable from a real exhaustion on purpose
+        return _deny(state, call, Reason.BUDGET_EXHAUSTED, "the budget is nearly spent")
+
+    if (call.escalate or limits.needs_person(call.activity)) and not call.approved:
+        return Decision(
+            Verdict.ESCALATE,
+            Reason.HITL_REQUIRED.value,
+            "a person must approve this call",
+            state=_remember_delivery(state, s, call),
+        )
+    return Decision(Verdict.ALLOW, state=admit(state, call, limits))
+
+
+def reset_circuit(state: SessionState) -> SessionState:
+    """A person closed the circuit: the session starts counting afresh (its spend stays)."""
+    return SessionState(spent_usd=state.spent_usd, deliveries=state.deliveries)
+
+
+def has_error_signal(data: Any) -> bool:
+    """Whether any string (or integer) in ``data`` carries a known error signal."""
+    stack = [data]
+    while stack:
+        x = stack.pop()
+        if isinstance(x, str):
+            low = x.lower()
+            if any(signal in low for signal in ERROR_SIGNALS):
+                return True
+        elif isinstance(x, bool) or x is None:
+            continue
+        elif isinstance(x, int):
+            if str(x) in ERROR_SIGNALS:
+                return True
+        elif isinstance(x, dict):
+            stack.extend(x.values())
+        elif isinstance(x, list | tuple):
+            stack.extend(x)
+    return False
+
+
+# -- rules ---------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class CallEvent:
+    """What a rule sees: the call as the activity would receive it, and who makes it."""
+
+    activity: str
+    args: tuple[Any, ...]
+    principal: str | None = None
+    session: str | None = None
+    namespace: str | None = None
+    attempt: int = 1
+    workflow_id: str | None = None
+    effect_id: str | None = None
+    #: "call" before the body runs; "result" after, with what it returned
+    phase: Literal["call", "result"] = "call"
+    result: Any = None
+
+    @property
+    def input(self) -> Any:
+        """The single argument, or the tuple of them."""
+        return self.args[0] if len(self.args) == 1 else self.args
+
+    def argument(self, name: str, default: Any = None) -> Any:
+        """A field of the single input (a model, a dataclass or a mapping)."""
+        value = self.input
+        if isinstance(value, Mapping):
+            return value.get(name, default)
+        return getattr(value, name, default)
+
+
+Rule = Callable[[CallEvent], Decision | None]
+
+
+def allow() -> Decision:
+    return Decision(Verdict.ALLOW)
+
+
+def block(code: str, reason: str = "", *, argument: str | None = None) -> Decision:
+    return Decision(Verdict.DENY, code, reason, argument=argument)
+
+
+def escalate(code: str = "RULE_ESCALATE", reason: str = "") -> Decision:
+    return Decision(Verdict.ESCALATE, code, reason)
+
+
+def modify(*args: Any, reason: str = "") -> Decision:
+    """Rewrite the call's arguments (what is sent); identity still uses the proposed input."""
+    return Decision(Verdict.MODIFY, "MODIFIED", reason, args=tuple(args))
+
+
+def deny_activity(*names: str, code: str = "ACTIVITY_DENIED", reason: str = "") -> Rule:
+    """Block every call of these activities (globs)."""
+
+    def rule(event: CallEvent) -> Decision | None:
+        if any(fnmatch.fnmatchcase(event.activity, n) for n in names):
+            return block(code, reason or f"{event.activity} may not be called")
+        return None
+
+    rule.__name__ = f"deny_activity({', '.join(names)})"
+    return rule
+
+
+def deny_when(
+    predicate: Callable[[CallEvent], bool],
+    *,
+    code: str = "DENIED",
+    reason: str = "",
+    argument: str | None = None,
+) -> Rule:
+    """Block calls the predicate holds for. A predicate that raises blocks too (fail closed)."""
+
+    def rule(event: CallEvent) -> Decision | None:
+        if predicate(event):
+            return block(code, reason, argument=argument)
+        return None
+
+    rule.__name__ = f"deny_when({getattr(predicate, '__name__', 'predicate')})"
+    return rule
+
+
+def rule_name(rule: Rule) -> str:
+    return str(getattr(rule, "policy_id", None) or getattr(rule, "__name__", type(rule).__name__))
+
+
+def evaluate_rules(rules: Sequence[Rule], event: CallEvent) -> tuple[Decision, CallEvent]:
+    """Run ``rules`` in order: the composed decision and the call as rewritten.
+
+    A block wins at once. A modify rewrites the arguments every later rule sees. An escalate
+    is remembered while later rules may still block. A rule that raises blocks.
+    """
+    escalation: Decision | None = None
+    modified = False
+    for rule in rules:
+        name = rule_name(rule)
+        try:
+            d = rule(event)
+        except Exception as err:
+            log.warning("policy rule %s raised %s: the call is blocked", name, type(err).__name__)
+            return (
+                Decision(
+                    Verdict.DENY,
+                    Reason.RULE_ERROR.value,
+                    f"rule {name} raised {type(err).__name__}",
+                    policy_id=name,
+                ),
+                event,
+            )
+        if d is None or d.verdict is Verdict.ALLOW:
+            continue
+        if d.policy_id is None:
+            d = dataclasses.replace(d, policy_id=name)
+        if d.verdict is Verdict.DENY:
+            return d, event
+        if d.verdict is Verdict.MODIFY:
+            if d.args is None:
+                continue
+            if event.phase == "result":
+                event = dataclasses.replace(event, result=d.args[0] if d.args else None)
+            else:
+                event = dataclasses.replace(event, args=d.args)
+            modified = True
+        elif d.verdict is Verdict.ESCALATE and escalation is None:
+            escalation = d
+    if escalation is not None:
+        return escalation, event
+    if modified:
+        return Decision(Verdict.MODIFY, "MODIFIED", args=event.args), event
+    return Decision(Verdict.ALLOW), event
+
+
+# -- the policy and its store ----------------------------------------------------------------
+
+Mode = Literal["enforce", "monitor"]
+
+
+class Policy:
+    """Limits and rules, under an id and an epoch (a content hash that changes with them).
+
+    ``mode="monitor"`` records what would have happened (``observed=true``) and never blocks;
+    any other mode string enforces.
+    """
+
+    def __init__(
+        self,
+        limits: Limits | None = None,
+        rules: Sequence[Rule] = (),
+        *,
+        result_rules: Sequence[Rule] = (),
+        mode: str = "enforce",
+        policy_id: str = "interlock",
+        cost_field: str | None = "cost_usd",
+        secret_arguments: Iterable[str] = (),
+        epoch: str | None = None,
+    ) -> None:
+        self.limits = limits or Limits()
+        self.rules = tuple(rules)
+        self.result_rules = tuple(result_rules)
+        if mode not in ("enforce", "monitor"):
+            log.warning("policy %s: unknown mode %r: enforcing", policy_id, mode)
+        self.mode: Mode = "monitor" if mode == "monitor" else "enforce"
+        self.policy_id = policy_id
+        self.cost_field = cost_field
+        self.secret_arguments = frozenset(secret_arguments)
+        self.epoch = epoch or self._epoch()
+
+    def _epoch(self) -> str:
+        doc = {
+            "limits": self.limits.model_dump(mode="json"),
+            "rules": [rule_name(r) for r in self.rules],
+            "result_rules": [rule_name(r) for r in self.result_rules],
+            "mode": self.mode,
+            "policy_id": self.policy_id,
+            "cost_field": self.cost_field,
+            "secret_arguments": sorted(self.secret_arguments),
+        }
+        return hashlib.sha256(canonical_json(doc)).hexdigest()[:16]
+
+
+@dataclass(frozen=True, slots=True)
+class Scopes:
+    """Where a call's state lives."""
+
+    session: str
+    principal: str
+    namespace: str
+    #: the execution (``run_id/activity_id``) or the effect (``effect:<id>``) being admitted
+    execution: str
+
+    @classmethod
+    def of(cls, event: CallEvent, execution: str) -> Scopes:
+        """The session defaults to the workflow id; "-" stands for an unknown principal."""
+        return cls(
+            session=event.session or event.workflow_id or "-",
+            principal=event.principal or "-",
+            namespace=event.namespace or "-",
+            execution=execution,
+        )
+
+
+class PolicyStore(ABC):
+    """Policy state in the journal's database, shared by every worker on it."""
+
+    @abstractmethod
+    def evaluate(self, scopes: Scopes, fn: Callable[[PolicyState, bool], Outcome]) -> Decision:
+        """In one transaction: read the state of ``scopes`` and whether ``scopes.execution``
+        was admitted before, call ``fn(state, admitted)``, write the state after it, admit the
+        execution at ``charge`` (when not None), and sign ``note`` into the session's policy
+        chain in the journal. Returns the outcome's decision."""
+
+    @abstractmethod
+    def settle_cost(self, scopes: Scopes, actual_usd: float) -> bool:
+        """Replace the execution's estimated charge with its actual cost, once. False when it
+        was settled already (or never admitted)."""
+
+    @abstractmethod
+    def session(self, session: str) -> SessionState | None: ...
+
+    @abstractmethod
+    def reset(self, session: str, *, operator: str, note: str = "") -> bool:
+        """A person closes the session's circuit (journaled). False if it was not open."""
+
+    @abstractmethod
+    def spent(self, scope: str) -> float:
+        """The spend of ``principal:<name>`` or ``namespace:<name>``."""
+
+    @abstractmethod
+    def events(self, since: float | None = None) -> list[Any]:
+        """The signed policy entries (denials, escalations, observed verdicts, resets), in
+        journal order."""
+
+
+STATE = TypeAdapter(SessionState)
+
+
+def dump_session(state: SessionState) -> bytes:
+    return STATE.dump_json(state)
+
+
+def load_session(doc: str | bytes | None) -> SessionState:
+    return SessionState() if doc is None else STATE.validate_json(doc)
+
+
+def input_digest(args: Sequence[Any]) -> str:
+    """The digest of a call's input as proposed (argument values never leave as themselves)."""
+    try:
+        data = jsonable(list(args))
+        return hashlib.sha256(canonical_json(data)).hexdigest()
+    except (UnserializableInput, TypeError, ValueError):
+        # no canonical form: digest the types, so such calls still count as one kind of call
+        return hashlib.sha256(repr([type(a).__qualname__ for a in args]).encode()).hexdigest()
+
+
+def cost_in(value: Any, field_name: str | None) -> float | None:
+    """A cost the input or result reports in ``field_name``: a finite, non-negative number."""
+    if field_name is None:
+        return None
+    if isinstance(value, Mapping):
+        found = value.get(field_name)
+    else:
+        found = getattr(value, field_name, None)
+    if isinstance(found, bool) or not isinstance(found, int | float):
+        return None
+    number = float(found)
+    return number if math.isfinite(number) and number >= 0 else None
+
+
+# -- the guard: rules, then the breaker, against the shared state ----------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    """What one evaluation writes: the decision, the session's state after it, the charge
+    that admits the execution (None: not admitted now), and the journal note to sign."""
+
+    decision: Decision
+    state: PolicyState
+    charge: float | None = None
+    note: dict[str, Any] | None = None
+
+
+class PolicyGuard:
+    """Checks calls against a ``Policy`` with state in a ``PolicyStore``."""
+
+    def __init__(
+        self,
+        policy: Policy,
+        store: PolicyStore,
+        *,
+        clock: Callable[[], float] | None = None,
+        rng: Callable[[], float] | None = None,
+    ) -> None:
+        import random
+        import time
+
+        self.policy = policy
+        self.store = store
+        self.clock = clock or time.time
+        self.rng = rng or random.random
+
+    def facts(
+        self, event: CallEvent, *, delivery: str = "", digest: str | None = None
+    ) -> CallFacts:
+        try:
+            data = jsonable(list(event.args))
+        except UnserializableInput:
+            data = None
+        limits = self.policy.limits
+        estimate = cost_in(event.input, self.policy.cost_field) if len(event.args) == 1 else None
+        return CallFacts(
+            activity=event.activity,
+            digest=digest or input_digest(event.args),
+            now=self.clock(),
+            cost_usd=limits.cost_of(event.activity) if estimate is None else estimate,
+            delivery=delivery,
+            error_signal=data is not None and has_error_signal(data),
+        )
+
+    def check(
+        self,
+        event: CallEvent,
+        scopes: Scopes,
+        *,
+        delivery: str = "",
+        digest: str | None = None,
+    ) -> Decision:
+        """The policy's decision on a call about to run (or an effect about to be sent)."""
+        policy = self.policy
+        ruled, rewritten = evaluate_rules(policy.rules, event)
+        facts = self.facts(event, delivery=delivery, digest=digest)
+        if ruled.verdict is Verdict.ESCALATE:
+            facts = dataclasses.replace(facts, escalate=True)
+        monitor = policy.mode == "monitor"
+        rng = self.rng()
+
+        def note(d: Decision, observed: bool) -> dict[str, Any]:
+            return {
+                "event": "observed" if observed else d.verdict.value.lower(),
+                "verdict": d.verdict.value,
+                "code": d.code,
+                "reason": d.reason,
+                "policy_id": d.policy_id or policy.policy_id,
+                "epoch": policy.epoch,
+                "argument": d.argument,
+                "activity": event.activity,
+                "digest": facts.digest,
+                "principal": event.principal,
+                "session": scopes.session,
+                "execution": scopes.execution,
+                "delivery": delivery,
+                "tripped": d.state is not None and d.state.session.circuit is not None,
+            }
+
+        def evaluate(state: PolicyState, admitted: bool) -> Outcome:
+            f = dataclasses.replace(facts, admitted=admitted)
+            charge = None if admitted else f.cost_usd
+            if monitor:
+                d = decide(state, f, policy.limits, rng)
+                would = ruled if ruled.denies else d
+                after = admit(state, f, policy.limits)
+                if would.verdict in (Verdict.DENY, Verdict.ESCALATE):
+                    seen = dataclasses.replace(would, policy_id=would.policy_id or policy.policy_id)
+                    observed = Decision(
+                        Verdict.ALLOW,
+                        seen.code,
+                        seen.reason,
+                        policy_id=seen.policy_id,
+                        argument=seen.argument,
+                        observed=True,
+                    )
+                    return Outcome(observed, after, charge, note(seen, True))
+                return Outcome(Decision(Verdict.ALLOW), after, charge)
+            if ruled.denies:
+                blocked = dataclasses.replace(ruled, state=state)
+                return Outcome(
+                    blocked, _remember_delivery(state, state.session, f), None, note(ruled, False)
+                )
+            d = decide(state, f, policy.limits, rng)
+            after = d.state or state
+            if d.verdict is not Verdict.ALLOW:
+                d = dataclasses.replace(d, policy_id=d.policy_id or policy.policy_id)
+                if ruled.verdict is Verdict.ESCALATE and d.code == Reason.HITL_REQUIRED.value:
+                    d = dataclasses.replace(
+                        d, code=ruled.code, reason=ruled.reason, policy_id=ruled.policy_id
+                    )
+                return Outcome(d, after, None, note(d, False))
+            if ruled.verdict is Verdict.MODIFY:
+                d = dataclasses.replace(
+                    d,
+                    verdict=Verdict.MODIFY,
+                    code="MODIFIED",
+                    args=rewritten.args,
+                    policy_id=ruled.policy_id,
+                )
+            return Outcome(d, after, charge)
+
+        return self.store.evaluate(scopes, evaluate)
+
+    def check_result(self, event: CallEvent) -> Decision:
+        """Result-phase rules on what an activity returned (no state)."""
+        if not self.policy.result_rules:
+            return Decision(Verdict.ALLOW)
+        d, rewritten = evaluate_rules(self.policy.result_rules, event)
+        if d.verdict is Verdict.MODIFY:
+            return dataclasses.replace(d, args=(rewritten.result,))
+        if self.policy.mode == "monitor" and d.verdict is not Verdict.ALLOW:
+            return dataclasses.replace(d, verdict=Verdict.ALLOW, observed=True)
+        return d
+
+    def settle(self, scopes: Scopes, actual_usd: float) -> bool:
+        return self.store.settle_cost(scopes, actual_usd)

@@ -1,0 +1,242 @@
+"""The policy layer end to end on a real Temporal server: every activity of the worker is
+checked, denied bodies never run, the session's circuit stays open until a person resets it
+with the CLI, budgets are charged once and settled with the actual cost."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import uuid
+from pathlib import Path
+from typing import Any
+
+import pytest
+from temporalio import activity
+
+from interlock_temporal import receipt, report_cost
+from interlock_temporal.core.policy import CallEvent, Limits, Policy, deny_when
+from interlock_temporal.testing import DevServer
+from workers.scenarios import ORDER
+
+from .server_workflows import RunCalls
+from .test_server import Rig, rig
+
+pytestmark = pytest.mark.server
+
+#: what the bodies ran, by (session, activity, input): what the tests count, not the gate
+RAN: list[tuple[str, str, Any]] = []
+
+
+def _ran(name: str, arg: Any) -> None:
+    RAN.append((activity.info().workflow_id, name, arg))
+
+
+@activity.defn
+async def search(query: str) -> str:
+    _ran("search", query)
+    return f"{len(query)} results"
+
+
+@activity.defn
+async def llm(request: dict[str, Any]) -> dict[str, Any]:
+    """Declares its estimate in ``cost_usd``; reports what it really cost when told to."""
+    _ran("llm", request.get("prompt"))
+    if "actual_usd" in request:
+        report_cost(request["actual_usd"])
+    return {"text": "ok"}
+
+
+@activity.defn
+async def flaky(query: str) -> str:
+    _ran("flaky", query)
+    if activity.info().attempt == 1:
+        raise RuntimeError("the first attempt fails")
+    return "done"
+
+
+EXTRA = [search, llm, flaky]
+
+
+def ran(workflow_id: str, name: str | None = None) -> list[Any]:
+    return [arg for wf, n, arg in RAN if wf == workflow_id and (name is None or n == name)]
+
+
+async def session(r: Rig, calls: list[tuple[str, Any]], **spec: Any) -> tuple[str, list[Any]]:
+    workflow_id = f"agent-{uuid.uuid4().hex[:8]}"
+    outcomes = await r.client.execute_workflow(
+        RunCalls.run,
+        {
+            "principal": "support-agent",
+            "calls": [{"activity": a, "arg": arg} for a, arg in calls],
+            **spec,
+        },
+        id=workflow_id,
+        task_queue=r.task_queue,
+    )
+    return workflow_id, outcomes
+
+
+def codes(outcomes: list[dict[str, Any]]) -> list[str]:
+    return ["ok" if "ok" in o else f"{o['error']}:{o.get('code')}" for o in outcomes]
+
+
+def policy_rig(dev_server: DevServer, tmp_path: Path, policy: Policy, **kw: Any) -> Any:
+    return rig(dev_server, tmp_path, extra=EXTRA, plugin_options={"policy": policy}, **kw)
+
+
+async def test_the_fourth_identical_call_is_denied_and_the_circuit_stays_open(
+    dev_server: DevServer, tmp_path: Path
+) -> None:
+    policy = Policy(Limits(max_repeat_calls=3), policy_id="agents")
+    async with policy_rig(dev_server, tmp_path, policy) as r:
+        wf, outcomes = await session(r, [("search", "refund policy")] * 4 + [("search", "x")])
+        assert codes(outcomes) == [
+            "ok",
+            "ok",
+            "ok",
+            "InterlockDenied:MAX_REPEAT_EXCEEDED",
+            "InterlockDenied:CIRCUIT_OPEN",
+        ]
+        assert ran(wf) == ["refund policy"] * 3
+        denied = outcomes[3]["message"]
+        assert "policy agents" in denied and "refund policy" not in denied
+
+        # the circuit outlives the workflow: the same session stays denied until a person
+        # resets it, with the command an operator runs
+        _, again = await session(r, [("search", "y")], session=wf)
+        assert codes(again) == ["InterlockDenied:CIRCUIT_OPEN"]
+        cli = [sys.executable, "-m", "interlock_temporal.cli", "--journal", r.journal.url]
+        env = {**os.environ, "INTERLOCK_SIGNING_KEY": "11" * 32}
+        shown = subprocess.run(
+            [*cli, "circuit", "show", wf], capture_output=True, text=True, env=env
+        )
+        assert shown.returncode == 0 and "OPEN" in shown.stdout and "MAX_REPEAT" in shown.stdout
+        reset = subprocess.run(
+            [*cli, "circuit", "reset", wf, "--operator", "carol", "--note", "loop fixed"],
+            capture_output=True,
+            text=True,
+            env=env,
+        )
+        assert reset.returncode == 0, reset.stderr
+        wf2, after = await session(r, [("search", "y")], session=wf)
+        assert codes(after) == ["ok"] and ran(wf2) == ["y"]
+        again_reset = subprocess.run(
+            [*cli, "circuit", "reset", wf, "--operator", "carol"], capture_output=True, env=env
+        )
+        assert again_reset.returncode == 1
+        events = [e.data for e in r.journal.policy.events()]
+        assert [(e["event"], e.get("code")) for e in events] == [
+            ("deny", "MAX_REPEAT_EXCEEDED"),
+            ("deny", "CIRCUIT_OPEN"),
+            ("deny", "CIRCUIT_OPEN"),
+            ("circuit_reset", "MAX_REPEAT_EXCEEDED"),
+        ]
+        assert events[-1]["operator"] == "carol"
+        assert r.journal.verify().ok
+
+
+async def test_an_error_signal_lowers_the_repeat_limit_by_one(
+    dev_server: DevServer, tmp_path: Path
+) -> None:
+    policy = Policy(Limits(max_repeat_calls=3))
+    async with policy_rig(dev_server, tmp_path, policy) as r:
+        looping = "retry: HTTP 401 Unauthorized"
+        wf, outcomes = await session(r, [("search", looping)] * 3)
+        assert codes(outcomes) == ["ok", "ok", "InterlockDenied:MAX_REPEAT_EXCEEDED"]
+        assert len(ran(wf)) == 2
+
+
+async def test_a_call_over_the_remaining_budget_is_denied_and_its_body_never_runs(
+    dev_server: DevServer, tmp_path: Path
+) -> None:
+    policy = Policy(Limits(session_budget_usd=1.00))
+    async with policy_rig(dev_server, tmp_path, policy) as r:
+        wf, outcomes = await session(
+            r,
+            [
+                ("llm", {"prompt": "draft the reply", "cost_usd": 0.90}),
+                ("llm", {"prompt": "polish it", "cost_usd": 0.15}),
+            ],
+        )
+        assert codes(outcomes) == ["ok", "InterlockDenied:BUDGET_EXCEEDED"]
+        assert ran(wf) == ["draft the reply"]
+        state = r.journal.policy.session(wf)
+        assert state is not None and state.spent_usd == pytest.approx(0.90)
+        assert state.circuit is not None and state.circuit.code == "BUDGET_EXCEEDED"
+
+
+async def test_the_budget_is_settled_once_with_the_reported_cost(
+    dev_server: DevServer, tmp_path: Path
+) -> None:
+    policy = Policy(Limits(session_budget_usd=1.00))
+    async with policy_rig(dev_server, tmp_path, policy) as r:
+        wf, outcomes = await session(
+            r,
+            [
+                # estimated at $0.50, it reports $0.20: $0.80 remain, so $0.75 fits
+                ("llm", {"prompt": "a", "cost_usd": 0.50, "actual_usd": 0.20}),
+                ("llm", {"prompt": "b", "cost_usd": 0.75}),
+            ],
+        )
+        assert codes(outcomes) == ["ok", "ok"]
+        state = r.journal.policy.session(wf)
+        assert state is not None and state.spent_usd == pytest.approx(0.95)
+        assert r.journal.policy.spent("principal:support-agent") == pytest.approx(0.95)
+
+
+async def test_temporal_retries_are_neither_repeats_nor_charged_twice(
+    dev_server: DevServer, tmp_path: Path
+) -> None:
+    policy = Policy(Limits(max_repeat_calls=1, session_budget_usd=1.0, costs={"flaky": 0.30}))
+    async with policy_rig(dev_server, tmp_path, policy) as r:
+        wf, outcomes = await session(r, [("flaky", "q")])
+        assert codes(outcomes) == ["ok"]
+        assert ran(wf) == ["q", "q"]  # two attempts of one execution
+        state = r.journal.policy.session(wf)
+        assert state is not None
+        assert (state.total, state.streak, state.circuit) == (1, 1, None)
+        assert state.spent_usd == pytest.approx(0.30)
+
+
+async def test_a_rule_denial_names_the_argument_never_its_value(
+    dev_server: DevServer, tmp_path: Path
+) -> None:
+    def dangerous(e: CallEvent) -> bool:
+        return "drop table" in str(e.input).lower()
+
+    policy = Policy(rules=[deny_when(dangerous, code="SQL_IN_QUERY", argument="query")])
+    async with policy_rig(dev_server, tmp_path, policy) as r:
+        secret_query = "x'; DROP TABLE customers; --"
+        wf, outcomes = await session(r, [("search", secret_query), ("search", "fine")])
+        assert codes(outcomes) == ["InterlockDenied:SQL_IN_QUERY", "ok"]
+        message = outcomes[0]["message"]
+        assert "argument 'query'" in message and "deny_when(dangerous)" in message
+        assert "DROP" not in message
+        assert ran(wf) == ["fine"]  # a rule's block does not open the circuit
+
+
+async def test_monitor_mode_runs_what_a_rule_would_block_and_the_receipt_says_so(
+    dev_server: DevServer, tmp_path: Path
+) -> None:
+    big = deny_when(
+        lambda e: e.argument("amount_cents", 0) > 1000, code="OVER_10_USD", argument="amount_cents"
+    )
+    policy = Policy(rules=[big], mode="monitor")
+    async with policy_rig(dev_server, tmp_path, policy) as r:
+        result = await r.call(
+            "refund",
+            r.request(2000).model_dump(mode="json"),
+            principal="refund-bot",
+            lease=r.lease_id,
+        )
+        assert result["amount_cents"] == 2000
+        assert r.payments.refunded_cents(ORDER) == 2000  # read from the service
+        (effect,) = r.journal.effects()
+        shown = receipt(effect.effect_id, journal=r.journal)
+        assert (shown.final, shown.observed, shown.policy_code) == (
+            "COMMITTED",
+            True,
+            "OVER_10_USD",
+        )
+        assert shown.policy_epoch == policy.epoch

@@ -1,0 +1,204 @@
+"""The policy's state in the journal's SQLite store, and the policy inside the effect protocol:
+shared by processes, updated atomically, retries charged once, resets journaled, and a
+duplicate of a committed effect answered without reaching the policy."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from interlock_temporal.core.errors import Denied, NeedsApproval
+from interlock_temporal.core.journal import Journal, policy_chain
+from interlock_temporal.core.models import Kind
+from interlock_temporal.core.policy import (
+    CallEvent,
+    Limits,
+    Policy,
+    PolicyGuard,
+    Reason,
+    Scopes,
+    Verdict,
+    deny_when,
+    modify,
+)
+from interlock_temporal.core.protocol import Done, Gate, Ticket
+from interlock_temporal.core.receipts import fold, receipt_of
+from interlock_temporal.testing import throwaway_journal
+
+from .test_protocol import KEY, NOTE, MemTarget, make_call
+
+
+@pytest.fixture
+def journal(tmp_path: Path) -> Journal:
+    j = throwaway_journal(tmp_path)
+    yield j
+    report = j.verify()
+    j.close()
+    assert report.ok, str(report)
+
+
+def search(query: str, session: str = "wf-1", execution: str = "run/1") -> tuple[CallEvent, Scopes]:
+    event = CallEvent(activity="search", args=(query,), principal="bot", session=session)
+    return event, Scopes.of(event, execution)
+
+
+def test_a_retry_of_one_execution_is_charged_once_and_settled_once(journal: Journal) -> None:
+    guard = PolicyGuard(
+        Policy(Limits(session_budget_usd=1.0, costs={"search": 0.25})), journal.policy
+    )
+    event, scopes = search("q")
+    assert guard.check(event, scopes, delivery="run/1/1").verdict is Verdict.ALLOW
+    assert guard.check(event, scopes, delivery="run/1/2").code == "RETRY"
+    state = journal.policy.session("wf-1")
+    assert state is not None and state.spent_usd == pytest.approx(0.25) and state.total == 1
+    assert journal.policy.spent("principal:bot") == pytest.approx(0.25)
+    assert guard.settle(scopes, 0.10) is True
+    assert guard.settle(scopes, 0.10) is False  # never counted twice
+    state = journal.policy.session("wf-1")
+    assert state is not None and state.spent_usd == pytest.approx(0.10)
+    assert journal.policy.spent("principal:bot") == pytest.approx(0.10)
+
+
+def test_a_replayed_delivery_is_denied_and_journaled(journal: Journal) -> None:
+    guard = PolicyGuard(Policy(Limits()), journal.policy)
+    event, scopes = search("q")
+    assert guard.check(event, scopes, delivery="run/1/1").verdict is Verdict.ALLOW
+    replay = guard.check(event, scopes, delivery="run/1/1")
+    assert (replay.verdict, replay.code) == (Verdict.DENY, Reason.REPLAY)
+    (entry,) = journal.read(policy_chain("wf-1"))
+    assert entry.kind is Kind.POLICY and entry.data["code"] == "REPLAY"
+    assert entry.data["tripped"] is False
+
+
+def test_denials_trip_the_circuit_and_only_a_journaled_reset_closes_it(journal: Journal) -> None:
+    guard = PolicyGuard(Policy(Limits(max_repeat_calls=2)), journal.policy)
+    outcomes = []
+    for i, q in enumerate(["same", "same", "same", "other"]):
+        event, scopes = search(q, execution=f"run/{i}")
+        outcomes.append(guard.check(event, scopes, delivery=f"run/{i}/1").code)
+    assert outcomes == ["", "", "MAX_REPEAT_EXCEEDED", "CIRCUIT_OPEN"]
+    assert journal.policy.reset("wf-1", operator="carol", note="looked at it") is True
+    assert journal.policy.reset("wf-1", operator="carol") is False
+    event, scopes = search("other", execution="run/9")
+    assert guard.check(event, scopes, delivery="run/9/1").verdict is Verdict.ALLOW
+    events = [e.data for e in journal.policy.events()]
+    assert [e["event"] for e in events] == ["deny", "deny", "circuit_reset"]
+    assert events[2]["operator"] == "carol" and events[2]["code"] == "MAX_REPEAT_EXCEEDED"
+    # no argument value reaches the journal: the query text is only a digest
+    assert all("same" not in json.dumps(e) for e in events)
+
+
+def test_processes_sharing_one_journal_share_one_view(tmp_path: Path) -> None:
+    """Two worker processes race 25 distinct calls each into a cap of 30 calls: exactly 30 are
+    allowed, because every check reads and writes the state in one transaction."""
+    script = textwrap.dedent(
+        f"""
+        import json, sys
+        from interlock_temporal.core.journal import open_journal
+        from interlock_temporal.core.policy import CallEvent, Limits, Policy, PolicyGuard, Scopes
+        j = open_journal(sys.argv[1], signing_key="{KEY}")
+        guard = PolicyGuard(Policy(Limits(max_total_calls=30)), j.policy)
+        codes = []
+        for i in range(25):
+            event = CallEvent(activity="search", args=(f"{{sys.argv[2]}}-{{i}}",), session="s")
+            scopes = Scopes.of(event, f"{{sys.argv[2]}}/{{i}}")
+            codes.append(guard.check(event, scopes, delivery=f"{{sys.argv[2]}}/{{i}}/1").code)
+        print(json.dumps(codes))
+        """
+    )
+    url = f"sqlite:///{tmp_path / 'shared.db'}"
+    procs = [
+        subprocess.Popen([sys.executable, "-c", script, url, name], stdout=subprocess.PIPE)
+        for name in ("a", "b")
+    ]
+    codes = [c for p in procs for c in json.loads(p.communicate(timeout=60)[0])]
+    assert all(p.returncode == 0 for p in procs)
+    assert codes.count("") == 30
+    assert codes.count("GLOBAL_LIMIT") == 1
+    assert codes.count("CIRCUIT_OPEN") == 19
+
+
+# -- inside the effect protocol --------------------------------------------------------------
+
+
+async def test_a_duplicate_of_a_committed_effect_never_reaches_the_policy(
+    journal: Journal,
+) -> None:
+    lease = journal.leases.issue("refund-bot", max_amount_cents=5000)
+    target = MemTarget(tier=2)
+    open_gate = Gate(journal)
+    step = await open_gate.begin(make_call(lease), target)
+    assert isinstance(step, Ticket)
+    await open_gate.commit(step, await target.send(step))
+    # a policy that would deny anything: every call escalates, and the circuit is open
+    guard = PolicyGuard(Policy(Limits(hitl_always=True)), journal.policy)
+    strict = Gate(journal, policy=guard)
+    again = await strict.begin(make_call(lease), target)
+    assert isinstance(again, Done) and again.via == "duplicate"
+    assert journal.policy.events() == []
+    # a new effect does reach it
+    with pytest.raises(NeedsApproval):
+        await strict.begin(make_call(lease, amount=30, key={"case": "c-2"}), target)
+    assert target.sends == 1
+
+
+async def test_a_denied_effect_is_not_recorded_and_never_sent(journal: Journal) -> None:
+    lease = journal.leases.issue("refund-bot", max_amount_cents=5000)
+    target = MemTarget(tier=2)
+    rule = deny_when(lambda e: e.argument("amount") > 10, code="TOO_LARGE", argument="amount")
+    gate = Gate(
+        journal, policy=PolicyGuard(Policy(rules=[rule], policy_id="refunds"), journal.policy)
+    )
+    call = make_call(lease, amount=20)
+    with pytest.raises(Denied) as denied:
+        await gate.begin(call, target)
+    assert (denied.value.code, denied.value.policy_id, denied.value.argument) == (
+        "TOO_LARGE",
+        "deny_when(<lambda>)",
+        "amount",
+    )
+    assert "20" not in str(denied.value) and NOTE not in str(denied.value)
+    assert journal.read(Gate.identify(call)[0]) == []
+    assert target.sends == 0 and target.captures == 0
+
+
+async def test_monitor_mode_sends_and_the_receipt_says_what_would_have_happened(
+    journal: Journal,
+) -> None:
+    lease = journal.leases.issue("refund-bot", max_amount_cents=5000)
+    target = MemTarget(tier=2)
+    rule = deny_when(lambda e: True, code="WOULD_BLOCK")
+    gate = Gate(journal, policy=PolicyGuard(Policy(rules=[rule], mode="monitor"), journal.policy))
+    step = await gate.begin(make_call(lease), target)
+    assert isinstance(step, Ticket)
+    await gate.commit(step, await target.send(step))
+    r = receipt_of(fold(step.effect_id, journal.read(step.effect_id)))
+    assert (r.final, r.observed, r.policy_code) == ("COMMITTED", True, "WOULD_BLOCK")
+    assert r.policy_epoch == gate.policy.policy.epoch  # type: ignore[union-attr]
+    (note,) = journal.policy.events()
+    assert note.data["event"] == "observed" and note.data["code"] == "WOULD_BLOCK"
+
+
+async def test_a_modify_rewrites_what_is_sent_but_not_the_identity(journal: Journal) -> None:
+    lease = journal.leases.issue("refund-bot", max_amount_cents=5000)
+    target = MemTarget(tier=2)
+
+    def cap(e: CallEvent) -> object:
+        return modify({**e.input, "amount": 10}) if e.argument("amount") > 10 else None
+
+    gate = Gate(journal, policy=PolicyGuard(Policy(rules=[cap]), journal.policy))
+    call = make_call(lease, amount=20)
+    step = await gate.begin(call, target)
+    assert isinstance(step, Ticket)
+    assert step.effect_id == Gate.identify(call)[0]
+    assert step.args[0]["amount"] == 10
+    done = await gate.commit(step, await target.send(step))
+    assert done.result["amount"] == 10
+    view = fold(step.effect_id, journal.read(step.effect_id))
+    assert view.payload_digest == Gate.identify(call)[1]
+    assert journal.blob(step.effect_id, "approved")[0]["amount"] == 10
