@@ -25,12 +25,12 @@ class AmbiguousEffect(ApplicationError):
 
 
 class EffectRefused(ApplicationError):
-    """The effect must not be sent: authority or facts changed, or the payload conflicts."""
+    """The effect must not be sent: authority or facts changed, the payload conflicts, or a
+    person rejected it (an approval rejected before any proposal carries no receipt)."""
 
-    def __init__(self, message: str, receipt: Receipt) -> None:
-        super().__init__(
-            message, receipt.model_dump(mode="json"), type="EffectRefused", non_retryable=True
-        )
+    def __init__(self, message: str, receipt: Receipt | None) -> None:
+        details = () if receipt is None else (receipt.model_dump(mode="json"),)
+        super().__init__(message, *details, type="EffectRefused", non_retryable=True)
         self.receipt = receipt
 
 

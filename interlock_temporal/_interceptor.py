@@ -39,9 +39,18 @@ from .core.errors import (
 )
 from .core.journal import Journal, open_journal
 from .core.models import Kind
-from .core.policy import CallEvent, Policy, PolicyGuard, Scopes, Verdict, cost_in
+from .core.policy import (
+    CallEvent,
+    Policy,
+    PolicyGuard,
+    Scopes,
+    Verdict,
+    call_binding,
+    cost_in,
+    input_digest,
+)
 from .core.protocol import Call, Delivery, Done, Gate, Ticket
-from .core.review import ReviewRules
+from .core.review import ReviewKind, ReviewRules
 
 log = logging.getLogger("interlock_temporal")
 
@@ -178,6 +187,9 @@ class _ActivityInbound(temporalio.worker.ActivityInboundInterceptor):
             except AmbiguousEffect as err:
                 await self._open_review(err.receipt.effect_id, info)
                 raise
+        except ApprovalRequired as err:
+            await self._open_review(err.binding, temporalio.activity.info(), kind="approval")
+            raise
         finally:
             _cost.reset(token)
 
@@ -205,9 +217,8 @@ class _ActivityInbound(temporalio.worker.ActivityInboundInterceptor):
             if decision.verdict is Verdict.DENY:
                 raise Denied(decision.code, decision.reason, decision.policy_id, decision.argument)
             if decision.verdict is Verdict.ESCALATE:
-                raise NeedsApproval(
-                    decision.code, decision.reason, scopes.execution, decision.policy_id
-                )
+                binding = call_binding(event.activity, input_digest(event.args), scopes.principal)
+                raise NeedsApproval(decision.code, decision.reason, binding, decision.policy_id)
         if decision.verdict is Verdict.MODIFY and decision.args is not None:
             input = dataclasses.replace(input, args=list(decision.args))
         result = await self.next.execute_activity(input)
@@ -287,15 +298,17 @@ class _ActivityInbound(temporalio.worker.ActivityInboundInterceptor):
         self._settle(guard, Scopes.of(event, f"effect:{step.effect_id}"), meter, result)
         return self._after_result(guard, event, result)
 
-    async def _open_review(self, effect_id: str, info: temporalio.activity.Info) -> None:
-        """Every AMBIGUOUS raise makes sure the review exists and this workflow hears of its
-        outcome; failing to reach Temporal must not hide the AmbiguousEffect itself."""
+    async def _open_review(
+        self, effect_id: str, info: temporalio.activity.Info, kind: ReviewKind = "ambiguous"
+    ) -> None:
+        """Every AMBIGUOUS (or ApprovalRequired) raise makes sure the review exists and this
+        workflow hears of its outcome; failing to reach Temporal must not hide the error."""
         try:
             await self._root.desk.open(
-                effect_id, task_queue=info.task_queue, subscriber=info.workflow_id
+                effect_id, task_queue=info.task_queue, subscriber=info.workflow_id, kind=kind
             )
         except Exception as err:
-            log.warning("could not open the review of effect %s: %s", effect_id[:16], err)
+            log.warning("could not open the %s review of %s: %s", kind, effect_id[:21], err)
 
     def _call(
         self,

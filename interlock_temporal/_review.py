@@ -27,7 +27,9 @@ from .core.review import (
     ReviewError,
     ReviewKind,
     ReviewRules,
+    approval_markdown,
     decision_problem,
+    record_approval,
     record_resolution,
     review_id,
     review_markdown,
@@ -102,6 +104,9 @@ class DecisionRecord(BaseModel):
     operators: list[str]
     note: str = ""
     result: Any = None
+    #: an approval's extent (see ``Decision``)
+    scope: Literal["once", "session"] | None = None
+    ttl_s: float | None = None
 
 
 def _refusal(message: str) -> FailureError:
@@ -151,6 +156,8 @@ class EffectReview:
         self._recordings = 0
         self._last_error: str | None = None
         self._decided: tuple[str, list[str], str, Any] | None = None
+        #: an approval's extent, from the votes that approved
+        self._extent: tuple[Literal["once", "session"] | None, float | None] = (None, None)
 
     @workflow.run
     async def run(self, req: ReviewRequest) -> ReviewStatus:
@@ -201,6 +208,8 @@ class EffectReview:
                     operators=operators,
                     note=note,
                     result=result,
+                    scope=self._extent[0],
+                    ttl_s=self._extent[1],
                 ),
                 result_type=Recorded,
                 start_to_close_timeout=timedelta(seconds=30),
@@ -247,6 +256,9 @@ class EffectReview:
             result = next((v.result for v in reversed(deciding) if v.result is not None), None)
             note = "; ".join(f"{v.operator.strip()}: {v.note}" for v in deciding if v.note)
             self._pending = (decision, operators, note, result)
+            extent = [v for v in deciding if v.scope is not None or v.ttl_s is not None]
+            if extent:
+                self._extent = (extent[-1].scope, extent[-1].ttl_s)
         self._show()
 
     @workflow.signal(
@@ -487,10 +499,28 @@ class ReviewDesk:
         """Make sure the effect's review exists (and ``subscriber`` will hear its outcome).
         Starts one only while the journal says the effect awaits a person."""
         journal = self._gate().journal
-        entries = journal.read(effect_id)
-        view = fold(effect_id, entries)
-        if kind == "ambiguous" and view.status is not Kind.AMBIGUOUS:
-            return None
+        principal: str | None
+        if kind == "approval":
+            approval = journal.policy.approval(effect_id)
+            if approval is None or approval.status != "pending":
+                return None
+            activity_name, principal = approval.activity, approval.principal
+            details = approval_markdown(approval, self.rules)
+        else:
+            entries = journal.read(effect_id)
+            view = fold(effect_id, entries)
+            if view.status is not Kind.AMBIGUOUS:
+                return None
+            approved = journal.blob(effect_id, "approved") or []
+            changes: list[dict[str, Any]] = next(
+                (e.data.get("changes", []) for e in reversed(entries) if e.kind is Kind.AMBIGUOUS),
+                [],
+            )
+            activity_name = view.activity or view.effect_type or ""
+            principal = view.principal
+            details = review_markdown(
+                kind, view, approved[0] if len(approved) == 1 else approved, self.rules, changes
+            )
         client = self._client()
         if client is None:
             try:
@@ -502,19 +532,13 @@ class ReviewDesk:
                     effect_id[:16],
                 )
                 return None
-        approved = journal.blob(effect_id, "approved") or []
-        changes: list[dict[str, Any]] = next(
-            (e.data.get("changes", []) for e in reversed(entries) if e.kind is Kind.AMBIGUOUS), []
-        )
         req = ReviewRequest(
             kind=kind,
             effect_id=effect_id,
-            activity=view.activity or view.effect_type or "",
-            principal=view.principal,
+            activity=activity_name,
+            principal=principal,
             rules=self.rules,
-            details=review_markdown(
-                kind, view, approved[0] if len(approved) == 1 else approved, self.rules, changes
-            ),
+            details=details,
         )
         workflow_id = review_id(kind, effect_id)
         options: dict[str, Any] = {
@@ -559,6 +583,16 @@ class ReviewDesk:
         if rec.decision == "happened" and result is not None:
             result = self._checked_result(rec.effect_id, result)
         try:
+            if rec.kind == "approval":
+                return record_approval(
+                    journal,
+                    rec.effect_id,
+                    decision=rec.decision,
+                    operators=rec.operators,
+                    note=rec.note,
+                    scope=rec.scope,
+                    ttl_s=rec.ttl_s,
+                )
             return record_resolution(
                 journal,
                 rec.effect_id,

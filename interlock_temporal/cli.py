@@ -355,6 +355,7 @@ def cmd_effects_reopen(args: argparse.Namespace) -> int:
         "the lease and the facts current then"
     )
     _out("")
+    assert recorded.receipt is not None
     _out(render_receipt(recorded.receipt))
     return EXIT_OK
 
@@ -743,6 +744,8 @@ def _effect_for_review(args: argparse.Namespace) -> str:
     text: str = args.effect_id.strip()
     if _FULL_ID.fullmatch(text.lower()):
         return text.lower()
+    if text.startswith("call:") and _FULL_ID.fullmatch(text[5:].lower()):
+        return text.lower()  # an approval of an ungated call: named by the call's digest
     journal, problem = _try_open(args)
     if journal is None:
         raise CliError(

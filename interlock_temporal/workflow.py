@@ -14,6 +14,7 @@ from temporalio.exceptions import ActivityError, ApplicationError
 from ._context import Authority, current_authority
 from ._errors import EffectRefused, receipt_from
 from ._review import RESOLUTION_SIGNAL, Resolution
+from .core.models import Receipt
 
 __all__ = ["act_as", "current_principal", "execute_effect", "receipt_from"]
 
@@ -90,14 +91,9 @@ async def execute_effect(
         except ActivityError as err:
             cause = err.cause
             receipt = receipt_from(err)
-            if (
-                not wait_for_review
-                or not isinstance(cause, ApplicationError)
-                or cause.type not in WAIT_FOR
-                or receipt is None
-            ):
+            effect_id = _awaited(cause, receipt)
+            if not wait_for_review or effect_id is None:
                 raise
-            effect_id = receipt.effect_id
             try:
                 resolution = await _resolution_of(effect_id, review_timeout)
             except TimeoutError:
@@ -116,6 +112,19 @@ async def execute_effect(
                 resolution.decision,
                 ", ".join(resolution.operators),
             )
+
+
+def _awaited(cause: BaseException | None, receipt: Receipt | None) -> str | None:
+    """The id of the review a failed attempt waits on: the effect in doubt, or what an
+    approval binds to. None: not an error a person settles."""
+    if not isinstance(cause, ApplicationError) or cause.type not in WAIT_FOR:
+        return None
+    if receipt is not None:
+        return receipt.effect_id
+    details = list(cause.details)
+    first = details[0] if details and isinstance(details[0], dict) else {}
+    binding = first.get("binding") if cause.type == "ApprovalRequired" else None
+    return binding if isinstance(binding, str) and binding else None
 
 
 async def _resolution_of(effect_id: str, timeout: timedelta | None) -> Resolution:

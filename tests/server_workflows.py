@@ -86,3 +86,30 @@ class RunCalls:
                     else:
                         outcomes.append({"error": type(cause).__name__, "message": str(cause)})
         return outcomes
+
+
+@workflow.defn
+class ApprovedCall:
+    """Runs one activity with ``execute_effect`` under act_as: waits for a person when the
+    policy escalates, and returns the result or the error's type."""
+
+    @workflow.run
+    async def run(self, spec: dict[str, Any]) -> dict[str, Any]:
+        from temporalio.exceptions import ActivityError, ApplicationError
+
+        from interlock_temporal.workflow import execute_effect
+
+        try:
+            with act_as(spec["principal"], lease=spec.get("lease"), session=spec.get("session")):
+                result = await execute_effect(
+                    spec["activity"],
+                    spec["arg"],
+                    start_to_close_timeout=timedelta(seconds=10),
+                    retry_policy=RetryPolicy(maximum_attempts=2),
+                )
+            return {"ok": result}
+        except (ActivityError, ApplicationError) as err:
+            cause = err.cause if isinstance(err, ActivityError) else err
+            if isinstance(cause, ApplicationError):
+                return {"error": cause.type, "message": cause.message}
+            return {"error": type(cause).__name__}

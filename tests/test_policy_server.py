@@ -13,13 +13,24 @@ from typing import Any
 
 import pytest
 from temporalio import activity
+from temporalio.client import WorkflowUpdateFailedError
 
 from interlock_temporal import receipt, report_cost
-from interlock_temporal.core.policy import CallEvent, Limits, Policy, deny_when
+from interlock_temporal.core.policy import (
+    CallEvent,
+    Limits,
+    Policy,
+    call_binding,
+    deny_when,
+    escalate,
+    input_digest,
+)
+from interlock_temporal.core.review import review_id
 from interlock_temporal.testing import DevServer
 from workers.scenarios import ORDER
 
-from .server_workflows import RunCalls
+from .server_workflows import ApprovedCall, RunCalls
+from .test_reviews import until
 from .test_server import Rig, rig
 
 pytestmark = pytest.mark.server
@@ -81,8 +92,16 @@ def codes(outcomes: list[dict[str, Any]]) -> list[str]:
     return ["ok" if "ok" in o else f"{o['error']}:{o.get('code')}" for o in outcomes]
 
 
-def policy_rig(dev_server: DevServer, tmp_path: Path, policy: Policy, **kw: Any) -> Any:
-    return rig(dev_server, tmp_path, extra=EXTRA, plugin_options={"policy": policy}, **kw)
+def policy_rig(
+    dev_server: DevServer, tmp_path: Path, policy: Policy, extra_more: list[Any] = (), **kw: Any
+) -> Any:
+    return rig(
+        dev_server,
+        tmp_path,
+        extra=[*EXTRA, *extra_more],
+        plugin_options={"policy": policy},
+        **kw,
+    )
 
 
 async def test_the_fourth_identical_call_is_denied_and_the_circuit_stays_open(
@@ -240,3 +259,121 @@ async def test_monitor_mode_runs_what_a_rule_would_block_and_the_receipt_says_so
             "OVER_10_USD",
         )
         assert shown.policy_epoch == policy.epoch
+
+
+# -- approvals ---------------------------------------------------------------------------------
+
+PAID: list[int] = []
+
+
+@activity.defn
+async def wire(transfer: dict[str, Any]) -> dict[str, Any]:
+    _ran("wire", transfer["amount_cents"])
+    PAID.append(transfer["amount_cents"])
+    return {"wired": transfer["amount_cents"]}
+
+
+def over_threshold(e: CallEvent) -> Any:
+    if e.activity == "wire" and e.argument("amount_cents", 0) > 5_000:
+        return escalate("OVER_THRESHOLD", "wires over $50 need a person")
+    return None
+
+
+#: the payee, unique per test: review ids derive from the call, and the dev server outlives
+#: each test, so two tests must not propose the same wire
+PAYEE = ""
+
+
+@pytest.fixture(autouse=True)
+def fresh_payee() -> None:
+    global PAYEE
+    PAYEE = f"ACME-{uuid.uuid4().hex[:8]}"
+
+
+async def start_approved(r: Rig, amount: int, session: str | None = None) -> Any:
+    return await r.client.start_workflow(
+        ApprovedCall.run,
+        {
+            "principal": "payments-agent",
+            "activity": "wire",
+            "arg": {"to": PAYEE, "amount_cents": amount},
+            "session": session,
+        },
+        id=f"wire-{uuid.uuid4().hex[:8]}",
+        task_queue=r.task_queue,
+    )
+
+
+async def approval_review(r: Rig, amount: int) -> Any:
+    digest = input_digest(({"to": PAYEE, "amount_cents": amount},))
+    binding = call_binding("wire", digest, "payments-agent")
+    handle = r.client.get_workflow_handle(review_id("approval", binding))
+
+    async def open_() -> bool:
+        try:
+            return (await handle.query("status"))["state"] == "open"
+        except Exception:
+            return False
+
+    await until(open_)
+    return handle, binding
+
+
+async def test_an_escalated_call_runs_only_after_an_approval_and_exactly_once(
+    dev_server: DevServer, tmp_path: Path
+) -> None:
+    policy = Policy(rules=[over_threshold], policy_id="payments")
+    async with policy_rig(dev_server, tmp_path, policy, extra_more=[wire]) as r:
+        case = await start_approved(r, 6_000)
+        review, binding = await approval_review(r, 6_000)
+        assert ran(case.id) == []  # escalated: the body never ran
+        status = await review.query("status")
+        assert status["kind"] == "approval" and status["state"] == "open"
+        with pytest.raises(WorkflowUpdateFailedError) as refused:
+            await review.execute_update(
+                "decide", {"decision": "approve", "operator": "payments-agent"}
+            )
+        assert "no self-approval" in str(refused.value.cause)
+        await review.signal("resolve", {"decision": "approve", "operator": "carol"})
+        assert await case.result() == {"ok": {"wired": 6_000}}
+        assert ran(case.id) == [6_000]
+        events = [(e.data["event"], e.data.get("code")) for e in r.journal.policy.events()]
+        assert events == [
+            ("escalate", "OVER_THRESHOLD"),
+            ("approval_granted", None),
+            ("approval_used", "APPROVED"),
+        ]
+        assert r.journal.policy.approval(binding).status == "consumed"  # type: ignore[union-attr]
+
+        # the approval was used once: the same call again needs a person again
+        again = await start_approved(r, 6_000)
+        review2, _ = await approval_review(r, 6_000)
+        await review2.signal("resolve", {"decision": "reject", "operator": "dave"})
+        outcome = await again.result()
+        assert outcome["error"] == "EffectRefused" and "dave" in outcome["message"]
+        assert ran(again.id) == []
+        assert r.journal.verify().ok
+
+
+async def test_an_approval_does_not_cover_a_changed_amount(
+    dev_server: DevServer, tmp_path: Path
+) -> None:
+    policy = Policy(rules=[over_threshold])
+    async with policy_rig(dev_server, tmp_path, policy, extra_more=[wire]) as r:
+        session_id = f"s-{uuid.uuid4().hex[:6]}"
+        first = await start_approved(r, 6_000, session=session_id)
+        review, _ = await approval_review(r, 6_000)
+        await review.signal(
+            "resolve", {"decision": "approve", "operator": "carol", "scope": "session"}
+        )
+        assert (await first.result())["ok"] == {"wired": 6_000}
+        # the session's approval covers the same call again...
+        same = await start_approved(r, 6_000, session=session_id)
+        assert (await same.result())["ok"] == {"wired": 6_000}
+        # ...but not a changed amount: that escalates, and runs nothing until decided
+        changed = await start_approved(r, 9_000, session=session_id)
+        review_changed, _ = await approval_review(r, 9_000)
+        assert ran(changed.id) == []
+        await review_changed.signal("resolve", {"decision": "reject", "operator": "carol"})
+        assert (await changed.result())["error"] == "EffectRefused"
+        assert PAID.count(9_000) == 0

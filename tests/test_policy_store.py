@@ -8,6 +8,8 @@ import json
 import subprocess
 import sys
 import textwrap
+import time
+import uuid
 from pathlib import Path
 
 import pytest
@@ -23,7 +25,9 @@ from interlock_temporal.core.policy import (
     Reason,
     Scopes,
     Verdict,
+    call_binding,
     deny_when,
+    input_digest,
     modify,
 )
 from interlock_temporal.core.protocol import Done, Gate, Ticket
@@ -202,3 +206,99 @@ async def test_a_modify_rewrites_what_is_sent_but_not_the_identity(journal: Jour
     view = fold(step.effect_id, journal.read(step.effect_id))
     assert view.payload_digest == Gate.identify(call)[1]
     assert journal.blob(step.effect_id, "approved")[0]["amount"] == 10
+
+
+# -- approvals -----------------------------------------------------------------------------------
+
+
+def wire_call(
+    amount: int, principal: str = "bot", session: str = "wf-1", execution: str = "run/1"
+) -> tuple[CallEvent, Scopes]:
+    event = CallEvent(
+        activity="wire",
+        args=({"to": "ACME", "amount_cents": amount},),
+        principal=principal,
+        session=session,
+    )
+    return event, Scopes.of(event, execution)
+
+
+def hitl(epoch_marker: int = 3) -> Policy:
+    # the epoch follows the content: a different repeat limit is a different policy
+    return Policy(Limits(hitl_activities=("wire",), max_repeat_calls=epoch_marker))
+
+
+def ask_and_grant(
+    journal: Journal, policy: Policy, amount: int, **grant: object
+) -> tuple[PolicyGuard, str]:
+    guard = PolicyGuard(policy, journal.policy)
+    run = f"run/ask-{uuid.uuid4().hex[:6]}"
+    event, scopes = wire_call(amount, execution=run)
+    asked = guard.check(event, scopes, delivery=f"{run}/1")
+    assert (asked.verdict, asked.code) == (Verdict.ESCALATE, Reason.HITL_REQUIRED)
+    binding = call_binding("wire", input_digest(event.args), "bot")
+    pending = journal.policy.approval(binding)
+    assert pending is not None and pending.status == "pending"
+    assert pending.proposal == {"to": "ACME", "amount_cents": amount}
+    recorded, approval = journal.policy.decide_approval(
+        binding,
+        approve=True,
+        operators=["carol"],
+        **grant,  # type: ignore[arg-type]
+    )
+    assert recorded and approval.status == "approved"
+    return guard, binding
+
+
+def test_a_once_approval_is_consumed_by_its_first_use(journal: Journal) -> None:
+    guard, binding = ask_and_grant(journal, hitl(), 6000)
+    event, scopes = wire_call(6000, execution="run/2")
+    used = guard.check(event, scopes, delivery="run/2/1")
+    assert (used.verdict, used.code, used.approvers) == (Verdict.ALLOW, "APPROVED", ("carol",))
+    assert journal.policy.approval(binding).status == "consumed"  # type: ignore[union-attr]
+    # a Temporal retry of the admitted execution needs no second approval
+    assert guard.check(event, scopes, delivery="run/2/2").verdict is Verdict.ALLOW
+    event, scopes = wire_call(6000, execution="run/3")
+    assert guard.check(event, scopes, delivery="run/3/1").verdict is Verdict.ESCALATE
+
+
+def test_an_approval_does_not_cover_another_input_principal_or_epoch(tmp_path: Path) -> None:
+    cases = {
+        "amount": (*wire_call(6001, execution="run/a"), hitl()),
+        "principal": (*wire_call(6000, principal="other-bot", execution="run/b"), hitl()),
+        "epoch": (*wire_call(6000, execution="run/c"), hitl(epoch_marker=4)),
+        "session": (*wire_call(6000, session="wf-2", execution="run/d"), hitl()),
+    }
+    for name, (event, scopes, policy) in cases.items():
+        (tmp_path / name).mkdir()
+        with throwaway_journal(tmp_path / name) as journal:
+            guard, _ = ask_and_grant(journal, hitl(), 6000, scope="session")
+            # the session's approval covers the very call it approved, again and again
+            for run in ("run/e", "run/f"):
+                same, same_scopes = wire_call(6000, execution=run)
+                d = guard.check(same, same_scopes, delivery=f"{run}/1")
+                assert (d.verdict, d.code) == (Verdict.ALLOW, "APPROVED")
+            d = PolicyGuard(policy, journal.policy).check(event, scopes, delivery="x/1")
+            assert d.verdict is Verdict.ESCALATE, (name, d)
+
+
+def test_a_ttl_approval_expires(journal: Journal) -> None:
+    policy = hitl()
+    guard, _ = ask_and_grant(journal, policy, 6000, ttl_s=60)
+    later = PolicyGuard(policy, journal.policy, clock=lambda: time.time() + 61)
+    event, scopes = wire_call(6000, execution="run/2")
+    assert guard.check(event, scopes, delivery="run/2/1").code == "APPROVED"
+    event, scopes = wire_call(6000, execution="run/3")
+    assert later.check(event, scopes, delivery="run/3/1").verdict is Verdict.ESCALATE
+
+
+def test_a_decided_approval_is_not_decided_again(journal: Journal) -> None:
+    _, binding = ask_and_grant(journal, hitl(), 6000)
+    recorded, approval = journal.policy.decide_approval(
+        binding, approve=False, operators=["mallory"]
+    )
+    assert not recorded and approval.status == "approved" and approval.operators == ["carol"]
+    with pytest.raises(KeyError):
+        journal.policy.decide_approval("call:unknown", approve=True, operators=["carol"])
+    granted = [e.data for e in journal.policy.events() if e.data["event"] == "approval_granted"]
+    assert len(granted) == 1 and granted[0]["operators"] == ["carol"]

@@ -34,7 +34,7 @@ from workers.server_world import ServerWorld
 from workflows.activities import REFUND_EFFECT, support_activities
 from workflows.support_case import CaseFile, CaseOutcome, SupportCase
 
-from .server_workflows import CallActivity, ParentActsAs, RunCalls
+from .server_workflows import ApprovedCall, CallActivity, ParentActsAs, RunCalls
 
 pytestmark = pytest.mark.server
 
@@ -140,7 +140,7 @@ async def rig(
         async with Worker(
             client,
             task_queue=queue,
-            workflows=[CallActivity, ParentActsAs, RunCalls, SupportCase],
+            workflows=[ApprovedCall, CallActivity, ParentActsAs, RunCalls, SupportCase],
             activities=activities,
             activity_executor=executor,
         ):

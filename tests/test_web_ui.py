@@ -261,3 +261,72 @@ async def test_an_operator_resolves_an_ambiguous_refund_in_the_web_ui(tmp_path: 
         if world is not None:
             await world.close()
         await server.stop()
+
+
+async def test_an_operator_approves_an_escalated_call_in_the_web_ui(tmp_path: Path) -> None:
+    """A wire over the threshold escalates: its body never runs until a person approves it from
+    the Web UI, and then runs exactly once."""
+    from interlock_temporal.core.policy import Policy
+
+    from . import test_policy_server as policies
+
+    async_playwright, expect = _playwright()
+    images = IMAGES if os.environ.get("INTERLOCK_UPDATE_SCREENSHOTS") == "1" else tmp_path
+    images.mkdir(parents=True, exist_ok=True)
+    server = await DevServer(ui_port=free_port()).start()
+    policies.PAYEE = f"ACME-{os.getpid()}-{int(time.time())}"
+    try:
+        assert server.ui_url is not None
+        policy = Policy(rules=[policies.over_threshold], policy_id="payments")
+        async with policies.policy_rig(server, tmp_path, policy, extra_more=[policies.wire]) as r:
+            case = await policies.start_approved(r, 7_500)
+            review, binding = await policies.approval_review(r, 7_500)
+            await asyncio.sleep(1.0)  # the body would have run by now: it must not have
+            assert policies.ran(case.id) == []
+            async with async_playwright() as pw:
+                context = await pw.chromium.launch_persistent_context(
+                    str(tmp_path / "chromium-profile"),
+                    executable_path=str(CHROMIUM),
+                    headless=True,
+                    args=CHROMIUM_ARGS,
+                    viewport=VIEWPORT,
+                )
+                page = context.pages[0] if context.pages else await context.new_page()
+                page.set_default_timeout(UI_TIMEOUT_MS)
+                try:
+                    await _open(page, f"{server.ui_url}/namespaces/default/workflows/{review.id}")
+                    await page.get_by_role("tab", name="User Metadata").click()
+                    iframe = page.locator(
+                        "xpath=//h3[normalize-space()='Current Details']"
+                        "/ancestor::div[.//iframe][1]//iframe"
+                    )
+                    details = iframe.content_frame
+                    await expect(
+                        details.get_by_role("heading", name=re.compile("Approval needed"))
+                    ).to_be_visible(timeout=UI_TIMEOUT_MS)
+                    await expect(details.get_by_text("OVER_THRESHOLD").first).to_be_visible()
+                    await expect(details.get_by_text("7500").first).to_be_visible()
+                    await _full_page_screenshot(page, images / "approval-in-web-ui.png")
+                    dialog = await _action_dialog(
+                        page,
+                        "signal",
+                        "resolve",
+                        f'{{"decision": "approve", "operator": "{OPERATOR}", '
+                        '"note": "invoice checked"}',
+                    )
+                    await expect(dialog).to_be_hidden(timeout=UI_TIMEOUT_MS)
+                except BaseException:
+                    with contextlib.suppress(Exception):
+                        await page.screenshot(path=str(tmp_path / "failure.png"), full_page=True)
+                    raise
+                finally:
+                    await context.close()
+            assert await asyncio.wait_for(case.result(), 60) == {"ok": {"wired": 7_500}}
+            assert policies.ran(case.id) == [7_500]
+            decided = await asyncio.wait_for(review.result(), 60)
+            assert decided["decision"] == "approve" and decided["operators"] == [OPERATOR]
+            approval = r.journal.policy.approval(binding)
+            assert approval is not None and approval.status == "consumed"
+            assert approval.operators == [OPERATOR]
+    finally:
+        await server.stop()

@@ -216,6 +216,8 @@ class Decision:
     state: PolicyState | None = None
     #: the decision was a monitor's: it was recorded, not enforced
     observed: bool = False
+    #: the people whose approval met an escalation
+    approvers: tuple[str, ...] = ()
 
     @property
     def denies(self) -> bool:
@@ -607,15 +609,84 @@ class Scopes:
     namespace: str
     #: the execution (``run_id/activity_id``) or the effect (``effect:<id>``) being admitted
     execution: str
+    #: what an approval of this call names: the effect id, or ``call:<digest>`` when ungated
+    binding: str = ""
 
     @classmethod
-    def of(cls, event: CallEvent, execution: str) -> Scopes:
+    def of(cls, event: CallEvent, execution: str, binding: str = "") -> Scopes:
         """The session defaults to the workflow id; "-" stands for an unknown principal."""
         return cls(
             session=event.session or event.workflow_id or "-",
             principal=event.principal or "-",
             namespace=event.namespace or "-",
             execution=execution,
+            binding=binding,
+        )
+
+
+def call_binding(activity: str, digest: str, principal: str) -> str:
+    """What an approval of an ungated call names: the activity, its input and who asks,
+    digested (two agents asking the same are two questions)."""
+    text = f"{activity}\x00{digest}\x00{principal}"
+    return "call:" + hashlib.sha256(text.encode()).hexdigest()
+
+
+ApprovalStatus = Literal["pending", "approved", "rejected", "consumed"]
+ApprovalScope = Literal["once", "session", "ttl"]
+
+
+class Approval(BaseModel):
+    """A request for a person's approval, and what they decided.
+
+    Bound to the effect id (or the call's digest), the payload digest, the principal and the
+    policy epoch: a changed input, principal or policy is not covered. Consumed by its first
+    use unless granted for the session or for a time.
+    """
+
+    model_config = ConfigDict(frozen=True)
+
+    binding: str
+    activity: str
+    principal: str
+    session: str
+    payload_digest: str
+    epoch: str
+    policy_id: str | None = None
+    code: str = ""
+    reason: str = ""
+    #: the input as a person deciding needs to see it (secrets masked); never journaled
+    proposal: Any = None
+    requested_at: float
+    status: ApprovalStatus = "pending"
+    scope: ApprovalScope = "once"
+    expires_at: float | None = None
+    operators: list[str] = Field(default_factory=list)
+    note: str = ""
+    decided_at: float | None = None
+
+    def covers(
+        self, *, digest: str, principal: str, epoch: str, session: str, now: float
+    ) -> str | None:
+        """Why this approval does not cover the call (None: it does)."""
+        if self.status != "approved":
+            return f"the approval is {self.status}"
+        if self.payload_digest != digest:
+            return "the input changed since it was approved"
+        if self.principal != principal:
+            return "another principal asks"
+        if self.epoch != epoch:
+            return "the policy changed since it was approved"
+        if self.scope == "session" and self.session != session:
+            return "it was granted for another session"
+        if self.expires_at is not None and now >= self.expires_at:
+            return "it expired"
+        return None
+
+    def same_request(self, other: Approval) -> bool:
+        return (self.payload_digest, self.principal, self.epoch) == (
+            other.payload_digest,
+            other.principal,
+            other.epoch,
         )
 
 
@@ -623,11 +694,32 @@ class PolicyStore(ABC):
     """Policy state in the journal's database, shared by every worker on it."""
 
     @abstractmethod
-    def evaluate(self, scopes: Scopes, fn: Callable[[PolicyState, bool], Outcome]) -> Decision:
-        """In one transaction: read the state of ``scopes`` and whether ``scopes.execution``
-        was admitted before, call ``fn(state, admitted)``, write the state after it, admit the
-        execution at ``charge`` (when not None), and sign ``note`` into the session's policy
-        chain in the journal. Returns the outcome's decision."""
+    def evaluate(
+        self, scopes: Scopes, fn: Callable[[PolicyState, bool, Approval | None], Outcome]
+    ) -> Decision:
+        """In one transaction: read the state of ``scopes``, whether ``scopes.execution`` was
+        admitted before and the approval of ``scopes.binding``; call ``fn(state, admitted,
+        approval)``; write the state after it, admit the execution at ``charge`` (when not
+        None), record the approval request or consumption, and sign ``note`` into the session's
+        policy chain in the journal. Returns the outcome's decision."""
+
+    @abstractmethod
+    def approval(self, binding: str) -> Approval | None: ...
+
+    @abstractmethod
+    def decide_approval(
+        self,
+        binding: str,
+        *,
+        approve: bool,
+        operators: Sequence[str],
+        note: str = "",
+        scope: ApprovalScope = "once",
+        ttl_s: float | None = None,
+    ) -> tuple[bool, Approval]:
+        """Record a person's decision on a pending approval (journaled): (recorded, approval).
+        An approval already decided is returned unchanged with recorded False; an unknown
+        binding raises ``KeyError``."""
 
     @abstractmethod
     def settle_cost(self, scopes: Scopes, actual_usd: float) -> bool:
@@ -672,6 +764,20 @@ def input_digest(args: Sequence[Any]) -> str:
         return hashlib.sha256(repr([type(a).__qualname__ for a in args]).encode()).hexdigest()
 
 
+MASK = "**********"
+
+
+def redact(data: Any, secret: frozenset[str]) -> Any:
+    """``data`` with the value of every field named in ``secret`` masked, at any depth."""
+    if not secret:
+        return data
+    if isinstance(data, dict):
+        return {k: MASK if k in secret else redact(v, secret) for k, v in data.items()}
+    if isinstance(data, list):
+        return [redact(v, secret) for v in data]
+    return data
+
+
 def cost_in(value: Any, field_name: str | None) -> float | None:
     """A cost the input or result reports in ``field_name``: a finite, non-negative number."""
     if field_name is None:
@@ -698,6 +804,10 @@ class Outcome:
     state: PolicyState
     charge: float | None = None
     note: dict[str, Any] | None = None
+    #: an approval to ask a person for (kept while the same request is pending)
+    request: Approval | None = None
+    #: the approval this call used up (only a once-approval is consumed)
+    consumed: Approval | None = None
 
 
 class PolicyGuard:
@@ -751,12 +861,15 @@ class PolicyGuard:
         facts = self.facts(event, delivery=delivery, digest=digest)
         if ruled.verdict is Verdict.ESCALATE:
             facts = dataclasses.replace(facts, escalate=True)
+        if not scopes.binding:
+            binding = call_binding(event.activity, facts.digest, scopes.principal)
+            scopes = dataclasses.replace(scopes, binding=binding)
         monitor = policy.mode == "monitor"
         rng = self.rng()
 
-        def note(d: Decision, observed: bool) -> dict[str, Any]:
+        def note(d: Decision, event_name: str) -> dict[str, Any]:
             return {
-                "event": "observed" if observed else d.verdict.value.lower(),
+                "event": event_name,
                 "verdict": d.verdict.value,
                 "code": d.code,
                 "reason": d.reason,
@@ -768,12 +881,39 @@ class PolicyGuard:
                 "principal": event.principal,
                 "session": scopes.session,
                 "execution": scopes.execution,
+                "binding": scopes.binding,
                 "delivery": delivery,
+                "approvers": list(d.approvers),
                 "tripped": d.state is not None and d.state.session.circuit is not None,
             }
 
-        def evaluate(state: PolicyState, admitted: bool) -> Outcome:
-            f = dataclasses.replace(facts, admitted=admitted)
+        def request(d: Decision) -> Approval:
+            return Approval(
+                binding=scopes.binding,
+                activity=event.activity,
+                principal=scopes.principal,
+                session=scopes.session,
+                payload_digest=facts.digest,
+                epoch=policy.epoch,
+                policy_id=d.policy_id,
+                code=d.code,
+                reason=d.reason,
+                proposal=self.shown(event),
+                requested_at=facts.now,
+            )
+
+        def evaluate(state: PolicyState, admitted: bool, approval: Approval | None) -> Outcome:
+            covered = approval is not None and (
+                approval.covers(
+                    digest=facts.digest,
+                    principal=scopes.principal,
+                    epoch=policy.epoch,
+                    session=scopes.session,
+                    now=facts.now,
+                )
+                is None
+            )
+            f = dataclasses.replace(facts, admitted=admitted, approved=covered)
             charge = None if admitted else f.cost_usd
             if monitor:
                 d = decide(state, f, policy.limits, rng)
@@ -789,12 +929,15 @@ class PolicyGuard:
                         argument=seen.argument,
                         observed=True,
                     )
-                    return Outcome(observed, after, charge, note(seen, True))
+                    return Outcome(observed, after, charge, note(seen, "observed"))
                 return Outcome(Decision(Verdict.ALLOW), after, charge)
             if ruled.denies:
                 blocked = dataclasses.replace(ruled, state=state)
                 return Outcome(
-                    blocked, _remember_delivery(state, state.session, f), None, note(ruled, False)
+                    blocked,
+                    _remember_delivery(state, state.session, f),
+                    None,
+                    note(ruled, "deny"),
                 )
             d = decide(state, f, policy.limits, rng)
             after = d.state or state
@@ -804,18 +947,46 @@ class PolicyGuard:
                     d = dataclasses.replace(
                         d, code=ruled.code, reason=ruled.reason, policy_id=ruled.policy_id
                     )
-                return Outcome(d, after, None, note(d, False))
+                if d.verdict is Verdict.ESCALATE:
+                    return Outcome(d, after, None, note(d, "escalate"), request=request(d))
+                return Outcome(d, after, None, note(d, "deny"))
+            consumed = None
+            if covered and not admitted:
+                unapproved = decide(
+                    state, dataclasses.replace(f, approved=False), policy.limits, rng
+                )
+                if unapproved.verdict is Verdict.ESCALATE:
+                    assert approval is not None
+                    consumed = approval
+                    d = dataclasses.replace(
+                        d,
+                        code="APPROVED",
+                        reason=f"{unapproved.code} met by an approval",
+                        policy_id=policy.policy_id,
+                        approvers=tuple(approval.operators),
+                    )
             if ruled.verdict is Verdict.MODIFY:
                 d = dataclasses.replace(
                     d,
                     verdict=Verdict.MODIFY,
-                    code="MODIFIED",
+                    code="MODIFIED" if consumed is None else d.code,
                     args=rewritten.args,
-                    policy_id=ruled.policy_id,
+                    policy_id=ruled.policy_id if consumed is None else d.policy_id,
                 )
+            if consumed is not None:
+                return Outcome(d, after, charge, note(d, "approval_used"), consumed=consumed)
             return Outcome(d, after, charge)
 
         return self.store.evaluate(scopes, evaluate)
+
+    def shown(self, event: CallEvent) -> Any:
+        """The call's input as a person deciding sees it: secrets masked."""
+        try:
+            data = jsonable(list(event.args))
+        except UnserializableInput:
+            return None
+        shown = redact(data, self.policy.secret_arguments)
+        return shown[0] if len(shown) == 1 else shown
 
     def check_result(self, event: CallEvent) -> Decision:
         """Result-phase rules on what an activity returned (no state)."""

@@ -209,7 +209,7 @@ class Gate:
             )
             decision = self.policy.check(
                 event,
-                Scopes.of(event, f"effect:{eid}"),
+                Scopes.of(event, f"effect:{eid}", binding=eid),
                 delivery=f"{d.run_id}/{d.activity_id}/{d.attempt}" if d.activity_id else "",
                 digest=pdigest,
             )
@@ -364,9 +364,7 @@ class Gate:
         )
         measured = call.measure(approved) if call.measure else Measure()
         demand = Demand(call.principal, call.activity, measured.amount_cents, measured.resource)
-        decided_by = ["lease"]
-        if admitted is not None:
-            decided_by.append(f"policy:{admitted.policy_id or self.policy_id}")
+        decided_by = ["lease", *_policy_deciders(admitted, self.policy_id)]
 
         def build(lease: Lease | None) -> list[Draft]:
             problem: str | None
@@ -441,8 +439,11 @@ class Gate:
                         "principal": call.principal,
                         "premises": recorded,
                         "approved_digest": hashlib.sha256(approved_json).hexdigest(),
-                        "decided_by": ["lease", f"reopened:{view.operator}"]
-                        + ([f"policy:{admitted.policy_id or self.policy_id}"] if admitted else []),
+                        "decided_by": [
+                            "lease",
+                            f"reopened:{view.operator}",
+                            *_policy_deciders(admitted, self.policy_id),
+                        ],
                         "checks": ["lease", "premises", *(["policy"] if admitted else [])],
                         **self._policy_note(admitted),
                     },
@@ -811,6 +812,14 @@ def decision_premises(call: Call) -> dict[str, Any] | None:
     first = call.args_json[0]
     value = first.get(call.premises_field) if isinstance(first, dict) else None
     return dict(value) if isinstance(value, dict) else None
+
+
+def _policy_deciders(decision: Decision | None, policy_id: str) -> list[str]:
+    if decision is None:
+        return []
+    return [f"policy:{decision.policy_id or policy_id}"] + [
+        f"approver:{name}" for name in decision.approvers
+    ]
 
 
 def _as_input(args: tuple[Any, ...]) -> Any:

@@ -15,6 +15,7 @@ from .errors import InterlockError
 from .identity import canonical, jsonable
 from .journal import Journal
 from .models import Draft, Kind, Receipt
+from .policy import Approval
 from .receipts import EffectView, fold, receipt_of
 
 ReviewKind = Literal["ambiguous", "approval"]
@@ -40,6 +41,10 @@ class Decision(BaseModel):
     note: str = ""
     #: for ``happened``: what the effect returned, checked against the activity's return type
     result: Any = None
+    #: for ``approve``: how long the approval lasts: one use (default), the whole session, or
+    #: ``ttl_s`` seconds
+    scope: Literal["once", "session"] | None = None
+    ttl_s: float | None = Field(default=None, gt=0)
 
 
 class ReviewRules(BaseModel):
@@ -78,6 +83,10 @@ def decision_problem(
         return f"{operator!r} is the agent's own principal: no self-approval"
     if d.result is not None and d.decision != "happened":
         return "a result can be attested only with the decision happened"
+    if (d.scope is not None or d.ttl_s is not None) and d.decision != "approve":
+        return "scope and ttl_s belong to an approve decision only"
+    if d.scope == "session" and d.ttl_s is not None:
+        return "an approval lasts for the session or for ttl_s seconds, not both"
     if any(v.operator.strip() == operator for v in already):
         return f"operator {operator!r} has already decided this review"
     return None
@@ -101,7 +110,8 @@ class Recorded(BaseModel):
     recorded: bool
     state: Literal["resolved", "closed", "reopened"]
     reason: str = ""
-    receipt: Receipt
+    #: the effect's receipt (None for an approval: nothing has been proposed yet)
+    receipt: Receipt | None = None
 
 
 def record_resolution(
@@ -119,8 +129,10 @@ def record_resolution(
     An effect a late ``COMMITTED`` already settled is reported closed, and one already resolved
     is reported as it was: neither is changed.
     """
+    if kind == "approval":
+        raise ReviewError("approval reviews are recorded with record_approval")
     if kind != "ambiguous":
-        raise ReviewError(f"{kind} reviews are recorded by the policy layer")
+        raise ReviewError(f"no such review kind: {kind}")
     entries = journal.read(effect_id)
     if not entries:
         raise ReviewError(f"no effect {effect_id} in the journal")
@@ -156,6 +168,41 @@ def record_resolution(
     journal.append(effect_id, view.head, [Draft(kind=Kind.RESOLVED, data=data)], blobs=blobs)
     after = fold(effect_id, journal.read(effect_id))
     return Recorded(recorded=True, state="resolved", receipt=receipt_of(after))
+
+
+def record_approval(
+    journal: Journal,
+    binding: str,
+    *,
+    decision: str,
+    operators: Sequence[str],
+    note: str = "",
+    scope: Literal["once", "session"] | None = None,
+    ttl_s: float | None = None,
+) -> Recorded:
+    """Record a person's ``approve`` or ``reject`` on a pending approval (journaled)."""
+    if decision not in DECISIONS["approval"]:
+        raise ReviewError(f"{decision!r} is not a decision for approval reviews")
+    try:
+        recorded, approval = journal.policy.decide_approval(
+            binding,
+            approve=decision == "approve",
+            operators=operators,
+            note=note,
+            scope=scope or "once",
+            ttl_s=ttl_s,
+        )
+    except KeyError:
+        raise ReviewError(f"no approval was requested for {binding}") from None
+    except ValueError as err:
+        raise ReviewError(str(err)) from None
+    if not recorded:
+        return Recorded(
+            recorded=False,
+            state="resolved",
+            reason=f"already {approval.status} by {', '.join(approval.operators) or '-'}",
+        )
+    return Recorded(recorded=True, state="resolved")
 
 
 def reopen(journal: Journal, effect_id: str, *, operator: str, note: str = "") -> Recorded:
@@ -286,6 +333,48 @@ def review_markdown(
     if rules.allowed_operators is not None:
         rule_text.append("operators: " + ", ".join(rules.allowed_operators))
     rule_text.append(f"the agent's principal `{view.principal}` may not decide")
+    lines += [
+        "",
+        "Rules: " + "; ".join(rule_text) + ".",
+        "The Web UI's signal carries no identity: `operator` is what the sender typed.",
+    ]
+    return "\n".join(lines)
+
+
+def approval_markdown(approval: Approval, rules: ReviewRules) -> str:
+    """The approval review's explanation for the Temporal UI."""
+    lines = [
+        f"## Approval needed: `{approval.activity}`",
+        "",
+        f"- asks: `{approval.principal}` in session `{approval.session}`",
+        f"- why: {approval.code}: {approval.reason or '-'} (policy `{approval.policy_id}`, "
+        f"epoch `{approval.epoch}`)",
+        f"- requested {_when(approval.requested_at)}",
+        f"- binds to: `{approval.binding}`, input digest `{approval.payload_digest[:16]}`",
+        "",
+        "### The call",
+        "",
+        "```json",
+        json.dumps(approval.proposal, indent=2, sort_keys=True, default=str),
+        "```",
+        "",
+        "An approval covers exactly this input, this principal and this policy epoch: a "
+        "changed amount or policy needs a new approval.",
+        "",
+        "### Decide",
+        "",
+        "More Actions → Send a Signal → `resolve` (or Update → `decide`), with one of:",
+        "",
+        '    {"decision": "approve", "operator": "your-name", "note": "why"}',
+        '    {"decision": "reject", "operator": "your-name", "note": "why"}',
+        "",
+        'An approval is used once; add `"scope": "session"` to cover the session, or '
+        '`"ttl_s": 3600` to cover an hour.',
+    ]
+    rule_text = [f"{rules.min_approvals} approval(s) needed"]
+    if rules.allowed_operators is not None:
+        rule_text.append("operators: " + ", ".join(rules.allowed_operators))
+    rule_text.append(f"the agent's principal `{approval.principal}` may not decide")
     lines += [
         "",
         "Rules: " + "; ".join(rule_text) + ".",

@@ -8,7 +8,7 @@ import json
 import sqlite3
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +28,8 @@ from .journal import (
 from .leases import LeaseStore
 from .models import Draft, EffectRow, Entry, JournalHead, Kind, Lease
 from .policy import (
+    Approval,
+    ApprovalScope,
     Decision,
     Outcome,
     PolicyState,
@@ -99,6 +101,10 @@ _MIGRATIONS: list[str] = [
         estimate_usd REAL NOT NULL,
         actual_usd   REAL,
         ts           REAL NOT NULL
+    ) WITHOUT ROWID;
+    CREATE TABLE policy_approvals (
+        binding TEXT PRIMARY KEY,
+        doc     TEXT NOT NULL
     ) WITHOUT ROWID;
     """,
 ]
@@ -218,7 +224,25 @@ class _SqlitePolicy(PolicyStore):
             effect_type=POLICY_CHAIN_TYPE,
         )
 
-    def evaluate(self, scopes: Scopes, fn: Callable[[PolicyState, bool], Outcome]) -> Decision:
+    @staticmethod
+    def _approval(db: sqlite3.Connection, binding: str) -> Approval | None:
+        if not binding:
+            return None
+        row = db.execute(
+            "SELECT doc FROM policy_approvals WHERE binding = ?", (binding,)
+        ).fetchone()
+        return None if row is None else Approval.model_validate_json(row[0])
+
+    @staticmethod
+    def _put_approval(db: sqlite3.Connection, approval: Approval) -> None:
+        db.execute(
+            "INSERT OR REPLACE INTO policy_approvals (binding, doc) VALUES (?, ?)",
+            (approval.binding, approval.model_dump_json()),
+        )
+
+    def evaluate(
+        self, scopes: Scopes, fn: Callable[[PolicyState, bool, Approval | None], Outcome]
+    ) -> Decision:
         def run(db: sqlite3.Connection) -> Decision:
             session = self._load(db, scopes.session)
             principal = self._spent(db, "principal:" + scopes.principal)
@@ -229,7 +253,8 @@ class _SqlitePolicy(PolicyStore):
                 ).fetchone()
                 is not None
             )
-            out = fn(PolicyState(session, principal, namespace), admitted)
+            approval = self._approval(db, scopes.binding)
+            out = fn(PolicyState(session, principal, namespace), admitted, approval)
             after = out.state
             if after.session != session:
                 self._save(db, scopes.session, after.session)
@@ -254,6 +279,14 @@ class _SqlitePolicy(PolicyStore):
                         time.time(),
                     ),
                 )
+            if out.request is not None and not (
+                approval is not None
+                and approval.status == "pending"
+                and approval.same_request(out.request)
+            ):
+                self._put_approval(db, out.request)
+            if out.consumed is not None and out.consumed.scope == "once":
+                self._put_approval(db, out.consumed.model_copy(update={"status": "consumed"}))
             if out.note is not None:
                 self._note(db, scopes.session, out.note)
             return out.decision
@@ -291,6 +324,65 @@ class _SqlitePolicy(PolicyStore):
 
         settled: bool = self._j._write(run)
         return settled
+
+    def approval(self, binding: str) -> Approval | None:
+        with self._j._lock:
+            return self._approval(self._j._db, binding)
+
+    def decide_approval(
+        self,
+        binding: str,
+        *,
+        approve: bool,
+        operators: Sequence[str],
+        note: str = "",
+        scope: ApprovalScope = "once",
+        ttl_s: float | None = None,
+    ) -> tuple[bool, Approval]:
+        if not operators or not all(o.strip() for o in operators):
+            raise ValueError("operators must name the people deciding")
+        if ttl_s is not None and not ttl_s > 0:
+            raise ValueError("ttl_s must be a positive number of seconds")
+
+        def run(db: sqlite3.Connection) -> tuple[bool, Approval]:
+            found = self._approval(db, binding)
+            if found is None:
+                raise KeyError(f"no approval was requested for {binding}")
+            if found.status != "pending":
+                return False, found
+            now = time.time()
+            decided = found.model_copy(
+                update={
+                    "status": "approved" if approve else "rejected",
+                    "scope": "ttl" if ttl_s is not None else scope,
+                    "expires_at": None if ttl_s is None else now + ttl_s,
+                    "operators": [o.strip() for o in operators],
+                    "note": note,
+                    "decided_at": now,
+                }
+            )
+            self._put_approval(db, decided)
+            self._note(
+                db,
+                found.session,
+                {
+                    "event": "approval_granted" if approve else "approval_rejected",
+                    "binding": binding,
+                    "activity": found.activity,
+                    "principal": found.principal,
+                    "session": found.session,
+                    "digest": found.payload_digest,
+                    "epoch": found.epoch,
+                    "scope": decided.scope,
+                    "expires_at": decided.expires_at,
+                    "operators": decided.operators,
+                    "note": note,
+                },
+            )
+            return True, decided
+
+        out: tuple[bool, Approval] = self._j._write(run)
+        return out
 
     def session(self, session: str) -> SessionState | None:
         with self._j._lock:
