@@ -301,3 +301,48 @@ def gated(
 def spec_of(fn: Any) -> GateSpec | None:
     spec = getattr(fn, SPEC_ATTR, None)
     return spec if isinstance(spec, GateSpec) else None
+
+
+@functools.lru_cache(maxsize=1024)
+def parameter_names(fn: Callable[..., Any]) -> tuple[str, ...]:
+    """An activity's parameter names (a gated one's as declared, not its raw wrapper's)."""
+    spec = spec_of(fn)
+    if spec is not None:
+        return spec.param_names
+    try:
+        params = inspect.signature(fn).parameters.values()
+    except (TypeError, ValueError):
+        return ()
+    return tuple(p.name for p in params if p.name != "self")
+
+
+def argument_names(fn: Callable[..., Any]) -> frozenset[str] | None:
+    """What a policy rule may name for ``fn``: its parameters and, for a single model or
+    dataclass input, that input's fields. None when they cannot be known (an untyped dict)."""
+    import dataclasses
+    import typing
+
+    from pydantic import BaseModel
+
+    spec = spec_of(fn)
+    names = parameter_names(fn)
+    if spec is not None:
+        types: tuple[Any, ...] = spec.arg_types
+    else:
+        try:
+            hints = get_type_hints(fn)
+        except Exception:
+            return None
+        types = tuple(hints.get(n, Any) for n in names)
+    if len(types) != 1:
+        return frozenset(names)
+    hint = types[0]
+    if isinstance(hint, type) and issubclass(hint, BaseModel):
+        return frozenset(names) | frozenset(hint.model_fields)
+    if isinstance(hint, type) and dataclasses.is_dataclass(hint):
+        return frozenset(names) | frozenset(f.name for f in dataclasses.fields(hint))
+    if typing.is_typeddict(hint):
+        return frozenset(names) | frozenset(hint.__annotations__)
+    if hint in (str, int, float, bool, bytes):
+        return frozenset(names)
+    return None

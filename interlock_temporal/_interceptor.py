@@ -26,7 +26,7 @@ from ._errors import (
     InvalidEffectInput,
     JournalUnavailableError,
 )
-from ._gated import EffectContext, GateSpec, _cost, _current, spec_of
+from ._gated import EffectContext, GateSpec, _cost, _current, parameter_names, spec_of
 from ._review import ReviewDesk
 from .core.errors import (
     Ambiguous,
@@ -42,6 +42,7 @@ from .core.models import Kind
 from .core.policy import (
     CallEvent,
     Policy,
+    PolicyFollower,
     PolicyGuard,
     Scopes,
     Verdict,
@@ -116,7 +117,7 @@ class InterlockInterceptor(temporalio.worker.Interceptor):
         on_point: Callable[[str, str], None] | None = None,
         client: temporalio.client.Client | None = None,
         review_rules: ReviewRules | None = None,
-        policy: Policy | None = None,
+        policy: Policy | PolicyFollower | None = None,
     ) -> None:
         self._journal_arg = journal
         self._signing_key = signing_key
@@ -210,6 +211,7 @@ class _ActivityInbound(temporalio.worker.ActivityInboundInterceptor):
             namespace=info.workflow_namespace,
             attempt=info.attempt,
             workflow_id=info.workflow_id,
+            param_names=parameter_names(input.fn),
         )
         scopes = Scopes.of(event, f"{info.workflow_run_id}/{info.activity_id}")
         with _as_temporal_errors():
@@ -340,6 +342,7 @@ class _ActivityInbound(temporalio.worker.ActivityInboundInterceptor):
             ),
             last_attempt=is_last_attempt(info),
             decode_args=spec.decode_json,
+            param_names=spec.param_names,
         )
 
     async def _send_and_record(

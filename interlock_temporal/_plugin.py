@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import os
 from collections.abc import Awaitable, Callable
 from datetime import timedelta
 
@@ -15,11 +16,12 @@ from temporalio.plugin import SimplePlugin
 from temporalio.worker import WorkflowRunner
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner
 
-from ._gated import spec_of
+from ._gated import argument_names, spec_of
 from ._interceptor import InterlockInterceptor
 from ._review import EffectReview, Reconciler, ReconcileRequest
 from .core.journal import Journal
 from .core.policy import Policy
+from .core.policy_file import PolicySource, check_arguments
 from .core.review import ReviewRules
 
 PASSTHROUGH = ("interlock_temporal", "rfc8785", "pydantic", "pydantic_core")
@@ -57,8 +59,9 @@ class InterlockPlugin(SimplePlugin):
     ``review_task_queue``: where reviews run (default: the gated activity's task queue).
     ``reconcile_every``: also run the reconciler on each worker's task queue this often, for
     effects in doubt longer than ``reconcile_older_than``.
-    ``policy``: limits and rules every activity of the worker is checked against (a
-    ``Policy``); denied calls fail with ``InterlockDenied`` and their bodies never run.
+    ``policy``: limits and rules every activity of the worker is checked against: a ``Policy``,
+    or the path of a YAML/JSON policy file (validated now, reloaded when it changes); denied
+    calls fail with ``InterlockDenied`` and their bodies never run.
     ``on_point``: called at each named point of the protocol (tests use it to kill a worker at
     an exact step: ``interlock_temporal.testing.kill_at``).
     """
@@ -73,14 +76,17 @@ class InterlockPlugin(SimplePlugin):
         reconcile_every: timedelta | None = None,
         reconcile_older_than: timedelta = timedelta(seconds=60),
         on_point: Callable[[str, str], None] | None = None,
-        policy: Policy | None = None,
+        policy: Policy | str | os.PathLike[str] | None = None,
     ) -> None:
+        self._policy: Policy | PolicySource | None = (
+            PolicySource(policy) if isinstance(policy, str | os.PathLike) else policy
+        )
         self.interceptor = InterlockInterceptor(
             journal,
             signing_key=signing_key,
             on_point=on_point,
             review_rules=review,
-            policy=policy,
+            policy=self._policy,
         )
         desk = self.interceptor.desk
         desk.task_queue = review_task_queue
@@ -105,10 +111,19 @@ class InterlockPlugin(SimplePlugin):
         self, config: temporalio.worker.WorkerConfig
     ) -> temporalio.worker.WorkerConfig:
         self.interceptor.client = config.get("client")
+        arguments: dict[str, frozenset[str] | None] = {}
         for fn in config.get("activities") or []:
+            name = _Definition.must_from_callable(fn).name or ""
+            arguments[name] = argument_names(fn)
             spec = spec_of(fn)
             if spec is not None:
-                self.interceptor.desk.specs[_Definition.must_from_callable(fn).name or ""] = spec
+                self.interceptor.desk.specs[name] = spec
+        # a rule naming an argument no activity has is a typo: refuse it now (and on reload)
+        policy = self._policy
+        if isinstance(policy, PolicySource):
+            policy.on_load(lambda p: check_arguments(p, arguments))
+        elif policy is not None:
+            check_arguments(policy, arguments)
         # open the journal now: a bad URL or key fails the worker, not its first activity
         _ = self.interceptor.gate
         return super().configure_worker(config)

@@ -19,6 +19,7 @@ from temporalio.exceptions import ActivityError, ApplicationError, FailureError
 from ._gated import EffectContext, GateSpec, _current, describe_invalid
 from .core.errors import Ambiguous, InFlight, InterlockError, Refused
 from .core.models import Kind, Receipt
+from .core.policy import redact
 from .core.protocol import Call, Delivery, Done, Gate
 from .core.receipts import fold, receipt_of
 from .core.review import (
@@ -511,7 +512,9 @@ class ReviewDesk:
             view = fold(effect_id, entries)
             if view.status is not Kind.AMBIGUOUS:
                 return None
-            approved = journal.blob(effect_id, "approved") or []
+            guard = self._gate().policy
+            secrets = guard.policy.secret_arguments if guard is not None else frozenset()
+            approved = redact(journal.blob(effect_id, "approved") or [], secrets)
             changes: list[dict[str, Any]] = next(
                 (e.data.get("changes", []) for e in reversed(entries) if e.kind is Kind.AMBIGUOUS),
                 [],
@@ -689,6 +692,7 @@ class ReviewDesk:
             ),
             last_attempt=True,
             decode_args=spec.decode_json,
+            param_names=spec.param_names,
         )
         if Gate.identify(call)[0] != effect_id:
             return ReconcileOutcome(

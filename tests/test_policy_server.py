@@ -4,18 +4,22 @@ with the CLI, budgets are charged once and settled with the actual cost."""
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
+import asyncio
+import json
+import logging
 import uuid
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
 import pytest
+from pydantic import BaseModel, SecretStr
 from temporalio import activity
 from temporalio.client import WorkflowUpdateFailedError
 
-from interlock_temporal import receipt, report_cost
+from interlock_temporal import current_effect, gated, receipt, report_cost
+from interlock_temporal.core.identity import effect_id
+from interlock_temporal.core.models import Found
 from interlock_temporal.core.policy import (
     CallEvent,
     Limits,
@@ -25,11 +29,13 @@ from interlock_temporal.core.policy import (
     escalate,
     input_digest,
 )
+from interlock_temporal.core.policy_file import PolicyError
 from interlock_temporal.core.review import review_id
 from interlock_temporal.testing import DevServer
 from workers.scenarios import ORDER
 
 from .server_workflows import ApprovedCall, RunCalls
+from .test_cli_reviews import interlock
 from .test_reviews import until
 from .test_server import Rig, rig
 
@@ -125,25 +131,29 @@ async def test_the_fourth_identical_call_is_denied_and_the_circuit_stays_open(
         # resets it, with the command an operator runs
         _, again = await session(r, [("search", "y")], session=wf)
         assert codes(again) == ["InterlockDenied:CIRCUIT_OPEN"]
-        cli = [sys.executable, "-m", "interlock_temporal.cli", "--journal", r.journal.url]
-        env = {**os.environ, "INTERLOCK_SIGNING_KEY": "11" * 32}
-        shown = subprocess.run(
-            [*cli, "circuit", "show", wf], capture_output=True, text=True, env=env
-        )
-        assert shown.returncode == 0 and "OPEN" in shown.stdout and "MAX_REPEAT" in shown.stdout
-        reset = subprocess.run(
-            [*cli, "circuit", "reset", wf, "--operator", "carol", "--note", "loop fixed"],
-            capture_output=True,
-            text=True,
+        journal = ["--journal", r.journal.url]
+        env = {"INTERLOCK_SIGNING_KEY": "11" * 32}
+        shown = await interlock("circuit", "show", wf, *journal, cwd=tmp_path, env=env)
+        assert shown.code == 0 and "OPEN" in shown.out and "MAX_REPEAT" in shown.out
+        reset = await interlock(
+            "circuit",
+            "reset",
+            wf,
+            "--operator",
+            "carol",
+            "--note",
+            "loop fixed",
+            *journal,
+            cwd=tmp_path,
             env=env,
         )
-        assert reset.returncode == 0, reset.stderr
+        assert reset.code == 0, reset.err
         wf2, after = await session(r, [("search", "y")], session=wf)
         assert codes(after) == ["ok"] and ran(wf2) == ["y"]
-        again_reset = subprocess.run(
-            [*cli, "circuit", "reset", wf, "--operator", "carol"], capture_output=True, env=env
+        again_reset = await interlock(
+            "circuit", "reset", wf, "--operator", "carol", *journal, cwd=tmp_path, env=env
         )
-        assert again_reset.returncode == 1
+        assert again_reset.code == 1 and "not open" in again_reset.err
         events = [e.data for e in r.journal.policy.events()]
         assert [(e["event"], e.get("code")) for e in events] == [
             ("deny", "MAX_REPEAT_EXCEEDED"),
@@ -266,6 +276,11 @@ async def test_monitor_mode_runs_what_a_rule_would_block_and_the_receipt_says_so
 PAID: list[int] = []
 
 
+class Transfer(BaseModel):
+    to: str
+    amount_cents: int
+
+
 @activity.defn
 async def wire(transfer: dict[str, Any]) -> dict[str, Any]:
     _ran("wire", transfer["amount_cents"])
@@ -377,3 +392,187 @@ async def test_an_approval_does_not_cover_a_changed_amount(
         await review_changed.signal("resolve", {"decision": "reject", "operator": "carol"})
         assert (await changed.result())["error"] == "EffectRefused"
         assert PAID.count(9_000) == 0
+
+
+# -- a policy file -------------------------------------------------------------------------------
+
+WIRE_POLICY = """\
+policy_id: payments
+rules:
+  - id: big-wires
+    activity: wire
+    when:
+      amount_cents: {gt: 5000}
+    verdict: escalate
+    code: OVER_THRESHOLD
+    reason: wires over $50 need a person
+"""
+
+
+async def test_an_approval_does_not_cover_a_new_policy_epoch(
+    dev_server: DevServer, tmp_path: Path
+) -> None:
+    path = tmp_path / "policy.yaml"
+    path.write_text(WIRE_POLICY)
+    async with policy_rig(dev_server, tmp_path, str(path), extra_more=[wire]) as r:  # type: ignore[arg-type]
+        session_id = f"s-{uuid.uuid4().hex[:6]}"
+        first = await start_approved(r, 6_000, session=session_id)
+        review, binding = await approval_review(r, 6_000)
+        await review.signal(
+            "resolve", {"decision": "approve", "operator": "carol", "scope": "session"}
+        )
+        assert (await first.result())["ok"] == {"wired": 6_000}
+        granted_epoch = r.journal.policy.approval(binding).epoch  # type: ignore[union-attr]
+        # the file changes (one word of a reason): a new epoch, and the old approval is void
+        path.write_text(WIRE_POLICY.replace("a person", "a human"))
+        await asyncio.sleep(0.7)  # the plugin looks at the file at most every 0.5 s
+        again = await start_approved(r, 6_000, session=session_id)
+        review2, _ = await approval_review(r, 6_000)
+        assert ran(again.id) == []
+        pending = r.journal.policy.approval(binding)
+        assert pending is not None and pending.status == "pending"
+        assert pending.epoch != granted_epoch
+        await review2.signal("resolve", {"decision": "reject", "operator": "carol"})
+        assert (await again.result())["error"] == "EffectRefused"
+        assert PAID.count(6_000) >= 1 and ran(again.id) == []
+
+
+async def test_a_policy_naming_an_argument_no_activity_has_stops_the_worker(
+    dev_server: DevServer, tmp_path: Path
+) -> None:
+    path = tmp_path / "policy.yaml"
+    path.write_text(WIRE_POLICY.replace("amount_cents: {gt", "amount_cent: {gt"))
+
+    @activity.defn(name="wire")
+    async def typed_wire(transfer: Transfer) -> str:
+        return "never"
+
+    with pytest.raises(PolicyError) as refused:
+        async with policy_rig(dev_server, tmp_path, str(path), extra_more=[typed_wire]):  # type: ignore[arg-type]
+            pass
+    assert f"{path}:6: rules[0].when.amount_cent: wire has no argument 'amount_cent'" in str(
+        refused.value
+    )
+
+
+# -- secrets -------------------------------------------------------------------------------------
+
+CANARY_CARD = "4111-CANARY-7734"
+CANARY_KEY = "sk_live_CANARY_93aa"
+
+
+class Charge(BaseModel):
+    order_id: str
+    amount_cents: int
+    card_number: str
+    api_key: SecretStr
+
+
+class Ledger:
+    """A minimal target: remembers what it charged, can be asked (tier 2)."""
+
+    name = "ledger"
+    dedupe_window = None
+    settle_time = timedelta(0)
+
+    def __init__(self) -> None:
+        self.charged: dict[str, int] = {}
+
+    def capture(self, args: Any, effect_id: str) -> dict[str, Any]:
+        return {"open": True}
+
+    def query(self, effect_id: str) -> Found | None:
+        amount = self.charged.get(effect_id)
+        return None if amount is None else Found(result={"charged": amount})
+
+
+LEDGER = Ledger()
+
+
+@activity.defn
+@gated(target=LEDGER, key=lambda c: {"order": c.order_id})
+async def charge(c: Charge) -> dict[str, int]:
+    _ran("charge", c.amount_cents)
+    LEDGER.charged[current_effect().effect_id] = c.amount_cents
+    return {"charged": c.amount_cents}
+
+
+async def _is_open(handle: Any) -> bool:
+    try:
+        return (await handle.query("status"))["state"] == "open"
+    except Exception:
+        return False
+
+
+async def test_secret_arguments_reach_no_receipt_review_journal_entry_or_log(
+    dev_server: DevServer, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    policy = Policy(
+        Limits(hitl_activities=("charge",)), secret_arguments=["card_number"], policy_id="cards"
+    )
+    caplog.set_level(logging.DEBUG)
+    async with policy_rig(dev_server, tmp_path, policy, extra_more=[charge]) as r:
+        order = f"o-{uuid.uuid4().hex[:8]}"
+        lease = r.journal.leases.issue("billing-agent", activities=["charge"])
+        arg = {
+            "order_id": order,
+            "amount_cents": 4_200,
+            "card_number": CANARY_CARD,
+            "api_key": CANARY_KEY,
+        }
+        case = await r.client.start_workflow(
+            ApprovedCall.run,
+            {"principal": "billing-agent", "activity": "charge", "arg": arg, "lease": lease},
+            id=f"charge-{uuid.uuid4().hex[:8]}",
+            task_queue=r.task_queue,
+        )
+        eid = effect_id("charge", {"order": order})
+        review = r.client.get_workflow_handle(review_id("approval", eid))
+        await until(lambda: _is_open(review))
+        await review.signal("resolve", {"decision": "approve", "operator": "carol"})
+        assert await case.result() == {"ok": {"charged": 4_200}}
+
+        shown = receipt(eid, journal=r.journal)
+        assert shown.final == "COMMITTED" and "approver:carol" in shown.decided_by
+        everything = [
+            shown.model_dump_json(),
+            *(e.body.decode() for e in r.journal.read(eid)),
+            *(e.body.decode() for e in r.journal.policy.events()),
+            json.dumps(r.journal.policy.approval(eid).proposal),  # type: ignore[union-attr]
+            *[str(ev) for ev in (await review.fetch_history()).events],
+            caplog.text,
+        ]
+        for text in everything:
+            assert CANARY_CARD not in text and CANARY_KEY not in text
+        # the person deciding still saw what was asked, with the secrets masked
+        proposal = r.journal.policy.approval(eid).proposal  # type: ignore[union-attr]
+        assert proposal["amount_cents"] == 4_200 and proposal["card_number"] == "**********"
+        # and no argument value reaches the receipt or the journal's signed entries
+        for text in everything[:3]:
+            assert order not in text.replace(eid, "")
+
+
+async def test_an_operator_approves_from_the_command_line(
+    dev_server: DevServer, tmp_path: Path
+) -> None:
+    policy = Policy(rules=[over_threshold])
+    async with policy_rig(dev_server, tmp_path, policy, extra_more=[wire]) as r:
+        case = await start_approved(r, 8_000)
+        _, binding = await approval_review(r, 8_000)
+        ran_cli = await interlock(
+            "reviews",
+            "resolve",
+            binding,
+            "--kind",
+            "approval",
+            "--decision",
+            "approve",
+            "--operator",
+            "erin",
+            "--address",
+            dev_server.target,
+            cwd=tmp_path,
+        )
+        assert ran_cli.code == 0, ran_cli.err
+        assert await case.result() == {"ok": {"wired": 8_000}}
+        assert ran(case.id) == [8_000]

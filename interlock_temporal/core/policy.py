@@ -26,7 +26,7 @@ from bisect import bisect_right, insort
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Any, Literal
+from typing import Any, Literal, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
 
@@ -218,6 +218,8 @@ class Decision:
     observed: bool = False
     #: the people whose approval met an escalation
     approvers: tuple[str, ...] = ()
+    #: the epoch of the policy that decided
+    epoch: str | None = None
 
     @property
     def denies(self) -> bool:
@@ -438,6 +440,8 @@ class CallEvent:
     #: "call" before the body runs; "result" after, with what it returned
     phase: Literal["call", "result"] = "call"
     result: Any = None
+    #: the activity's parameter names, when known
+    param_names: tuple[str, ...] = ()
 
     @property
     def input(self) -> Any:
@@ -445,7 +449,10 @@ class CallEvent:
         return self.args[0] if len(self.args) == 1 else self.args
 
     def argument(self, name: str, default: Any = None) -> Any:
-        """A field of the single input (a model, a dataclass or a mapping)."""
+        """An argument by its parameter name, else a field of the single input (a model, a
+        dataclass or a mapping)."""
+        if name in self.param_names and len(self.param_names) == len(self.args):
+            return self.args[self.param_names.index(name)]
         value = self.input
         if isinstance(value, Mapping):
             return value.get(name, default)
@@ -795,6 +802,12 @@ def cost_in(value: Any, field_name: str | None) -> float | None:
 # -- the guard: rules, then the breaker, against the shared state ----------------------------
 
 
+class PolicyFollower(Protocol):
+    """A policy that can change while a worker runs (``PolicySource`` follows a file)."""
+
+    def current(self, now: float) -> Policy: ...
+
+
 @dataclass(frozen=True, slots=True)
 class Outcome:
     """What one evaluation writes: the decision, the session's state after it, the charge
@@ -815,7 +828,7 @@ class PolicyGuard:
 
     def __init__(
         self,
-        policy: Policy,
+        policy: Policy | PolicyFollower,
         store: PolicyStore,
         *,
         clock: Callable[[], float] | None = None,
@@ -824,20 +837,32 @@ class PolicyGuard:
         import random
         import time
 
-        self.policy = policy
+        self._source = policy
         self.store = store
         self.clock = clock or time.time
         self.rng = rng or random.random
 
+    @property
+    def policy(self) -> Policy:
+        """The policy in force now (a file-backed one is reloaded when its file changes)."""
+        source = self._source
+        return source if isinstance(source, Policy) else source.current(self.clock())
+
     def facts(
-        self, event: CallEvent, *, delivery: str = "", digest: str | None = None
+        self,
+        event: CallEvent,
+        *,
+        delivery: str = "",
+        digest: str | None = None,
+        policy: Policy | None = None,
     ) -> CallFacts:
+        policy = policy or self.policy
         try:
             data = jsonable(list(event.args))
         except UnserializableInput:
             data = None
-        limits = self.policy.limits
-        estimate = cost_in(event.input, self.policy.cost_field) if len(event.args) == 1 else None
+        limits = policy.limits
+        estimate = cost_in(event.input, policy.cost_field) if len(event.args) == 1 else None
         return CallFacts(
             activity=event.activity,
             digest=digest or input_digest(event.args),
@@ -855,10 +880,11 @@ class PolicyGuard:
         delivery: str = "",
         digest: str | None = None,
     ) -> Decision:
-        """The policy's decision on a call about to run (or an effect about to be sent)."""
+        """The policy's decision on a call about to run (or an effect about to be sent). One
+        decision uses one policy from start to end, even if the file changes meanwhile."""
         policy = self.policy
         ruled, rewritten = evaluate_rules(policy.rules, event)
-        facts = self.facts(event, delivery=delivery, digest=digest)
+        facts = self.facts(event, delivery=delivery, digest=digest, policy=policy)
         if ruled.verdict is Verdict.ESCALATE:
             facts = dataclasses.replace(facts, escalate=True)
         if not scopes.binding:
@@ -898,7 +924,7 @@ class PolicyGuard:
                 policy_id=d.policy_id,
                 code=d.code,
                 reason=d.reason,
-                proposal=self.shown(event),
+                proposal=self.shown(event, policy),
                 requested_at=facts.now,
             )
 
@@ -977,15 +1003,16 @@ class PolicyGuard:
                 return Outcome(d, after, charge, note(d, "approval_used"), consumed=consumed)
             return Outcome(d, after, charge)
 
-        return self.store.evaluate(scopes, evaluate)
+        decision = self.store.evaluate(scopes, evaluate)
+        return dataclasses.replace(decision, epoch=policy.epoch)
 
-    def shown(self, event: CallEvent) -> Any:
+    def shown(self, event: CallEvent, policy: Policy | None = None) -> Any:
         """The call's input as a person deciding sees it: secrets masked."""
         try:
             data = jsonable(list(event.args))
         except UnserializableInput:
             return None
-        shown = redact(data, self.policy.secret_arguments)
+        shown = redact(data, (policy or self.policy).secret_arguments)
         return shown[0] if len(shown) == 1 else shown
 
     def check_result(self, event: CallEvent) -> Decision:

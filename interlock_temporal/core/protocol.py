@@ -88,6 +88,8 @@ class Call:
     last_attempt: bool = False
     #: turns the recorded approved input (JSON data) back into the body's argument types
     decode_args: Callable[[list[Any]], tuple[Any, ...]] | None = None
+    #: the body's parameter names (policy rules may name arguments by them)
+    param_names: tuple[str, ...] = ()
     #: the policy's decision for this attempt, made once however often the attempt re-reads
     admission: dict[str, Decision] = field(default_factory=dict, compare=False, repr=False)
 
@@ -206,6 +208,7 @@ class Gate:
                 attempt=d.attempt,
                 workflow_id=d.workflow_id,
                 effect_id=eid,
+                param_names=call.param_names,
             )
             decision = self.policy.check(
                 event,
@@ -221,14 +224,14 @@ class Gate:
         return decision
 
     def _policy_note(self, decision: Decision | None) -> dict[str, Any]:
-        if decision is None or self.policy is None:
+        if decision is None:
             return {}
         return {
             "policy": {
                 "verdict": decision.verdict.value,
                 "code": decision.code or None,
-                "policy_id": decision.policy_id or self.policy.policy.policy_id,
-                "epoch": self.policy.policy.epoch,
+                "policy_id": decision.policy_id or self.policy_id,
+                "epoch": decision.epoch,
                 "observed": decision.observed,
             }
         }

@@ -1,0 +1,361 @@
+"""Declarative policies: a YAML (or JSON) file of limits and rules, validated at load.
+
+```yaml
+policy_id: support-agents
+mode: enforce                 # or monitor: record what would happen, never block
+limits:
+  max_repeat_calls: 3
+  session_budget_usd: 5.00
+  costs: {"llm_*": 0.02}
+secret_arguments: [api_key]
+rules:
+  - id: big-refunds
+    activity: refund           # a glob
+    principals: ["refund-*"]   # globs; default: anyone
+    when:                      # every condition must hold
+      amount_cents: {gt: 5000}
+    verdict: escalate          # block | escalate | allow
+    reason: refunds over $50 need a person
+```
+
+Every error names the file, the line and the key. Unknown keys are refused; argument names are
+checked against the activities a worker registers (``check_arguments``). The policy's epoch is a
+hash of the file's content, so an approval granted under one file does not cover another.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import hashlib
+import logging
+import os
+import threading
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from .errors import InterlockError
+from .identity import canonical_json
+from .policy import CallEvent, Decision, Limits, Policy, Verdict
+
+log = logging.getLogger("interlock_temporal.policy")
+
+OPERATORS = ("eq", "ne", "gt", "ge", "lt", "le", "in", "not_in", "contains", "glob", "present")
+
+
+class PolicyError(InterlockError):
+    """A policy file that cannot be used: the message names the file, line and key."""
+
+
+class Condition(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    eq: Any = None
+    ne: Any = None
+    gt: float | None = None
+    ge: float | None = None
+    lt: float | None = None
+    le: float | None = None
+    in_: list[Any] | None = Field(default=None, alias="in")
+    not_in: list[Any] | None = None
+    contains: Any = None
+    glob: str | None = None
+    present: bool | None = None
+
+    def holds(self, value: Any, missing: bool) -> bool:
+        """Every operator given holds. Comparing what cannot be compared raises (and the rule
+        that asked blocks: fail closed)."""
+        if self.present is not None and self.present == missing:
+            return False
+        if missing:
+            return self.present is not None and not self.present
+        checks = self.model_dump(exclude_unset=True, by_alias=False)
+        for op, wanted in checks.items():
+            if op == "present":
+                continue
+            if not _OPS[op](value, wanted):
+                return False
+        return True
+
+
+_OPS: dict[str, Callable[[Any, Any], bool]] = {
+    "eq": lambda v, w: v == w,
+    "ne": lambda v, w: v != w,
+    "gt": lambda v, w: v > w,
+    "ge": lambda v, w: v >= w,
+    "lt": lambda v, w: v < w,
+    "le": lambda v, w: v <= w,
+    "in_": lambda v, w: v in w,
+    "not_in": lambda v, w: v not in w,
+    "contains": lambda v, w: w in v,
+    "glob": lambda v, w: isinstance(v, str) and fnmatch.fnmatchcase(v, w),
+}
+
+
+class RuleSpec(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    id: str = Field(min_length=1)
+    activity: str = "*"
+    principals: list[str] | None = None
+    when: dict[str, Condition] = Field(default_factory=dict)
+    verdict: Literal["block", "escalate", "allow"]
+    code: str | None = None
+    reason: str = ""
+    #: the argument a block names (default: the first condition's)
+    argument: str | None = None
+
+    @field_validator("when", mode="before")
+    @classmethod
+    def _bare_values_mean_eq(cls, value: Any) -> Any:
+        if isinstance(value, Mapping):
+            return {k: v if isinstance(v, Mapping) else {"eq": v} for k, v in value.items()}
+        return value
+
+
+class PolicyDoc(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    policy_id: str = "interlock"
+    mode: str = "enforce"
+    limits: Limits = Field(default_factory=Limits)
+    cost_field: str | None = "cost_usd"
+    secret_arguments: list[str] = Field(default_factory=list)
+    rules: list[RuleSpec] = Field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class FileRule:
+    """A declarative rule, callable as a ``Rule``."""
+
+    spec: RuleSpec
+    #: ``file:line`` of the rule, and of each condition's key
+    where: str
+    index: int = 0
+    key_lines: Mapping[str, int] | None = None
+
+    @property
+    def policy_id(self) -> str:
+        return self.spec.id
+
+    @property
+    def __name__(self) -> str:  # rule_name() and logs read it
+        return self.spec.id
+
+    def __call__(self, event: CallEvent) -> Decision | None:
+        spec = self.spec
+        if not fnmatch.fnmatchcase(event.activity, spec.activity):
+            return None
+        if spec.principals is not None and not any(
+            fnmatch.fnmatchcase(event.principal or "", p) for p in spec.principals
+        ):
+            return None
+        for name, condition in spec.when.items():
+            missing = object()
+            value = event.argument(name, missing)
+            if not condition.holds(None if value is missing else value, value is missing):
+                return None
+        if spec.verdict == "allow":
+            return None
+        argument = spec.argument or next(iter(spec.when), None)
+        if spec.verdict == "block":
+            code = spec.code or "POLICY_BLOCK"
+            return Decision(Verdict.DENY, code, spec.reason, policy_id=spec.id, argument=argument)
+        code = spec.code or "POLICY_ESCALATE"
+        return Decision(Verdict.ESCALATE, code, spec.reason, policy_id=spec.id, argument=argument)
+
+
+# -- loading with line numbers ------------------------------------------------------------------
+
+
+def _plain(node: yaml.Node, path: tuple[Any, ...], lines: dict[tuple[Any, ...], int]) -> Any:
+    lines[path] = node.start_mark.line + 1
+    if isinstance(node, yaml.MappingNode):
+        out: dict[Any, Any] = {}
+        for key_node, value_node in node.value:
+            key = yaml.safe_load(yaml.serialize(key_node))
+            if key in out:
+                raise PolicyError(f"line {key_node.start_mark.line + 1}: key {key!r} appears twice")
+            lines[(*path, key)] = key_node.start_mark.line + 1
+            out[key] = _plain(value_node, (*path, key), lines)
+            lines[(*path, key)] = key_node.start_mark.line + 1
+        return out
+    if isinstance(node, yaml.SequenceNode):
+        return [_plain(item, (*path, i), lines) for i, item in enumerate(node.value)]
+    return yaml.safe_load(yaml.serialize(node))
+
+
+def _line_of(loc: Sequence[Any], lines: Mapping[tuple[Any, ...], int]) -> int | None:
+    path = tuple(loc)
+    while path:
+        if path in lines:
+            return lines[path]
+        path = path[:-1]
+    return lines.get(())
+
+
+def _key_text(loc: Sequence[Any]) -> str:
+    out = ""
+    for part in loc:
+        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
+    return out or "(top level)"
+
+
+def parse_policy(text: str, source: str = "<policy>") -> Policy:
+    """A ``Policy`` from YAML or JSON text; errors name ``source``, the line and the key."""
+    try:
+        node = yaml.compose(text, Loader=yaml.SafeLoader)
+    except yaml.MarkedYAMLError as err:
+        mark = err.problem_mark
+        at = f":{mark.line + 1}" if mark is not None else ""
+        raise PolicyError(f"{source}{at}: not valid YAML or JSON: {err.problem}") from None
+    lines: dict[tuple[Any, ...], int] = {}
+    try:
+        data = {} if node is None else _plain(node, (), lines)
+    except PolicyError as err:
+        raise PolicyError(f"{source}: {err}") from None
+    if not isinstance(data, dict):
+        raise PolicyError(f"{source}:1: a policy is a mapping of keys (policy_id, limits, rules)")
+    try:
+        doc = PolicyDoc.model_validate(data)
+    except ValidationError as err:
+        problems = []
+        for e in err.errors(include_url=False, include_input=False, include_context=False):
+            loc = list(e["loc"])
+            line = _line_of(loc, lines)
+            where = f"{source}:{line}" if line else source
+            what = "unknown key" if e["type"] == "extra_forbidden" else e["msg"]
+            problems.append(f"{where}: {_key_text(loc)}: {what}")
+        raise PolicyError("; ".join(problems)) from None
+    ids = [r.id for r in doc.rules]
+    for i, rule_id in enumerate(ids):
+        if rule_id in ids[:i]:
+            line = lines.get(("rules", i, "id"))
+            raise PolicyError(f"{source}:{line}: rules[{i}].id: {rule_id!r} is used twice")
+    epoch = hashlib.sha256(canonical_json(data)).hexdigest()[:16]
+    rules = [
+        FileRule(
+            r,
+            f"{source}:{lines.get(('rules', i), '?')}",
+            i,
+            {
+                key: lines.get(("rules", i, "when", key)) or lines.get(("rules", i, "argument"), 0)
+                for key in [*r.when, *([r.argument] if r.argument else [])]
+            },
+        )
+        for i, r in enumerate(doc.rules)
+    ]
+    return Policy(
+        doc.limits,
+        rules,
+        mode=doc.mode,
+        policy_id=doc.policy_id,
+        cost_field=doc.cost_field,
+        secret_arguments=doc.secret_arguments,
+        epoch=epoch,
+    )
+
+
+def load_policy(path: str | os.PathLike[str]) -> Policy:
+    """A ``Policy`` from a YAML or JSON file."""
+    p = Path(path)
+    try:
+        text = p.read_text(encoding="utf-8")
+    except OSError as err:
+        raise PolicyError(f"{p}: cannot be read: {err.strerror or err}") from None
+    return parse_policy(text, str(p))
+
+
+def check_arguments(policy: Policy, activities: Mapping[str, Iterable[str] | None]) -> None:
+    """Refuse rules whose conditions name an argument no matching activity has.
+
+    ``activities`` maps each activity name to the argument names it takes (its parameters, and
+    the fields of a single model or dataclass input), or None where they cannot be known (an
+    untyped dict): those are not checked.
+    """
+    for rule in policy.rules:
+        if not isinstance(rule, FileRule):
+            continue
+        spec = rule.spec
+        named = [*spec.when, *([spec.argument] if spec.argument else [])]
+        if not named:
+            continue
+        matched = {n: a for n, a in activities.items() if fnmatch.fnmatchcase(n, spec.activity)}
+        for activity_name, known in matched.items():
+            if known is None:
+                continue
+            known_set = set(known)
+            for name in named:
+                if name not in known_set:
+                    source = rule.where.rsplit(":", 1)[0]
+                    line = (rule.key_lines or {}).get(name) or rule.where.rsplit(":", 1)[1]
+                    key = f"when.{name}" if name in spec.when else "argument"
+                    raise PolicyError(
+                        f"{source}:{line}: rules[{rule.index}].{key}: {activity_name} has no "
+                        f"argument {name!r} (it has: {', '.join(sorted(known_set)) or 'none'})"
+                    )
+
+
+class PolicySource:
+    """A policy that follows its file: ``current()`` reloads it when the file changes. A file
+    that no longer validates is refused (logged) and the last good policy stays, so no
+    decision is ever made without one."""
+
+    def __init__(self, path: str | os.PathLike[str], *, min_interval_s: float = 0.5) -> None:
+        self.path = Path(path)
+        self._lock = threading.Lock()
+        self._stamp = self._stat()
+        self._policy = load_policy(self.path)
+        self._checked = 0.0
+        self.min_interval_s = min_interval_s
+        self.last_error: str | None = None
+        self._on_load: list[Callable[[Policy], None]] = []
+
+    def _stat(self) -> tuple[int, int, int]:
+        st = self.path.stat()
+        return (st.st_mtime_ns, st.st_size, st.st_ino)
+
+    def on_load(self, fn: Callable[[Policy], None]) -> None:
+        """Call ``fn`` with every policy this source loads (the first one included)."""
+        self._on_load.append(fn)
+        fn(self._policy)
+
+    def current(self, now: float) -> Policy:
+        if now - self._checked < self.min_interval_s:
+            return self._policy
+        with self._lock:
+            self._checked = now
+            try:
+                stamp = self._stat()
+            except OSError as err:
+                self._refuse(f"{self.path}: cannot be read: {err.strerror or err}")
+                return self._policy
+            if stamp == self._stamp:
+                return self._policy
+            self._stamp = stamp
+            try:
+                policy = load_policy(self.path)
+                for fn in self._on_load:
+                    fn(policy)
+            except PolicyError as err:
+                self._refuse(str(err))
+                return self._policy
+            if policy.epoch != self._policy.epoch:
+                log.warning(
+                    "policy %s reloaded from %s: epoch %s -> %s",
+                    policy.policy_id,
+                    self.path,
+                    self._policy.epoch,
+                    policy.epoch,
+                )
+            self._policy = policy
+            self.last_error = None
+            return policy
+
+    def _refuse(self, message: str) -> None:
+        self.last_error = message
+        log.error("policy file changed but is not used (the last good one stays): %s", message)

@@ -1,0 +1,179 @@
+"""Declarative policies: loaded from YAML or JSON, refused with the file, line and key when
+wrong, an epoch that follows the content, and a file that is followed when it changes."""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+
+import pytest
+from pydantic import BaseModel
+
+from interlock_temporal.core.policy import CallEvent, Verdict, evaluate_rules
+from interlock_temporal.core.policy_file import (
+    PolicyError,
+    PolicySource,
+    check_arguments,
+    load_policy,
+    parse_policy,
+)
+
+GOOD = """\
+# the support agents' policy
+policy_id: support-agents
+mode: enforce
+limits:
+  max_repeat_calls: 3
+  session_budget_usd: 5.0
+  costs: {"llm_*": 0.02}
+secret_arguments: [api_key]
+rules:
+  - id: big-refunds
+    activity: refund
+    principals: ["refund-*"]
+    when:
+      amount_cents: {gt: 5000}
+    verdict: escalate
+    code: OVER_50_USD
+    reason: refunds over $50 need a person
+  - id: no-deletes
+    activity: "delete_*"
+    verdict: block
+    reason: agents never delete
+  - id: blocked-country
+    activity: refund
+    when:
+      country: {in: [XX, YY]}
+    verdict: block
+"""
+
+
+class Refund(BaseModel):
+    order_id: str
+    amount_cents: int
+    country: str = "DE"
+
+
+def event(activity: str = "refund", principal: str = "refund-bot", **fields: object) -> CallEvent:
+    r = Refund.model_validate({"order_id": "A-1", "amount_cents": 2000, **fields})
+    return CallEvent(activity=activity, args=(r,), principal=principal)
+
+
+def write(tmp_path: Path, text: str, name: str = "policy.yaml") -> Path:
+    path = tmp_path / name
+    path.write_text(text)
+    return path
+
+
+def test_a_policy_file_loads_and_its_rules_decide(tmp_path: Path) -> None:
+    policy = load_policy(write(tmp_path, GOOD))
+    assert policy.policy_id == "support-agents" and policy.mode == "enforce"
+    assert policy.limits.max_repeat_calls == 3 and policy.limits.cost_of("llm_chat") == 0.02
+    assert policy.secret_arguments == {"api_key"}
+    d, _ = evaluate_rules(policy.rules, event(amount_cents=6000))
+    assert (d.verdict, d.code, d.policy_id, d.argument) == (
+        Verdict.ESCALATE,
+        "OVER_50_USD",
+        "big-refunds",
+        "amount_cents",
+    )
+    # another principal is not matched by the glob; a small amount is not either
+    assert evaluate_rules(policy.rules, event(amount_cents=6000, principal="ops"))[0].verdict is (
+        Verdict.ALLOW
+    )
+    assert evaluate_rules(policy.rules, event(amount_cents=100))[0].verdict is Verdict.ALLOW
+    d, _ = evaluate_rules(policy.rules, event("delete_user"))
+    assert (d.verdict, d.code, d.policy_id) == (Verdict.DENY, "POLICY_BLOCK", "no-deletes")
+    d, _ = evaluate_rules(policy.rules, event(country="XX"))
+    assert (d.verdict, d.argument) == (Verdict.DENY, "country")
+
+
+def test_json_is_accepted_too(tmp_path: Path) -> None:
+    doc = {"policy_id": "j", "rules": [{"id": "r", "activity": "x", "verdict": "block"}]}
+    policy = load_policy(write(tmp_path, json.dumps(doc, indent=2), "policy.json"))
+    assert policy.policy_id == "j" and len(policy.rules) == 1
+
+
+@pytest.mark.parametrize(
+    ("change", "says"),
+    [
+        (("mode: enforce", "mode: enforce\nmodes: monitor"), ":4: modes: unknown key"),
+        (("    verdict: escalate", "    verdit: escalate"), ":15: rules[0].verdit: unknown key"),
+        (("  max_repeat_calls: 3", "  max_repeat_calls: -1"), ":5: limits.max_repeat_calls"),
+        (("  max_repeat_calls: 3", "  max_repeats: 3"), ":5: limits.max_repeats: unknown key"),
+        (("{gt: 5000}", "{greater: 5000}"), ":14: rules[0].when.amount_cents.greater: unknown"),
+        (("    verdict: escalate", "    verdict: maybe"), ":15: rules[0].verdict"),
+        (("  - id: no-deletes", "  - id: big-refunds"), ":18: rules[1].id: 'big-refunds' is used"),
+        (("policy_id: support-agents", "policy_id: [unclosed"), ":3: not valid YAML"),
+    ],
+)
+def test_errors_name_the_file_line_and_key(
+    tmp_path: Path, change: tuple[str, str], says: str
+) -> None:
+    old, new = change
+    assert old in GOOD
+    path = write(tmp_path, GOOD.replace(old, new, 1))
+    with pytest.raises(PolicyError) as refused:
+        load_policy(path)
+    assert str(refused.value).startswith(str(path)), refused.value
+    assert says in str(refused.value), refused.value
+
+
+def test_an_unreadable_file_is_named(tmp_path: Path) -> None:
+    with pytest.raises(PolicyError, match=r"missing\.yaml: cannot be read"):
+        load_policy(tmp_path / "missing.yaml")
+
+
+def test_misspelled_argument_names_are_refused_against_the_activities(tmp_path: Path) -> None:
+    policy = load_policy(write(tmp_path, GOOD))
+    activities = {
+        "refund": frozenset({"r", "order_id", "amount_cents", "country"}),
+        "delete_user": frozenset({"user_id"}),
+        "untyped": None,
+    }
+    check_arguments(policy, activities)
+    typo = load_policy(write(tmp_path, GOOD.replace("amount_cents: {gt", "amount_cent: {gt")))
+    with pytest.raises(PolicyError) as refused:
+        check_arguments(typo, activities)
+    message = str(refused.value)
+    assert ":14: rules[0].when.amount_cent: refund has no argument 'amount_cent'" in message
+    assert "amount_cents" in message  # what it does have
+
+
+def test_the_epoch_follows_the_content_not_its_layout(tmp_path: Path) -> None:
+    a = parse_policy(GOOD, "a")
+    b = parse_policy("# a comment\n" + GOOD.replace("[api_key]", "\n    - api_key"), "b")
+    c = parse_policy(GOOD.replace("$50", "fifty dollars"), "c")
+    assert a.epoch == b.epoch != c.epoch
+
+
+def test_a_followed_file_reloads_and_a_broken_edit_keeps_the_last_good_policy(
+    tmp_path: Path,
+) -> None:
+    path = write(tmp_path, GOOD)
+    source = PolicySource(path, min_interval_s=0.0)
+    first = source.current(time.time())
+    assert source.current(time.time()) is first  # unchanged: not reloaded
+    path.write_text(GOOD.replace("max_repeat_calls: 3", "max_repeat_calls: 5"))
+    os.utime(path, ns=(time.time_ns(), time.time_ns() + 1_000_000))
+    second = source.current(time.time())
+    assert second.limits.max_repeat_calls == 5 and second.epoch != first.epoch
+    path.write_text(GOOD.replace("verdict: block", "verdict: nope"))
+    os.utime(path, ns=(time.time_ns(), time.time_ns() + 2_000_000))
+    assert source.current(time.time()) is second
+    assert source.last_error is not None and "rules[1].verdict" in source.last_error
+    # a reload the worker's check refuses (a misspelled argument) keeps the last good one too
+    checked: list[str] = []
+
+    def check(p: object) -> None:
+        checked.append("x")
+        if len(checked) > 1:
+            raise PolicyError("refused by the worker's check")
+
+    source.on_load(check)
+    path.write_text(GOOD.replace("max_repeat_calls: 3", "max_repeat_calls: 7"))
+    os.utime(path, ns=(time.time_ns(), time.time_ns() + 3_000_000))
+    assert source.current(time.time()) is second
+    assert source.last_error == "refused by the worker's check"
