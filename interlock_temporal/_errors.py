@@ -11,6 +11,7 @@ from typing import Any
 
 from temporalio.exceptions import ActivityError, ApplicationError
 
+from .core.errors import Denied
 from .core.models import Receipt
 
 
@@ -65,23 +66,29 @@ class InvalidEffectInput(ApplicationError):
 class InterlockDenied(ApplicationError):
     """The policy denied the call; its body never ran. Not retryable.
 
-    The details hold ``{"code", "policy_id", "argument"}``: the reason code, the policy that
-    denied, and the offending argument's name (never its value).
+    The details hold ``{"code", "policy_id", "argument", "session", "circuit_open"}``: the
+    reason code, the policy that denied, the offending argument's name (never its value), and
+    whether the session's circuit is now open (a person must reset it).
     """
 
-    def __init__(
-        self, code: str, reason: str, policy_id: str | None = None, argument: str | None = None
-    ) -> None:
-        where = f" (policy {policy_id}" + (f", argument {argument!r})" if argument else ")")
+    def __init__(self, denied: Denied) -> None:
         super().__init__(
-            f"{code}: {reason}{where if policy_id else ''}",
-            {"code": code, "policy_id": policy_id, "argument": argument},
+            str(denied),
+            {
+                "code": denied.code,
+                "policy_id": denied.policy_id,
+                "argument": denied.argument,
+                "session": denied.session,
+                "circuit_open": denied.circuit_open,
+            },
             type="InterlockDenied",
             non_retryable=True,
         )
-        self.code = code
-        self.policy_id = policy_id
-        self.argument = argument
+        self.code = denied.code
+        self.policy_id = denied.policy_id
+        self.argument = denied.argument
+        self.session = denied.session
+        self.circuit_open = denied.circuit_open
 
 
 class ApprovalRequired(ApplicationError):

@@ -48,6 +48,7 @@ from .core.policy import (
     Verdict,
     call_binding,
     cost_in,
+    enforce,
     input_digest,
 )
 from .core.protocol import Call, Delivery, Done, Gate, Ticket
@@ -72,7 +73,7 @@ def _as_temporal_errors() -> Iterator[None]:
     except JournalUnavailable as e:
         raise JournalUnavailableError(str(e)) from None
     except Denied as d:
-        raise InterlockDenied(d.code, d.reason, d.policy_id, d.argument) from None
+        raise InterlockDenied(d) from None
     except NeedsApproval as n:
         raise ApprovalRequired(n.code, n.reason, n.binding, n.policy_id) from None
 
@@ -191,6 +192,11 @@ class _ActivityInbound(temporalio.worker.ActivityInboundInterceptor):
         except ApprovalRequired as err:
             await self._open_review(err.binding, temporalio.activity.info(), kind="approval")
             raise
+        except InterlockDenied as err:
+            if err.circuit_open and err.session:
+                # a person resets it: from this review in the Web UI, or the command line
+                await self._open_review(err.session, temporalio.activity.info(), kind="circuit")
+            raise
         finally:
             _cost.reset(token)
 
@@ -213,14 +219,19 @@ class _ActivityInbound(temporalio.worker.ActivityInboundInterceptor):
             workflow_id=info.workflow_id,
             param_names=parameter_names(input.fn),
         )
+        digest = input_digest(event.args)
         scopes = Scopes.of(event, f"{info.workflow_run_id}/{info.activity_id}")
+        scopes = dataclasses.replace(
+            scopes, binding=call_binding(event.activity, digest, scopes.principal)
+        )
         with _as_temporal_errors():
-            decision = guard.check(event, scopes, delivery=f"{scopes.execution}/{info.attempt}")
-            if decision.verdict is Verdict.DENY:
-                raise Denied(decision.code, decision.reason, decision.policy_id, decision.argument)
-            if decision.verdict is Verdict.ESCALATE:
-                binding = call_binding(event.activity, input_digest(event.args), scopes.principal)
-                raise NeedsApproval(decision.code, decision.reason, binding, decision.policy_id)
+            decision = enforce(
+                guard.check(
+                    event, scopes, delivery=f"{scopes.execution}/{info.attempt}", digest=digest
+                ),
+                session=scopes.session,
+                binding=scopes.binding,
+            )
         if decision.verdict is Verdict.MODIFY and decision.args is not None:
             input = dataclasses.replace(input, args=list(decision.args))
         result = await self.next.execute_activity(input)
@@ -246,7 +257,7 @@ class _ActivityInbound(temporalio.worker.ActivityInboundInterceptor):
         decision = guard.check_result(dataclasses.replace(event, phase="result", result=result))
         if decision.verdict is Verdict.DENY:
             raise InterlockDenied(
-                decision.code, decision.reason, decision.policy_id, decision.argument
+                Denied(decision.code, decision.reason, decision.policy_id, decision.argument)
             )
         if decision.verdict is Verdict.MODIFY and decision.args:
             return decision.args[0]
@@ -307,7 +318,11 @@ class _ActivityInbound(temporalio.worker.ActivityInboundInterceptor):
         workflow hears of its outcome; failing to reach Temporal must not hide the error."""
         try:
             await self._root.desk.open(
-                effect_id, task_queue=info.task_queue, subscriber=info.workflow_id, kind=kind
+                effect_id,
+                task_queue=info.task_queue,
+                # a denied workflow does not wait for its circuit's reset
+                subscriber=info.workflow_id if kind != "circuit" else None,
+                kind=kind,
             )
         except Exception as err:
             log.warning("could not open the %s review of %s: %s", kind, effect_id[:21], err)

@@ -29,8 +29,10 @@ from .core.review import (
     ReviewKind,
     ReviewRules,
     approval_markdown,
+    circuit_markdown,
     decision_problem,
     record_approval,
+    record_circuit_reset,
     record_resolution,
     review_id,
     review_markdown,
@@ -108,6 +110,13 @@ class DecisionRecord(BaseModel):
     #: an approval's extent (see ``Decision``)
     scope: Literal["once", "session"] | None = None
     ttl_s: float | None = None
+
+
+_TITLES = {
+    "ambiguous": "Effect in doubt",
+    "approval": "Approval needed",
+    "circuit": "Circuit open",
+}
 
 
 def _refusal(message: str) -> FailureError:
@@ -501,7 +510,13 @@ class ReviewDesk:
         Starts one only while the journal says the effect awaits a person."""
         journal = self._gate().journal
         principal: str | None
-        if kind == "approval":
+        if kind == "circuit":
+            state = journal.policy.session(effect_id)
+            if state is None or state.circuit is None:
+                return None
+            activity_name, principal = state.circuit.activity, None
+            details = circuit_markdown(effect_id, state, self.rules)
+        elif kind == "approval":
             approval = journal.policy.approval(effect_id)
             if approval is None or approval.status != "pending":
                 return None
@@ -550,8 +565,7 @@ class ReviewDesk:
             # a finished review is not reopened by accident: the journal check above starts
             # a new one only while the effect awaits a person
             "id_reuse_policy": WorkflowIDReusePolicy.ALLOW_DUPLICATE,
-            "static_summary": f"{'Effect in doubt' if kind == 'ambiguous' else 'Approval needed'}"
-            f": {req.activity} {effect_id[:12]}",
+            "static_summary": f"{_TITLES[kind]}: {req.activity} {effect_id[:12]}",
         }
         if subscriber:
             # signal-with-start: one review per effect, every waiting workflow subscribed
@@ -586,6 +600,10 @@ class ReviewDesk:
         if rec.decision == "happened" and result is not None:
             result = self._checked_result(rec.effect_id, result)
         try:
+            if rec.kind == "circuit":
+                return record_circuit_reset(
+                    journal, rec.effect_id, operators=rec.operators, note=rec.note
+                )
             if rec.kind == "approval":
                 return record_approval(
                     journal,

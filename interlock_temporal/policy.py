@@ -18,6 +18,7 @@ from __future__ import annotations
 from ._gated import report_cost
 from .core.policy import (
     ERROR_SIGNALS,
+    Approval,
     CallEvent,
     CallFacts,
     Circuit,
@@ -42,16 +43,20 @@ from .core.policy import (
     modify,
     reset_circuit,
 )
+from .core.policy_file import PolicyError, PolicySource, load_policy, parse_policy
 
 __all__ = [
     "ERROR_SIGNALS",
+    "Approval",
     "CallEvent",
     "CallFacts",
     "Circuit",
     "Decision",
     "Limits",
     "Policy",
+    "PolicyError",
     "PolicyGuard",
+    "PolicySource",
     "PolicyState",
     "Reason",
     "Rule",
@@ -66,7 +71,9 @@ __all__ = [
     "escalate",
     "evaluate_rules",
     "has_error_signal",
+    "load_policy",
     "modify",
+    "parse_policy",
     "report_cost",
     "reset_circuit",
 ]

@@ -24,10 +24,12 @@ from interlock_temporal.core.policy import (
     CallEvent,
     Limits,
     Policy,
+    block,
     call_binding,
     deny_when,
     escalate,
     input_digest,
+    modify,
 )
 from interlock_temporal.core.policy_file import PolicyError
 from interlock_temporal.core.review import review_id
@@ -576,3 +578,54 @@ async def test_an_operator_approves_from_the_command_line(
         assert ran_cli.code == 0, ran_cli.err
         assert await case.result() == {"ok": {"wired": 8_000}}
         assert ran(case.id) == [8_000]
+
+
+async def test_a_tripped_circuit_opens_a_review_a_person_resets_it_from(
+    dev_server: DevServer, tmp_path: Path
+) -> None:
+    policy = Policy(Limits(max_repeat_calls=1))
+    async with policy_rig(dev_server, tmp_path, policy) as r:
+        wf, outcomes = await session(r, [("search", "again")] * 2)
+        assert codes(outcomes) == ["ok", "InterlockDenied:MAX_REPEAT_EXCEEDED"]
+        review = r.client.get_workflow_handle(review_id("circuit", wf))
+        await until(lambda: _is_open(review))
+        status = await review.query("status")
+        assert status["kind"] == "circuit"
+        await review.signal("resolve", {"decision": "reset", "operator": "carol", "note": "ok"})
+        decided = await review.result()
+        assert decided["state"] == "resolved" and decided["operators"] == ["carol"]
+        state = r.journal.policy.session(wf)
+        assert state is not None and state.circuit is None
+        reset = [e.data for e in r.journal.policy.events() if e.data["event"] == "circuit_reset"]
+        assert [(e["operator"], e["note"]) for e in reset] == [("carol", "carol: ok")]
+        wf2, after = await session(r, [("search", "something else")], session=wf)
+        assert codes(after) == ["ok"] and ran(wf2) == ["something else"]
+
+
+@activity.defn
+async def lookup(customer: str) -> dict[str, Any]:
+    _ran("lookup", customer)
+    return {"customer": customer, "ssn": "078-05-1120", "leaked": customer == "bad"}
+
+
+def redact_ssn(e: CallEvent) -> Any:
+    if isinstance(e.result, dict) and "ssn" in e.result:
+        return modify({**e.result, "ssn": "***"})
+    return None
+
+
+def no_leaks(e: CallEvent) -> Any:
+    if isinstance(e.result, dict) and e.result.get("leaked"):
+        return block("LEAK", "the result carries data the agent must not see", argument="leaked")
+    return None
+
+
+async def test_result_rules_see_what_an_activity_returned(
+    dev_server: DevServer, tmp_path: Path
+) -> None:
+    policy = Policy(result_rules=[redact_ssn, no_leaks])
+    async with policy_rig(dev_server, tmp_path, policy, extra_more=[lookup]) as r:
+        wf, outcomes = await session(r, [("lookup", "c-1"), ("lookup", "bad")])
+        assert outcomes[0] == {"ok": {"customer": "c-1", "ssn": "***", "leaked": False}}
+        assert codes(outcomes)[1] == "InterlockDenied:LEAK"
+        assert ran(wf) == ["c-1", "bad"]  # result rules run after the body

@@ -82,7 +82,14 @@ class Denied(GateOutcome):
     the offending argument (never its value)."""
 
     def __init__(
-        self, code: str, reason: str, policy_id: str | None = None, argument: str | None = None
+        self,
+        code: str,
+        reason: str,
+        policy_id: str | None = None,
+        argument: str | None = None,
+        *,
+        session: str | None = None,
+        circuit_open: bool = False,
     ) -> None:
         where = f" (policy {policy_id}" + (f", argument {argument!r})" if argument else ")")
         super().__init__(f"{code}: {reason}{where if policy_id else ''}")
@@ -90,6 +97,9 @@ class Denied(GateOutcome):
         self.reason = reason
         self.policy_id = policy_id
         self.argument = argument
+        self.session = session
+        #: the session's circuit is open after this denial: a person must reset it
+        self.circuit_open = circuit_open
 
 
 class NeedsApproval(GateOutcome):

@@ -30,6 +30,7 @@ from typing import Any, Literal, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
 
+from .errors import Denied, NeedsApproval
 from .identity import UnserializableInput, canonical_json, jsonable
 
 log = logging.getLogger("interlock_temporal.policy")
@@ -225,6 +226,15 @@ class Decision:
     def denies(self) -> bool:
         return self.verdict is Verdict.DENY
 
+    @property
+    def circuit_open(self) -> bool:
+        """This denial left the session's circuit open (it opened it, or it was open)."""
+        return (
+            self.verdict is Verdict.DENY
+            and self.state is not None
+            and self.state.session.circuit is not None
+        )
+
 
 def _deny(state: PolicyState, call: CallFacts, code: Reason, reason: str) -> Decision:
     session = state.session
@@ -394,6 +404,23 @@ def decide(state: PolicyState, call: CallFacts, limits: Limits, rng: float) -> D
             state=_remember_delivery(state, s, call),
         )
     return Decision(Verdict.ALLOW, state=admit(state, call, limits))
+
+
+def enforce(decision: Decision, *, session: str | None, binding: str) -> Decision:
+    """Raise what a denial (``Denied``) or an escalation (``NeedsApproval``, naming what an
+    approval must bind to) means; return any other decision."""
+    if decision.verdict is Verdict.DENY:
+        raise Denied(
+            decision.code,
+            decision.reason,
+            decision.policy_id,
+            decision.argument,
+            session=session,
+            circuit_open=decision.circuit_open,
+        )
+    if decision.verdict is Verdict.ESCALATE:
+        raise NeedsApproval(decision.code, decision.reason, binding, decision.policy_id)
+    return decision
 
 
 def reset_circuit(state: SessionState) -> SessionState:

@@ -19,12 +19,12 @@ from typing import Any
 
 from . import premises as premise
 from .claims import Claim
-from .errors import Ambiguous, Denied, HeadConflict, InFlight, InvalidCall, NeedsApproval, Refused
+from .errors import Ambiguous, HeadConflict, InFlight, InvalidCall, Refused
 from .identity import UnserializableInput, canonical, canonical_json, digest, effect_id, jsonable
 from .journal import Journal
 from .leases import Demand, check_lease
 from .models import Change, Draft, Entry, Kind, Lease, Receipt
-from .policy import CallEvent, Decision, PolicyGuard, Scopes, Verdict
+from .policy import CallEvent, Decision, PolicyGuard, Scopes, Verdict, enforce
 from .receipts import EffectView, fold, receipt_of
 from .targets import (
     EffectTarget,
@@ -217,11 +217,7 @@ class Gate:
                 digest=pdigest,
             )
             call.admission[eid] = decision
-        if decision.verdict is Verdict.DENY:
-            raise Denied(decision.code, decision.reason, decision.policy_id, decision.argument)
-        if decision.verdict is Verdict.ESCALATE:
-            raise NeedsApproval(decision.code, decision.reason, eid, decision.policy_id)
-        return decision
+        return enforce(decision, session=call.session or call.delivery.workflow_id, binding=eid)
 
     def _policy_note(self, decision: Decision | None) -> dict[str, Any]:
         if decision is None:

@@ -15,14 +15,15 @@ from .errors import InterlockError
 from .identity import canonical, jsonable
 from .journal import Journal
 from .models import Draft, Kind, Receipt
-from .policy import Approval
+from .policy import Approval, SessionState
 from .receipts import EffectView, fold, receipt_of
 
-ReviewKind = Literal["ambiguous", "approval"]
+ReviewKind = Literal["ambiguous", "approval", "circuit"]
 
 DECISIONS: dict[str, tuple[str, ...]] = {
     "ambiguous": ("happened", "not_happened"),
     "approval": ("approve", "reject"),
+    "circuit": ("reset",),
 }
 
 
@@ -205,6 +206,23 @@ def record_approval(
     return Recorded(recorded=True, state="resolved")
 
 
+def record_circuit_reset(
+    journal: Journal, session: str, *, operators: Sequence[str], note: str = ""
+) -> Recorded:
+    """Close a session's open circuit (journaled with the operator)."""
+    try:
+        reset = journal.policy.reset(session, operator=operators[0], note=note)
+    except ValueError as err:
+        raise ReviewError(str(err)) from None
+    if not reset:
+        return Recorded(
+            recorded=False,
+            state="closed",
+            reason="the circuit was not open (reset already, from the command line?)",
+        )
+    return Recorded(recorded=True, state="resolved")
+
+
 def reopen(journal: Journal, effect_id: str, *, operator: str, note: str = "") -> Recorded:
     """Reopen a REFUSED effect that never executed: its next attempt dispatches under the
     authority and the facts current then."""
@@ -380,4 +398,34 @@ def approval_markdown(approval: Approval, rules: ReviewRules) -> str:
         "Rules: " + "; ".join(rule_text) + ".",
         "The Web UI's signal carries no identity: `operator` is what the sender typed.",
     ]
+    return "\n".join(lines)
+
+
+def circuit_markdown(session: str, state: SessionState, rules: ReviewRules) -> str:
+    """The circuit review's explanation for the Temporal UI."""
+    circuit = state.circuit
+    lines = [
+        f"## Circuit open: session `{session}`",
+        "",
+        f"- opened {_when(circuit.at if circuit else None)} on "
+        f"`{circuit.code if circuit else '-'}` by a call of "
+        f"`{circuit.activity if circuit else '-'}`",
+        f"- the session made {state.total} allowed calls and spent ${state.spent_usd:.2f}",
+        "- every call in this session is denied `CIRCUIT_OPEN` until a person resets it",
+        "",
+        "Look at what the agent was doing (its workflow's history) before resetting: a loop "
+        "or a spent budget usually means the agent needs fixing, not another try.",
+        "",
+        "### Decide",
+        "",
+        "More Actions → Send a Signal → `resolve` (or Update → `decide`), with:",
+        "",
+        '    {"decision": "reset", "operator": "your-name", "note": "why"}',
+        "",
+        f"or `interlock circuit reset {session} --operator your-name`. The reset is journaled; "
+        "the session's spend is kept.",
+    ]
+    if rules.allowed_operators is not None:
+        lines += ["", "Operators: " + ", ".join(rules.allowed_operators) + "."]
+    lines += ["The Web UI's signal carries no identity: `operator` is what the sender typed."]
     return "\n".join(lines)
