@@ -24,7 +24,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from . import BENCH_DIR, ROOT, crash_recovery, gate_cost, policy_cost
+from . import BENCH_DIR, ROOT, crash_recovery, gate_cost, policy_cost, verify_cost
 from .machine import code_version, machine
 from .report import Report, markdown, summary
 
@@ -60,7 +60,9 @@ def parse(argv: list[str]) -> argparse.Namespace:
         help="the markdown to write (default docs/benchmarks.md; not written with --only "
         "unless given)",
     )
-    p.add_argument("--only", choices=("gate", "crash", "policy"), help="run one figure only")
+    p.add_argument(
+        "--only", choices=("gate", "crash", "policy", "verify"), help="run one figure only"
+    )
     p.add_argument("--samples", type=int, help="samples per series for figure 1")
     p.add_argument(
         "--block",
@@ -119,6 +121,13 @@ def main(argv: list[str] | None = None) -> int:
             shutil.rmtree(BENCH_DIR / "gate", ignore_errors=True)
     if args.only in (None, "crash"):
         crash = crash_recovery.run(crash_runs, sensitivity=not args.quick)
+    verify = None
+    if args.only in (None, "verify"):
+        verify = verify_cost.run(
+            100_000 if args.quick else 1_000_000, 10_000 if args.quick else 50_000
+        )
+        if not args.keep:
+            shutil.rmtree(BENCH_DIR / "verify", ignore_errors=True)
     policy = None
     if args.only in (None, "policy"):
         policy = policy_cost.run(
@@ -134,6 +143,7 @@ def main(argv: list[str] | None = None) -> int:
         gate=gate,
         crash=crash,
         policy=policy,
+        verify=verify,
     )
     print(summary(report))
     if out is not None:
@@ -151,6 +161,7 @@ def main(argv: list[str] | None = None) -> int:
             "gate": None if gate is None else dataclasses.asdict(gate),
             "crash": None if crash is None else dataclasses.asdict(crash),
             "policy": None if policy is None else dataclasses.asdict(policy),
+            "verify": None if verify is None else dataclasses.asdict(verify),
             "targets": [dataclasses.asdict(t) for t in report.targets()],
         }
         args.json.write_text(json.dumps(doc, indent=1, default=_jsonable))

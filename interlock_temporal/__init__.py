@@ -41,6 +41,7 @@ if TYPE_CHECKING:
         Resolution,
         ReviewStatus,
     )
+    from ._telemetry import Telemetry
 
 _LAZY = {
     "AmbiguousEffect": "._errors",
@@ -57,6 +58,7 @@ _LAZY = {
     "report_cost": "._gated",
     "InterlockInterceptor": "._interceptor",
     "InterlockPlugin": "._plugin",
+    "Telemetry": "._telemetry",
     "EffectReview": "._review",
     "Reconciler": "._review",
     "ReconcileRequest": "._review",
@@ -93,6 +95,7 @@ __all__ = [
     "Resolution",
     "ReviewRules",
     "ReviewStatus",
+    "Telemetry",
     "current_effect",
     "gated",
     "open_journal",

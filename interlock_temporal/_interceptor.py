@@ -28,6 +28,7 @@ from ._errors import (
 )
 from ._gated import EffectContext, GateSpec, _cost, _current, parameter_names, spec_of
 from ._review import ReviewDesk
+from ._telemetry import REASON, VERDICT, Attempt, Telemetry
 from .core.errors import (
     Ambiguous,
     Denied,
@@ -53,6 +54,7 @@ from .core.policy import (
 )
 from .core.protocol import Call, Delivery, Done, Gate, Ticket
 from .core.review import ReviewKind, ReviewRules
+from .core.targets import capabilities
 
 log = logging.getLogger("interlock_temporal")
 
@@ -119,8 +121,10 @@ class InterlockInterceptor(temporalio.worker.Interceptor):
         client: temporalio.client.Client | None = None,
         review_rules: ReviewRules | None = None,
         policy: Policy | PolicyFollower | None = None,
+        telemetry: Telemetry | None = None,
     ) -> None:
         self._journal_arg = journal
+        self.telemetry = telemetry or Telemetry()
         self._signing_key = signing_key
         self._on_point = on_point
         self._policy = policy
@@ -141,7 +145,11 @@ class InterlockInterceptor(temporalio.worker.Interceptor):
             journal = self._journal_arg
             if not isinstance(journal, Journal):
                 journal = open_journal(journal, signing_key=self._signing_key)
-            guard = None if self._policy is None else PolicyGuard(self._policy, journal.policy)
+            guard = (
+                None
+                if self._policy is None
+                else PolicyGuard(self._policy, journal.policy, on_decision=self.telemetry.decided)
+            )
             self._gate = Gate(journal, on_point=self._on_point, policy=guard)
         return self._gate
 
@@ -184,8 +192,12 @@ class _ActivityInbound(temporalio.worker.ActivityInboundInterceptor):
                 return await self._policed(guard, input, meter)
             info = temporalio.activity.info()
             self._root.desk.specs.setdefault(info.activity_type, spec)
+            gate = self._root.gate
             try:
-                return await self._gated(spec, info, input, meter)
+                with self._root.telemetry.attempt(
+                    info.activity_type, capabilities(spec.target).tier, gate.receipt_or_none
+                ) as observed:
+                    return await self._gated(spec, info, input, meter, observed)
             except AmbiguousEffect as err:
                 await self._open_review(err.receipt.effect_id, info)
                 raise
@@ -224,14 +236,12 @@ class _ActivityInbound(temporalio.worker.ActivityInboundInterceptor):
         scopes = dataclasses.replace(
             scopes, binding=call_binding(event.activity, digest, scopes.principal)
         )
-        with _as_temporal_errors():
-            decision = enforce(
-                guard.check(
-                    event, scopes, delivery=f"{scopes.execution}/{info.attempt}", digest=digest
-                ),
-                session=scopes.session,
-                binding=scopes.binding,
+        with self._root.telemetry.policy_span(event.activity) as span, _as_temporal_errors():
+            checked = guard.check(
+                event, scopes, delivery=f"{scopes.execution}/{info.attempt}", digest=digest
             )
+            span.set_attributes({VERDICT: checked.verdict.value, REASON: checked.code or "-"})
+            decision = enforce(checked, session=scopes.session, binding=scopes.binding)
         if decision.verdict is Verdict.MODIFY and decision.args is not None:
             input = dataclasses.replace(input, args=list(decision.args))
         result = await self.next.execute_activity(input)
@@ -269,14 +279,26 @@ class _ActivityInbound(temporalio.worker.ActivityInboundInterceptor):
         info: temporalio.activity.Info,
         input: temporalio.worker.ExecuteActivityInput,
         meter: list[float],
+        observed: Attempt,
     ) -> Any:
         args = spec.decode(input.args, temporalio.activity.payload_converter())
         call = self._call(spec, info, args, read_authority(input.headers))
         with _as_temporal_errors():
             gate = self._root.gate
             step = await gate.begin(call, spec.target)
+        observed.effect(step.effect_id)
         if isinstance(step, Done):
+            observed.event(step.via.upper())
+            observed.ended("COMMITTED" if step.via != "resolved" else "RESOLVED")
             return step.result
+        admitted = call.admission.get(step.effect_id)
+        if admitted is not None:
+            observed.span.set_attributes(
+                {VERDICT: admitted.verdict.value, REASON: admitted.code or "-"}
+            )
+        observed.event(
+            "DISPATCHED", via=step.via, dispatch=step.dispatch_no, gate_ms=step.gate_s * 1000
+        )
         token = _current.set(
             (
                 spec,
@@ -294,7 +316,9 @@ class _ActivityInbound(temporalio.worker.ActivityInboundInterceptor):
             task = asyncio.ensure_future(self._send_and_record(gate, step, input, info))
         finally:
             _current.reset(token)
-        result = await _uncancellable(task)
+        result, done = await _uncancellable(task)
+        observed.event("COMMITTED", via=done.via)
+        observed.ended("COMMITTED", gate_ms=None if done.gate_s is None else done.gate_s * 1000)
         guard = gate.policy
         if guard is None:
             return result
@@ -366,7 +390,7 @@ class _ActivityInbound(temporalio.worker.ActivityInboundInterceptor):
         step: Ticket,
         input: temporalio.worker.ExecuteActivityInput,
         info: temporalio.activity.Info,
-    ) -> Any:
+    ) -> tuple[Any, Done]:
         heartbeat = self._heartbeat_while_sending(info)
         try:
             try:
@@ -385,7 +409,7 @@ class _ActivityInbound(temporalio.worker.ActivityInboundInterceptor):
                 done = await gate.commit(step, result)
             if done.after is Kind.AMBIGUOUS:
                 await self._root.desk.settled(step.effect_id)
-            return result
+            return result, done
         finally:
             if heartbeat is not None:
                 heartbeat.cancel()

@@ -19,6 +19,7 @@ from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner
 from ._gated import argument_names, spec_of
 from ._interceptor import InterlockInterceptor
 from ._review import EffectReview, Reconciler, ReconcileRequest
+from ._telemetry import Telemetry
 from .core.journal import Journal
 from .core.policy import Policy
 from .core.policy_file import PolicySource, check_arguments
@@ -62,6 +63,9 @@ class InterlockPlugin(SimplePlugin):
     ``policy``: limits and rules every activity of the worker is checked against: a ``Policy``,
     or the path of a YAML/JSON policy file (validated now, reloaded when it changes); denied
     calls fail with ``InterlockDenied`` and their bodies never run.
+    ``telemetry``: where spans, metrics and receipt log records go (default: the global
+    OpenTelemetry providers; put ``OpenTelemetryPlugin`` before this plugin to nest the gate's
+    spans under Temporal's activity spans).
     ``on_point``: called at each named point of the protocol (tests use it to kill a worker at
     an exact step: ``interlock_temporal.testing.kill_at``).
     """
@@ -77,6 +81,7 @@ class InterlockPlugin(SimplePlugin):
         reconcile_older_than: timedelta = timedelta(seconds=60),
         on_point: Callable[[str, str], None] | None = None,
         policy: Policy | str | os.PathLike[str] | None = None,
+        telemetry: Telemetry | None = None,
     ) -> None:
         self._policy: Policy | PolicySource | None = (
             PolicySource(policy) if isinstance(policy, str | os.PathLike) else policy
@@ -87,6 +92,7 @@ class InterlockPlugin(SimplePlugin):
             on_point=on_point,
             review_rules=review,
             policy=self._policy,
+            telemetry=telemetry,
         )
         desk = self.interceptor.desk
         desk.task_queue = review_task_queue

@@ -14,6 +14,7 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from .core.models import EffectRow, Entry, Lease, Receipt, VerifyReport
+from .core.report import JournalReport
 
 if TYPE_CHECKING:  # the review models import Temporal: only the type checker needs them here
     from ._review import ReconcileReport, ReviewStatus
@@ -434,3 +435,39 @@ def reconcile_summary(report: ReconcileReport, unsettled: int) -> str:
     found = f"{report.in_doubt} in doubt" + (": " + ", ".join(parts) if parts else "")
     verdict = "all settled" if unsettled == 0 else f"{unsettled} still need attention"
     return f"{found}; {verdict}"
+
+
+# -- the report ---------------------------------------------------------------------------------
+
+
+def _counts(counts: Mapping[str, int]) -> str:
+    return ", ".join(f"{k} {v}" for k, v in counts.items()) if counts else "none"
+
+
+def render_report(report: JournalReport) -> str:
+    """The period's report: aligned lines an operator reads at a glance."""
+    w = report.waiting
+    lat = report.gate_latency_ms
+
+    def ms(value: float | None) -> str:
+        return _NONE if value is None else f"{value:.2f} ms"
+
+    pairs = [
+        ("period", f"{fmt_time(report.since)} to {fmt_time(report.until)}"),
+        ("effects", f"{sum(report.effects.values())}: {_counts(report.effects)}"),
+        (
+            "waiting for a person",
+            f"{w.ambiguous_effects} AMBIGUOUS, {w.pending_approvals} approvals pending, "
+            f"{w.open_circuits} circuits open",
+        ),
+        ("in doubt now", f"{w.in_doubt} (dispatched, never confirmed)"),
+        ("denials", f"{sum(report.denials.values())}: {_counts(report.denials)}"),
+        ("escalations", f"{sum(report.escalations.values())}: {_counts(report.escalations)}"),
+        ("observed (monitor)", _counts(report.observed)),
+        (
+            "gate latency",
+            f"p50 {ms(lat.p50)}, p95 {ms(lat.p95)}, p99 {ms(lat.p99)}, max {ms(lat.max)} "
+            f"over {lat.count} commits",
+        ),
+    ]
+    return _fields(pairs)

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import gc
 import json
 import os
@@ -39,6 +40,7 @@ import time
 import uuid
 from collections.abc import Awaitable, Callable, Sequence
 from datetime import timedelta
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
 
 from ._render import (
@@ -51,15 +53,25 @@ from ._render import (
     render_leases,
     render_receipt,
     render_reconcile,
+    render_report,
     render_review_status,
     render_reviews,
 )
 from ._render import render_verify as _render_verify
 from .core.errors import InterlockError, JournalConfigError, JournalCorrupt, JournalUnavailable
-from .core.journal import Journal, open_journal
+from .core.journal import (
+    Journal,
+    export_line,
+    keyring_for,
+    open_journal,
+    read_export,
+    verify_entries,
+)
 from .core.models import ANNOTATIONS, JournalHead, Kind
 from .core.receipts import receipt
+from .core.report import build_report
 from .core.review import DECISIONS, ReviewError, reopen, review_id
+from .core.signing import ED25519_PREFIX, ED25519_PUBLIC_PREFIX, Ed25519Key, Keyring
 
 if TYPE_CHECKING:  # Temporal is imported by the commands that need a server, not at start
     from temporalio.client import Client, WorkflowExecution
@@ -200,11 +212,21 @@ def journal_url(args: argparse.Namespace) -> str:
     return given or os.environ.get("INTERLOCK_JOURNAL") or DEFAULT_JOURNAL
 
 
-def _open(args: argparse.Namespace, *, create: bool, check_tail: bool = True) -> Journal:
+def _open(
+    args: argparse.Namespace,
+    *,
+    create: bool,
+    check_tail: bool = True,
+    public_keys: Sequence[str] = (),
+) -> Journal:
     url = journal_url(args)
     try:
         return open_journal(
-            url, signing_key=args.signing_key or None, create=create, check_tail=check_tail
+            url,
+            signing_key=args.signing_key or None,
+            create=create,
+            check_tail=check_tail,
+            public_keys=public_keys,
         )
     except (OSError, sqlite3.Error) as err:
         raise CliError(EXIT_JOURNAL, f"journal {url} cannot be opened: {err}") from None
@@ -239,14 +261,101 @@ def _json(value: Any) -> None:
 # -- journal ---------------------------------------------------------------------------------
 
 
+def _public_keys(args: argparse.Namespace) -> list[str]:
+    """``--public-key``: a key as text, or a file holding one."""
+    keys = []
+    for given in getattr(args, "public_key", None) or []:
+        path = Path(given)
+        text = given
+        if path.is_file():
+            try:
+                text = path.read_text().strip()
+            except OSError as err:
+                raise CliError(EXIT_USAGE, f"{given}: cannot be read: {err.strerror}") from None
+        if not text.startswith(ED25519_PUBLIC_PREFIX):
+            raise CliError(
+                EXIT_USAGE,
+                f"--public-key {given}: expected {ED25519_PUBLIC_PREFIX}<64 hex> (as `interlock "
+                "journal public-key` prints it), or a file holding it",
+            )
+        keys.append(text)
+    return keys
+
+
 def cmd_journal_verify(args: argparse.Namespace) -> int:
-    with open_for_verify(args) as journal:
-        report = journal.verify(args.head)
-        if args.json:
-            _json(report.model_dump(mode="json"))
-        else:
-            _out(_render_verify(report, journal=journal.url))
+    public = _public_keys(args)
+    if args.export is not None:
+        keyring = _verify_keyring(args, public)
+        try:
+            with open(args.export, encoding="utf-8") as lines:
+                report = verify_entries(read_export(lines), keyring, args.head)
+        except OSError as err:
+            raise CliError(EXIT_USAGE, f"{args.export}: cannot be read: {err.strerror}") from None
+        except JournalCorrupt as err:
+            raise CliError(EXIT_FAILED, f"{args.export}: {err}") from None
+        where = str(args.export)
+    else:
+        with _open(args, create=False, check_tail=False, public_keys=public) as journal:
+            report = journal.verify(args.head)
+            where = journal.url
+    if args.json:
+        _json(report.model_dump(mode="json"))
+    else:
+        _out(_render_verify(report, journal=where))
     return EXIT_OK if report.ok else EXIT_FAILED
+
+
+def _verify_keyring(args: argparse.Namespace, public: list[str]) -> Keyring:
+    """The keys to verify an export with: the public keys given, else the configured key."""
+    try:
+        return keyring_for(None, args.signing_key or None, public_keys=public)
+    except JournalConfigError as err:
+        raise CliError(
+            EXIT_USAGE, f"{err}: give --public-key (Ed25519) or the HMAC key to verify an export"
+        ) from None
+
+
+def cmd_journal_export(args: argparse.Namespace) -> int:
+    with open_for_verify(args) as journal, contextlib.ExitStack() as stack:
+        out: Any = sys.stdout
+        if args.output is not None:
+            try:
+                out = stack.enter_context(open(args.output, "w", encoding="utf-8"))
+            except OSError as err:
+                raise CliError(
+                    EXIT_USAGE, f"{args.output}: cannot be written: {err.strerror}"
+                ) from None
+        count = 0
+        for raw in journal.iter_raw():
+            out.write(export_line(raw) + "\n")
+            count += 1
+    if args.output is not None:
+        _err(f"exported {count} entries to {args.output}")
+    return EXIT_OK
+
+
+def cmd_journal_keygen(args: argparse.Namespace) -> int:
+    key = Ed25519Key.generate()
+    private = ED25519_PREFIX + key.seed_hex()
+    if args.json:
+        _json({"signing_key": private, "public_key": key.public_text, "key_id": key.key_id})
+    else:
+        _out(f"signing key (secret: INTERLOCK_SIGNING_KEY or the key file): {private}")
+        _out(f"public key (give it to auditors: journal verify --public-key): {key.public_text}")
+    return EXIT_OK
+
+
+def cmd_journal_public_key(args: argparse.Namespace) -> int:
+    with open_for(args) as journal:
+        key = journal.keyring.signing
+    if not isinstance(key, Ed25519Key):
+        _err(
+            f"the journal signs with {key.key_id} (HMAC): it has no public key; sign with an "
+            "Ed25519 key (`interlock journal keygen`) so auditors can verify without the secret"
+        )
+        return EXIT_FAILED
+    _out(key.public_text)
+    return EXIT_OK
 
 
 def cmd_journal_head(args: argparse.Namespace) -> int:
@@ -410,6 +519,20 @@ def cmd_leases_list(args: argparse.Namespace) -> int:
         _out(render_leases(leases, now))
     else:
         _err("no leases")
+    return EXIT_OK
+
+
+# -- the report -------------------------------------------------------------------------------
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    since = time.time() - args.since.total_seconds()
+    with open_for(args) as journal:
+        found = build_report(journal, since)
+    if args.json:
+        _json(found.model_dump(mode="json"))
+    else:
+        _out(render_report(found))
     return EXIT_OK
 
 
@@ -1021,7 +1144,41 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="SEQ:HASH",
         help="a head recorded earlier (`interlock journal head`): also detects a cut tail",
     )
+    verify.add_argument(
+        "--public-key",
+        action="append",
+        metavar="K",
+        help="verify with this Ed25519 public key alone (ed25519-public:<hex>, or a file "
+        "holding it); repeat for rotated keys. No secret is needed",
+    )
+    verify.add_argument(
+        "--export",
+        type=Path,
+        metavar="FILE",
+        help="verify a `journal export` file instead of the database",
+    )
     json_flag(verify)
+    export = command(
+        journal_sub,
+        "export",
+        cmd_journal_export,
+        "write every entry as one JSON line (its signed bytes, hash and signature), verifiable "
+        "alone with `journal verify --export FILE`",
+    )
+    export.add_argument("--output", "-o", metavar="FILE", help="write here (default: stdout)")
+    keygen = command(
+        journal_sub,
+        "keygen",
+        cmd_journal_keygen,
+        "print a new Ed25519 signing key and its public key (nothing is written)",
+    )
+    json_flag(keygen)
+    command(
+        journal_sub,
+        "public-key",
+        cmd_journal_public_key,
+        "print the public key of the journal's Ed25519 signing key, for auditors",
+    )
     head = command(
         journal_sub,
         "head",
@@ -1125,6 +1282,26 @@ def build_parser() -> argparse.ArgumentParser:
     revoke.add_argument("lease_id", metavar="LEASE_ID")
     lease_list = command(leases_sub, "list", cmd_leases_list, "list leases and their state")
     json_flag(lease_list)
+
+    # the report
+    report_cmd = groups.add_parser(
+        "report",
+        help="what happened lately: effects by final state, what waits for a person, denials "
+        "by reason, the gate's latency",
+        description="What happened over a period, from the journal alone.",
+        epilog=_EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    _journal_options(report_cmd, top=False)
+    report_cmd.set_defaults(handler=cmd_report)
+    report_cmd.add_argument(
+        "--since",
+        type=parse_duration,
+        default=timedelta(hours=24),
+        metavar="AGE",
+        help="how far back: 90s, 30m, 24h, 7d (default 24h)",
+    )
+    json_flag(report_cmd)
 
     # the policy's circuit
     circuit = groups.add_parser(

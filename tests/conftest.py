@@ -5,6 +5,11 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 
+# CPython 3.11.7 can raise "SystemError: AST constructor recursion depth mismatch" from
+# ast.parse once a workflow sandbox has run in the process (a CPython bug fixed in 3.11.8); the
+# Hypothesis plugin imports this module at the very end of a run, through pytest's assertion
+# rewriter's ast.parse. Importing it first keeps a run that needs no Hypothesis from failing.
+import hypothesis.internal.observability  # noqa: F401
 import pytest_asyncio
 from temporalio.client import Client
 from temporalio.contrib.pydantic import pydantic_data_converter

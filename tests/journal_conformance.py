@@ -39,11 +39,11 @@ from interlock_temporal.core.journal import (
     SCHEMA_VERSION,
     Journal,
     RawEntry,
+    as_key,
     encode_entry,
 )
 from interlock_temporal.core.leases import Demand, check_lease
 from interlock_temporal.core.models import Draft, Entry, JournalHead, Kind, Lease
-from interlock_temporal.core.signing import HmacKey
 
 KEY = "11" * 32
 OTHER_KEY = "22" * 32
@@ -124,7 +124,18 @@ def raw_of(entry: Entry) -> RawEntry:
 
 
 def key_id(hex_key: str) -> str:
-    return HmacKey(bytes.fromhex(hex_key)).key_id
+    """The key id of a test key under the scheme the running suite uses."""
+    return as_key(scheme_key(hex_key)).key_id
+
+
+#: "hmac" or "ed25519": the signature scheme the running suite's journals use (a subclass sets
+#: ``key_scheme``; the suite's fixtures set this for the test's duration)
+SCHEME = "hmac"
+
+
+def scheme_key(hex_key: str) -> str:
+    """A test key (32 bytes, hex) as configuration writes it in the running scheme."""
+    return f"ed25519:{hex_key}" if SCHEME == "ed25519" else hex_key
 
 
 def entry_count(journal: Journal) -> int:
@@ -132,9 +143,19 @@ def entry_count(journal: Journal) -> int:
 
 
 class JournalConformance:
-    """Inherit this in a backend's test module and provide ``journal_factory`` and ``tamper``."""
+    """Inherit this in a backend's test module and provide ``journal_factory`` and ``tamper``.
+    Set ``key_scheme = "ed25519"`` to run every test with Ed25519 signatures."""
+
+    key_scheme = "hmac"
 
     # -- fixtures --------------------------------------------------------------------------
+
+    @pytest.fixture(autouse=True)
+    def _scheme(self) -> Iterator[None]:
+        global SCHEME
+        SCHEME = self.key_scheme
+        yield
+        SCHEME = "hmac"
 
     @pytest.fixture
     def open_store(
@@ -144,7 +165,10 @@ class JournalConformance:
         opened: list[Journal] = []
 
         def open_(signing_key: str = KEY, older_keys: Sequence[str] = ()) -> Journal:
-            journal = journal_factory(signing_key=signing_key, older_keys=older_keys)
+            journal = journal_factory(
+                signing_key=scheme_key(signing_key),
+                older_keys=[scheme_key(k) for k in older_keys],
+            )
             opened.append(journal)
             return journal
 
@@ -185,14 +209,16 @@ class JournalConformance:
         stored = list(journal.iter_raw())
         assert [r.body for r in stored] == [e.body for e in written]
 
-        signer = bytes.fromhex(KEY)
+        signer = as_key(scheme_key(KEY))
         for entry in read:
             assert entry.effect_id == A
             assert before <= entry.ts <= after
             # the hash covers exactly the stored bytes, and the signature covers the hash
             assert entry.hash == hashlib.sha256(entry.body).hexdigest()
-            expected_sig = hmac.new(signer, bytes.fromhex(entry.hash), hashlib.sha256).hexdigest()
-            assert entry.sig == expected_sig
+            assert signer.verify(bytes.fromhex(entry.hash), entry.sig)
+            if SCHEME == "hmac":
+                expected = hmac.new(bytes.fromhex(KEY), bytes.fromhex(entry.hash), hashlib.sha256)
+                assert entry.sig == expected.hexdigest()
             assert entry.key_id == key_id(KEY)
             # the body is canonical JSON of the signed fields, and agrees with the entry
             assert rfc8785.dumps(json.loads(entry.body)) == entry.body
@@ -657,7 +683,7 @@ class JournalConformance:
             effect_id=D,
             kind=Kind.COMMITTED,
             prev="",
-            key=HmacKey(bytes.fromhex(FORGER_KEY)),
+            key=as_key(scheme_key(FORGER_KEY)),
             data={"n": 4},
         )
         tamper.insert_raw(raw_of(forged))
@@ -679,7 +705,7 @@ class JournalConformance:
             effect_id=A,
             kind=Kind.COMMITTED,
             prev=entries[5].hash,
-            key=HmacKey(bytes.fromhex(KEY)),
+            key=as_key(scheme_key(KEY)),
             data={},
         )
         tamper.insert_raw(raw_of(forged))

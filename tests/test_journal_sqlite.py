@@ -152,6 +152,12 @@ class TestSqliteJournal(JournalConformance):
         return SqliteTamper(db_path)
 
 
+class TestSqliteJournalEd25519(TestSqliteJournal):
+    """Every conformance test again, signed with Ed25519."""
+
+    key_scheme = "ed25519"
+
+
 # -- helpers ---------------------------------------------------------------------------------
 
 

@@ -30,7 +30,7 @@ from .models import (
 )
 from .protocol import Call, Delivery, Done, Gate, Measure, Ticket
 from .receipts import EffectView, fold, receipt, receipt_of
-from .signing import HmacKey, Keyring
+from .signing import Ed25519Key, HmacKey, Keyring
 from .targets import Capabilities, EffectTarget, capabilities
 
 __all__ = [
@@ -44,6 +44,7 @@ __all__ = [
     "Demand",
     "Done",
     "Draft",
+    "Ed25519Key",
     "EffectRow",
     "EffectTarget",
     "EffectView",

@@ -16,6 +16,7 @@ import os
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
+from json.encoder import encode_basestring  # type: ignore[attr-defined]
 from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urlparse
@@ -26,7 +27,14 @@ from .identity import canonical_json
 from .leases import LeaseStore
 from .models import ANNOTATIONS, Draft, EffectRow, Entry, JournalHead, Kind, Lease, VerifyReport
 from .policy import PolicyStore
-from .signing import HmacKey, Keyring, load_or_create_key_file, parse_secret
+from .signing import (
+    Ed25519Key,
+    HmacKey,
+    Keyring,
+    SigningKey,
+    load_or_create_key_file,
+    parse_key,
+)
 
 SCHEMA_VERSION = 2
 #: the effect type of policy chains (``policy:<session>``)
@@ -63,7 +71,7 @@ def encode_entry(
     effect_id: str,
     kind: Kind,
     prev: str,
-    key: HmacKey,
+    key: SigningKey,
     data: Mapping[str, Any],
 ) -> Entry:
     """Build and sign one entry."""
@@ -110,22 +118,50 @@ def decode_entry(raw: RawEntry) -> Entry:
     )
 
 
-def check_entry(raw: RawEntry, keyring: Keyring) -> tuple[str | None, dict[str, Any] | None]:
-    """(problem, parsed body): the entry's bytes hash to its hash, its signature holds, and the
-    signed fields agree with the stored columns."""
+#: a JSON string as ``json.dumps(..., ensure_ascii=False)`` writes it (the C encoder)
+_quoted = encode_basestring
+
+
+def _signed_tail(raw: RawEntry) -> bytes:
+    """What the signed bytes of ``raw`` must hold after its ``data``, up to the timestamp: the
+    canonical JSON of the columns stored beside them (keys sort after ``data``)."""
+    return (
+        f',"effect_id":{_quoted(raw.effect_id)},"key_id":{_quoted(raw.key_id)}'
+        f',"kind":{_quoted(raw.kind)},"prev":{_quoted(raw.prev)},"seq":{raw.seq},"ts":'
+    ).encode()
+
+
+_VERSION_END = f',"v":{ENTRY_VERSION}}}'.encode()
+
+
+def check_entry(raw: RawEntry, keyring: Keyring) -> str | None:
+    """What is wrong with one stored entry, or None: its bytes hash to its hash, its signature
+    holds, and the signed fields agree with the stored columns."""
     body = raw.body if isinstance(raw.body, bytes) else str(raw.body).encode()
     digest = hashlib.sha256(body).digest()
     if digest.hex() != raw.hash:
-        return "its bytes do not match its hash (edited or torn)", None
+        return "its bytes do not match its hash (edited or torn)"
     key = keyring.get(raw.key_id)
     if key is None:
-        return f"signed with key {raw.key_id}, which is not in the keyring", None
+        return f"signed with key {raw.key_id}, which is not in the keyring"
     if not key.verify(digest, raw.sig):
-        return f"its signature does not verify with key {raw.key_id}", None
+        return f"its signature does not verify with key {raw.key_id}"
+    # fast path: the columns, written the canonical way, are exactly the bytes after ``data``
+    # (the last ``,"effect_id":`` is the top-level one: ``data`` closes before it, and a key
+    # inside a string would have its quotes escaped)
+    tail = _signed_tail(raw)
+    at = body.rfind(b',"effect_id":')
+    if (
+        at > 0
+        and body.startswith(tail, at)
+        and body.endswith(_VERSION_END)
+        and body.startswith(b'{"data":')
+    ):
+        return None
     try:
         doc = json.loads(body)
     except ValueError:
-        return "its signed bytes are not JSON", None
+        return "its signed bytes are not JSON"
     if (
         doc.get("seq") != raw.seq
         or doc.get("effect_id") != raw.effect_id
@@ -133,8 +169,8 @@ def check_entry(raw: RawEntry, keyring: Keyring) -> tuple[str | None, dict[str, 
         or doc.get("prev") != raw.prev
         or doc.get("key_id") != raw.key_id
     ):
-        return "its stored columns differ from what was signed", None
-    return None, doc
+        return "its stored columns differ from what was signed"
+    return None
 
 
 def verify_entries(
@@ -147,7 +183,7 @@ def verify_entries(
     last: RawEntry | None = None
     head_seen = head is None
     for raw in raws:
-        problem, _ = check_entry(raw, keyring)
+        problem = check_entry(raw, keyring)
         if problem is None and raw.seq != expected_seq:
             if raw.seq > expected_seq:
                 problem = f"entries {expected_seq}..{raw.seq - 1} are missing"
@@ -189,6 +225,50 @@ def verify_entries(
             problem=f"the journal ends before the recorded head {head.seq} (tail cut)",
         )
     return VerifyReport(ok=True, entries=count, effects=len(last_hash), head=final_head)
+
+
+def export_line(raw: RawEntry) -> str:
+    """One entry as a JSON line an auditor can verify alone: the signed bytes as written, with
+    the hash they must have and the signature over it."""
+    body = raw.body if isinstance(raw.body, bytes) else str(raw.body).encode()
+    return json.dumps(
+        {
+            "seq": raw.seq,
+            "effect_id": raw.effect_id,
+            "kind": raw.kind,
+            "prev": raw.prev,
+            "hash": raw.hash,
+            "key_id": raw.key_id,
+            "sig": raw.sig,
+            "body": body.decode("utf-8"),
+        },
+        separators=(",", ":"),
+        ensure_ascii=False,
+    )
+
+
+def read_export(lines: Iterable[str]) -> Iterator[RawEntry]:
+    """The entries of a ``journal export`` (JSONL), for ``verify_entries``. A line that is not
+    an exported entry stops the reading with ``JournalCorrupt`` naming its line number."""
+    for number, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        try:
+            doc = json.loads(line)
+            yield RawEntry(
+                seq=int(doc["seq"]),
+                effect_id=str(doc["effect_id"]),
+                kind=str(doc["kind"]),
+                prev=str(doc["prev"]),
+                hash=str(doc["hash"]),
+                key_id=str(doc["key_id"]),
+                sig=str(doc["sig"]),
+                body=str(doc["body"]).encode("utf-8"),
+            )
+        except (ValueError, KeyError, TypeError) as err:
+            raise JournalCorrupt(
+                f"line {number} of the export is not an entry ({type(err).__name__})"
+            ) from None
 
 
 def state_kind(drafts: Sequence[Draft], current: Kind | None) -> Kind | None:
@@ -251,8 +331,10 @@ class Journal(ABC):
         in_doubt: bool = False,
         older_than: float | None = None,
         limit: int | None = None,
+        since: float | None = None,
     ) -> list[EffectRow]:
-        """Index rows, newest first. ``in_doubt``: dispatched and never confirmed."""
+        """Index rows, newest first. ``in_doubt``: dispatched and never confirmed; ``since``:
+        updated at or after this time (epoch seconds)."""
 
     def in_doubt(self, *, older_than: float | None = None) -> list[EffectRow]:
         """What was started and never confirmed (an indexed query)."""
@@ -301,7 +383,7 @@ class Journal(ABC):
                 "configure that key (INTERLOCK_SIGNING_KEY or the key file), or pass it as an "
                 "older key after a rotation"
             )
-        problem, _ = check_entry(raw, self.keyring)
+        problem = check_entry(raw, self.keyring)
         if problem is not None:
             raise JournalCorrupt(
                 f"journal {self.url}: the last entry (seq {raw.seq}) is unusable: {problem}. "
@@ -318,21 +400,31 @@ class Journal(ABC):
         self.close()
 
 
+KeyLike = str | bytes | SigningKey
+
+
+def as_key(k: KeyLike) -> SigningKey:
+    """A key object from configuration (see ``parse_key``); bytes are an HMAC secret."""
+    if isinstance(k, HmacKey | Ed25519Key):
+        return k
+    return parse_key(k) if isinstance(k, str) else HmacKey(k)
+
+
 def keyring_for(
     journal_path: Path | None,
-    signing_key: str | bytes | HmacKey | None,
-    older_keys: Sequence[str | bytes | HmacKey] = (),
+    signing_key: KeyLike | None,
+    older_keys: Sequence[KeyLike] = (),
     *,
     create: bool = True,
+    public_keys: Sequence[KeyLike] = (),
 ) -> Keyring:
     """The signing key from configuration (argument, then ``INTERLOCK_SIGNING_KEY``), else the
-    journal's key file (``<journal>.key``, created with mode 0600 when ``create``)."""
+    journal's key file (``<journal>.key``, created with mode 0600 when ``create``).
 
-    def as_key(k: str | bytes | HmacKey) -> HmacKey:
-        if isinstance(k, HmacKey):
-            return k
-        return HmacKey(parse_secret(k) if isinstance(k, str) else k)
-
+    With ``public_keys`` and no signing key, the keyring verifies only: an auditor needs no
+    secret and no key file."""
+    if public_keys and signing_key is None:
+        return Keyring(None, [as_key(k) for k in (*public_keys, *older_keys)])
     if signing_key is None and os.environ.get("INTERLOCK_SIGNING_KEY"):
         signing_key = os.environ["INTERLOCK_SIGNING_KEY"]
     if signing_key is None:
@@ -346,7 +438,7 @@ def keyring_for(
         key = load_or_create_key_file(key_file)
     else:
         key = as_key(signing_key)
-    return Keyring(key, [as_key(k) for k in older_keys])
+    return Keyring(key, [as_key(k) for k in (*older_keys, *public_keys)])
 
 
 @dataclass(frozen=True)
@@ -393,13 +485,17 @@ def parse_journal_url(url: str | os.PathLike[str]) -> JournalLocation:
 def open_journal(
     url: str | os.PathLike[str],
     *,
-    signing_key: str | bytes | HmacKey | None = None,
-    older_keys: Sequence[str | bytes | HmacKey] = (),
+    signing_key: KeyLike | None = None,
+    older_keys: Sequence[KeyLike] = (),
     create: bool = True,
     check_tail: bool = True,
+    public_keys: Sequence[KeyLike] = (),
 ) -> Journal:
     """Open a journal by URL: ``sqlite:///path/to/interlock.db`` (or a plain path).
 
+    ``signing_key``: hex or text (HMAC-SHA256), or ``ed25519:<hex seed>``; default
+    ``INTERLOCK_SIGNING_KEY``, else the key file beside the database. ``public_keys``
+    (``ed25519-public:<hex>``) without a signing key open it to verify only.
     ``create=False`` refuses to create a journal (or its key file) that does not exist, for
     tools that only read. ``check_tail=False`` skips the open-time check of the last entry, so
     ``verify`` can report on a journal that would otherwise refuse to open.
@@ -411,7 +507,9 @@ def open_journal(
         where.path.parent.mkdir(parents=True, exist_ok=True)
     elif not where.path.exists():
         raise JournalConfigError(f"no journal at {where.path}: no such database file")
-    keyring = keyring_for(where.path, signing_key, older_keys, create=create)
+    keyring = keyring_for(
+        where.path, signing_key, older_keys, create=create, public_keys=public_keys
+    )
     return SqliteJournal(
         where.path, keyring, busy_timeout_s=where.busy_timeout_s, check_tail=check_tail
     )

@@ -768,6 +768,14 @@ class PolicyStore(ABC):
         """A person closes the session's circuit (journaled). False if it was not open."""
 
     @abstractmethod
+    def approvals(self, status: ApprovalStatus | None = None) -> list[Approval]:
+        """Approvals (requests and decisions), oldest request first."""
+
+    @abstractmethod
+    def open_circuits(self) -> dict[str, SessionState]:
+        """Every session whose circuit is open, by session."""
+
+    @abstractmethod
     def spent(self, scope: str) -> float:
         """The spend of ``principal:<name>`` or ``namespace:<name>``."""
 
@@ -860,10 +868,13 @@ class PolicyGuard:
         *,
         clock: Callable[[], float] | None = None,
         rng: Callable[[], float] | None = None,
+        on_decision: Callable[[Decision, str], None] | None = None,
     ) -> None:
         import random
         import time
 
+        #: told of every decision with the activity's name (telemetry counts them)
+        self.on_decision = on_decision
         self._source = policy
         self.store = store
         self.clock = clock or time.time
@@ -1030,8 +1041,10 @@ class PolicyGuard:
                 return Outcome(d, after, charge, note(d, "approval_used"), consumed=consumed)
             return Outcome(d, after, charge)
 
-        decision = self.store.evaluate(scopes, evaluate)
-        return dataclasses.replace(decision, epoch=policy.epoch)
+        decision = dataclasses.replace(self.store.evaluate(scopes, evaluate), epoch=policy.epoch)
+        if self.on_decision is not None:
+            self.on_decision(decision, event.activity)
+        return decision
 
     def shown(self, event: CallEvent, policy: Policy | None = None) -> Any:
         """The call's input as a person deciding sees it: secrets masked."""

@@ -123,6 +123,8 @@ class Done:
     #: set when this commit arrived after another outcome was recorded (a late writer): the
     #: state it followed, e.g. AMBIGUOUS (the commit settles a review) or REFUSED (an alarm)
     after: Kind | None = None
+    #: the gate's own time for this attempt (recorded as ``gate_ms`` in COMMITTED)
+    gate_s: float | None = None
 
 
 @dataclass
@@ -139,6 +141,8 @@ class Ticket:
     call: Call
     claim: Claim | None
     released: bool = False
+    #: seconds the gate spent before the send (claim, reads, checks, the dispatch transaction)
+    gate_s: float = 0.0
 
     def release(self) -> None:
         if not self.released and self.claim is not None:
@@ -252,6 +256,7 @@ class Gate:
 
     async def begin(self, call: Call, target: EffectTarget) -> Ticket | Done:
         eid, pdigest = self.identify(call)
+        started = time.perf_counter()
         claim = self.journal.claim(eid)
         if claim is None:
             return await self._unclaimed(call, target, eid, pdigest)
@@ -270,6 +275,8 @@ class Gate:
             raise
         if isinstance(step, Done):
             claim.release()
+        else:
+            step.gate_s = time.perf_counter() - started
         return step
 
     async def _unclaimed(
@@ -622,15 +629,19 @@ class Gate:
 
     async def commit(self, ticket: Ticket, result: Any, confirmation: str | None = None) -> Done:
         """Record that the target confirmed the effect, then release the claim."""
+        started = time.perf_counter()
         try:
             self._point("after_send", ticket.effect_id)
+            gate_s = ticket.gate_s + time.perf_counter() - started
             done = self._record_commit(
                 ticket.effect_id,
                 ticket.head,
                 ticket.via,
                 jsonable(result),
                 confirmation or confirmation_of(ticket.target, result),
+                gate_s=gate_s,
             )
+            done.gate_s = gate_s
             self._point("after_commit_tx", ticket.effect_id)
             done.result = result
             return done
@@ -712,18 +723,27 @@ class Gate:
         raise InFlight(eid, "could not record the outcome: the record keeps moving", 0.1)
 
     def _record_commit(
-        self, eid: str, head: str, via: str, result: Any, confirmation: str | None
+        self,
+        eid: str,
+        head: str,
+        via: str,
+        result: Any,
+        confirmation: str | None,
+        *,
+        gate_s: float | None = None,
     ) -> Done:
         result_json = canonical(result)
-        draft = Draft(
-            kind=Kind.COMMITTED,
-            data={
-                "via": via,
-                "result_digest": hashlib.sha256(result_json).hexdigest(),
-                "confirmation": confirmation,
-                "worker": self.worker,
-            },
-        )
+        data: dict[str, Any] = {
+            "via": via,
+            "result_digest": hashlib.sha256(result_json).hexdigest(),
+            "confirmation": confirmation,
+            "worker": self.worker,
+        }
+        if gate_s is not None:
+            # the gate's own time for this effect: before the send, and the commit's checks
+            # (its own durable write, which records this, is the part not counted)
+            data["gate_ms"] = round(gate_s * 1000, 3)
+        draft = Draft(kind=Kind.COMMITTED, data=data)
         recorded, after = self._record_after_send(eid, head, draft, blobs={"result": result_json})
         if recorded:
             return Done(eid, result, via, after)
@@ -793,6 +813,10 @@ class Gate:
 
     def receipt(self, eid: str) -> Receipt:
         return receipt_of(fold(eid, self.journal.read(eid)))
+
+    def receipt_or_none(self, eid: str) -> Receipt | None:
+        entries = self.journal.read(eid)
+        return receipt_of(fold(eid, entries)) if entries else None
 
 
 def proposed_payload(call: Call) -> list[Any]:

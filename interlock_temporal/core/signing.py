@@ -1,4 +1,10 @@
-"""Keys that sign journal entries, and the keyring that verifies them after rotation."""
+"""Keys that sign journal entries, and the keyring that verifies them after rotation.
+
+HMAC-SHA256 by default: fast, but whoever verifies holds the secret that signs. Ed25519 (through
+``cryptography``) lets an auditor verify with the public key alone. Keys are written in
+configuration as hex (HMAC), ``ed25519:<hex seed>`` (a signing key) or ``ed25519-public:<hex>``
+(a key that only verifies).
+"""
 
 from __future__ import annotations
 
@@ -10,6 +16,7 @@ import stat
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from .errors import JournalConfigError
 
@@ -28,20 +35,128 @@ class HmacKey:
         object.__setattr__(self, "key_id", key_id)
 
     def sign(self, entry_hash: bytes) -> str:
-        return hmac.new(self.secret, entry_hash, hashlib.sha256).hexdigest()
+        return hmac.digest(self.secret, entry_hash, "sha256").hex()
 
     def verify(self, entry_hash: bytes, sig: str) -> bool:
         return hmac.compare_digest(self.sign(entry_hash), sig)
 
 
+ED25519_PREFIX = "ed25519:"
+ED25519_PUBLIC_PREFIX = "ed25519-public:"
+
+
+class Ed25519Key:
+    """Ed25519 over an entry's hash. Holds the private key to sign, or only the public key to
+    verify. ``key_id`` is derived from the public key, so a verifier can name it."""
+
+    def __init__(self, private: bytes | None = None, *, public: bytes | None = None) -> None:
+        from cryptography.hazmat.primitives.asymmetric.ed25519 import (
+            Ed25519PrivateKey,
+            Ed25519PublicKey,
+        )
+        from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
+
+        if private is not None:
+            if len(private) != 32:
+                raise JournalConfigError("an Ed25519 signing key is a 32-byte seed (64 hex)")
+            self._private: Any = Ed25519PrivateKey.from_private_bytes(private)
+            self._public: Any = self._private.public_key()
+        elif public is not None:
+            if len(public) != 32:
+                raise JournalConfigError("an Ed25519 public key is 32 bytes (64 hex)")
+            self._private = None
+            self._public = Ed25519PublicKey.from_public_bytes(public)
+        else:
+            raise JournalConfigError("an Ed25519 key needs its private seed or its public key")
+        self.public_bytes: bytes = self._public.public_bytes(Encoding.Raw, PublicFormat.Raw)
+        self.key_id = "ed25519-" + hashlib.sha256(self.public_bytes).hexdigest()[:16]
+
+    @classmethod
+    def generate(cls) -> Ed25519Key:
+        return cls(secrets.token_bytes(32))
+
+    @property
+    def can_sign(self) -> bool:
+        return self._private is not None
+
+    def seed_hex(self) -> str:
+        """The private seed, in hex: a secret."""
+        from cryptography.hazmat.primitives.serialization import (
+            Encoding,
+            NoEncryption,
+            PrivateFormat,
+        )
+
+        if self._private is None:
+            raise JournalConfigError(f"key {self.key_id} is a public key: it has no seed")
+        raw: bytes = self._private.private_bytes(Encoding.Raw, PrivateFormat.Raw, NoEncryption())
+        return raw.hex()
+
+    @property
+    def public_text(self) -> str:
+        return ED25519_PUBLIC_PREFIX + self.public_bytes.hex()
+
+    def public_only(self) -> Ed25519Key:
+        return Ed25519Key(public=self.public_bytes)
+
+    def sign(self, entry_hash: bytes) -> str:
+        if self._private is None:
+            raise JournalConfigError(
+                f"key {self.key_id} is a public key: it verifies entries but cannot sign them"
+            )
+        return str(self._private.sign(entry_hash).hex())
+
+    def verify(self, entry_hash: bytes, sig: str) -> bool:
+        from cryptography.exceptions import InvalidSignature
+
+        try:
+            self._public.verify(bytes.fromhex(sig), entry_hash)
+        except (InvalidSignature, ValueError):
+            return False
+        return True
+
+
+SigningKey = HmacKey | Ed25519Key
+
+
+def parse_key(text: str) -> SigningKey:
+    """A key written in configuration: ``ed25519:<hex seed>``, ``ed25519-public:<hex>``, else
+    an HMAC secret (hex, or any other string as UTF-8 bytes)."""
+    text = text.strip()
+    for prefix, kind in ((ED25519_PREFIX, "private"), (ED25519_PUBLIC_PREFIX, "public")):
+        if text.startswith(prefix):
+            try:
+                raw = bytes.fromhex(text[len(prefix) :])
+            except ValueError:
+                raise JournalConfigError(f"{prefix} keys are written in hex") from None
+            return Ed25519Key(raw) if kind == "private" else Ed25519Key(public=raw)
+    return HmacKey(parse_secret(text))
+
+
 class Keyring:
-    """The key that signs new entries, plus older keys that still verify old ones."""
+    """The key that signs new entries, plus older keys that still verify old ones. A keyring
+    without a signing key verifies only (an auditor's, holding public keys)."""
 
-    def __init__(self, signing: HmacKey, older: Iterable[HmacKey] = ()) -> None:
-        self.signing = signing
-        self._keys = {k.key_id: k for k in (signing, *older)}
+    def __init__(self, signing: SigningKey | None, older: Iterable[SigningKey] = ()) -> None:
+        if isinstance(signing, Ed25519Key) and not signing.can_sign:
+            older = (signing, *older)
+            signing = None
+        self._signing = signing
+        self._keys = {k.key_id: k for k in (*([signing] if signing else []), *older)}
 
-    def get(self, key_id: str) -> HmacKey | None:
+    @property
+    def signing(self) -> SigningKey:
+        if self._signing is None:
+            raise JournalConfigError(
+                "this journal was opened with public keys only: it can be verified, not written"
+            )
+        return self._signing
+
+    @property
+    def can_sign(self) -> bool:
+        return self._signing is not None
+
+    def get(self, key_id: str) -> SigningKey | None:
         return self._keys.get(key_id)
 
     @property
@@ -58,7 +173,7 @@ def parse_secret(text: str) -> bytes:
         return text.encode()
 
 
-def load_or_create_key_file(path: Path) -> HmacKey:
+def load_or_create_key_file(path: Path) -> SigningKey:
     """Read the journal's key file, creating it (mode 0600, atomically) if it does not exist.
 
     Several worker processes may race to create it: the key is written to a private temporary
@@ -83,4 +198,4 @@ def load_or_create_key_file(path: Path) -> HmacKey:
         raise JournalConfigError(
             f"signing key file {path} is readable by others (mode {mode:o}); chmod 600 it"
         )
-    return HmacKey(parse_secret(path.read_text()))
+    return parse_key(path.read_text())

@@ -30,6 +30,7 @@ from .models import Draft, EffectRow, Entry, JournalHead, Kind, Lease
 from .policy import (
     Approval,
     ApprovalScope,
+    ApprovalStatus,
     Decision,
     Outcome,
     PolicyState,
@@ -391,6 +392,22 @@ class _SqlitePolicy(PolicyStore):
             ).fetchone()
         return None if row is None else load_session(row[0])
 
+    def approvals(self, status: ApprovalStatus | None = None) -> list[Approval]:
+        with self._j._lock:
+            rows = self._j._db.execute("SELECT doc FROM policy_approvals").fetchall()
+        found = [Approval.model_validate_json(r[0]) for r in rows]
+        found = [a for a in found if status is None or a.status == status]
+        return sorted(found, key=lambda a: a.requested_at)
+
+    def open_circuits(self) -> dict[str, SessionState]:
+        # the circuit is part of each session's document: a scan, for tools, never the hot path
+        with self._j._lock:
+            rows = self._j._db.execute(
+                "SELECT session, doc FROM policy_sessions WHERE doc NOT LIKE '%\"circuit\":null%'"
+            ).fetchall()
+        states = {session: load_session(doc) for session, doc in rows}
+        return {k: v for k, v in states.items() if v.circuit is not None}
+
     def spent(self, scope: str) -> float:
         with self._j._lock:
             return self._spent(self._j._db, scope)
@@ -672,6 +689,7 @@ class SqliteJournal(Journal):
         in_doubt: bool = False,
         older_than: float | None = None,
         limit: int | None = None,
+        since: float | None = None,
     ) -> list[EffectRow]:
         if in_doubt:
             # the literal status lets SQLite use the partial in-doubt index
@@ -687,6 +705,9 @@ class SqliteJournal(Journal):
             if older_than is not None:
                 where.append("updated_ts <= ?")
                 params.append(time.time() - older_than)
+            if since is not None:
+                where.append("updated_ts >= ?")
+                params.append(since)
             sql = f"SELECT {_ROW_COLUMNS} FROM effects"
             if where:
                 sql += " WHERE " + " AND ".join(where)

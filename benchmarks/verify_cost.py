@@ -1,0 +1,213 @@
+"""Figure 5: how fast an auditor verifies a journal.
+
+A journal of ``entries`` real-shaped entries is built once: the entries of one effect the gate
+really wrote (PROPOSED, AUTHORIZED, DISPATCHED, COMMITTED, with their premises, lease snapshot
+and delivery) are re-encoded and signed for each new effect id, and bulk-inserted (building it
+through the gate would take minutes and is measured by figure 1). Then ``Journal.verify()``
+reads and checks every entry (hash, signature, chain, sequence), timed end to end, several
+times; the same for ``interlock journal verify`` as a process, and for an Ed25519-signed
+journal, which verifies with a public key alone but pays for the asymmetric check.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import sqlite3
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+from interlock_temporal.core.journal import encode_entry, open_journal
+from interlock_temporal.core.models import Kind
+from interlock_temporal.core.protocol import Call, Gate, Measure
+from interlock_temporal.core.signing import Ed25519Key, HmacKey
+
+from . import bench_dir
+
+HMAC_KEY = "42" * 32
+ED25519_SEED = "43" * 32
+TARGET_PER_S = 100_000
+
+
+@dataclass(frozen=True)
+class VerifyRun:
+    scheme: str
+    entries: int
+    seconds: list[float]
+    cli_seconds: float | None
+
+    @property
+    def best_per_s(self) -> float:
+        return self.entries / min(self.seconds)
+
+    @property
+    def median_per_s(self) -> float:
+        ordered = sorted(self.seconds)
+        return self.entries / ordered[len(ordered) // 2]
+
+
+@dataclass(frozen=True)
+class VerifyCost:
+    runs: list[VerifyRun]
+    bytes_per_entry: float
+    build_seconds: float
+
+
+class _Target:
+    name = "bench-verify"
+    dedupe_window = None
+    settle_time = timedelta(0)
+
+    def capture(self, args: Any, effect_id: str) -> dict[str, Any]:
+        return {"order_paid_cents": 10_000, "refunded_cents": 0, "eligible": True}
+
+
+def _template(directory: Path) -> list[tuple[Kind, dict[str, Any]]]:
+    """The entries the gate writes for one committed refund, as (kind, data)."""
+    journal = open_journal(f"sqlite:///{directory / 'template.db'}", signing_key=HMAC_KEY)
+    lease = journal.leases.issue("bench-bot", activities=["refund"], max_amount_cents=5_000)
+    payload = {"case_id": "4471", "order_id": "A-1001", "amount_cents": 2_000}
+    call = Call(
+        effect_type="refund",
+        activity="refund",
+        input=payload,
+        args=(payload,),
+        key={"case": "4471", "order": "A-1001"},
+        principal="bench-bot",
+        lease_id=lease,
+        session="support-case-4471",
+        measure=lambda args: Measure(2_000),
+    )
+
+    async def send(ticket: Any) -> dict[str, Any]:
+        return {"refund_id": "re_3Pq8xY2eZvKYlo2C1a2b3c4d", "amount_cents": 2_000}
+
+    gate = Gate(journal)
+    asyncio.run(gate.run(call, _Target(), send))
+    (row,) = journal.effects()
+    out = [(e.kind, e.data) for e in journal.read(row.effect_id)]
+    journal.close()
+    return out
+
+
+def _build(path: Path, key: HmacKey | Ed25519Key, entries: int, template: Any) -> float:
+    """Write ``entries`` signed entries (whole effects) straight into a journal's tables."""
+    journal = open_journal(f"sqlite:///{path}", signing_key=HMAC_KEY)  # creates the schema
+    journal.close()
+    db = sqlite3.connect(path, isolation_level=None)
+    db.execute("PRAGMA synchronous=OFF")
+    seq = 0
+    size = 0
+    now = time.time()
+    batch: list[tuple[Any, ...]] = []
+    rows: list[tuple[Any, ...]] = []
+    effects = entries // len(template)
+    for n in range(effects):
+        eid = hashlib.sha256(f"bench effect {n}".encode()).hexdigest()
+        prev = ""
+        for kind, data in template:
+            seq += 1
+            e = encode_entry(
+                seq=seq,
+                ts=now + seq * 1e-6,
+                effect_id=eid,
+                kind=kind,
+                prev=prev,
+                key=key,
+                data=data,
+            )
+            size += len(e.body)
+            batch.append(
+                (e.seq, e.effect_id, e.kind.value, e.prev, e.hash, e.key_id, e.sig, e.body)
+            )
+            prev = e.hash
+        rows.append((eid, "refund", "COMMITTED", prev, seq, now, now, now))
+        if len(batch) >= 20_000:
+            _flush(db, batch, rows)
+    _flush(db, batch, rows)
+    db.close()
+    return size / max(seq, 1)
+
+
+def _flush(db: sqlite3.Connection, batch: list[Any], rows: list[Any]) -> None:
+    db.execute("BEGIN")
+    db.executemany(
+        "INSERT INTO entries (seq, effect_id, kind, prev, hash, key_id, sig, body) "
+        "VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+        batch,
+    )
+    db.executemany(
+        "INSERT INTO effects (effect_id, effect_type, status, head, head_seq, updated_ts, "
+        "first_dispatch_ts, last_dispatch_ts) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+        rows,
+    )
+    db.execute("COMMIT")
+    batch.clear()
+    rows.clear()
+
+
+def _time_verify(path: Path, repeats: int, **keys: Any) -> tuple[list[float], int]:
+    seconds = []
+    count = 0
+    for _ in range(repeats):
+        journal = open_journal(f"sqlite:///{path}", create=False, check_tail=False, **keys)
+        started = time.perf_counter()
+        report = journal.verify()
+        seconds.append(time.perf_counter() - started)
+        journal.close()
+        if not report.ok:
+            raise RuntimeError(f"the benchmark journal does not verify: {report}")
+        count = report.entries
+    return seconds, count
+
+
+def _time_cli(path: Path, *args: str, env: dict[str, str]) -> float:
+    script = Path(sys.executable).with_name("interlock")
+    started = time.perf_counter()
+    done = subprocess.run(
+        [str(script), "--journal", f"sqlite:///{path}", "journal", "verify", *args],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=600,
+    )
+    elapsed = time.perf_counter() - started
+    if done.returncode != 0:
+        raise RuntimeError(f"interlock journal verify failed: {done.stdout} {done.stderr}")
+    return elapsed
+
+
+def run(entries: int, ed25519_entries: int, repeats: int = 3) -> VerifyCost:
+    print(
+        f"5. journal verify: building {entries:,} entries (and {ed25519_entries:,} Ed25519) ...",
+        flush=True,
+    )
+    directory = bench_dir("verify")
+    template = _template(directory)
+    started = time.perf_counter()
+    hmac_path = directory / "hmac.db"
+    per_entry = _build(hmac_path, HmacKey(bytes.fromhex(HMAC_KEY)), entries, template)
+    ed = Ed25519Key(bytes.fromhex(ED25519_SEED))
+    ed_path = directory / "ed25519.db"
+    _build(ed_path, ed, ed25519_entries, template)
+    build = time.perf_counter() - started
+    print(f"   built in {build:.0f} s; verifying ...", flush=True)
+    hmac_seconds, hmac_count = _time_verify(hmac_path, repeats, signing_key=HMAC_KEY)
+    cli_hmac = _time_cli(
+        hmac_path, env={"PATH": "/usr/bin:/bin", "INTERLOCK_SIGNING_KEY": HMAC_KEY}
+    )
+    ed_seconds, ed_count = _time_verify(ed_path, repeats, public_keys=[ed.public_text])
+    cli_ed = _time_cli(ed_path, "--public-key", ed.public_text, env={"PATH": "/usr/bin:/bin"})
+    return VerifyCost(
+        runs=[
+            VerifyRun("HMAC-SHA256", hmac_count, hmac_seconds, cli_hmac),
+            VerifyRun("Ed25519 (public key only)", ed_count, ed_seconds, cli_ed),
+        ],
+        bytes_per_entry=per_entry,
+        build_seconds=build,
+    )

@@ -1,0 +1,223 @@
+"""OpenTelemetry: a span per gated call (a child of the activity's span when the Temporal
+OpenTelemetry plugin runs outside ours), an event per transition, metrics for final states,
+policy decisions and the gate's latency, and each receipt as a log record.
+
+Only ids, names, states, codes and digests are exported: never an argument value.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from opentelemetry import metrics, trace
+from opentelemetry._logs import LoggerProvider, SeverityNumber, get_logger_provider
+from opentelemetry.trace import Span, Status, StatusCode
+
+from ._errors import (
+    AmbiguousEffect,
+    ApprovalRequired,
+    EffectInFlight,
+    EffectRefused,
+    InterlockDenied,
+)
+from .core.models import Receipt
+from .core.policy import Decision
+
+SCOPE = "interlock_temporal"
+
+#: span attribute names
+EFFECT_ID = "interlock.effect_id"
+ACTIVITY = "interlock.activity"
+STATE = "interlock.state"
+TIER = "interlock.tier"
+VIA = "interlock.via"
+VERDICT = "interlock.verdict"
+REASON = "interlock.reason"
+POLICY = "interlock.policy_id"
+ARGUMENT = "interlock.argument"
+
+
+class Attempt:
+    """What a gated attempt tells its span as it goes."""
+
+    def __init__(self, span: Span) -> None:
+        self.span = span
+        self.effect_id: str | None = None
+        self.state: str | None = None
+        self.gate_ms: float | None = None
+
+    def effect(self, effect_id: str) -> None:
+        self.effect_id = effect_id
+        self.span.set_attribute(EFFECT_ID, effect_id)
+
+    def event(self, name: str, **attributes: Any) -> None:
+        Telemetry.transition(self.span, name, **attributes)
+
+    def ended(self, state: str, *, gate_ms: float | None = None) -> None:
+        self.state = state
+        self.gate_ms = gate_ms
+
+
+class Telemetry:
+    """Where the gate reports. Uses the global OpenTelemetry providers unless given others;
+    with none configured every call is a no-op."""
+
+    def __init__(
+        self,
+        *,
+        tracer_provider: trace.TracerProvider | None = None,
+        meter_provider: metrics.MeterProvider | None = None,
+        logger_provider: LoggerProvider | None = None,
+    ) -> None:
+        self.tracer = trace.get_tracer(SCOPE, tracer_provider=tracer_provider)
+        meter = metrics.get_meter(SCOPE, meter_provider=meter_provider)
+        self.effects = meter.create_counter(
+            "interlock.effects",
+            unit="{effect}",
+            description="gated calls by the state they ended in",
+        )
+        self.decisions = meter.create_counter(
+            "interlock.policy.decisions",
+            unit="{decision}",
+            description="policy decisions by verdict and reason",
+        )
+        self.latency = meter.create_histogram(
+            "interlock.gate.latency",
+            unit="ms",
+            description="the gate's own time per effect: before the send, and the commit's checks",
+        )
+        self.logger = (logger_provider or get_logger_provider()).get_logger(SCOPE)
+
+    @contextlib.contextmanager
+    def effect_span(self, activity: str, tier: int | None) -> Iterator[Span]:
+        """The span of one gated attempt, current while it runs."""
+        attributes: dict[str, Any] = {ACTIVITY: activity}
+        if tier is not None:
+            attributes[TIER] = tier
+        with self.tracer.start_as_current_span(
+            f"interlock.effect {activity}",
+            attributes=attributes,
+            record_exception=False,
+            set_status_on_exception=False,
+        ) as span:
+            yield span
+
+    @contextlib.contextmanager
+    def policy_span(self, activity: str) -> Iterator[Span]:
+        with self.tracer.start_as_current_span(
+            f"interlock.policy {activity}",
+            attributes={ACTIVITY: activity},
+            record_exception=False,
+            set_status_on_exception=False,
+        ) as span:
+            yield span
+
+    @staticmethod
+    def transition(span: Span, state: str, **attributes: Any) -> None:
+        span.add_event(state, {k: v for k, v in attributes.items() if v is not None})
+
+    @contextlib.contextmanager
+    def attempt(
+        self, activity: str, tier: int | None, receipt_of: Callable[[str], Receipt | None]
+    ) -> Iterator[Attempt]:
+        """Observe one gated attempt: its span, and how it ended (the outcome's error types
+        name the state; a normal end is whatever the attempt reported)."""
+        with self.effect_span(activity, tier) as span:
+            attempt = Attempt(span)
+            try:
+                yield attempt
+            except (AmbiguousEffect, EffectRefused) as err:
+                state = "AMBIGUOUS" if isinstance(err, AmbiguousEffect) else "REFUSED"
+                r = err.receipt
+                self.finished(
+                    span,
+                    activity,
+                    state,
+                    effect_id=r.effect_id if r else attempt.effect_id,
+                    code=r.code if r else None,
+                )
+                if r is not None:
+                    self.receipt(r)
+                raise
+            except InterlockDenied as err:
+                self.finished(span, activity, "DENIED", effect_id=attempt.effect_id, code=err.code)
+                raise
+            except ApprovalRequired as err:
+                self.finished(
+                    span, activity, "ESCALATED", effect_id=attempt.effect_id, code=err.code
+                )
+                raise
+            except EffectInFlight:
+                self.finished(span, activity, "IN_FLIGHT", effect_id=attempt.effect_id)
+                raise
+            except BaseException as err:
+                # the send failed and Temporal retries: the effect is in doubt until then
+                self.finished(
+                    span,
+                    activity,
+                    "IN_DOUBT",
+                    effect_id=attempt.effect_id,
+                    code=type(err).__name__,
+                )
+                raise
+            if attempt.state is not None:
+                self.finished(
+                    span,
+                    activity,
+                    attempt.state,
+                    effect_id=attempt.effect_id,
+                    gate_ms=attempt.gate_ms,
+                )
+                if attempt.effect_id is not None:
+                    found = receipt_of(attempt.effect_id)
+                    if found is not None:
+                        self.receipt(found)
+
+    def decided(self, decision: Decision, activity: str) -> None:
+        """Count a policy decision (the reason is a code, never a value)."""
+        self.decisions.add(
+            1,
+            {
+                VERDICT: decision.verdict.value,
+                REASON: decision.code or "-",
+                ACTIVITY: activity,
+                "interlock.observed": decision.observed,
+            },
+        )
+
+    def finished(
+        self,
+        span: Span,
+        activity: str,
+        state: str,
+        *,
+        effect_id: str | None = None,
+        code: str | None = None,
+        gate_ms: float | None = None,
+    ) -> None:
+        """The attempt ended in ``state`` (a final one, or IN_FLIGHT / DENIED / ESCALATED)."""
+        span.set_attribute(STATE, state)
+        if effect_id is not None:
+            span.set_attribute(EFFECT_ID, effect_id)
+        if code:
+            span.set_attribute(REASON, code)
+        if state in ("REFUSED", "AMBIGUOUS", "DENIED"):
+            span.set_status(Status(StatusCode.ERROR, f"{state}: {code or '-'}"))
+        self.effects.add(1, {STATE: state, ACTIVITY: activity})
+        if gate_ms is not None:
+            self.latency.record(gate_ms, {ACTIVITY: activity})
+
+    def receipt(self, receipt: Receipt) -> None:
+        """The receipt as a log record: digests and names only, like the receipt itself."""
+        self.logger.emit(
+            event_name="interlock.receipt",
+            severity_number=SeverityNumber.INFO,
+            body=receipt.model_dump_json(),
+            attributes={
+                EFFECT_ID: receipt.effect_id,
+                STATE: receipt.final,
+                ACTIVITY: receipt.effect_type,
+            },
+        )

@@ -1,0 +1,155 @@
+"""OpenTelemetry on a real server: the gate's spans are children of Temporal's activity spans,
+with an event per transition; metrics count final states, decisions and latency; receipts are
+log records; and a secret canary in the activity's input appears in none of them."""
+
+from __future__ import annotations
+
+import uuid
+from pathlib import Path
+
+import pytest
+from opentelemetry import trace
+from opentelemetry.sdk._logs import LoggerProvider
+from opentelemetry.sdk._logs.export import InMemoryLogRecordExporter, SimpleLogRecordProcessor
+from opentelemetry.sdk.metrics import MeterProvider
+from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from temporalio.client import Client
+from temporalio.contrib.opentelemetry import OpenTelemetryPlugin, create_tracer_provider
+from temporalio.contrib.pydantic import pydantic_data_converter
+from temporalio.worker import Worker
+
+from interlock_temporal import InterlockPlugin, Telemetry
+from interlock_temporal.core.identity import effect_id
+from interlock_temporal.core.journal import open_journal
+from interlock_temporal.core.policy import Limits, Policy
+from interlock_temporal.testing import DevServer
+
+from . import test_policy_server as policies
+from .server_workflows import ApprovedCall, RunCalls
+
+pytestmark = pytest.mark.server
+
+SPANS = InMemorySpanExporter()
+_PROVIDER = create_tracer_provider()
+_PROVIDER.add_span_processor(SimpleSpanProcessor(SPANS))
+trace.set_tracer_provider(_PROVIDER)
+
+
+async def test_gate_spans_nest_under_activity_spans_and_no_secret_leaves(
+    dev_server: DevServer, tmp_path: Path
+) -> None:
+    SPANS.clear()
+    metrics = InMemoryMetricReader()
+    logs = InMemoryLogRecordExporter()
+    logger_provider = LoggerProvider()
+    logger_provider.add_log_record_processor(SimpleLogRecordProcessor(logs))
+    telemetry = Telemetry(
+        tracer_provider=trace.get_tracer_provider(),
+        meter_provider=MeterProvider(metric_readers=[metrics]),
+        logger_provider=logger_provider,
+    )
+    journal = open_journal(tmp_path / "journal.db", signing_key="11" * 32)
+    lease = journal.leases.issue("billing-agent", activities=["charge"])
+    policy = Policy(Limits(max_repeat_calls=2), secret_arguments=["card_number"])
+    client = await Client.connect(
+        dev_server.target,
+        data_converter=pydantic_data_converter,
+        plugins=[
+            OpenTelemetryPlugin(add_temporal_spans=True),
+            InterlockPlugin(
+                f"sqlite:///{tmp_path / 'journal.db'}",
+                signing_key="11" * 32,
+                policy=policy,
+                telemetry=telemetry,
+            ),
+        ],
+    )
+    queue = f"otel-{uuid.uuid4().hex[:8]}"
+    order = f"o-{uuid.uuid4().hex[:8]}"
+    async with Worker(
+        client,
+        task_queue=queue,
+        workflows=[ApprovedCall, RunCalls],
+        activities=[policies.charge, policies.search],
+    ):
+        charged = await client.execute_workflow(
+            ApprovedCall.run,
+            {
+                "principal": "billing-agent",
+                "lease": lease,
+                "activity": "charge",
+                "arg": {
+                    "order_id": order,
+                    "amount_cents": 1_234,
+                    "card_number": policies.CANARY_CARD,
+                    "api_key": policies.CANARY_KEY,
+                },
+            },
+            id=f"charge-{uuid.uuid4().hex[:8]}",
+            task_queue=queue,
+        )
+        assert charged == {"ok": {"charged": 1_234}}
+        looped = await client.execute_workflow(
+            RunCalls.run,
+            {"principal": "billing-agent", "calls": [{"activity": "search", "arg": order}] * 3},
+            id=f"loop-{uuid.uuid4().hex[:8]}",
+            task_queue=queue,
+        )
+        assert [o.get("code") for o in looped][-1] == "MAX_REPEAT_EXCEEDED"
+
+    spans = SPANS.get_finished_spans()
+    by_id = {s.context.span_id: s for s in spans}
+    (gate,) = [s for s in spans if s.name == "interlock.effect charge"]
+    parent = by_id[gate.parent.span_id]  # type: ignore[union-attr]
+    assert parent.name == "RunActivity:charge"
+    eid = effect_id("charge", {"order": policies_key(order)})
+    assert gate.attributes is not None
+    assert gate.attributes["interlock.effect_id"] == eid
+    assert gate.attributes["interlock.state"] == "COMMITTED"
+    assert gate.attributes["interlock.tier"] == 2
+    assert [e.name for e in gate.events] == ["DISPATCHED", "COMMITTED"]
+    policy_spans = [s for s in spans if s.name == "interlock.policy search"]
+    assert len(policy_spans) == 3
+    assert all(by_id[s.parent.span_id].name == "RunActivity:search" for s in policy_spans)  # type: ignore[union-attr]
+    assert policy_spans[-1].attributes["interlock.reason"] == "MAX_REPEAT_EXCEEDED"  # type: ignore[index]
+
+    data = metrics.get_metrics_data()
+    assert data is not None
+    points = {
+        m.name: list(m.data.data_points)
+        for rm in data.resource_metrics
+        for sm in rm.scope_metrics
+        for m in sm.metrics
+    }
+    effects = {dict(p.attributes)["interlock.state"]: p.value for p in points["interlock.effects"]}
+    assert effects == {"COMMITTED": 1}
+    decisions: dict[tuple[str, str], int] = {}
+    for p in points["interlock.policy.decisions"]:
+        key = (dict(p.attributes)["interlock.verdict"], dict(p.attributes)["interlock.reason"])
+        decisions[key] = decisions.get(key, 0) + p.value
+    assert decisions[("DENY", "MAX_REPEAT_EXCEEDED")] == 1
+    assert decisions[("ALLOW", "-")] == 3  # the charge, and two searches
+    (latency,) = points["interlock.gate.latency"]
+    assert latency.count == 1 and latency.sum > 0
+
+    records = logs.get_finished_logs()
+    receipts = [r for r in records if r.log_record.event_name == "interlock.receipt"]
+    assert len(receipts) == 1
+    assert eid in str(receipts[0].log_record.body)
+
+    exported = [
+        *(s.to_json() for s in spans),
+        data.to_json(),
+        *(r.to_json() for r in records),
+    ]
+    for text in exported:
+        assert policies.CANARY_CARD not in text and policies.CANARY_KEY not in text
+        # and no argument value at all: the order id is the activity's input
+        assert order not in text
+    journal.close()
+
+
+def policies_key(order: str) -> str:
+    return order
