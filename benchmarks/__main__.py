@@ -24,7 +24,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from . import BENCH_DIR, ROOT, crash_recovery, gate_cost, policy_cost, verify_cost
+from . import BENCH_DIR, ROOT, crash_recovery, gate_cost, policy_cost, throughput, verify_cost
 from .machine import code_version, machine
 from .report import Report, markdown, summary
 
@@ -61,7 +61,9 @@ def parse(argv: list[str]) -> argparse.Namespace:
         "unless given)",
     )
     p.add_argument(
-        "--only", choices=("gate", "crash", "policy", "verify"), help="run one figure only"
+        "--only",
+        choices=("gate", "crash", "policy", "verify", "throughput"),
+        help="run one figure only",
     )
     p.add_argument("--samples", type=int, help="samples per series for figure 1")
     p.add_argument(
@@ -128,6 +130,9 @@ def main(argv: list[str] | None = None) -> int:
         )
         if not args.keep:
             shutil.rmtree(BENCH_DIR / "verify", ignore_errors=True)
+    flow = None
+    if args.only in (None, "throughput"):
+        flow = throughput.run(320 if args.quick else 640, 2 if args.quick else 5)
     policy = None
     if args.only in (None, "policy"):
         policy = policy_cost.run(
@@ -144,6 +149,7 @@ def main(argv: list[str] | None = None) -> int:
         crash=crash,
         policy=policy,
         verify=verify,
+        throughput=flow,
     )
     print(summary(report))
     if out is not None:
@@ -162,6 +168,7 @@ def main(argv: list[str] | None = None) -> int:
             "crash": None if crash is None else dataclasses.asdict(crash),
             "policy": None if policy is None else dataclasses.asdict(policy),
             "verify": None if verify is None else dataclasses.asdict(verify),
+            "throughput": None if flow is None else dataclasses.asdict(flow),
             "targets": [dataclasses.asdict(t) for t in report.targets()],
         }
         args.json.write_text(json.dumps(doc, indent=1, default=_jsonable))

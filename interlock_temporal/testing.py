@@ -5,6 +5,7 @@ SIGKILL themselves at a named point."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import shutil
 import signal
@@ -361,3 +362,102 @@ class StripeProxy:
             pass
         finally:
             writer.close()
+
+
+# -- a throwaway PostgreSQL --------------------------------------------------------------------
+
+
+def postgres_bin() -> Path:
+    """The PostgreSQL server programs' directory (Debian's layout, the newest version)."""
+    found = sorted(Path("/usr/lib/postgresql").glob("*/bin/pg_ctl"))
+    if not found:
+        raise FileNotFoundError(
+            "no PostgreSQL server programs under /usr/lib/postgresql/*/bin "
+            "(apt-get install postgresql)"
+        )
+    return found[-1].parent
+
+
+class PostgresServer:
+    """A PostgreSQL cluster of its own on loopback (``initdb`` then ``pg_ctl``), for tests and
+    demos: ``url`` names its database ``interlock``; ``database(name)`` makes another.
+
+    Run as root, the server runs as the ``postgres`` user (PostgreSQL refuses root).
+    """
+
+    def __init__(self, port: int | None = None) -> None:
+        self.port = port or free_port()
+        self.directory = Path(tempfile.mkdtemp(prefix="interlock-pg-"))
+        self.data = self.directory / "data"
+        self.log = self.directory / "server.log"
+        self._bin = postgres_bin()
+
+    def _as_server_user(self, argv: list[str]) -> list[str]:
+        if os.geteuid() != 0:
+            return argv
+        return ["runuser", "-u", "postgres", "--", *argv]
+
+    def _run(self, *argv: str) -> None:
+        import subprocess
+
+        done = subprocess.run(
+            self._as_server_user([str(self._bin / argv[0]), *argv[1:]]),
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        if done.returncode != 0:
+            log = self.log.read_text() if self.log.exists() else ""
+            raise RuntimeError(f"{argv[0]} failed: {done.stderr.strip()} {log[-2000:]}")
+
+    def start(self) -> PostgresServer:
+        if os.geteuid() == 0:
+            shutil.chown(self.directory, "postgres", "postgres")
+        os.chmod(self.directory, 0o755)
+        if not self.data.exists():
+            self._run("initdb", "-D", str(self.data), "-A", "trust", "-U", "postgres", "--no-sync")
+        self._run(
+            "pg_ctl",
+            "-D",
+            str(self.data),
+            "-l",
+            str(self.log),
+            "-w",
+            "-t",
+            "60",
+            "-o",
+            f"-p {self.port} -k {self.directory} -c listen_addresses=127.0.0.1 "
+            "-c max_connections=400 -c shared_buffers=64MB",
+            "start",
+        )
+        self.database("interlock")
+        return self
+
+    def admin_url(self, database: str = "postgres") -> str:
+        return f"postgresql://postgres@127.0.0.1:{self.port}/{database}"
+
+    @property
+    def url(self) -> str:
+        return self.admin_url("interlock")
+
+    def database(self, name: str) -> str:
+        """Create database ``name`` (if missing); its URL."""
+        import psycopg
+
+        with psycopg.connect(self.admin_url(), autocommit=True) as conn:
+            exists = conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", (name,))
+            if exists.fetchone() is None:
+                conn.execute(f'CREATE DATABASE "{name}"')  # type: ignore[arg-type]
+        return self.admin_url(name)
+
+    def stop(self, mode: str = "fast") -> None:
+        """Stop the server (``immediate`` is a crash: no checkpoint, connections cut)."""
+        self._run("pg_ctl", "-D", str(self.data), "-m", mode, "-w", "stop")
+
+    def restart(self) -> None:
+        self.start()
+
+    def close(self) -> None:
+        with contextlib.suppress(RuntimeError):
+            self.stop("immediate")
+        shutil.rmtree(self.directory, ignore_errors=True)

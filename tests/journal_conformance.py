@@ -22,6 +22,7 @@ import itertools
 import json
 import threading
 import time
+from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator, Sequence
 from datetime import timedelta
 from typing import Any, Protocol
@@ -140,6 +141,78 @@ def scheme_key(hex_key: str) -> str:
 
 def entry_count(journal: Journal) -> int:
     return sum(1 for _ in journal.iter_raw())
+
+
+TAMPERABLE_COLUMNS = ("effect_id", "kind", "prev", "hash", "key_id", "sig")
+
+
+class SqlTamper(ABC):
+    """Edits a SQL store's tables through a connection of its own, as an attacker or a torn
+    write would: nothing goes through the journal. SQL is written with ``?`` placeholders."""
+
+    @abstractmethod
+    def _run(self, *statements: tuple[str, tuple[Any, ...]]) -> None:
+        """Run the statements in one transaction."""
+
+    @abstractmethod
+    def _query(self, sql: str, params: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]: ...
+
+    @abstractmethod
+    def _tables(self) -> list[str]: ...
+
+    def _exists(self, seq: int) -> None:
+        assert self._query("SELECT 1 FROM entries WHERE seq = ?", (seq,)), (
+            f"no entry {seq} to tamper with"
+        )
+
+    def edit_body(self, seq: int, new_bytes: bytes) -> None:
+        self._exists(seq)
+        self._run(("UPDATE entries SET body = ? WHERE seq = ?", (new_bytes, seq)))
+
+    def edit_column(self, seq: int, column: str, value: Any) -> None:
+        assert column in TAMPERABLE_COLUMNS
+        self._exists(seq)
+        self._run((f"UPDATE entries SET {column} = ? WHERE seq = ?", (value, seq)))
+
+    def delete(self, seq: int) -> None:
+        self._exists(seq)
+        self._run(("DELETE FROM entries WHERE seq = ?", (seq,)))
+
+    def swap(self, seq_a: int, seq_b: int) -> None:
+        self._exists(seq_a)
+        self._exists(seq_b)
+        self._run(
+            ("UPDATE entries SET seq = -1 WHERE seq = ?", (seq_a,)),
+            ("UPDATE entries SET seq = ? WHERE seq = ?", (seq_a, seq_b)),
+            ("UPDATE entries SET seq = ? WHERE seq = -1", (seq_b,)),
+        )
+
+    def insert_raw(self, raw: RawEntry) -> None:
+        self._run(
+            # move the later entries one place on, through negative seqs to dodge the key
+            ("UPDATE entries SET seq = -(seq + 1) WHERE seq >= ?", (raw.seq,)),
+            ("UPDATE entries SET seq = -seq WHERE seq < 0", ()),
+            (
+                "INSERT INTO entries (seq, effect_id, kind, prev, hash, key_id, sig, body) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                (
+                    raw.seq,
+                    raw.effect_id,
+                    raw.kind,
+                    raw.prev,
+                    raw.hash,
+                    raw.key_id,
+                    raw.sig,
+                    raw.body,
+                ),
+            ),
+        )
+
+    def truncate_after(self, seq: int) -> None:
+        self._run(("DELETE FROM entries WHERE seq > ?", (seq,)))
+
+    def snapshot(self) -> dict[str, list[tuple[Any, ...]]]:
+        return {t: sorted(self._query(f"SELECT * FROM {t}")) for t in self._tables()}
 
 
 class JournalConformance:

@@ -18,7 +18,7 @@ import pytest
 
 from interlock_temporal.core.errors import JournalConfigError, JournalUnavailable
 from interlock_temporal.core.identity import effect_id
-from interlock_temporal.core.journal import SCHEMA_VERSION, Journal, RawEntry, open_journal
+from interlock_temporal.core.journal import SCHEMA_VERSION, Journal, open_journal
 from interlock_temporal.core.models import Kind, Lease
 from interlock_temporal.core.signing import HmacKey, parse_secret
 from interlock_temporal.core.sqlite_journal import IN_DOUBT_SQL
@@ -27,6 +27,7 @@ from .journal_conformance import (
     KEY,
     OTHER_KEY,
     JournalConformance,
+    SqlTamper,
     draft,
     key_id,
 )
@@ -34,13 +35,8 @@ from .journal_conformance import (
 A = effect_id("sqlite.refund", {"case": "A"})
 B = effect_id("sqlite.refund", {"case": "B"})
 
-ENTRY_COLUMNS = ("effect_id", "kind", "prev", "hash", "key_id", "sig")
 
-
-class SqliteTamper:
-    """Edits the SQLite store through a connection of its own, as an attacker or a torn write
-    would: nothing goes through the journal."""
-
+class SqliteTamper(SqlTamper):
     def __init__(self, path: Path) -> None:
         self.path = path
 
@@ -59,72 +55,16 @@ class SqliteTamper:
         finally:
             db.close()
 
-    def _exists(self, seq: int) -> None:
+    def _query(self, sql: str, params: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
         db = self._connect()
         try:
-            row = db.execute("SELECT 1 FROM entries WHERE seq = ?", (seq,)).fetchone()
+            return db.execute(sql, params).fetchall()
         finally:
             db.close()
-        assert row is not None, f"no entry {seq} to tamper with"
 
-    def edit_body(self, seq: int, new_bytes: bytes) -> None:
-        self._exists(seq)
-        self._run(("UPDATE entries SET body = ? WHERE seq = ?", (new_bytes, seq)))
-
-    def edit_column(self, seq: int, column: str, value: Any) -> None:
-        assert column in ENTRY_COLUMNS
-        self._exists(seq)
-        self._run((f"UPDATE entries SET {column} = ? WHERE seq = ?", (value, seq)))
-
-    def delete(self, seq: int) -> None:
-        self._exists(seq)
-        self._run(("DELETE FROM entries WHERE seq = ?", (seq,)))
-
-    def swap(self, seq_a: int, seq_b: int) -> None:
-        self._exists(seq_a)
-        self._exists(seq_b)
-        self._run(
-            ("UPDATE entries SET seq = -1 WHERE seq = ?", (seq_a,)),
-            ("UPDATE entries SET seq = ? WHERE seq = ?", (seq_a, seq_b)),
-            ("UPDATE entries SET seq = ? WHERE seq = -1", (seq_b,)),
-        )
-
-    def insert_raw(self, raw: RawEntry) -> None:
-        self._run(
-            # move the later entries one place on, through negative seqs to dodge the key
-            ("UPDATE entries SET seq = -(seq + 1) WHERE seq >= ?", (raw.seq,)),
-            ("UPDATE entries SET seq = -seq WHERE seq < 0", ()),
-            (
-                "INSERT INTO entries (seq, effect_id, kind, prev, hash, key_id, sig, body) "
-                "VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-                (
-                    raw.seq,
-                    raw.effect_id,
-                    raw.kind,
-                    raw.prev,
-                    raw.hash,
-                    raw.key_id,
-                    raw.sig,
-                    raw.body,
-                ),
-            ),
-        )
-
-    def truncate_after(self, seq: int) -> None:
-        self._run(("DELETE FROM entries WHERE seq > ?", (seq,)))
-
-    def snapshot(self) -> dict[str, list[tuple[Any, ...]]]:
-        db = self._connect()
-        try:
-            tables = [
-                r[0]
-                for r in db.execute(
-                    "SELECT name FROM sqlite_master WHERE type = 'table' ORDER BY name"
-                )
-            ]
-            return {t: sorted(db.execute(f"SELECT * FROM {t}").fetchall()) for t in tables}
-        finally:
-            db.close()
+    def _tables(self) -> list[str]:
+        rows = self._query("SELECT name FROM sqlite_master WHERE type = 'table' ORDER BY name")
+        return [r[0] for r in rows]
 
 
 @pytest.fixture
@@ -526,7 +466,7 @@ def test_url_busy_timeout_option(db_path: Path) -> None:
 
 @pytest.mark.parametrize(
     "url",
-    ["postgresql://user@localhost/interlock", "mysql://localhost/db", "redis://x", "http://h/j.db"],
+    ["mysql://localhost/db", "redis://x", "http://h/j.db"],
 )
 def test_url_unsupported_scheme(url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.chdir(tmp_path)

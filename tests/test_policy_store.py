@@ -10,12 +10,13 @@ import sys
 import textwrap
 import time
 import uuid
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 
 from interlock_temporal.core.errors import Denied, NeedsApproval
-from interlock_temporal.core.journal import Journal, policy_chain
+from interlock_temporal.core.journal import Journal, open_journal, policy_chain
 from interlock_temporal.core.models import Kind
 from interlock_temporal.core.policy import (
     CallEvent,
@@ -32,14 +33,30 @@ from interlock_temporal.core.policy import (
 )
 from interlock_temporal.core.protocol import Done, Gate, Ticket
 from interlock_temporal.core.receipts import fold, receipt_of
-from interlock_temporal.testing import throwaway_journal
+from interlock_temporal.testing import PostgresServer
 
 from .test_protocol import KEY, NOTE, MemTarget, make_call
 
 
+@pytest.fixture(params=["sqlite", "postgres"])
+def new_store(request: pytest.FixtureRequest, tmp_path: Path) -> Callable[[], str]:
+    """Fresh, empty stores of one backend: SQLite files, or PostgreSQL databases on the
+    session's throwaway cluster."""
+    made: list[int] = []
+
+    def make() -> str:
+        made.append(1)
+        if request.param == "sqlite":
+            return f"sqlite:///{tmp_path / f'store-{len(made)}.db'}"
+        server: PostgresServer = request.getfixturevalue("postgres")
+        return server.database(f"policy_{uuid.uuid4().hex[:12]}")
+
+    return make
+
+
 @pytest.fixture
-def journal(tmp_path: Path) -> Journal:
-    j = throwaway_journal(tmp_path)
+def journal(new_store: Callable[[], str]) -> Iterator[Journal]:
+    j = open_journal(new_store(), signing_key=KEY)
     yield j
     report = j.verify()
     j.close()
@@ -97,7 +114,7 @@ def test_denials_trip_the_circuit_and_only_a_journaled_reset_closes_it(journal: 
     assert all("same" not in json.dumps(e) for e in events)
 
 
-def test_processes_sharing_one_journal_share_one_view(tmp_path: Path) -> None:
+def test_processes_sharing_one_journal_share_one_view(new_store: Callable[[], str]) -> None:
     """Two worker processes race 25 distinct calls each into a cap of 30 calls: exactly 30 are
     allowed, because every check reads and writes the state in one transaction."""
     script = textwrap.dedent(
@@ -115,7 +132,7 @@ def test_processes_sharing_one_journal_share_one_view(tmp_path: Path) -> None:
         print(json.dumps(codes))
         """
     )
-    url = f"sqlite:///{tmp_path / 'shared.db'}"
+    url = new_store()
     procs = [
         subprocess.Popen([sys.executable, "-c", script, url, name], stdout=subprocess.PIPE)
         for name in ("a", "b")
@@ -262,7 +279,9 @@ def test_a_once_approval_is_consumed_by_its_first_use(journal: Journal) -> None:
     assert guard.check(event, scopes, delivery="run/3/1").verdict is Verdict.ESCALATE
 
 
-def test_an_approval_does_not_cover_another_input_principal_or_epoch(tmp_path: Path) -> None:
+def test_an_approval_does_not_cover_another_input_principal_or_epoch(
+    new_store: Callable[[], str],
+) -> None:
     cases = {
         "amount": (*wire_call(6001, execution="run/a"), hitl()),
         "principal": (*wire_call(6000, principal="other-bot", execution="run/b"), hitl()),
@@ -270,8 +289,7 @@ def test_an_approval_does_not_cover_another_input_principal_or_epoch(tmp_path: P
         "session": (*wire_call(6000, session="wf-2", execution="run/d"), hitl()),
     }
     for name, (event, scopes, policy) in cases.items():
-        (tmp_path / name).mkdir()
-        with throwaway_journal(tmp_path / name) as journal:
+        with open_journal(new_store(), signing_key=KEY) as journal:
             guard, _ = ask_and_grant(journal, hitl(), 6000, scope="session")
             # the session's approval covers the very call it approved, again and again
             for run in ("run/e", "run/f"):

@@ -21,7 +21,8 @@ from typing import Any
 from temporalio.client import Client
 from temporalio.contrib.pydantic import pydantic_data_converter
 
-from interlock_temporal.testing import DevServer
+from interlock_temporal.core.journal import open_journal
+from interlock_temporal.testing import DevServer, PostgresServer
 
 from .scenarios import SCENARIOS, World, run_in
 from .server_world import ServerWorld
@@ -32,12 +33,17 @@ ROOT = Path(__file__).resolve().parents[1]
 
 #: the rows the Stripe target runs (scenarios.md asks rows 1 to 10 of it, at tier 1)
 STRIPE_ROWS = range(1, 11)
+#: the rows run with the journal in PostgreSQL, the crash on one worker process and the
+#: recovery on another that shares nothing with it but PostgreSQL and Temporal
+POSTGRES_ROWS = (2, 3, 8, 11, 12)
+POSTGRES_KEY = "5a" * 32
 
 
 async def run_matrix(
     cells: list[tuple[str, int, str]], jobs: int, workdir: Path
 ) -> list[dict[str, Any]]:
     server = await DevServer(ui_port=None).start()
+    postgres = PostgresServer().start() if any(a == "postgres" for _, _, a in cells) else None
     try:
         client = await Client.connect(server.target, data_converter=pydantic_data_converter)
         limit = asyncio.Semaphore(jobs)
@@ -49,9 +55,15 @@ async def run_matrix(
                 try:
                     if against == "stripe":
                         world: World = await StripeServerWorld.launch(client, cell_dir)
+                    elif against == "postgres":
+                        assert postgres is not None
+                        url = postgres.database(f"cell_{name}_t{tier}")
+                        world = ServerWorld(client, cell_dir, tier, "gated", url, POSTGRES_KEY)
                     else:
                         world = await ServerWorld.create(client, cell_dir, tier, "gated")
                     result = await run_in(world, name)
+                    if against == "postgres":
+                        check_two_workers(url, result)
                 except Exception as err:  # a cell that cannot run is a failed cell, not a crash
                     s = SCENARIOS[name]
                     result = {
@@ -81,6 +93,29 @@ async def run_matrix(
         return list(await asyncio.gather(*[one(n, t, a) for n, t, a in cells]))
     finally:
         await server.stop()
+        if postgres is not None:
+            postgres.close()
+
+
+def check_two_workers(url: str, result: dict[str, Any]) -> None:
+    """After a kill, what the journal recorded next came from another worker process: the
+    dispatch names the killed worker, the commit (if any) a live one."""
+    with open_journal(url, signing_key=POSTGRES_KEY) as journal:
+        entries = journal.read(result["effect_id"]) if result.get("effect_id") else []
+    workers = [e.data.get("worker") for e in entries if e.kind.value in ("DISPATCHED", "COMMITTED")]
+    result["workers"] = workers
+    first = next((e for e in entries if e.kind.value == "DISPATCHED"), None)
+    committed = next((e for e in entries if e.kind.value == "COMMITTED"), None)
+    same = (
+        first is not None
+        and committed is not None
+        and first.data.get("worker") == committed.data.get("worker")
+    )
+    if result.get("kills") and same:
+        result["ok"] = False
+        result.setdefault("problems", []).append(
+            "the worker that was killed is the one that committed"
+        )
 
 
 def cell(result: dict[str, Any]) -> str:
@@ -96,12 +131,32 @@ def cell(result: dict[str, Any]) -> str:
     return text + ("" if result["ok"] else " **FAIL**")
 
 
+def tier_table(by_row: dict[int, dict[int, dict[str, Any]]], tiers: list[int]) -> list[str]:
+    """A row per scenario, a column per tier."""
+    lines = [
+        "| # | scenario | " + " | ".join(f"t{t}" for t in tiers) + " |",
+        "|---|---|" + "---|" * len(tiers),
+    ]
+    for number in sorted(by_row):
+        row = by_row[number]
+        name = next(iter(row.values()))["scenario"]
+        lines.append(
+            f"| {number} | {name} | "
+            + " | ".join(cell(row[t]) if t in row else "—" for t in tiers)
+            + " |"
+        )
+    return lines
+
+
 def markdown(results: list[dict[str, Any]], tiers: list[int], elapsed: float) -> str:
     by_row: dict[int, dict[int, dict[str, Any]]] = {}
     stripe: dict[int, dict[str, Any]] = {}
+    pg: dict[int, dict[int, dict[str, Any]]] = {}
     for r in results:
         if r.get("target") == "stripe":
             stripe[r["number"]] = r
+        elif r.get("target") == "postgres":
+            pg.setdefault(r["number"], {})[r["tier"]] = r
         else:
             by_row.setdefault(r["number"], {})[r["tier"]] = r
     lines = [
@@ -117,17 +172,8 @@ def markdown(results: list[dict[str, Any]], tiers: list[int], elapsed: float) ->
         f"{elapsed:.0f} s",
         f"- cells: {len(results)}, failed: {sum(1 for r in results if not r['ok'])}",
         "",
-        "| # | scenario | " + " | ".join(f"t{t}" for t in tiers) + " |",
-        "|---|---|" + "---|" * len(tiers),
+        *tier_table(by_row, tiers),
     ]
-    for number in sorted(by_row):
-        row = by_row[number]
-        name = next(iter(row.values()))["scenario"]
-        lines.append(
-            f"| {number} | {name} | "
-            + " | ".join(cell(row[t]) if t in row else "—" for t in tiers)
-            + " |"
-        )
     if stripe:
         lines += [
             "",
@@ -144,6 +190,19 @@ def markdown(results: list[dict[str, Any]], tiers: list[int], elapsed: float) ->
         ]
         for number in sorted(stripe):
             lines.append(f"| {number} | {stripe[number]['scenario']} | {cell(stripe[number])} |")
+    if pg:
+        lines += [
+            "",
+            "## The journal in PostgreSQL, two worker processes",
+            "",
+            "The rows where a worker dies or races another, with the journal in PostgreSQL (a",
+            "throwaway PostgreSQL 15 cluster on loopback) and worker processes that share",
+            "nothing but it and Temporal: the worker killed mid-effect is never the one that",
+            "recovers (its claim, a session advisory lock, died with its connection), and a",
+            "commit after a kill is checked to come from another process.",
+            "",
+            *tier_table(pg, tiers),
+        ]
     # rows where a person decides include the person's time: not a recovery figure
     crash = [
         r["crash_to_completion_s"]
@@ -172,7 +231,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--tiers", default="1,2,3")
     p.add_argument("--out", type=Path, default=ROOT / "docs" / "fault-table.md")
     p.add_argument("--json", type=Path, help="also write every cell's result here")
-    p.add_argument("--targets", default="simulated,stripe", help="simulated, stripe, or both")
+    p.add_argument(
+        "--targets",
+        default="simulated,stripe,postgres",
+        help="any of simulated, stripe, postgres (comma-separated)",
+    )
     args = p.parse_args(argv)
     ordered = sorted(SCENARIOS.values(), key=lambda s: s.number)
     rows = [s.name for s in ordered]
@@ -191,6 +254,13 @@ def main(argv: list[str] | None = None) -> int:
     ]
     if "stripe" in targets and 1 in tiers:
         cells += [(n, 1, "stripe") for n in rows if SCENARIOS[n].number in STRIPE_ROWS]
+    if "postgres" in targets:
+        cells += [
+            (n, t, "postgres")
+            for n in rows
+            for t in tiers
+            if SCENARIOS[n].number in POSTGRES_ROWS and t in SCENARIOS[n].expect
+        ]
     results = asyncio.run(run_matrix(cells, args.jobs, workdir))
     elapsed = time.monotonic() - started
     table = markdown(results, tiers, elapsed)

@@ -12,6 +12,7 @@ from typing import Any
 from temporalio.client import Client, WorkflowExecutionStatus, WorkflowHandle
 from temporalio.service import RPCError
 
+from interlock_temporal.core.journal import open_journal
 from interlock_temporal.core.models import Kind
 from interlock_temporal.core.review import review_id
 from interlock_temporal.targets.payments import SimulatedPayments
@@ -25,7 +26,19 @@ RESULT_TIMEOUT_S = 120.0
 
 
 class ServerWorld(World):
-    def __init__(self, client: Client, workdir: Path, tier: int, mode: Mode) -> None:
+    """``journal_url`` (with ``signing_key``, which every worker process gets in its
+    environment) puts the journal elsewhere than the SQLite file in ``workdir``: a PostgreSQL
+    journal makes the worker processes share nothing but it and Temporal."""
+
+    def __init__(
+        self,
+        client: Client,
+        workdir: Path,
+        tier: int,
+        mode: Mode,
+        journal_url: str | None = None,
+        signing_key: str | None = None,
+    ) -> None:
         self.client = client
         self.workdir = workdir
         self.tier = tier
@@ -35,7 +48,12 @@ class ServerWorld(World):
         self.crash_to_completion_s = None
         self.task_queue = f"support-{uuid.uuid4().hex[:12]}"
         self.case_id = f"{CASE}-{self.task_queue[-6:]}"
-        self.journal = open_world_journal(workdir)
+        self.signing_key = signing_key
+        self.journal = (
+            open_world_journal(workdir)
+            if journal_url is None
+            else open_journal(journal_url, signing_key=signing_key)
+        )
         self.payments: Payments = self._payments()
         self.workers: list[WorkerProcess] = []
         self._killed_at: float | None = None
@@ -72,6 +90,7 @@ class ServerWorld(World):
                 *extra,
             ],
             cwd=ROOT,
+            env={"INTERLOCK_SIGNING_KEY": self.signing_key} if self.signing_key else None,
         )
         self.workers.append(await worker.start())
         return worker

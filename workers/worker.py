@@ -11,6 +11,7 @@ import os
 import signal
 import socket
 from pathlib import Path
+from typing import Any
 
 from temporalio.client import Client
 from temporalio.worker import Worker
@@ -27,7 +28,19 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--target", required=True, help="Temporal frontend, HOST:PORT")
     p.add_argument("--namespace", default="default")
     p.add_argument("--task-queue", default="support")
-    p.add_argument("--journal", required=True, help="journal URL, e.g. sqlite:///interlock.db")
+    p.add_argument(
+        "--journal",
+        default=os.environ.get("INTERLOCK_JOURNAL"),
+        help="journal URL: sqlite:///interlock.db or postgresql://user@host/db "
+        "(default: $INTERLOCK_JOURNAL)",
+    )
+    p.add_argument("--policy", type=Path, help="a YAML or JSON policy file")
+    p.add_argument(
+        "--otlp-endpoint",
+        default=os.environ.get("OTEL_EXPORTER_OTLP_ENDPOINT"),
+        help="export spans, metrics and receipts over OTLP/HTTP to this collector "
+        "(default: $OTEL_EXPORTER_OTLP_ENDPOINT; needs the otlp extra)",
+    )
     p.add_argument("--payments", type=Path, help="the simulated service's file")
     p.add_argument("--stripe-api", help="talk to Stripe (the fake) at this URL instead")
     p.add_argument("--faults", type=Path, help="with --stripe-api: the armed-faults file")
@@ -45,7 +58,10 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
         help="how long a cached workflow's task waits for this worker before any worker takes "
         "it; short, so a dead worker delays its workflows by at most this (SDK default: 10 s)",
     )
-    return p.parse_args(argv)
+    args = p.parse_args(argv)
+    if not args.journal:
+        p.error("--journal (or $INTERLOCK_JOURNAL) is required")
+    return args
 
 
 async def main(argv: list[str] | None = None) -> None:
@@ -62,11 +78,19 @@ async def main(argv: list[str] | None = None) -> None:
             args.payments, tier=args.tier, settle_time=timedelta(seconds=args.settle_s)
         )
         activities = support_activities(payments)
+    telemetry = None
+    plugins: list[Any] = []
+    if args.otlp_endpoint:
+        from .telemetry import otlp_plugins
+
+        telemetry, plugins = otlp_plugins(args.otlp_endpoint)
     plugin = InterlockPlugin(
         args.journal,
         on_point=kill_at(*args.kill_at, marker=args.kill_marker) if args.kill_at else None,
+        policy=args.policy,
+        telemetry=telemetry,
     )
-    client = await Client.connect(args.target, namespace=args.namespace, plugins=[plugin])
+    client = await Client.connect(args.target, namespace=args.namespace, plugins=[*plugins, plugin])
     identity = args.identity or f"{os.getpid()}@{socket.gethostname()}"
     worker = Worker(
         client,

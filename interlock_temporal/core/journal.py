@@ -448,6 +448,7 @@ class JournalLocation:
     scheme: str
     path: Path
     options: dict[str, str]
+    url: str = ""
 
     @property
     def busy_timeout_s(self) -> float:
@@ -465,6 +466,8 @@ def parse_journal_url(url: str | os.PathLike[str]) -> JournalLocation:
     plain path."""
     text = os.fspath(url)
     parsed = urlparse(text)
+    if parsed.scheme in ("postgresql", "postgres"):
+        return JournalLocation("postgresql", Path(), {}, text)
     if parsed.scheme in ("", "file"):
         path = Path(parsed.path if parsed.scheme == "file" else text)
     elif parsed.scheme == "sqlite":
@@ -476,10 +479,11 @@ def parse_journal_url(url: str | os.PathLike[str]) -> JournalLocation:
         path = Path(raw_path)
     else:
         raise JournalConfigError(
-            f"unsupported journal URL scheme {parsed.scheme!r}: use sqlite:///path"
+            f"unsupported journal URL scheme {parsed.scheme!r}: use sqlite:///path or "
+            "postgresql://user@host/db"
         )
     options = {k: v[-1] for k, v in parse_qs(parsed.query).items()}
-    return JournalLocation("sqlite", path, options)
+    return JournalLocation("sqlite", path, options, text)
 
 
 def open_journal(
@@ -491,7 +495,8 @@ def open_journal(
     check_tail: bool = True,
     public_keys: Sequence[KeyLike] = (),
 ) -> Journal:
-    """Open a journal by URL: ``sqlite:///path/to/interlock.db`` (or a plain path).
+    """Open a journal by URL: ``sqlite:///path/to/interlock.db`` (or a plain path), or
+    ``postgresql://user@host:5432/db`` for workers on many hosts.
 
     ``signing_key``: hex or text (HMAC-SHA256), or ``ed25519:<hex seed>``; default
     ``INTERLOCK_SIGNING_KEY``, else the key file beside the database. ``public_keys``
@@ -501,6 +506,16 @@ def open_journal(
     ``verify`` can report on a journal that would otherwise refuse to open.
     """
     where = parse_journal_url(url)
+    if where.scheme == "postgresql":
+        from .postgres_journal import PostgresJournal
+
+        if signing_key is None and not public_keys and not os.environ.get("INTERLOCK_SIGNING_KEY"):
+            raise JournalConfigError(
+                "a PostgreSQL journal has no key file: set INTERLOCK_SIGNING_KEY or pass "
+                "signing_key= (every worker must sign with the same key)"
+            )
+        keyring = keyring_for(None, signing_key, older_keys, public_keys=public_keys)
+        return PostgresJournal(where.url, keyring, check_tail=check_tail)
     from .sqlite_journal import SqliteJournal
 
     if create:

@@ -295,7 +295,10 @@ class SimulatedPayments:
         stall = self._fire("before_send", order_id)
         if stall:
             time.sleep(stall)
-        return self._refund_and_fire(order_id, amount_cents, idempotency_key)
+        result, held = self._refund_and_fire(order_id, amount_cents, idempotency_key)
+        if held:
+            time.sleep(held)
+        return result
 
     async def refund(
         self, order_id: str, amount_cents: int, *, idempotency_key: str | None = None
@@ -303,12 +306,18 @@ class SimulatedPayments:
         stall = self._fire("before_send", order_id)
         if stall:
             await asyncio.sleep(stall)
-        return self._refund_and_fire(order_id, amount_cents, idempotency_key)
-
-    def _refund_and_fire(self, order_id: str, amount_cents: int, key: str | None) -> RefundResult:
-        result = self._refund(order_id, amount_cents, key)
-        self._fire("after_commit", order_id)
+        result, held = self._refund_and_fire(order_id, amount_cents, idempotency_key)
+        if held:
+            await asyncio.sleep(held)
         return result
+
+    def _refund_and_fire(
+        self, order_id: str, amount_cents: int, key: str | None
+    ) -> tuple[RefundResult, float]:
+        """The refund, then the faults armed after it commits: (its result, how long its
+        response is held back)."""
+        result = self._refund(order_id, amount_cents, key)
+        return result, self._fire("after_commit", order_id)
 
     def _refund(self, order_id: str, amount_cents: int, key: str | None) -> RefundResult:
         request = digest({"order_id": order_id, "amount_cents": amount_cents})

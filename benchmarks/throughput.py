@@ -1,0 +1,187 @@
+"""Figure 6: gated effects per second with 64 activities in flight on one worker, the journal
+in SQLite and in PostgreSQL side by side, and the same activities ungated.
+
+One real Temporal dev server; one in-process worker per configuration with
+``max_concurrent_activities=64``; a workflow starts ``n`` activities at once and the worker runs
+64 at a time. Each activity is a no-op (its body returns at once) so what is measured is the
+machinery: Temporal's own per-activity cost, plus the gate (claim, two durable transactions,
+an in-memory target's capture) where the activity is gated. Configurations are measured in
+rounds, in a shuffled order each round, on the same server; throughput is n / the workflow's
+wall time.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import time
+import uuid
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any
+
+from temporalio import activity, workflow
+from temporalio.client import Client
+from temporalio.contrib.pydantic import pydantic_data_converter
+from temporalio.worker import Worker
+
+from interlock_temporal import Found, InterlockPlugin, gated, open_journal
+from interlock_temporal.testing import DevServer, PostgresServer
+from interlock_temporal.workflow import act_as
+
+from . import bench_dir
+from .stats import Dist
+
+KEY = "7c" * 32
+CONCURRENCY = 64
+#: the issue's target for gated / ungated throughput (ungated ÷ gated)
+RATIO_MAX = 1.15
+
+
+class NullTarget:
+    """In memory, tier 2: remembers what it was sent, and can be asked."""
+
+    name = "bench-null"
+    dedupe_window = None
+    settle_time = timedelta(0)
+
+    def __init__(self) -> None:
+        self.sent: dict[str, Any] = {}
+
+    def capture(self, args: Any, effect_id: str) -> dict[str, Any]:
+        return {"open": True}
+
+    def query(self, effect_id: str) -> Found | None:
+        found = self.sent.get(effect_id)
+        return None if found is None else Found(result=found)
+
+
+TARGET = NullTarget()
+
+
+@activity.defn(name="bench_noop")
+async def ungated_noop(n: int) -> int:
+    return n
+
+
+@activity.defn(name="bench_noop")
+@gated(target=TARGET, key=lambda n: {"n": n})
+async def gated_noop(n: int) -> int:
+    return n
+
+
+@workflow.defn(name="BenchFanout", sandboxed=False)
+class Fanout:
+    @workflow.run
+    async def run(self, spec: dict[str, Any]) -> int:
+        base = spec["base"]
+        with act_as("bench-bot", lease=spec.get("lease")):
+            results = await asyncio.gather(
+                *[
+                    workflow.execute_activity(
+                        "bench_noop",
+                        base + i,
+                        start_to_close_timeout=timedelta(seconds=60),
+                    )
+                    for i in range(spec["n"])
+                ]
+            )
+        return len(results)
+
+
+@dataclass(frozen=True)
+class Throughput:
+    n: int
+    rounds: int
+    per_s: dict[str, list[float]]
+
+    def median(self, name: str) -> float:
+        values = sorted(self.per_s[name])
+        return values[len(values) // 2]
+
+    def ratio(self, name: str) -> float:
+        """ungated ÷ this configuration (1.00: as fast as ungated)."""
+        return self.median("ungated") / self.median(name)
+
+    def dist(self, name: str) -> Dist:
+        return Dist.of(self.per_s[name])
+
+
+async def _measure(n: int, rounds: int) -> Throughput:
+    directory = bench_dir("throughput")
+    server = await DevServer(ui_port=None).start()
+    postgres = PostgresServer().start()
+    journals = {
+        "gated, SQLite": f"sqlite:///{directory / 'journal.db'}",
+        "gated, PostgreSQL": postgres.database("bench"),
+    }
+    per_s: dict[str, list[float]] = {"ungated": [], **{k: [] for k in journals}}
+    leases: dict[str, str | None] = {"ungated": None}
+    for name, url in journals.items():
+        with open_journal(url, signing_key=KEY) as journal:
+            leases[name] = journal.leases.issue("bench-bot", activities=["bench_noop"])
+    base = 0
+    try:
+        clients: dict[str, Client] = {
+            "ungated": await Client.connect(server.target, data_converter=pydantic_data_converter)
+        }
+        for name, url in journals.items():
+            clients[name] = await Client.connect(
+                server.target, plugins=[InterlockPlugin(url, signing_key=KEY)]
+            )
+        workers = {}
+        for name, client in clients.items():
+            queue = f"bench-{uuid.uuid4().hex[:8]}"
+            workers[name] = (
+                queue,
+                Worker(
+                    client,
+                    task_queue=queue,
+                    workflows=[Fanout],
+                    activities=[ungated_noop if name == "ungated" else gated_noop],
+                    max_concurrent_activities=CONCURRENCY,
+                ),
+            )
+        async with _all(w for _, w in workers.values()):
+            order = list(workers)
+            rng = random.Random(6)
+            for round_no in range(rounds + 1):  # round 0 warms up, not counted
+                rng.shuffle(order)
+                for name in order:
+                    queue, _ = workers[name]
+                    base += n
+                    started = time.perf_counter()
+                    done = await clients[name].execute_workflow(
+                        Fanout.run,
+                        {"n": n, "base": base, "lease": leases[name]},
+                        id=f"fanout-{uuid.uuid4().hex[:8]}",
+                        task_queue=queue,
+                    )
+                    elapsed = time.perf_counter() - started
+                    assert done == n
+                    if round_no:
+                        per_s[name].append(n / elapsed)
+    finally:
+        await server.stop()
+        postgres.close()
+    return Throughput(n=n, rounds=rounds, per_s=per_s)
+
+
+class _all:
+    """Run several workers at once (``async with`` each)."""
+
+    def __init__(self, workers: Any) -> None:
+        self.workers = list(workers)
+
+    async def __aenter__(self) -> None:
+        for w in self.workers:
+            await w.__aenter__()
+
+    async def __aexit__(self, *exc: Any) -> None:
+        for w in reversed(self.workers):
+            await w.__aexit__(*exc)
+
+
+def run(n: int, rounds: int) -> Throughput:
+    print(f"6. throughput: {rounds} rounds of {n} activities, 64 at a time ...", flush=True)
+    return asyncio.run(_measure(n, rounds))

@@ -1,0 +1,316 @@
+"""The journal for workers on many hosts: PostgreSQL through psycopg 3, the same tables and
+semantics as the SQLite journal.
+
+- Appends are serialized by one counter row (``journal_seq``, locked ``FOR UPDATE``), so seqs
+  are dense and in commit order, as a single SQLite writer makes them.
+- The policy's state locks only its own rows (its session, the spend it charges, the approval
+  it reads) and takes the counter last, when it has a note to sign: checks of different
+  sessions do not wait for each other.
+- Claims are session advisory locks, held on a connection of their own for as long as the
+  attempt runs: the server releases them the moment that connection dies. TCP keepalives are
+  set short in the connection string (unless it sets them), so the connection of a host that
+  vanished dies within seconds, not hours.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import threading
+import time
+from collections.abc import Callable, Iterator
+from typing import Any, TypeVar
+from urllib.parse import parse_qs, urlencode, urlparse, urlunparse
+
+import psycopg
+import psycopg.errors
+from psycopg_pool import ConnectionPool, PoolTimeout
+
+from .claims import Claim
+from .errors import JournalUnavailable
+from .journal import SCHEMA_VERSION, RawEntry
+from .signing import Keyring
+from .sql_journal import ENTRY_COLUMNS, SqlJournal, raw_entry
+
+T = TypeVar("T")
+
+#: the server notices a silent peer after about idle + interval * count seconds
+KEEPALIVES = {
+    "keepalives": "1",
+    "keepalives_idle": "5",
+    "keepalives_interval": "2",
+    "keepalives_count": "3",
+    "tcp_user_timeout": "15000",
+    "connect_timeout": "5",
+}
+#: how long an operation waits for a connection before the journal counts as unavailable
+ACQUIRE_TIMEOUT_S = 5.0
+#: one lock id for the schema migration, across every worker
+_MIGRATION_LOCK = 0x1A7E_10C6
+
+_MIGRATIONS: list[str] = [
+    # 1: entries, the effect index, values beside entries, leases, the append counter
+    """
+    CREATE TABLE entries (
+        seq       BIGINT PRIMARY KEY,
+        effect_id TEXT NOT NULL,
+        kind      TEXT NOT NULL,
+        prev      TEXT NOT NULL,
+        hash      TEXT NOT NULL,
+        key_id    TEXT NOT NULL,
+        sig       TEXT NOT NULL,
+        body      BYTEA NOT NULL
+    );
+    CREATE UNIQUE INDEX entries_chain ON entries (effect_id, substr(prev, 1, 16));
+    CREATE TABLE effects (
+        effect_id         TEXT PRIMARY KEY,
+        effect_type       TEXT NOT NULL,
+        status            TEXT NOT NULL,
+        head              TEXT NOT NULL,
+        head_seq          BIGINT NOT NULL,
+        updated_ts        DOUBLE PRECISION NOT NULL,
+        first_dispatch_ts DOUBLE PRECISION,
+        last_dispatch_ts  DOUBLE PRECISION
+    );
+    CREATE INDEX effects_in_doubt ON effects (last_dispatch_ts) WHERE status = 'DISPATCHED';
+    CREATE TABLE blobs (
+        effect_id TEXT NOT NULL,
+        name      TEXT NOT NULL,
+        value     TEXT NOT NULL,
+        PRIMARY KEY (effect_id, name)
+    );
+    CREATE TABLE leases (
+        lease_id TEXT PRIMARY KEY,
+        doc      TEXT NOT NULL
+    );
+    CREATE TABLE journal_seq (
+        id  INTEGER PRIMARY KEY CHECK (id = 1),
+        seq BIGINT NOT NULL
+    );
+    INSERT INTO journal_seq (id, seq) VALUES (1, 0);
+    """,
+    # 2: the policy layer's shared state
+    """
+    CREATE TABLE policy_sessions (
+        session TEXT PRIMARY KEY,
+        doc     TEXT NOT NULL
+    );
+    CREATE TABLE policy_spend (
+        scope     TEXT PRIMARY KEY,
+        spent_usd DOUBLE PRECISION NOT NULL
+    );
+    CREATE TABLE policy_admissions (
+        execution    TEXT PRIMARY KEY,
+        session      TEXT NOT NULL,
+        principal    TEXT NOT NULL,
+        namespace    TEXT NOT NULL,
+        estimate_usd DOUBLE PRECISION NOT NULL,
+        actual_usd   DOUBLE PRECISION,
+        ts           DOUBLE PRECISION NOT NULL
+    );
+    CREATE TABLE policy_approvals (
+        binding TEXT PRIMARY KEY,
+        doc     TEXT NOT NULL
+    );
+    """,
+]
+assert len(_MIGRATIONS) == SCHEMA_VERSION
+
+
+def with_keepalives(url: str) -> str:
+    """``url`` with short TCP keepalives (and a connect timeout) unless it sets its own."""
+    parsed = urlparse(url)
+    query = {k: v[-1] for k, v in parse_qs(parsed.query).items()}
+    for key, value in KEEPALIVES.items():
+        query.setdefault(key, value)
+    return urlunparse(parsed._replace(query=urlencode(query)))
+
+
+def redacted(url: str) -> str:
+    """The URL without its password, for messages."""
+    parsed = urlparse(url)
+    if parsed.password is None:
+        return url
+    netloc = parsed.netloc.replace(f":{parsed.password}@", ":***@")
+    return urlunparse(parsed._replace(netloc=netloc))
+
+
+def lock_key(effect_id: str) -> int:
+    """The advisory lock's 64-bit key for an effect id."""
+    return int.from_bytes(hashlib.sha256(effect_id.encode()).digest()[:8], "big", signed=True)
+
+
+class _PgClaim:
+    """A session advisory lock, and the connection that holds it."""
+
+    def __init__(
+        self, claims: _PgClaims, conn: psycopg.Connection[Any], key: int, effect_id: str
+    ) -> None:
+        self.effect_id = effect_id
+        self._claims = claims
+        self._conn: psycopg.Connection[Any] | None = conn
+        self._key = key
+
+    def release(self) -> None:
+        conn, self._conn = self._conn, None
+        if conn is None:
+            return
+        try:
+            conn.execute("SELECT pg_advisory_unlock(%s)", (self._key,))
+        except psycopg.Error:
+            conn.close()  # a broken connection holds no lock any more
+        self._claims.pool.putconn(conn)
+
+
+class _PgClaims:
+    def __init__(self, conninfo: str) -> None:
+        # a claim holds its connection for the whole send: as many as attempts in flight
+        self.pool = ConnectionPool(
+            conninfo,
+            min_size=0,
+            max_size=256,
+            kwargs={"autocommit": True},
+            timeout=ACQUIRE_TIMEOUT_S,
+            open=True,
+            name="interlock-claims",
+        )
+
+    def try_claim(self, effect_id: str) -> _PgClaim | None:
+        key = lock_key(effect_id)
+        conn = self.pool.getconn()
+        try:
+            row = conn.execute("SELECT pg_try_advisory_lock(%s)", (key,)).fetchone()
+        except BaseException:
+            self.pool.putconn(conn)
+            raise
+        if row is None or not row[0]:
+            self.pool.putconn(conn)
+            return None
+        return _PgClaim(self, conn, key, effect_id)
+
+    def close(self) -> None:
+        self.pool.close()
+
+
+class PostgresJournal(SqlJournal):
+    GREATEST = "GREATEST"
+    FOR_UPDATE = " FOR UPDATE"
+    FOR_SHARE = " FOR SHARE"
+
+    def __init__(
+        self,
+        url: str,
+        keyring: Keyring,
+        *,
+        check_tail: bool = True,
+        pool_size: int = 16,
+    ) -> None:
+        self.url = redacted(url)
+        self.keyring = keyring
+        self._conninfo = with_keepalives(url.replace("postgres://", "postgresql://", 1))
+        try:
+            # one direct connection first: a server that refuses fails now, not after the
+            # pool's patient retries
+            psycopg.connect(self._conninfo).close()
+            self._pool = ConnectionPool(
+                self._conninfo,
+                min_size=1,
+                max_size=pool_size,
+                kwargs={"autocommit": True},
+                timeout=ACQUIRE_TIMEOUT_S,
+                open=False,
+                name="interlock-journal",
+            )
+            self._pool.open(wait=True, timeout=ACQUIRE_TIMEOUT_S)
+            self._migrate()
+            self._claims = _PgClaims(self._conninfo)
+        except (psycopg.Error, PoolTimeout) as err:
+            self._close_quietly()
+            raise JournalUnavailable(f"journal {self.url} cannot be opened: {err}") from err
+        self._closed = threading.Event()
+        if check_tail:
+            try:
+                self.check_tail()
+            except BaseException:
+                self.close()
+                raise
+
+    def _close_quietly(self) -> None:
+        for name in ("_claims", "_pool"):
+            pool = getattr(self, name, None)
+            if pool is not None:
+                pool.close()
+
+    def _migrate(self) -> None:
+        with self._pool.connection() as conn, conn.transaction():
+            conn.execute("SELECT pg_advisory_xact_lock(%s)", (_MIGRATION_LOCK,))
+            self._migrate_in(conn, _MIGRATIONS)
+
+    # -- transactions ------------------------------------------------------------------------
+
+    def _sql(self, text: str) -> str:
+        return text.replace("?", "%s")
+
+    def _write(self, fn: Callable[[psycopg.Connection[Any]], T]) -> T:
+        for attempt in range(5):
+            try:
+                with self._pool.connection() as conn, conn.transaction():
+                    return fn(conn)
+            except (psycopg.errors.DeadlockDetected, psycopg.errors.SerializationFailure):
+                time.sleep(0.01 * (attempt + 1))  # rare: retry the whole transaction
+            except psycopg.IntegrityError:
+                raise
+            except (psycopg.OperationalError, psycopg.InterfaceError, PoolTimeout) as err:
+                raise JournalUnavailable(f"journal {self.url} cannot be written: {err}") from err
+        raise JournalUnavailable(f"journal {self.url}: a transaction kept deadlocking")
+
+    def _read(self, fn: Callable[[psycopg.Connection[Any]], T]) -> T:
+        try:
+            with self._pool.connection() as conn:
+                return fn(conn)
+        except (psycopg.OperationalError, psycopg.InterfaceError, PoolTimeout) as err:
+            raise JournalUnavailable(f"journal {self.url} cannot be read: {err}") from err
+
+    def _seq_base(self, db: psycopg.Connection[Any]) -> int:
+        row = db.execute("SELECT seq FROM journal_seq WHERE id = 1 FOR UPDATE").fetchone()
+        assert row is not None
+        return int(row[0])
+
+    def _seq_advance(self, db: psycopg.Connection[Any], seq: int) -> None:
+        db.execute("UPDATE journal_seq SET seq = %s WHERE id = 1", (seq,))
+
+    def _is_unique_violation(self, err: BaseException) -> bool:
+        return isinstance(err, psycopg.errors.UniqueViolation)
+
+    # -- reading everything ----------------------------------------------------------------------
+
+    def iter_raw(self) -> Iterator[RawEntry]:
+        # its own connection and a server-side cursor: a long verify holds no pooled connection
+        with psycopg.connect(self._conninfo) as conn, conn.cursor(name="interlock_verify") as cur:
+            cur.itersize = 4096
+            cur.execute(f"SELECT {ENTRY_COLUMNS} FROM entries ORDER BY seq")
+            for r in cur:
+                yield raw_entry(r)
+
+    # -- claims ----------------------------------------------------------------------------------
+
+    def claim(self, effect_id: str) -> Claim | None:
+        try:
+            return self._claims.try_claim(effect_id)
+        except (psycopg.OperationalError, psycopg.InterfaceError, PoolTimeout) as err:
+            raise JournalUnavailable(f"journal {self.url} cannot take a claim: {err}") from err
+
+    def is_claimed(self, effect_id: str) -> bool:
+        key = lock_key(effect_id) & 0xFFFF_FFFF_FFFF_FFFF
+        high, low = key >> 32, key & 0xFFFF_FFFF
+        row = self._read(
+            lambda db: db.execute(
+                "SELECT EXISTS (SELECT 1 FROM pg_locks WHERE locktype = 'advisory' AND "
+                "database = (SELECT oid FROM pg_database WHERE datname = current_database()) "
+                "AND classid = %s AND objid = %s AND objsubid = 1 AND granted)",
+                (high, low),
+            ).fetchone()
+        )
+        return bool(row and row[0])
+
+    def close(self) -> None:
+        self._close_quietly()

@@ -1,0 +1,685 @@
+"""What the SQL journals share: the append, the reads, leases and the policy's state, written
+once in SQL both SQLite and PostgreSQL run. A backend supplies its connections and
+transactions, its claims, its schema, and the few words the two dialects spell differently."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import time
+from abc import abstractmethod
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, TypeVar
+
+from .errors import HeadConflict, JournalConfigError
+from .identity import canonical
+from .journal import (
+    POLICY_CHAIN_TYPE,
+    SCHEMA_VERSION,
+    Build,
+    Journal,
+    RawEntry,
+    decode_entry,
+    encode_entry,
+    policy_chain,
+    state_kind,
+)
+from .leases import LeaseStore
+from .models import Draft, EffectRow, Entry, JournalHead, Kind, Lease
+from .policy import (
+    Approval,
+    ApprovalScope,
+    ApprovalStatus,
+    Decision,
+    Outcome,
+    PolicyState,
+    PolicyStore,
+    Scopes,
+    SessionState,
+    dump_session,
+    load_session,
+    reset_circuit,
+)
+
+T = TypeVar("T")
+
+ROW_COLUMNS = (
+    "effect_id, effect_type, status, head, head_seq, updated_ts, first_dispatch_ts, "
+    "last_dispatch_ts"
+)
+ENTRY_COLUMNS = "seq, effect_id, kind, prev, hash, key_id, sig, body"
+
+#: what was started and never confirmed, oldest send first; "older than" counts from the last
+#: send, so annotations appended since do not hide an effect (the literal status lets the
+#: database use its partial in-doubt index)
+IN_DOUBT_SQL = (
+    f"SELECT {ROW_COLUMNS} FROM effects WHERE status = 'DISPATCHED' AND last_dispatch_ts <= ? "
+    "ORDER BY last_dispatch_ts"
+)
+
+
+def effect_row(values: Sequence[Any]) -> EffectRow:
+    return EffectRow(
+        effect_id=values[0],
+        effect_type=values[1],
+        status=Kind(values[2]),
+        head=values[3],
+        head_seq=values[4],
+        updated_ts=values[5],
+        first_dispatch_ts=values[6],
+        last_dispatch_ts=values[7],
+    )
+
+
+def raw_entry(values: Sequence[Any]) -> RawEntry:
+    seq, eid, kind, prev, hash_, key_id, sig, body = values
+    return RawEntry(seq, eid, kind, prev, hash_, key_id, sig, bytes(body))
+
+
+class SqlJournal(Journal):
+    """A journal in SQL tables. SQL is written with ``?`` placeholders."""
+
+    #: the two-argument maximum
+    GREATEST = "max"
+    #: the suffix that locks the rows a transaction read (none where the transaction holds
+    #: the whole database, as SQLite's ``BEGIN IMMEDIATE`` does)
+    FOR_UPDATE = ""
+    #: the suffix that keeps rows a transaction read from changing until it ends (a lease read
+    #: by the dispatch transaction: a revoke waits for the dispatch to be recorded)
+    FOR_SHARE = ""
+
+    def _sql(self, text: str) -> str:
+        return text
+
+    def _x(self, db: Any, sql: str, params: Sequence[Any] = ()) -> Any:
+        return db.execute(self._sql(sql), tuple(params))
+
+    @abstractmethod
+    def _write(self, fn: Callable[[Any], T]) -> T:
+        """Run ``fn(connection)`` in one durable write transaction."""
+
+    @abstractmethod
+    def _read(self, fn: Callable[[Any], T]) -> T:
+        """Run ``fn(connection)`` for reads."""
+
+    @abstractmethod
+    def _seq_base(self, db: Any) -> int:
+        """Inside a write transaction: the last seq, held until the transaction ends so that
+        appends get dense seqs in commit order."""
+
+    def _seq_advance(self, db: Any, seq: int) -> None:
+        """Inside the same transaction: the new last seq (for backends that keep a counter)."""
+
+    def _migrate_in(self, db: Any, migrations: Sequence[str]) -> None:
+        """Bring the schema to ``SCHEMA_VERSION`` inside the caller's transaction (which keeps
+        other processes out while it runs)."""
+        self._x(db, "CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT)")
+        row = self._x(db, "SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
+        version = int(row[0]) if row else 0
+        if version > SCHEMA_VERSION:
+            raise JournalConfigError(
+                f"journal {self.url} has schema {version}; this release reads up to "
+                f"{SCHEMA_VERSION}: upgrade interlock-temporal"
+            )
+        for number in range(version, SCHEMA_VERSION):
+            for statement in migrations[number].split(";"):
+                if statement.strip():
+                    db.execute(statement)
+        self._x(
+            db,
+            "INSERT INTO meta (key, value) VALUES ('schema_version', ?) "
+            "ON CONFLICT (key) DO UPDATE SET value = excluded.value",
+            (str(SCHEMA_VERSION),),
+        )
+
+    # -- writing -------------------------------------------------------------------------------
+
+    def append(
+        self,
+        effect_id: str,
+        expected_head: str,
+        build: Build,
+        *,
+        effect_type: str | None = None,
+        lease_id: str | None = None,
+        blobs: Mapping[str, Any] | None = None,
+    ) -> list[Entry]:
+        try:
+            return self._write(
+                lambda db: self._append_tx(
+                    db, effect_id, expected_head, build, effect_type, lease_id, blobs
+                )
+            )
+        except HeadConflict:
+            raise
+        except Exception as err:
+            if self._is_unique_violation(err):  # the UNIQUE (effect_id, prev) backstop
+                raise HeadConflict(effect_id, expected_head, "?") from err
+            raise
+
+    def _append_tx(
+        self,
+        db: Any,
+        effect_id: str,
+        expected_head: str | None,
+        build: Build,
+        effect_type: str | None = None,
+        lease_id: str | None = None,
+        blobs: Mapping[str, Any] | None = None,
+    ) -> list[Entry]:
+        """``append`` inside a transaction the caller holds. ``expected_head=None`` appends
+        after whatever the head is (for chains only this transaction writes)."""
+        seq = self._seq_base(db)
+        row = self._x(
+            db,
+            "SELECT effect_type, status, head, first_dispatch_ts, last_dispatch_ts "
+            f"FROM effects WHERE effect_id = ?{self.FOR_UPDATE}",
+            (effect_id,),
+        ).fetchone()
+        actual = row[2] if row else ""
+        if expected_head is not None and actual != expected_head:
+            raise HeadConflict(effect_id, expected_head, actual)
+        if callable(build):
+            lease = None
+            if lease_id is not None:
+                doc = self._x(
+                    db, f"SELECT doc FROM leases WHERE lease_id = ?{self.FOR_SHARE}", (lease_id,)
+                ).fetchone()
+                lease = None if doc is None else Lease.model_validate_json(doc[0])
+            drafts = list(build(lease))
+        else:
+            drafts = list(build)
+        if not drafts:
+            return []
+        etype = row[0] if row else effect_type
+        if not etype:
+            raise ValueError("a new effect needs its effect_type")
+        now = time.time()
+        prev = actual
+        written: list[Entry] = []
+        for draft in drafts:
+            seq += 1
+            entry = encode_entry(
+                seq=seq,
+                ts=now,
+                effect_id=effect_id,
+                kind=draft.kind,
+                prev=prev,
+                key=self.keyring.signing,
+                data=draft.data,
+            )
+            written.append(entry)
+            prev = entry.hash
+        db.cursor().executemany(
+            self._sql(f"INSERT INTO entries ({ENTRY_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?)"),
+            [
+                (e.seq, e.effect_id, e.kind.value, e.prev, e.hash, e.key_id, e.sig, e.body)
+                for e in written
+            ],
+        )
+        self._seq_advance(db, seq)
+        status = state_kind(drafts, Kind(row[1]) if row else None)
+        if status is None:
+            raise ValueError("a new effect must start with a state entry, not annotations")
+        dispatched = any(d.kind is Kind.DISPATCHED for d in drafts)
+        first_dispatch = row[3] if row and row[3] is not None else (now if dispatched else None)
+        last_dispatch = now if dispatched else (row[4] if row else None)
+        self._x(
+            db,
+            f"INSERT INTO effects ({ROW_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?) "
+            "ON CONFLICT (effect_id) DO UPDATE SET status = excluded.status, "
+            "head = excluded.head, head_seq = excluded.head_seq, "
+            "updated_ts = excluded.updated_ts, first_dispatch_ts = excluded.first_dispatch_ts, "
+            "last_dispatch_ts = excluded.last_dispatch_ts",
+            (effect_id, etype, status.value, prev, seq, now, first_dispatch, last_dispatch),
+        )
+        for name, value in (blobs or {}).items():
+            self._x(
+                db,
+                "INSERT INTO blobs (effect_id, name, value) VALUES (?, ?, ?) "
+                "ON CONFLICT (effect_id, name) DO UPDATE SET value = excluded.value",
+                (
+                    effect_id,
+                    name,
+                    (value if isinstance(value, bytes) else canonical(value)).decode(),
+                ),
+            )
+        return written
+
+    # -- reading -------------------------------------------------------------------------------
+
+    def read(self, effect_id: str) -> list[Entry]:
+        rows = self._read(
+            lambda db: self._x(
+                db,
+                f"SELECT {ENTRY_COLUMNS} FROM entries WHERE effect_id = ? ORDER BY seq",
+                (effect_id,),
+            ).fetchall()
+        )
+        return [decode_entry(raw_entry(r)) for r in rows]
+
+    def row(self, effect_id: str) -> EffectRow | None:
+        values = self._read(
+            lambda db: self._x(
+                db, f"SELECT {ROW_COLUMNS} FROM effects WHERE effect_id = ?", (effect_id,)
+            ).fetchone()
+        )
+        return None if values is None else effect_row(values)
+
+    def effects(
+        self,
+        *,
+        status: Kind | None = None,
+        in_doubt: bool = False,
+        older_than: float | None = None,
+        limit: int | None = None,
+        since: float | None = None,
+    ) -> list[EffectRow]:
+        if in_doubt:
+            sql = IN_DOUBT_SQL
+            params: list[Any] = [time.time() - (older_than or 0.0)]
+        else:
+            # policy chains are the policy layer's record, not effects
+            where: list[str] = ["effect_type <> ?"]
+            params = [POLICY_CHAIN_TYPE]
+            if status is not None:
+                where.append("status = ?")
+                params.append(status.value)
+            if older_than is not None:
+                where.append("updated_ts <= ?")
+                params.append(time.time() - older_than)
+            if since is not None:
+                where.append("updated_ts >= ?")
+                params.append(since)
+            sql = f"SELECT {ROW_COLUMNS} FROM effects WHERE " + " AND ".join(where)
+            sql += " ORDER BY updated_ts DESC"
+        if limit is not None:
+            sql += f" LIMIT {int(limit)}"
+        rows = self._read(lambda db: self._x(db, sql, params).fetchall())
+        return [effect_row(r) for r in rows]
+
+    def blob(self, effect_id: str, name: str) -> Any:
+        row = self._read(
+            lambda db: self._x(
+                db,
+                "SELECT value FROM blobs WHERE effect_id = ? AND name = ?",
+                (effect_id, name),
+            ).fetchone()
+        )
+        return None if row is None else json.loads(row[0])
+
+    def last_raw(self) -> RawEntry | None:
+        r = self._read(
+            lambda db: self._x(
+                db, f"SELECT {ENTRY_COLUMNS} FROM entries ORDER BY seq DESC LIMIT 1"
+            ).fetchone()
+        )
+        return None if r is None else raw_entry(r)
+
+    def head(self) -> JournalHead | None:
+        raw = self.last_raw()
+        return None if raw is None else JournalHead(seq=raw.seq, hash=raw.hash)
+
+    def schema_version(self) -> int:
+        row = self._read(
+            lambda db: self._x(db, "SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
+        )
+        return int(row[0])
+
+    @property
+    def leases(self) -> LeaseStore:
+        return SqlLeases(self)
+
+    @property
+    def policy(self) -> SqlPolicy:
+        return SqlPolicy(self)
+
+    @abstractmethod
+    def _is_unique_violation(self, err: BaseException) -> bool: ...
+
+
+class SqlLeases(LeaseStore):
+    def __init__(self, journal: SqlJournal) -> None:
+        self._j = journal
+
+    def _insert(self, lease: Lease) -> None:
+        try:
+            self._j._write(
+                lambda db: self._j._x(
+                    db,
+                    "INSERT INTO leases (lease_id, doc) VALUES (?, ?)",
+                    (lease.lease_id, lease.model_dump_json()),
+                )
+            )
+        except Exception as err:
+            if self._j._is_unique_violation(err):
+                raise ValueError("a lease with this lease_id already exists") from None
+            raise
+
+    def revoke(self, lease_id: str) -> bool:
+        j = self._j
+
+        def run(db: Any) -> bool:
+            row = j._x(
+                db, f"SELECT doc FROM leases WHERE lease_id = ?{j.FOR_UPDATE}", (lease_id,)
+            ).fetchone()
+            if row is None:
+                return False
+            lease = Lease.model_validate_json(row[0])
+            now = time.time()
+            if lease.revoked_at is not None or (
+                lease.expires_at is not None and lease.expires_at <= now
+            ):
+                return False
+            revoked = lease.model_copy(update={"revoked_at": now})
+            j._x(
+                db,
+                "UPDATE leases SET doc = ? WHERE lease_id = ?",
+                (revoked.model_dump_json(), lease_id),
+            )
+            return True
+
+        return j._write(run)
+
+    def get(self, lease_id: str) -> Lease | None:
+        row = self._j._read(
+            lambda db: self._j._x(
+                db, "SELECT doc FROM leases WHERE lease_id = ?", (lease_id,)
+            ).fetchone()
+        )
+        return None if row is None else Lease.model_validate_json(row[0])
+
+    def list(self) -> list[Lease]:
+        rows = self._j._read(
+            lambda db: self._j._x(db, "SELECT doc FROM leases ORDER BY lease_id").fetchall()
+        )
+        leases = [Lease.model_validate_json(r[0]) for r in rows]
+        return sorted(leases, key=lambda lease: (lease.issued_at, lease.lease_id))
+
+
+class SqlPolicy(PolicyStore):
+    """The policy's state in the journal's database. Each evaluation locks the rows it reads
+    (its session, the principal's and namespace's spend, the approval) and only then, if it
+    has a note to sign, the journal's sequence."""
+
+    def __init__(self, journal: SqlJournal) -> None:
+        self._j = journal
+
+    def _spent(self, db: Any, scope: str) -> float:
+        j = self._j
+        row = j._x(
+            db, f"SELECT spent_usd FROM policy_spend WHERE scope = ?{j.FOR_UPDATE}", (scope,)
+        ).fetchone()
+        return 0.0 if row is None else float(row[0])
+
+    def _load(self, db: Any, session: str) -> SessionState:
+        j = self._j
+        row = j._x(
+            db,
+            f"SELECT doc FROM policy_sessions WHERE session = ?{j.FOR_UPDATE}",
+            (session,),
+        ).fetchone()
+        return load_session(row[0] if row else None)
+
+    def _save(self, db: Any, session: str, state: SessionState) -> None:
+        self._j._x(
+            db,
+            "INSERT INTO policy_sessions (session, doc) VALUES (?, ?) "
+            "ON CONFLICT (session) DO UPDATE SET doc = excluded.doc",
+            (session, dump_session(state).decode()),
+        )
+
+    def _add_spend(self, db: Any, scope: str, delta: float) -> None:
+        g = self._j.GREATEST
+        self._j._x(
+            db,
+            f"INSERT INTO policy_spend (scope, spent_usd) VALUES (?, {g}(0.0, ?)) "
+            f"ON CONFLICT (scope) DO UPDATE SET spent_usd = {g}(0.0, policy_spend.spent_usd + ?)",
+            (scope, delta, delta),
+        )
+
+    def _note(self, db: Any, session: str, data: dict[str, Any]) -> None:
+        self._j._append_tx(
+            db,
+            policy_chain(session),
+            None,
+            [Draft(kind=Kind.POLICY, data=data)],
+            effect_type=POLICY_CHAIN_TYPE,
+        )
+
+    def _approval(self, db: Any, binding: str, lock: bool = False) -> Approval | None:
+        if not binding:
+            return None
+        j = self._j
+        row = j._x(
+            db,
+            "SELECT doc FROM policy_approvals WHERE binding = ?" + (j.FOR_UPDATE if lock else ""),
+            (binding,),
+        ).fetchone()
+        return None if row is None else Approval.model_validate_json(row[0])
+
+    def _put_approval(self, db: Any, approval: Approval) -> None:
+        self._j._x(
+            db,
+            "INSERT INTO policy_approvals (binding, doc) VALUES (?, ?) "
+            "ON CONFLICT (binding) DO UPDATE SET doc = excluded.doc",
+            (approval.binding, approval.model_dump_json()),
+        )
+
+    def evaluate(
+        self, scopes: Scopes, fn: Callable[[PolicyState, bool, Approval | None], Outcome]
+    ) -> Decision:
+        j = self._j
+
+        def run(db: Any) -> Decision:
+            session = self._load(db, scopes.session)
+            principal = self._spent(db, "principal:" + scopes.principal)
+            namespace = self._spent(db, "namespace:" + scopes.namespace)
+            admitted = (
+                j._x(
+                    db, "SELECT 1 FROM policy_admissions WHERE execution = ?", (scopes.execution,)
+                ).fetchone()
+                is not None
+            )
+            approval = self._approval(db, scopes.binding, lock=True)
+            out = fn(PolicyState(session, principal, namespace), admitted, approval)
+            after = out.state
+            if after.session != session:
+                self._save(db, scopes.session, after.session)
+            if after.principal_spent_usd != principal:
+                self._add_spend(
+                    db, "principal:" + scopes.principal, after.principal_spent_usd - principal
+                )
+            if after.namespace_spent_usd != namespace:
+                self._add_spend(
+                    db, "namespace:" + scopes.namespace, after.namespace_spent_usd - namespace
+                )
+            if out.charge is not None:
+                j._x(
+                    db,
+                    "INSERT INTO policy_admissions (execution, session, principal, namespace, "
+                    "estimate_usd, ts) VALUES (?, ?, ?, ?, ?, ?) "
+                    "ON CONFLICT (execution) DO NOTHING",
+                    (
+                        scopes.execution,
+                        scopes.session,
+                        scopes.principal,
+                        scopes.namespace,
+                        out.charge,
+                        time.time(),
+                    ),
+                )
+            if out.request is not None and not (
+                approval is not None
+                and approval.status == "pending"
+                and approval.same_request(out.request)
+            ):
+                self._put_approval(db, out.request)
+            if out.consumed is not None and out.consumed.scope == "once":
+                self._put_approval(db, out.consumed.model_copy(update={"status": "consumed"}))
+            if out.note is not None:
+                self._note(db, scopes.session, out.note)
+            return out.decision
+
+        return j._write(run)
+
+    def settle_cost(self, scopes: Scopes, actual_usd: float) -> bool:
+        if not actual_usd >= 0 or actual_usd == float("inf"):
+            raise ValueError("a cost must be a finite, non-negative number of USD")
+        j = self._j
+
+        def run(db: Any) -> bool:
+            row = j._x(
+                db,
+                "SELECT session, principal, namespace, estimate_usd, actual_usd "
+                f"FROM policy_admissions WHERE execution = ?{j.FOR_UPDATE}",
+                (scopes.execution,),
+            ).fetchone()
+            if row is None or row[4] is not None:
+                return False
+            session_id, principal, namespace, estimate, _ = row
+            delta = actual_usd - estimate
+            state = self._load(db, session_id)
+            self._save(
+                db,
+                session_id,
+                dataclasses.replace(state, spent_usd=max(0.0, state.spent_usd + delta)),
+            )
+            self._add_spend(db, "principal:" + principal, delta)
+            self._add_spend(db, "namespace:" + namespace, delta)
+            j._x(
+                db,
+                "UPDATE policy_admissions SET actual_usd = ? WHERE execution = ?",
+                (actual_usd, scopes.execution),
+            )
+            return True
+
+        return j._write(run)
+
+    def approval(self, binding: str) -> Approval | None:
+        return self._j._read(lambda db: self._approval(db, binding))
+
+    def decide_approval(
+        self,
+        binding: str,
+        *,
+        approve: bool,
+        operators: Sequence[str],
+        note: str = "",
+        scope: ApprovalScope = "once",
+        ttl_s: float | None = None,
+    ) -> tuple[bool, Approval]:
+        if not operators or not all(o.strip() for o in operators):
+            raise ValueError("operators must name the people deciding")
+        if ttl_s is not None and not ttl_s > 0:
+            raise ValueError("ttl_s must be a positive number of seconds")
+
+        def run(db: Any) -> tuple[bool, Approval]:
+            found = self._approval(db, binding, lock=True)
+            if found is None:
+                raise KeyError(f"no approval was requested for {binding}")
+            if found.status != "pending":
+                return False, found
+            now = time.time()
+            decided = found.model_copy(
+                update={
+                    "status": "approved" if approve else "rejected",
+                    "scope": "ttl" if ttl_s is not None else scope,
+                    "expires_at": None if ttl_s is None else now + ttl_s,
+                    "operators": [o.strip() for o in operators],
+                    "note": note,
+                    "decided_at": now,
+                }
+            )
+            self._put_approval(db, decided)
+            self._note(
+                db,
+                found.session,
+                {
+                    "event": "approval_granted" if approve else "approval_rejected",
+                    "binding": binding,
+                    "activity": found.activity,
+                    "principal": found.principal,
+                    "session": found.session,
+                    "digest": found.payload_digest,
+                    "epoch": found.epoch,
+                    "scope": decided.scope,
+                    "expires_at": decided.expires_at,
+                    "operators": decided.operators,
+                    "note": note,
+                },
+            )
+            return True, decided
+
+        return self._j._write(run)
+
+    def session(self, session: str) -> SessionState | None:
+        row = self._j._read(
+            lambda db: self._j._x(
+                db, "SELECT doc FROM policy_sessions WHERE session = ?", (session,)
+            ).fetchone()
+        )
+        return None if row is None else load_session(row[0])
+
+    def approvals(self, status: ApprovalStatus | None = None) -> list[Approval]:
+        rows = self._j._read(
+            lambda db: self._j._x(db, "SELECT doc FROM policy_approvals").fetchall()
+        )
+        found = [Approval.model_validate_json(r[0]) for r in rows]
+        found = [a for a in found if status is None or a.status == status]
+        return sorted(found, key=lambda a: a.requested_at)
+
+    def open_circuits(self) -> dict[str, SessionState]:
+        # the circuit is part of each session's document: a scan, for tools, never the hot path
+        rows = self._j._read(
+            lambda db: self._j._x(
+                db,
+                "SELECT session, doc FROM policy_sessions WHERE doc NOT LIKE ?",
+                ('%"circuit":null%',),
+            ).fetchall()
+        )
+        states = {session: load_session(doc) for session, doc in rows}
+        return {k: v for k, v in states.items() if v.circuit is not None}
+
+    def spent(self, scope: str) -> float:
+        return self._j._read(lambda db: self._spent_unlocked(db, scope))
+
+    def _spent_unlocked(self, db: Any, scope: str) -> float:
+        row = self._j._x(
+            db, "SELECT spent_usd FROM policy_spend WHERE scope = ?", (scope,)
+        ).fetchone()
+        return 0.0 if row is None else float(row[0])
+
+    def reset(self, session: str, *, operator: str, note: str = "") -> bool:
+        if not operator.strip():
+            raise ValueError("operator must name the person resetting the circuit")
+
+        def run(db: Any) -> bool:
+            state = self._load(db, session)
+            if state.circuit is None:
+                return False
+            self._save(db, session, reset_circuit(state))
+            self._note(
+                db,
+                session,
+                {
+                    "event": "circuit_reset",
+                    "session": session,
+                    "operator": operator.strip(),
+                    "note": note,
+                    "code": state.circuit.code,
+                },
+            )
+            return True
+
+        return self._j._write(run)
+
+    def events(self, since: float | None = None) -> list[Entry]:
+        rows = self._j._read(
+            lambda db: self._j._x(
+                db, "SELECT effect_id FROM effects WHERE effect_type = ?", (POLICY_CHAIN_TYPE,)
+            ).fetchall()
+        )
+        entries = [e for (chain,) in rows for e in self._j.read(chain)]
+        entries = [e for e in entries if since is None or e.ts >= since]
+        return sorted(entries, key=lambda e: e.seq)

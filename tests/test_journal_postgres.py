@@ -1,0 +1,120 @@
+"""The journal conformance suite against PostgreSQL (a throwaway cluster on loopback), and what
+only PostgreSQL does: claims as advisory locks that die with their connection."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any
+
+import psycopg
+import pytest
+
+from interlock_temporal.core.journal import Journal, open_journal
+from interlock_temporal.core.postgres_journal import PostgresJournal
+from interlock_temporal.testing import PostgresServer
+
+from .journal_conformance import KEY, JournalConformance, SqlTamper
+
+TABLES = (
+    "entries, effects, blobs, leases, policy_sessions, policy_spend, policy_admissions, "
+    "policy_approvals"
+)
+
+
+@pytest.fixture(scope="module")
+def pg_url(postgres: PostgresServer) -> str:
+    return postgres.database(f"conformance_{uuid.uuid4().hex[:8]}")
+
+
+@pytest.fixture
+def clean(pg_url: str) -> str:
+    """The module's database with its tables emptied (created by a first open)."""
+    open_journal(pg_url, signing_key=KEY, check_tail=False).close()
+    with psycopg.connect(pg_url, autocommit=True) as conn:
+        conn.execute(f"TRUNCATE {TABLES}")  # type: ignore[arg-type]
+        conn.execute("UPDATE journal_seq SET seq = 0")
+    return pg_url
+
+
+class PgTamper(SqlTamper):
+    def __init__(self, url: str) -> None:
+        self.url = url
+
+    def _run(self, *statements: tuple[str, tuple[Any, ...]]) -> None:
+        with psycopg.connect(self.url) as conn, conn.transaction():
+            for sql, params in statements:
+                conn.execute(sql.replace("?", "%s"), params)  # type: ignore[arg-type]
+
+    def _query(self, sql: str, params: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
+        with psycopg.connect(self.url) as conn:
+            return conn.execute(sql.replace("?", "%s"), params).fetchall()  # type: ignore[arg-type]
+
+    def _tables(self) -> list[str]:
+        rows = self._query(
+            "SELECT table_name FROM information_schema.tables "
+            "WHERE table_schema = 'public' ORDER BY table_name"
+        )
+        return [r[0] for r in rows]
+
+
+class TestPostgresJournal(JournalConformance):
+    @pytest.fixture
+    def journal_factory(self, clean: str) -> Callable[..., Journal]:
+        def factory(signing_key: str = KEY, older_keys: Sequence[str] = ()) -> Journal:
+            return open_journal(clean, signing_key=signing_key, older_keys=older_keys)
+
+        return factory
+
+    @pytest.fixture
+    def tamper(self, clean: str) -> PgTamper:
+        return PgTamper(clean)
+
+
+class TestPostgresJournalEd25519(TestPostgresJournal):
+    key_scheme = "ed25519"
+
+
+@pytest.fixture
+def journal(clean: str) -> Iterator[Journal]:
+    j = open_journal(clean, signing_key=KEY)
+    yield j
+    j.close()
+
+
+def test_a_claim_dies_with_its_connection(journal: Journal, clean: str) -> None:
+    assert isinstance(journal, PostgresJournal)
+    eid = "c" * 64
+    claim = journal.claim(eid)
+    assert claim is not None and journal.is_claimed(eid)
+    with open_journal(clean, signing_key=KEY) as other:
+        assert other.claim(eid) is None  # held, by another connection
+        # the holder's connection dies (its host vanished): the server frees the lock
+        with psycopg.connect(clean, autocommit=True) as admin:
+            admin.execute(
+                "SELECT pg_terminate_backend(pid) FROM pg_locks WHERE locktype = 'advisory' "
+                "AND granted AND pid <> pg_backend_pid()"
+            )
+        taken = other.claim(eid)
+        assert taken is not None
+        taken.release()
+    claim.release()  # the dead holder's release is harmless
+
+
+def test_the_password_never_appears_in_messages(postgres: PostgresServer) -> None:
+    from interlock_temporal.core.errors import JournalUnavailable
+
+    url = f"postgresql://postgres:hunter2@127.0.0.1:{postgres.port + 1}/none"
+    with pytest.raises(JournalUnavailable) as caught:
+        open_journal(url, signing_key=KEY)
+    assert "hunter2" not in str(caught.value) and "***" in str(caught.value)
+
+
+def test_a_postgres_journal_needs_a_configured_key(
+    clean: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from interlock_temporal.core.errors import JournalConfigError
+
+    monkeypatch.delenv("INTERLOCK_SIGNING_KEY", raising=False)
+    with pytest.raises(JournalConfigError, match="INTERLOCK_SIGNING_KEY"):
+        open_journal(clean)
