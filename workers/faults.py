@@ -37,6 +37,40 @@ STRIPE_ROWS = range(1, 11)
 #: recovery on another that shares nothing with it but PostgreSQL and Temporal
 POSTGRES_ROWS = (2, 3, 8, 11, 12)
 POSTGRES_KEY = "5a" * 32
+#: what Temporal users do without the gate: retries with no idempotency key, and a key made of
+#: the workflow and activity ids (stable across one activity's retries, not across a re-run)
+BASELINES = ("naive", "activity_key")
+BASELINE_TITLES = {"naive": "no key", "activity_key": "activity-id key"}
+#: the rows a baseline can run (13 and 14 need a review, which only the gate opens)
+BASELINE_ROWS = range(1, 13)
+#: how long a baseline's workflow is waited for before it is reported as still retrying
+BASELINE_WAIT_S = 30.0
+
+
+def baseline_unfinished(name: str, tier: int, cell_dir: Path, err: Exception) -> dict[str, Any]:
+    """A baseline case that did not finish: what the payments service holds anyway."""
+    from interlock_temporal.targets.payments import SimulatedPayments
+
+    from .scenarios import ORDER
+
+    service = SimulatedPayments(cell_dir / "payments.db", tier=tier)
+    try:
+        records = service.refund_records(ORDER)
+    finally:
+        service.close()
+    what = "still retrying" if isinstance(err, TimeoutError) else type(err).__name__
+    return {
+        "scenario": name,
+        "number": SCENARIOS[name].number,
+        "tier": tier,
+        "ok": None,
+        "final": f"{what} after {BASELINE_WAIT_S:.0f} s" if isinstance(err, TimeoutError) else what,
+        "via": None,
+        "code": None,
+        "refunded_cents": sum(r.amount_cents for r in records),
+        "refund_records": len(records),
+        "problems": [],
+    }
 
 
 async def run_matrix(
@@ -55,6 +89,10 @@ async def run_matrix(
                 try:
                     if against == "stripe":
                         world: World = await StripeServerWorld.launch(client, cell_dir)
+                    elif against in BASELINES:
+                        world = ServerWorld(client, cell_dir, tier, against)  # type: ignore[arg-type]
+                        # without the gate a case can retry for ever: report it, do not wait
+                        world.result_timeout_s = BASELINE_WAIT_S
                     elif against == "postgres":
                         assert postgres is not None
                         url = postgres.database(f"cell_{name}_t{tier}")
@@ -66,6 +104,15 @@ async def run_matrix(
                         check_two_workers(url, result)
                 except Exception as err:  # a cell that cannot run is a failed cell, not a crash
                     s = SCENARIOS[name]
+                    if against in BASELINES:
+                        result = baseline_unfinished(name, tier, cell_dir, err)
+                        result["target"] = against
+                        print(
+                            f"     {against:<9} row {s.number:>2} {name:<28} t{tier}  "
+                            f"{result['final']}  ${result['refunded_cents'] / 100:.0f}",
+                            flush=True,
+                        )
+                        return result
                     result = {
                         "scenario": name,
                         "number": s.number,
@@ -79,7 +126,7 @@ async def run_matrix(
                         "problems": [f"{type(err).__name__}: {err}"],
                     }
                 result["target"] = against
-                mark = "ok  " if result["ok"] else "FAIL"
+                mark = {True: "ok  ", False: "FAIL", None: "    "}[result["ok"]]
                 print(
                     f"{mark} {against:<9} row {result['number']:>2} {name:<28} t{tier}"
                     f"  {result['final']:<10}"
@@ -131,6 +178,53 @@ def cell(result: dict[str, Any]) -> str:
     return text + ("" if result["ok"] else " **FAIL**")
 
 
+def baseline_section(
+    gated: dict[int, dict[int, dict[str, Any]]],
+    baseline: dict[str, dict[int, dict[int, dict[str, Any]]]],
+    tiers: list[int],
+) -> list[str]:
+    """The gate beside what Temporal users do without it, row by row: the money is what the
+    payments service holds; the baselines are not judged, they are what happens."""
+    heads = [f"gated t{t}" for t in tiers] + [
+        f"{BASELINE_TITLES[b]} t{t}" for b in BASELINES for t in tiers
+    ]
+    lines = [
+        "## Beside the baselines",
+        "",
+        "The same rows, the same faults and the same payments service, without the gate: "
+        "**no key** is Temporal's retries with no idempotency key; **activity-id key** sends "
+        "`workflow_id/activity_id` as the idempotency key (stable across one activity's "
+        "retries, new when the workflow runs the step again). A baseline's cell shows how the "
+        "workflow ended and the money the service holds; only the gated cells are judged.",
+        "",
+        "| # | scenario | " + " | ".join(heads) + " |",
+        "|---|---|" + "---|" * len(heads),
+    ]
+    numbers = sorted(set(gated) | {n for b in baseline.values() for n in b})
+    for number in numbers:
+        cells = [gated.get(number, {}).get(t) for t in tiers] + [
+            baseline[b].get(number, {}).get(t) for b in BASELINES for t in tiers
+        ]
+        name = next(c for c in cells if c is not None)["scenario"]
+        lines.append(
+            f"| {number} | {name} | "
+            + " | ".join(money_cell(c) if c else "—" for c in cells)
+            + " |"
+        )
+    return lines
+
+
+def money_cell(result: dict[str, Any]) -> str:
+    """A short cell: how it ended, and the money."""
+    money = result["refunded_cents"]
+    text = str(result["final"])
+    if money is not None:
+        text += f", ${money / 100:.0f}"
+        if result["refund_records"] not in (None, 0, 1):
+            text += f" ({result['refund_records']} refunds)"
+    return text + (" **FAIL**" if result["ok"] is False else "")
+
+
 def tier_table(by_row: dict[int, dict[int, dict[str, Any]]], tiers: list[int]) -> list[str]:
     """A row per scenario, a column per tier."""
     lines = [
@@ -148,12 +242,44 @@ def tier_table(by_row: dict[int, dict[int, dict[str, Any]]], tiers: list[int]) -
     return lines
 
 
+def sweep_section(summary: dict[str, Any]) -> list[str]:
+    lines = [
+        "## The sweep",
+        "",
+        "Seeded cases drawn over the tier, where the first attempt dies (every journal-write "
+        "boundary of the gate, or none), a second death, a world event while no attempt runs "
+        "(lease revoked, order made ineligible, a manual refund, the dedupe window passing), "
+        "what comes next (a retry, a duplicate submission, the agent re-deciding the amount) "
+        "and two recoveries at once. Every case checks the invariants against the payments "
+        "service and the journal: landed at most once; COMMITTED only if it landed, REFUSED "
+        "only if it did not; `executed` true, false or unknown accordingly; AMBIGUOUS only at "
+        "tier 3; a re-decided payload sends nothing; chains verify; nothing left in doubt "
+        "(`workers/sweep.py`).",
+        "",
+        f"- in process, against the core protocol: {summary['cases']} cases "
+        f"(seeds {summary['first_seed']}..{summary['first_seed'] + summary['cases'] - 1}), "
+        f"{summary['failed']} failed, {summary['seconds']:.0f} s",
+        f"- on the real server, with real worker processes and real SIGKILLs: "
+        f"{summary['server_cases']} cases, {summary['server_failed']} failed, "
+        f"{summary['server_seconds']:.0f} s",
+        "",
+        "A failing seed prints how to replay it: `python -m workers.sweep --replay SEED` "
+        "(add `--on-server` for a server case).",
+    ]
+    for problem in summary["problems"][:20]:
+        lines.append(f"- FAILED {problem}")
+    return lines
+
+
 def markdown(results: list[dict[str, Any]], tiers: list[int], elapsed: float) -> str:
     by_row: dict[int, dict[int, dict[str, Any]]] = {}
     stripe: dict[int, dict[str, Any]] = {}
     pg: dict[int, dict[int, dict[str, Any]]] = {}
+    baseline: dict[str, dict[int, dict[int, dict[str, Any]]]] = {b: {} for b in BASELINES}
     for r in results:
-        if r.get("target") == "stripe":
+        if r.get("target") in BASELINES:
+            baseline[r["target"]].setdefault(r["number"], {})[r["tier"]] = r
+        elif r.get("target") == "stripe":
             stripe[r["number"]] = r
         elif r.get("target") == "postgres":
             pg.setdefault(r["number"], {})[r["tier"]] = r
@@ -170,10 +296,14 @@ def markdown(results: list[dict[str, Any]], tiers: list[int], elapsed: float) ->
         f"- run: {datetime.now(UTC).strftime('%Y-%m-%d %H:%M UTC')}, "
         f"{platform.node()} ({platform.machine()}, Python {platform.python_version()}), "
         f"{elapsed:.0f} s",
-        f"- cells: {len(results)}, failed: {sum(1 for r in results if not r['ok'])}",
+        f"- cells: {len(results)} ({sum(1 for r in results if r['ok'] is not None)} judged "
+        f"against `scenarios.md`, the rest baselines), failed: "
+        f"{sum(1 for r in results if r['ok'] is False)}",
         "",
         *tier_table(by_row, tiers),
     ]
+    if any(baseline.values()):
+        lines += ["", *baseline_section(by_row, baseline, tiers)]
     if stripe:
         lines += [
             "",
@@ -220,6 +350,85 @@ def markdown(results: list[dict[str, Any]], tiers: list[int], elapsed: float) ->
     return "\n".join(lines) + "\n"
 
 
+def run_model_check(tiers: list[int]) -> list[Any]:
+    from .model_check import explore
+
+    results = []
+    for tier in tiers:
+        r = explore(tier)
+        print(
+            f"model check t{tier}: {r.states} states, {r.transitions} transitions, "
+            f"{len(r.violations)} violations, {r.seconds:.1f} s",
+            flush=True,
+        )
+        results.append(r)
+    return results
+
+
+def model_check_section(results: list[Any]) -> list[str]:
+    lines = [
+        "## The exhaustive check",
+        "",
+        "Every interleaving of two attempts at one effect, each of which may die at any step, "
+        "with one world event (the lease revoked, or the order made ineligible) at any moment, "
+        "explored breadth-first over the states the real core protocol reaches "
+        "(`workers/model_check.py`): the attempts are real `Gate`s with their own journal "
+        "connections and claims, paused at every journal-write boundary and every call into "
+        "the target. In every reachable state: the effect landed at most once; COMMITTED only "
+        "if it landed; REFUSED only if it did not; AMBIGUOUS only at tier 3; the journal "
+        "verifies once both attempts are done.",
+        "",
+        "| tier | states explored | transitions | end states | how the end states ended | "
+        "violations |",
+        "|---|---|---|---|---|---|",
+    ]
+    for r in results:
+        finals = ", ".join(f"{k} {v}" for k, v in sorted(r.finals.items()))
+        lines.append(
+            f"| {r.tier} | {r.states:,} | {r.transitions:,} | {r.terminal:,} | {finals} | "
+            f"{len(r.violations)} |"
+        )
+    lines += [
+        "",
+        "An end state left DISPATCHED is an effect in doubt after both attempts died or stood "
+        "aside: the next attempt, or the reconciler, recovers it.",
+    ]
+    return lines
+
+
+def run_sweep(cases: int, server_cases: int, jobs: int) -> dict[str, Any] | None:
+    if not cases and not server_cases:
+        return None
+    from .sweep import replay_command, sweep, sweep_on_server
+
+    started = time.monotonic()
+    total, failed = asyncio.run(sweep(cases, 1)) if cases else (0, [])
+    mid = time.monotonic()
+    stories = asyncio.run(sweep_on_server(list(range(1, server_cases + 1)), jobs))
+    bad = [s for s in stories if s.problems]
+    summary = {
+        "cases": total,
+        "first_seed": 1,
+        "failed": len(failed),
+        "seconds": mid - started,
+        "server_cases": len(stories),
+        "server_failed": len(bad),
+        "server_seconds": time.monotonic() - mid,
+        "problems": [
+            f"seed {s.case.seed}: {s.problems} ({replay_command(s.case.seed)})" for s in failed
+        ]
+        + [
+            f"server seed {s.case.seed}: {s.problems} ({replay_command(s.case.seed, True)})"
+            for s in bad
+        ],
+    }
+    print(
+        f"sweep: {total} cases in process, {len(failed)} failed; {len(stories)} on the server "
+        f"with real SIGKILLs, {len(bad)} failed"
+    )
+    return summary
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(
         prog="python -m workers.faults",
@@ -231,10 +440,20 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--tiers", default="1,2,3")
     p.add_argument("--out", type=Path, default=ROOT / "docs" / "fault-table.md")
     p.add_argument("--json", type=Path, help="also write every cell's result here")
+    p.add_argument("--sweep", type=int, default=2000, help="in-process sweep cases (0: none)")
+    p.add_argument(
+        "--sweep-server", type=int, default=30, help="sweep cases with real SIGKILLs (0: none)"
+    )
+    p.add_argument(
+        "--model-check",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="also run the exhaustive two-attempt check",
+    )
     p.add_argument(
         "--targets",
-        default="simulated,stripe,postgres",
-        help="any of simulated, stripe, postgres (comma-separated)",
+        default="simulated,stripe,postgres,baselines",
+        help="any of simulated, stripe, postgres, baselines (comma-separated)",
     )
     args = p.parse_args(argv)
     ordered = sorted(SCENARIOS.values(), key=lambda s: s.number)
@@ -254,6 +473,14 @@ def main(argv: list[str] | None = None) -> int:
     ]
     if "stripe" in targets and 1 in tiers:
         cells += [(n, 1, "stripe") for n in rows if SCENARIOS[n].number in STRIPE_ROWS]
+    if "baselines" in targets:
+        cells += [
+            (n, t, b)
+            for n in rows
+            for t in tiers
+            for b in BASELINES
+            if SCENARIOS[n].number in BASELINE_ROWS
+        ]
     if "postgres" in targets:
         cells += [
             (n, t, "postgres")
@@ -262,8 +489,14 @@ def main(argv: list[str] | None = None) -> int:
             if SCENARIOS[n].number in POSTGRES_ROWS and t in SCENARIOS[n].expect
         ]
     results = asyncio.run(run_matrix(cells, args.jobs, workdir))
+    swept = run_sweep(args.sweep, args.sweep_server, args.jobs)
+    checked = run_model_check(tiers) if args.model_check else []
     elapsed = time.monotonic() - started
     table = markdown(results, tiers, elapsed)
+    if swept is not None:
+        table += "\n" + "\n".join(sweep_section(swept)) + "\n"
+    if checked:
+        table += "\n" + "\n".join(model_check_section(checked)) + "\n"
     print()
     print(table)
     if args.out:
@@ -271,7 +504,13 @@ def main(argv: list[str] | None = None) -> int:
         args.out.write_text(table)
     if args.json:
         args.json.write_text(json.dumps(results, indent=1, sort_keys=True, default=str))
-    failed = [r for r in results if not r["ok"]]
+    failed = [r for r in results if r["ok"] is False]
+    if swept is not None and (swept["failed"] or swept["server_failed"]):
+        print("FAILED sweep:", swept["problems"])
+        return 1
+    if any(r.violations for r in checked):
+        print("FAILED model check:", [r.violations[:3] for r in checked if r.violations])
+        return 1
     for r in failed:
         print(
             f"FAILED {r.get('target')} row {r['number']} {r['scenario']} t{r['tier']}: "

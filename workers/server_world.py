@@ -45,6 +45,8 @@ class ServerWorld(World):
         self.mode = mode
         self.kill = "kill"
         self.kills = 0
+        #: how long a workflow's result is waited for
+        self.result_timeout_s = RESULT_TIMEOUT_S
         self.crash_to_completion_s = None
         self.task_queue = f"support-{uuid.uuid4().hex[:12]}"
         self.case_id = f"{CASE}-{self.task_queue[-6:]}"
@@ -132,7 +134,7 @@ class ServerWorld(World):
         await self.spawn()
 
     async def result(self, run: WorkflowHandle[Any, CaseOutcome]) -> CaseOutcome:
-        outcome = await asyncio.wait_for(run.result(), RESULT_TIMEOUT_S)
+        outcome = await asyncio.wait_for(run.result(), self.result_timeout_s)
         if self._killed_at is not None and self.crash_to_completion_s is None:
             self.crash_to_completion_s = round(time.monotonic() - self._killed_at, 3)
         return outcome

@@ -1,0 +1,47 @@
+"""The sweep and the exhaustive check run (small here; `make faults` runs them whole), and
+both catch a planted bug: a gate that forgets to ask a queryable target before resending."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import pytest
+
+from interlock_temporal.core import protocol
+from workers import model_check, sweep
+
+
+@pytest.fixture
+def gate_that_never_asks(monkeypatch: pytest.MonkeyPatch) -> None:
+    real = protocol.capabilities
+
+    def forgetful(target: Any) -> Any:
+        return dataclasses.replace(real(target), queryable=False)
+
+    monkeypatch.setattr(protocol, "capabilities", forgetful)
+
+
+async def test_the_sweep_holds_its_invariants() -> None:
+    total, failed = await sweep.sweep(150, 1)
+    assert total == 150
+    assert failed == [], [(s.case, s.problems) for s in failed]
+
+
+async def test_the_sweep_catches_a_gate_that_never_asks(gate_that_never_asks: None) -> None:
+    _, failed = await sweep.sweep(150, 1)
+    assert failed, "a planted bug went unnoticed"
+    assert any("landed" in p or "AMBIGUOUS at tier" in p for s in failed for p in s.problems)
+    assert sweep.replay_command(failed[0].case.seed).startswith("python -m workers.sweep")
+
+
+def test_the_exhaustive_check_finds_no_violation() -> None:
+    result = model_check.explore(3)
+    assert result.states > 300 and result.terminal > 100
+    assert result.violations == []
+    assert {"COMMITTED", "AMBIGUOUS", "REFUSED"} <= set(result.finals)
+
+
+def test_the_exhaustive_check_catches_a_gate_that_never_asks(gate_that_never_asks: None) -> None:
+    result = model_check.explore(2)
+    assert result.violations, "a planted bug went unnoticed"
