@@ -10,7 +10,7 @@ from .gate_cost import ENTRIES_PER_EFFECT, GateCost, Series
 from .machine import Machine
 from .policy_cost import SHACKLE_DECIDE_P50_US, SHACKLE_SLA_MS, PolicyCost
 from .stats import Dist
-from .throughput import CONCURRENCY, Throughput
+from .throughput import CONCURRENCY, LATENCY_RATIO_MAX, RATIO_MAX, Throughput
 from .verify_cost import TARGET_PER_S, VerifyCost
 
 #: the targets (from the issue); performance targets live here, never in unit tests
@@ -103,6 +103,28 @@ class Report:
                     f"≤ {POLICY_CHECK_P99_MAX_MS:g} ms",
                     f"{ms(p.check_ms.p99 * 1000)} (p50 {ms(p.check_ms.p50 * 1000)})",
                     p.check_ms.p99 <= POLICY_CHECK_P99_MAX_MS,
+                )
+            )
+        if self.throughput is not None:
+            flow = self.throughput
+            if flow.latency_ms.get("ungated"):
+                out.append(
+                    Target(
+                        "Sequential activity latency, gated (SQLite) ÷ ungated, real server",
+                        f"≤ {LATENCY_RATIO_MAX:.2f}",
+                        f"{flow.latency_ratio('gated, SQLite'):.2f} "
+                        f"({flow.latency('gated, SQLite'):.1f} ms / "
+                        f"{flow.latency('ungated'):.1f} ms)",
+                        flow.latency_ratio("gated, SQLite") <= LATENCY_RATIO_MAX,
+                    )
+                )
+            out.append(
+                Target(
+                    f"Throughput with {CONCURRENCY} in flight, ungated ÷ gated (SQLite)",
+                    f"≤ {RATIO_MAX:.2f}",
+                    f"{flow.ratio('gated, SQLite'):.2f} ({flow.median('ungated'):,.0f}/s vs "
+                    f"{flow.median('gated, SQLite'):,.0f}/s)",
+                    flow.ratio("gated, SQLite") <= RATIO_MAX,
                 )
             )
         if self.verify is not None:
@@ -612,6 +634,21 @@ def _throughput_section(t: Throughput, command: str) -> list[str]:
     for name, values in t.per_s.items():
         runs = ", ".join(f"{v:,.0f}" for v in values)
         lines.append(f"| {name} | {runs} | {t.median(name):,.0f}/s | {t.ratio(name):.2f} |")
+    if t.latency_ms.get("ungated"):
+        lines += [
+            "",
+            f"Sequential: a workflow runs {t.sequential_n} of the same activities one after "
+            "another, in the same rounds; milliseconds per activity, end to end (the workflow "
+            "task, the activity task, the result):",
+            "",
+            "| configuration | runs (ms per activity) | median | ÷ ungated |",
+            "|---|---|---|---|",
+        ]
+        for name, values in t.latency_ms.items():
+            runs = ", ".join(f"{v:.1f}" for v in values)
+            lines.append(
+                f"| {name} | {runs} | {t.latency(name):.1f} ms | {t.latency_ratio(name):.2f} |"
+            )
     lines += [
         "",
         "The gate's journal calls run on the worker's event loop: with 64 activities in flight "

@@ -16,7 +16,7 @@ import asyncio
 import random
 import time
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
 
@@ -89,11 +89,37 @@ class Fanout:
         return len(results)
 
 
+@workflow.defn(name="BenchSequential", sandboxed=False)
+class Sequential:
+    """The same activities one after another: the latency an agent's step sees."""
+
+    @workflow.run
+    async def run(self, spec: dict[str, Any]) -> int:
+        base = spec["base"]
+        with act_as("bench-bot", lease=spec.get("lease")):
+            for i in range(spec["n"]):
+                await workflow.execute_activity(
+                    "bench_noop", base + i, start_to_close_timeout=timedelta(seconds=60)
+                )
+        return int(spec["n"])
+
+
 @dataclass(frozen=True)
 class Throughput:
     n: int
     rounds: int
     per_s: dict[str, list[float]]
+    #: sequential: milliseconds per activity, by configuration
+    sequential_n: int = 0
+    latency_ms: dict[str, list[float]] = field(default_factory=dict)
+
+    def latency(self, name: str) -> float:
+        values = sorted(self.latency_ms[name])
+        return values[len(values) // 2]
+
+    def latency_ratio(self, name: str) -> float:
+        """this configuration's sequential latency ÷ ungated (1.00: no slower)."""
+        return self.latency(name) / self.latency("ungated")
 
     def median(self, name: str) -> float:
         values = sorted(self.per_s[name])
@@ -107,7 +133,7 @@ class Throughput:
         return Dist.of(self.per_s[name])
 
 
-async def _measure(n: int, rounds: int) -> Throughput:
+async def _measure(n: int, rounds: int, sequential_n: int) -> Throughput:
     directory = bench_dir("throughput")
     server = await DevServer(ui_port=None).start()
     postgres = PostgresServer().start()
@@ -116,6 +142,7 @@ async def _measure(n: int, rounds: int) -> Throughput:
         "gated, PostgreSQL": postgres.database("bench"),
     }
     per_s: dict[str, list[float]] = {"ungated": [], **{k: [] for k in journals}}
+    latency_ms: dict[str, list[float]] = {k: [] for k in per_s}
     leases: dict[str, str | None] = {"ungated": None}
     for name, url in journals.items():
         with open_journal(url, signing_key=KEY) as journal:
@@ -137,7 +164,7 @@ async def _measure(n: int, rounds: int) -> Throughput:
                 Worker(
                     client,
                     task_queue=queue,
-                    workflows=[Fanout],
+                    workflows=[Fanout, Sequential],
                     activities=[ungated_noop if name == "ungated" else gated_noop],
                     max_concurrent_activities=CONCURRENCY,
                 ),
@@ -161,10 +188,25 @@ async def _measure(n: int, rounds: int) -> Throughput:
                     assert done == n
                     if round_no:
                         per_s[name].append(n / elapsed)
+                    if not sequential_n:
+                        continue
+                    base += sequential_n
+                    started = time.perf_counter()
+                    await clients[name].execute_workflow(
+                        Sequential.run,
+                        {"n": sequential_n, "base": base, "lease": leases[name]},
+                        id=f"sequential-{uuid.uuid4().hex[:8]}",
+                        task_queue=queue,
+                    )
+                    elapsed = time.perf_counter() - started
+                    if round_no:
+                        latency_ms[name].append(elapsed / sequential_n * 1000)
     finally:
         await server.stop()
         postgres.close()
-    return Throughput(n=n, rounds=rounds, per_s=per_s)
+    return Throughput(
+        n=n, rounds=rounds, per_s=per_s, sequential_n=sequential_n, latency_ms=latency_ms
+    )
 
 
 class _all:
@@ -182,6 +224,14 @@ class _all:
             await w.__aexit__(*exc)
 
 
-def run(n: int, rounds: int) -> Throughput:
-    print(f"6. throughput: {rounds} rounds of {n} activities, 64 at a time ...", flush=True)
-    return asyncio.run(_measure(n, rounds))
+#: the issue's target for gated sequential latency (gated ÷ ungated)
+LATENCY_RATIO_MAX = 1.05
+
+
+def run(n: int, rounds: int, sequential_n: int = 40) -> Throughput:
+    print(
+        f"6. throughput: {rounds} rounds of {n} activities 64 at a time, and {sequential_n} "
+        "one after another ...",
+        flush=True,
+    )
+    return asyncio.run(_measure(n, rounds, sequential_n))

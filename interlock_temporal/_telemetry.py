@@ -88,7 +88,14 @@ class Telemetry:
             unit="ms",
             description="the gate's own time per effect: before the send, and the commit's checks",
         )
-        self.logger = (logger_provider or get_logger_provider()).get_logger(SCOPE)
+        provider = logger_provider or get_logger_provider()
+        self.logger = provider.get_logger(SCOPE)
+        #: receipts cost a journal read each: only where a log pipeline is configured (set
+        #: the global providers before creating the plugin, or pass them)
+        self.emits_receipts = type(provider).__name__ not in (
+            "ProxyLoggerProvider",
+            "NoOpLoggerProvider",
+        )
 
     @contextlib.contextmanager
     def effect_span(self, activity: str, tier: int | None) -> Iterator[Span]:
@@ -138,7 +145,7 @@ class Telemetry:
                     effect_id=r.effect_id if r else attempt.effect_id,
                     code=r.code if r else None,
                 )
-                if r is not None:
+                if r is not None and self.emits_receipts:
                     self.receipt(r)
                 raise
             except InterlockDenied as err:
@@ -170,7 +177,7 @@ class Telemetry:
                     effect_id=attempt.effect_id,
                     gate_ms=attempt.gate_ms,
                 )
-                if attempt.effect_id is not None:
+                if attempt.effect_id is not None and self.emits_receipts:
                     found = receipt_of(attempt.effect_id)
                     if found is not None:
                         self.receipt(found)

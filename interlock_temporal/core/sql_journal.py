@@ -407,6 +407,15 @@ class SqlPolicy(PolicyStore):
 
     def _spent(self, db: Any, scope: str) -> float:
         j = self._j
+        if j.FOR_UPDATE:
+            # a row that does not exist yet cannot be locked: make it first, so two first
+            # charges to one scope wait for each other instead of both reading nothing
+            j._x(
+                db,
+                "INSERT INTO policy_spend (scope, spent_usd) VALUES (?, 0.0) "
+                "ON CONFLICT (scope) DO NOTHING",
+                (scope,),
+            )
         row = j._x(
             db, f"SELECT spent_usd FROM policy_spend WHERE scope = ?{j.FOR_UPDATE}", (scope,)
         ).fetchone()
@@ -414,6 +423,13 @@ class SqlPolicy(PolicyStore):
 
     def _load(self, db: Any, session: str) -> SessionState:
         j = self._j
+        if j.FOR_UPDATE:
+            j._x(
+                db,
+                "INSERT INTO policy_sessions (session, doc) VALUES (?, ?) "
+                "ON CONFLICT (session) DO NOTHING",
+                (session, dump_session(SessionState()).decode()),
+            )
         row = j._x(
             db,
             f"SELECT doc FROM policy_sessions WHERE session = ?{j.FOR_UPDATE}",
