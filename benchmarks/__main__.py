@@ -121,6 +121,12 @@ def main(argv: list[str] | None = None) -> int:
         )
         if not args.keep:
             shutil.rmtree(BENCH_DIR / "gate", ignore_errors=True)
+    # the pure micro-benchmarks first: the server figures leave runtime threads behind
+    policy = None
+    if args.only in (None, "policy"):
+        policy = policy_cost.run(
+            20_000 if args.quick else 200_000, 500 if args.quick else 5_000, block=args.block
+        )
     if args.only in (None, "crash"):
         crash = crash_recovery.run(crash_runs, sensitivity=not args.quick)
     verify = None
@@ -133,11 +139,6 @@ def main(argv: list[str] | None = None) -> int:
     flow = None
     if args.only in (None, "throughput"):
         flow = throughput.run(320 if args.quick else 640, 2 if args.quick else 5)
-    policy = None
-    if args.only in (None, "policy"):
-        policy = policy_cost.run(
-            20_000 if args.quick else 200_000, 500 if args.quick else 5_000, block=args.block
-        )
     report = Report(
         started=started,
         seconds=time.monotonic() - began,
