@@ -18,6 +18,7 @@ import contextlib
 import os
 import re
 import time
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -114,6 +115,39 @@ async def _full_page_screenshot(page: Any, path: Path) -> None:
         await page.set_viewport_size(VIEWPORT)
 
 
+@contextlib.asynccontextmanager
+async def _review_page(tmp_path: Path, url: str) -> AsyncIterator[tuple[Any, Any]]:
+    """Debian's chromium on a fresh profile, at a review's page, its User Metadata tab open:
+    (the page, the frame of the review's current details). A failure leaves a screenshot."""
+    async_playwright, _ = _playwright()
+    async with async_playwright() as pw:
+        context = await pw.chromium.launch_persistent_context(
+            str(tmp_path / "chromium-profile"),  # a fresh --user-data-dir
+            executable_path=str(CHROMIUM),
+            headless=True,
+            args=CHROMIUM_ARGS,
+            viewport=VIEWPORT,
+        )
+        page = context.pages[0] if context.pages else await context.new_page()
+        page.set_default_timeout(UI_TIMEOUT_MS)
+        try:
+            await _open(page, url)
+            # the current details sit under the User Metadata tab, rendered from markdown in
+            # an iframe
+            await page.get_by_role("tab", name="User Metadata").click()
+            iframe = page.locator(
+                "xpath=//h3[normalize-space()='Current Details']"
+                "/ancestor::div[.//iframe][1]//iframe"
+            )
+            yield page, iframe
+        except BaseException:
+            with contextlib.suppress(Exception):  # for the person debugging, kept by pytest
+                await page.screenshot(path=str(tmp_path / "failure.png"), full_page=True)
+            raise
+        finally:
+            await context.close()
+
+
 async def _action_dialog(page: Any, action: str, name: str, data: str) -> Any:
     """More Actions → Send a Signal / Send an Update → pick ``name`` → type ``data`` → Submit.
     Returns the dialog."""
@@ -133,7 +167,7 @@ async def _action_dialog(page: Any, action: str, name: str, data: str) -> Any:
 
 
 async def test_an_operator_resolves_an_ambiguous_refund_in_the_web_ui(tmp_path: Path) -> None:
-    async_playwright, expect = _playwright()
+    _, expect = _playwright()
     images = IMAGES if os.environ.get("INTERLOCK_UPDATE_SCREENSHOTS") == "1" else tmp_path
     images.mkdir(parents=True, exist_ok=True)
     server = await DevServer(ui_port=free_port()).start()
@@ -156,88 +190,65 @@ async def test_an_operator_resolves_an_ambiguous_refund_in_the_web_ui(tmp_path: 
         await _until_running(review)
         assert receipt(eid, journal=world.journal).final == "AMBIGUOUS"
 
-        async with async_playwright() as pw:
-            context = await pw.chromium.launch_persistent_context(
-                str(tmp_path / "chromium-profile"),  # a fresh --user-data-dir
-                executable_path=str(CHROMIUM),
-                headless=True,
-                args=CHROMIUM_ARGS,
-                viewport=VIEWPORT,
+        async with _review_page(
+            tmp_path, f"{server.ui_url}/namespaces/default/workflows/{review.id}"
+        ) as (page, iframe):
+            details = iframe.content_frame
+            await expect(
+                details.get_by_role("heading", name=re.compile("Effect in doubt"))
+            ).to_be_visible(timeout=UI_TIMEOUT_MS)
+            await expect(details.get_by_text(eid).first).to_be_visible()
+            await expect(details.get_by_text("Known and unknown")).to_be_visible()
+            await expect(details.get_by_text("Review state: open")).to_be_visible()
+            # the iframe is sized to its content after it renders: wait until the last
+            # line of the details fits in it before taking the picture
+            await page.wait_for_function(
+                """f => {
+                    const d = f.contentDocument;
+                    const last = d && [...d.querySelectorAll("body *")].find(
+                        e => e.children.length === 0 && e.textContent.includes("Review state")
+                    );
+                    return !!last && last.getBoundingClientRect().bottom <= f.clientHeight;
+                }""",
+                arg=await iframe.element_handle(),
+                timeout=UI_TIMEOUT_MS,
             )
-            page = context.pages[0] if context.pages else await context.new_page()
-            page.set_default_timeout(UI_TIMEOUT_MS)
-            try:
-                await _open(page, f"{server.ui_url}/namespaces/default/workflows/{review.id}")
+            await _full_page_screenshot(page, images / "review-in-web-ui.png")
+            assert (images / "review-in-web-ui.png").stat().st_size > 20_000
 
-                # the review's explanation: its current details, under the User Metadata tab,
-                # rendered from markdown in an iframe
-                await page.get_by_role("tab", name="User Metadata").click()
-                iframe = page.locator(
-                    "xpath=//h3[normalize-space()='Current Details']"
-                    "/ancestor::div[.//iframe][1]//iframe"
-                )
-                details = iframe.content_frame
-                await expect(
-                    details.get_by_role("heading", name=re.compile("Effect in doubt"))
-                ).to_be_visible(timeout=UI_TIMEOUT_MS)
-                await expect(details.get_by_text(eid).first).to_be_visible()
-                await expect(details.get_by_text("Known and unknown")).to_be_visible()
-                await expect(details.get_by_text("Review state: open")).to_be_visible()
-                # the iframe is sized to its content after it renders: wait until the last
-                # line of the details fits in it before taking the picture
-                await page.wait_for_function(
-                    """f => {
-                        const d = f.contentDocument;
-                        const last = d && [...d.querySelectorAll("body *")].find(
-                            e => e.children.length === 0 && e.textContent.includes("Review state")
-                        );
-                        return !!last && last.getBoundingClientRect().bottom <= f.clientHeight;
-                    }""",
-                    arg=await iframe.element_handle(),
-                    timeout=UI_TIMEOUT_MS,
-                )
-                await _full_page_screenshot(page, images / "review-in-web-ui.png")
-                assert (images / "review-in-web-ui.png").stat().st_size > 20_000
+            # an Update the validator refuses: the UI shows why, and nothing is recorded
+            dialog = await _action_dialog(
+                page, "update", "decide", f'{{"decision": "approve", "operator": "{OPERATOR}"}}'
+            )
+            refusal = dialog.get_by_role("alert").filter(has_text=REFUSED)
+            await expect(refusal).to_be_visible(timeout=UI_TIMEOUT_MS)
+            await expect(refusal).to_contain_text("send one of happened, not_happened")
+            await dialog.screenshot(path=str(images / "review-update-refused.png"))
+            # the refusal is its message alone: no worker stack trace in the person's dialog
+            await expect(dialog).not_to_contain_text("Traceback")
+            await expect(dialog).not_to_contain_text(".py")
+            await dialog.get_by_test_id("cancel-modal-button").click()
+            await expect(dialog).to_be_hidden()
 
-                # an Update the validator refuses: the UI shows why, and nothing is recorded
-                dialog = await _action_dialog(
-                    page, "update", "decide", f'{{"decision": "approve", "operator": "{OPERATOR}"}}'
-                )
-                refusal = dialog.get_by_role("alert").filter(has_text=REFUSED)
-                await expect(refusal).to_be_visible(timeout=UI_TIMEOUT_MS)
-                await expect(refusal).to_contain_text("send one of happened, not_happened")
-                await dialog.screenshot(path=str(images / "review-update-refused.png"))
-                # the refusal is its message alone: no worker stack trace in the person's dialog
-                await expect(dialog).not_to_contain_text("Traceback")
-                await expect(dialog).not_to_contain_text(".py")
-                await dialog.get_by_test_id("cancel-modal-button").click()
-                await expect(dialog).to_be_hidden()
+            status = await review.query("status")
+            assert status["state"] == "open" and status["votes"] == []
+            history = await review.fetch_history()
+            assert not [
+                e
+                for e in history.events
+                if e.event_type == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_UPDATE_ACCEPTED
+            ]
+            assert receipt(eid, journal=world.journal).final == "AMBIGUOUS"
 
-                status = await review.query("status")
-                assert status["state"] == "open" and status["votes"] == []
-                history = await review.fetch_history()
-                assert not [
-                    e
-                    for e in history.events
-                    if e.event_type == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_UPDATE_ACCEPTED
-                ]
-                assert receipt(eid, journal=world.journal).final == "AMBIGUOUS"
-
-                # the signal a person sends after checking the payments dashboard
-                dialog = await _action_dialog(
-                    page,
-                    "signal",
-                    "resolve",
-                    f'{{"decision": "happened", "operator": "{OPERATOR}", '
-                    '"note": "seen in the payments dashboard"}',
-                )
-                await expect(dialog).to_be_hidden(timeout=UI_TIMEOUT_MS)
-            except BaseException:
-                with contextlib.suppress(Exception):  # for the person debugging, kept by pytest
-                    await page.screenshot(path=str(tmp_path / "failure.png"), full_page=True)
-                raise
-            finally:
-                await context.close()
+            # the signal a person sends after checking the payments dashboard
+            dialog = await _action_dialog(
+                page,
+                "signal",
+                "resolve",
+                f'{{"decision": "happened", "operator": "{OPERATOR}", '
+                '"note": "seen in the payments dashboard"}',
+            )
+            await expect(dialog).to_be_hidden(timeout=UI_TIMEOUT_MS)
 
         outcome = await world.result(run)
         assert outcome.status in ("RESOLVED", "REFUNDED"), outcome
@@ -270,7 +281,7 @@ async def test_an_operator_approves_an_escalated_call_in_the_web_ui(tmp_path: Pa
 
     from . import test_policy_server as policies
 
-    async_playwright, expect = _playwright()
+    _, expect = _playwright()
     images = IMAGES if os.environ.get("INTERLOCK_UPDATE_SCREENSHOTS") == "1" else tmp_path
     images.mkdir(parents=True, exist_ok=True)
     server = await DevServer(ui_port=free_port()).start()
@@ -283,44 +294,24 @@ async def test_an_operator_approves_an_escalated_call_in_the_web_ui(tmp_path: Pa
             review, binding = await policies.approval_review(r, 7_500)
             await asyncio.sleep(1.0)  # the body would have run by now: it must not have
             assert policies.ran(case.id) == []
-            async with async_playwright() as pw:
-                context = await pw.chromium.launch_persistent_context(
-                    str(tmp_path / "chromium-profile"),
-                    executable_path=str(CHROMIUM),
-                    headless=True,
-                    args=CHROMIUM_ARGS,
-                    viewport=VIEWPORT,
+            async with _review_page(
+                tmp_path, f"{server.ui_url}/namespaces/default/workflows/{review.id}"
+            ) as (page, iframe):
+                details = iframe.content_frame
+                await expect(
+                    details.get_by_role("heading", name=re.compile("Approval needed"))
+                ).to_be_visible(timeout=UI_TIMEOUT_MS)
+                await expect(details.get_by_text("OVER_THRESHOLD").first).to_be_visible()
+                await expect(details.get_by_text("7500").first).to_be_visible()
+                await _full_page_screenshot(page, images / "approval-in-web-ui.png")
+                dialog = await _action_dialog(
+                    page,
+                    "signal",
+                    "resolve",
+                    f'{{"decision": "approve", "operator": "{OPERATOR}", '
+                    '"note": "invoice checked"}',
                 )
-                page = context.pages[0] if context.pages else await context.new_page()
-                page.set_default_timeout(UI_TIMEOUT_MS)
-                try:
-                    await _open(page, f"{server.ui_url}/namespaces/default/workflows/{review.id}")
-                    await page.get_by_role("tab", name="User Metadata").click()
-                    iframe = page.locator(
-                        "xpath=//h3[normalize-space()='Current Details']"
-                        "/ancestor::div[.//iframe][1]//iframe"
-                    )
-                    details = iframe.content_frame
-                    await expect(
-                        details.get_by_role("heading", name=re.compile("Approval needed"))
-                    ).to_be_visible(timeout=UI_TIMEOUT_MS)
-                    await expect(details.get_by_text("OVER_THRESHOLD").first).to_be_visible()
-                    await expect(details.get_by_text("7500").first).to_be_visible()
-                    await _full_page_screenshot(page, images / "approval-in-web-ui.png")
-                    dialog = await _action_dialog(
-                        page,
-                        "signal",
-                        "resolve",
-                        f'{{"decision": "approve", "operator": "{OPERATOR}", '
-                        '"note": "invoice checked"}',
-                    )
-                    await expect(dialog).to_be_hidden(timeout=UI_TIMEOUT_MS)
-                except BaseException:
-                    with contextlib.suppress(Exception):
-                        await page.screenshot(path=str(tmp_path / "failure.png"), full_page=True)
-                    raise
-                finally:
-                    await context.close()
+                await expect(dialog).to_be_hidden(timeout=UI_TIMEOUT_MS)
             assert await asyncio.wait_for(case.result(), 60) == {"ok": {"wired": 7_500}}
             assert policies.ran(case.id) == [7_500]
             decided = await asyncio.wait_for(review.result(), 60)

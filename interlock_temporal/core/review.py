@@ -331,32 +331,43 @@ def review_markdown(
             "before deciding.",
             "",
         ]
-    choices = DECISIONS.get(kind, ())
-    lines += [
+    notes = []
+    if kind == "ambiguous":
+        notes = [
+            '`happened` may carry `"result": {...}`, checked against the activity\'s return '
+            "type. `not_happened` lets the effect be sent again, after its lease and facts "
+            "are re-checked."
+        ]
+    return "\n".join([*lines, *_decide(kind, rules, view.principal, notes)])
+
+
+def _decide(
+    kind: str, rules: ReviewRules, principal: str | None, notes: Sequence[str]
+) -> list[str]:
+    """How to decide a review of ``kind``, and who may: the end of every review's page."""
+    lines = [
         "### Decide",
         "",
         "More Actions → Send a Signal → `resolve` (or Update → `decide`), with one of:",
         "",
+        *(
+            f'    {{"decision": "{choice}", "operator": "your-name", "note": "why"}}'
+            for choice in DECISIONS.get(kind, ())
+        ),
     ]
-    for choice in choices:
-        lines.append(f'    {{"decision": "{choice}", "operator": "your-name", "note": "why"}}')
-    if kind == "ambiguous":
-        lines += [
-            "",
-            '`happened` may carry `"result": {...}`, checked against the activity\'s return '
-            "type. `not_happened` lets the effect be sent again, after its lease and facts "
-            "are re-checked.",
-        ]
+    for note in notes:
+        lines += ["", note]
     rule_text = [f"{rules.min_approvals} approval(s) needed"]
     if rules.allowed_operators is not None:
         rule_text.append("operators: " + ", ".join(rules.allowed_operators))
-    rule_text.append(f"the agent's principal `{view.principal}` may not decide")
-    lines += [
+    if principal is not None:
+        rule_text.append(f"the agent's principal `{principal}` may not decide")
+    return [
+        *lines,
         "",
         "Rules: " + "; ".join(rule_text) + ".",
         "The Web UI's signal carries no identity: `operator` is what the sender typed.",
     ]
-    return "\n".join(lines)
 
 
 def approval_markdown(approval: Approval, rules: ReviewRules) -> str:
@@ -379,26 +390,12 @@ def approval_markdown(approval: Approval, rules: ReviewRules) -> str:
         "An approval covers exactly this input, this principal and this policy epoch: a "
         "changed amount or policy needs a new approval.",
         "",
-        "### Decide",
-        "",
-        "More Actions → Send a Signal → `resolve` (or Update → `decide`), with one of:",
-        "",
-        '    {"decision": "approve", "operator": "your-name", "note": "why"}',
-        '    {"decision": "reject", "operator": "your-name", "note": "why"}',
-        "",
+    ]
+    once = (
         'An approval is used once; add `"scope": "session"` to cover the session, or '
-        '`"ttl_s": 3600` to cover an hour.',
-    ]
-    rule_text = [f"{rules.min_approvals} approval(s) needed"]
-    if rules.allowed_operators is not None:
-        rule_text.append("operators: " + ", ".join(rules.allowed_operators))
-    rule_text.append(f"the agent's principal `{approval.principal}` may not decide")
-    lines += [
-        "",
-        "Rules: " + "; ".join(rule_text) + ".",
-        "The Web UI's signal carries no identity: `operator` is what the sender typed.",
-    ]
-    return "\n".join(lines)
+        '`"ttl_s": 3600` to cover an hour.'
+    )
+    return "\n".join([*lines, *_decide("approval", rules, approval.principal, [once])])
 
 
 def circuit_markdown(session: str, state: SessionState, rules: ReviewRules) -> str:
@@ -416,16 +413,9 @@ def circuit_markdown(session: str, state: SessionState, rules: ReviewRules) -> s
         "Look at what the agent was doing (its workflow's history) before resetting: a loop "
         "or a spent budget usually means the agent needs fixing, not another try.",
         "",
-        "### Decide",
-        "",
-        "More Actions → Send a Signal → `resolve` (or Update → `decide`), with:",
-        "",
-        '    {"decision": "reset", "operator": "your-name", "note": "why"}',
-        "",
-        f"or `interlock circuit reset {session} --operator your-name`. The reset is journaled; "
-        "the session's spend is kept.",
     ]
-    if rules.allowed_operators is not None:
-        lines += ["", "Operators: " + ", ".join(rules.allowed_operators) + "."]
-    lines += ["The Web UI's signal carries no identity: `operator` is what the sender typed."]
-    return "\n".join(lines)
+    cli = (
+        f"Or `interlock circuit reset {session} --operator your-name`. The reset is "
+        "journaled; the session's spend is kept."
+    )
+    return "\n".join([*lines, *_decide("circuit", rules, None, [cli])])
