@@ -1,5 +1,6 @@
-"""FileClaims: exclusive per effect, across threads and processes, released when the holder dies
-(SIGKILL included), no time-to-live and no files left behind."""
+"""Host claims, both kinds (range locks in one file, and a lock file per effect): exclusive per
+effect, across threads and processes, released when the holder dies (SIGKILL included, and with
+a forked child still alive), no time-to-live and no files left behind."""
 
 from __future__ import annotations
 
@@ -15,18 +16,21 @@ from pathlib import Path
 
 import pytest
 
-from interlock_temporal.core.claims import FileClaims
+from interlock_temporal.core.claims import Claims, FileClaims, RangeClaims, host_claims
 from interlock_temporal.core.identity import effect_id
 
 EID = effect_id("claims.refund", {"case": 1})
 OTHER = effect_id("claims.refund", {"case": 2})
 
 HOLDER = """
-import sys, time
+import os, sys, time
 from pathlib import Path
-from interlock_temporal.core.claims import FileClaims
-claims = FileClaims(Path(sys.argv[1]))
+from interlock_temporal.core import claims as kinds
+claims = getattr(kinds, sys.argv[4])(Path(sys.argv[1]))
 claim = claims.try_claim(sys.argv[2])
+if sys.argv[3] == "fork-then-hold" and os.fork() == 0:
+    time.sleep(60)  # a child that outlives its parent
+    os._exit(0)
 print("held" if claim is not None else "busy", flush=True)
 if sys.argv[3] == "wait-for-stdin":
     sys.stdin.readline()
@@ -37,15 +41,25 @@ else:
     time.sleep(60)
 """
 
+KINDS = {"range": RangeClaims, "file": FileClaims}
+
 
 @pytest.fixture
 def claims_dir(tmp_path: Path) -> Path:
     return tmp_path / "claims"
 
 
+@pytest.fixture(params=sorted(KINDS))
+def kind(request: pytest.FixtureRequest) -> str:
+    name: str = request.param
+    return name
+
+
 @pytest.fixture
-def claims(claims_dir: Path) -> FileClaims:
-    return FileClaims(claims_dir)
+def claims(claims_dir: Path, kind: str) -> Iterator[Claims]:
+    claims: Claims = KINDS[kind](claims_dir)
+    yield claims
+    claims.close()
 
 
 @pytest.fixture
@@ -63,10 +77,10 @@ def children() -> Iterator[list[subprocess.Popen[str]]]:
 
 
 def spawn_holder(
-    children: list[subprocess.Popen[str]], directory: Path, eid: str, mode: str
+    children: list[subprocess.Popen[str]], directory: Path, eid: str, mode: str, kind: str
 ) -> subprocess.Popen[str]:
     proc = subprocess.Popen(
-        [sys.executable, "-c", HOLDER, str(directory), eid, mode],
+        [sys.executable, "-c", HOLDER, str(directory), eid, mode, KINDS[kind].__name__],
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
@@ -90,13 +104,25 @@ def read_line(proc: subprocess.Popen[str], timeout: float = 30) -> str:
 
 
 def lock_files(directory: Path) -> list[str]:
-    return sorted(p.name for p in directory.iterdir())
+    """The files a claim leaves: per effect (range claims share one file, which is not counted)."""
+    return sorted(p.name for p in directory.iterdir() if p.name != RangeClaims.FILE)
+
+
+def held_files(kind: str, *eids: str) -> list[str]:
+    """The files that exist while ``eids`` are held."""
+    return sorted(f"{eid}.lock" for eid in eids) if kind == "file" else []
+
+
+def test_this_host_uses_range_locks(claims_dir: Path) -> None:
+    # these machines are Linux: the fast kind is the one the journal uses
+    assert isinstance(host_claims(claims_dir), RangeClaims)
+    assert (claims_dir / RangeClaims.FILE).exists()
 
 
 # -- one process ---------------------------------------------------------------------------
 
 
-def test_exclusive_within_a_process(claims: FileClaims) -> None:
+def test_exclusive_within_a_process(claims: Claims) -> None:
     first = claims.try_claim(EID)
     assert first is not None
     assert first.effect_id == EID
@@ -114,8 +140,8 @@ def test_exclusive_within_a_process(claims: FileClaims) -> None:
     other.release()
 
 
-def test_two_claim_sets_on_one_directory_exclude_each_other(claims_dir: Path) -> None:
-    one, two = FileClaims(claims_dir), FileClaims(claims_dir)
+def test_two_claim_sets_on_one_directory_exclude_each_other(claims_dir: Path, kind: str) -> None:
+    one, two = KINDS[kind](claims_dir), KINDS[kind](claims_dir)
     held = one.try_claim(EID)
     assert held is not None
     assert two.try_claim(EID) is None
@@ -127,10 +153,10 @@ def test_two_claim_sets_on_one_directory_exclude_each_other(claims_dir: Path) ->
     taken.release()
 
 
-def test_release_removes_the_lock_file(claims: FileClaims, claims_dir: Path) -> None:
+def test_release_removes_the_lock_file(claims: Claims, claims_dir: Path, kind: str) -> None:
     claim = claims.try_claim(EID)
     assert claim is not None
-    assert lock_files(claims_dir) == [f"{EID}.lock"]
+    assert lock_files(claims_dir) == held_files(kind, EID)
     claim.release()
     assert lock_files(claims_dir) == []
     claim.release()  # a second release is harmless and frees nothing else
@@ -147,12 +173,13 @@ def test_release_removes_the_lock_file(claims: FileClaims, claims_dir: Path) -> 
     assert not claims.is_claimed(EID)
 
 
-def test_many_cycles_leave_no_files(claims: FileClaims, claims_dir: Path) -> None:
+def test_many_cycles_leave_no_files(claims: Claims, claims_dir: Path, kind: str) -> None:
     ids = [effect_id("claims.cycle", n) for n in range(50)]
     for _ in range(4):
         held = [claims.try_claim(eid) for eid in ids]
         assert all(c is not None for c in held)
-        assert len(lock_files(claims_dir)) == len(ids)
+        assert all(claims.is_claimed(eid) for eid in ids)
+        assert lock_files(claims_dir) == held_files(kind, *ids)
         for claim in held:
             assert claim is not None
             claim.release()
@@ -162,9 +189,9 @@ def test_many_cycles_leave_no_files(claims: FileClaims, claims_dir: Path) -> Non
     assert lock_files(claims_dir) == []
 
 
-def test_a_thread_race_on_one_effect_has_exactly_one_holder(claims_dir: Path) -> None:
-    # two claim sets on the same directory: the in-process lock and the file lock both matter
-    sets = [FileClaims(claims_dir), FileClaims(claims_dir)]
+def test_a_thread_race_on_one_effect_has_exactly_one_holder(claims_dir: Path, kind: str) -> None:
+    # two claim sets on the same directory: the in-process lock and the kernel's both matter
+    sets = [KINDS[kind](claims_dir), KINDS[kind](claims_dir)]
     threads_n = 12
     for _ in range(15):
         barrier = threading.Barrier(threads_n)
@@ -185,7 +212,7 @@ def test_a_thread_race_on_one_effect_has_exactly_one_holder(claims_dir: Path) ->
     assert lock_files(claims_dir) == []
 
 
-def test_effect_ids_must_be_plain_hex(claims: FileClaims, claims_dir: Path) -> None:
+def test_effect_ids_must_be_plain_hex(claims: Claims, claims_dir: Path) -> None:
     for bad in ("../escape", "a/b", "", "ab.cd", "x y"):
         with pytest.raises(ValueError):
             claims.try_claim(bad)
@@ -197,13 +224,13 @@ def test_effect_ids_must_be_plain_hex(claims: FileClaims, claims_dir: Path) -> N
 
 
 def test_exclusive_across_processes(
-    claims: FileClaims, claims_dir: Path, children: list[subprocess.Popen[str]]
+    claims: Claims, claims_dir: Path, kind: str, children: list[subprocess.Popen[str]]
 ) -> None:
     mine = claims.try_claim(OTHER)
     assert mine is not None
-    child = spawn_holder(children, claims_dir, EID, "wait-for-stdin")
+    child = spawn_holder(children, claims_dir, EID, "wait-for-stdin", kind)
     # and the other way round: what the parent holds, a child cannot take
-    rival = spawn_holder(children, claims_dir, OTHER, "wait-for-stdin")
+    rival = spawn_holder(children, claims_dir, OTHER, "wait-for-stdin", kind)
     assert read_line(child) == "held"
     assert claims.try_claim(EID) is None
     assert claims.is_claimed(EID)
@@ -220,17 +247,21 @@ def test_exclusive_across_processes(
     mine.release()
 
 
+@pytest.mark.parametrize("mode", ["hold", "fork-then-hold"])
 def test_released_when_the_holder_is_sigkilled(
-    claims: FileClaims, claims_dir: Path, children: list[subprocess.Popen[str]]
+    claims: Claims, claims_dir: Path, kind: str, mode: str, children: list[subprocess.Popen[str]]
 ) -> None:
-    child = spawn_holder(children, claims_dir, EID, "hold")
+    child = spawn_holder(children, claims_dir, EID, mode, kind)
     assert read_line(child) == "held"
     assert claims.try_claim(EID) is None
+    assert claims.is_claimed(EID)
 
     os.kill(child.pid, signal.SIGKILL)
     assert child.wait(timeout=10) == -signal.SIGKILL
-    # the holder never cleaned up: its lock file is still there, yet its lock is gone
-    assert lock_files(claims_dir) == [f"{EID}.lock"]
+    # the holder never cleaned up (and in "fork-then-hold" its forked child lives on): what it
+    # left on disk is still there, yet its lock is gone
+    assert lock_files(claims_dir) == held_files(kind, EID)
+    assert not claims.is_claimed(EID)
     claim = claims.try_claim(EID)
     assert claim is not None
     assert claims.try_claim(EID) is None
@@ -241,9 +272,9 @@ def test_released_when_the_holder_is_sigkilled(
 CHURN = """
 import os, sys, time
 from pathlib import Path
-from interlock_temporal.core.claims import FileClaims
-directory, eid, log, go, seconds = sys.argv[1:6]
-claims = FileClaims(Path(directory))
+from interlock_temporal.core import claims as kinds
+directory, eid, log, go, seconds, kind = sys.argv[1:7]
+claims = getattr(kinds, kind)(Path(directory))
 fd = os.open(log, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
 open(go + ".ready." + str(os.getpid()), "w").close()
 while not os.path.exists(go):
@@ -265,7 +296,7 @@ print(held)
 
 
 def test_no_two_processes_hold_a_claim_at_once_under_churn(
-    tmp_path: Path, claims_dir: Path, children: list[subprocess.Popen[str]]
+    tmp_path: Path, claims_dir: Path, kind: str, children: list[subprocess.Popen[str]]
 ) -> None:
     # claim, release and unlink race each other here: a process that opened the lock file just
     # before its holder unlinked it must not think it holds the claim
@@ -274,7 +305,12 @@ def test_no_two_processes_hold_a_claim_at_once_under_churn(
     procs = []
     for _ in range(3):
         proc = subprocess.Popen(
-            [sys.executable, "-c", CHURN, str(claims_dir), EID, str(log), str(go), "0.5"],
+            [
+                sys.executable,
+                "-c",
+                CHURN,
+                *(str(claims_dir), EID, str(log), str(go), "0.5", KINDS[kind].__name__),
+            ],
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,

@@ -1,6 +1,6 @@
 """The effect protocol, the journal and its parts: plain Python, no Temporal import."""
 
-from .claims import Claim, Claims, FileClaims
+from .claims import Claim, Claims, FileClaims, RangeClaims, host_claims
 from .errors import (
     Ambiguous,
     GateOutcome,
@@ -68,6 +68,7 @@ __all__ = [
     "Lease",
     "LeaseStore",
     "Measure",
+    "RangeClaims",
     "RawEntry",
     "Receipt",
     "Refused",
@@ -79,6 +80,7 @@ __all__ = [
     "digest",
     "effect_id",
     "fold",
+    "host_claims",
     "jsonable",
     "open_journal",
     "receipt",
