@@ -36,6 +36,7 @@ import os
 import subprocess
 import tempfile
 import textwrap
+import threading
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import timedelta
@@ -85,6 +86,10 @@ TRAILER = "Interlock-Effect"
 #: the value of a fact about a file or symbol that does not exist
 ABSENT = "absent"
 _SHA = "sha256:"
+#: one parse at a time: CPython 3.11 (3.11.7 here) keeps the AST converter's recursion depth in
+#: state shared by all threads, and two threads parsing at once can fail with "AST constructor
+#: recursion depth mismatch" (CPython gh-106905); a worker runs activities on several threads
+_PARSE_LOCK = threading.Lock()
 _UNPARSEABLE = "unparseable:"
 
 
@@ -132,7 +137,8 @@ def symbol_value(content: bytes | None, qualname: str) -> str:
     if content is None:
         return ABSENT
     try:
-        module = ast.parse(content)
+        with _PARSE_LOCK:
+            module = ast.parse(content)
     except (SyntaxError, ValueError):
         return _UNPARSEABLE + _digest(content)
     node = _locate(module, qualname)
