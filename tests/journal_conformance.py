@@ -16,6 +16,7 @@ The module is not named ``test_*`` so pytest collects it only through a backend'
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import hmac
 import itertools
@@ -526,6 +527,80 @@ class JournalConformance:
         assert entry_count(journal) == 0
         # the store is still usable afterwards
         assert len(journal.append(A, "", [draft(Kind.PROPOSED)], effect_type="refund")) == 1
+
+    # -- appends from coroutines: written together, answered one by one -------------------
+
+    async def test_concurrent_async_appends_each_get_their_own_outcome(
+        self, journal: Journal
+    ) -> None:
+        (first,) = journal.append(A, "", [draft(Kind.PROPOSED)], effect_type="refund")
+        ids = [effect_id("conformance.batch", n) for n in range(12)]
+
+        def boom(lease: Lease | None) -> list[Draft]:
+            raise ValueError("this build fails")
+
+        calls = [
+            journal.append_async(
+                eid,
+                "",
+                [draft(Kind.PROPOSED, n=n), draft(Kind.DISPATCHED, n=n)],
+                effect_type="batch",
+                blobs={"approved": [n]},
+            )
+            for n, eid in enumerate(ids)
+        ]
+        calls.insert(3, journal.append_async(A, "f" * 64, [draft(Kind.DISPATCHED)]))  # stale
+        calls.insert(7, journal.append_async(B, "", boom, effect_type="refund"))
+        outcomes = await asyncio.gather(*calls, return_exceptions=True)
+
+        assert isinstance(outcomes.pop(7), ValueError)
+        assert isinstance(outcomes.pop(3), HeadConflict)
+        for n, (eid, written) in enumerate(zip(ids, outcomes, strict=True)):
+            assert isinstance(written, list), written
+            assert [e.kind for e in written] == [Kind.PROPOSED, Kind.DISPATCHED]
+            assert [e.data["n"] for e in written] == [n, n]
+            assert written[0].prev == "" and written[1].prev == written[0].hash
+            assert journal.read(eid) == written
+            assert journal.blob(eid, "approved") == [n]
+        # nothing of the failed ones, and the chain of the stale one is untouched
+        assert journal.read(A) == [first]
+        assert journal.row(B) is None
+        stored = [r.seq for r in journal.iter_raw()]
+        assert stored == list(range(1, 2 + 2 * len(ids)))
+        assert journal.verify().ok
+
+    async def test_async_appends_racing_at_one_head_exactly_one_wins(
+        self, journal: Journal
+    ) -> None:
+        outcomes = await asyncio.gather(
+            *[
+                journal.append_async(A, "", [draft(Kind.PROPOSED, writer=i)], effect_type="refund")
+                for i in range(5)
+            ],
+            return_exceptions=True,
+        )
+        winners = [o for o in outcomes if isinstance(o, list)]
+        assert len(winners) == 1, outcomes
+        assert sum(isinstance(o, HeadConflict) for o in outcomes) == 4, outcomes
+        assert journal.read(A) == winners[0]
+
+    async def test_an_async_append_cancelled_before_it_is_written_writes_nothing(
+        self, journal: Journal
+    ) -> None:
+        first = asyncio.ensure_future(
+            journal.append_async(A, "", [draft(Kind.PROPOSED)], effect_type="refund")
+        )
+        second = asyncio.ensure_future(
+            journal.append_async(B, "", [draft(Kind.PROPOSED)], effect_type="refund")
+        )
+        await asyncio.sleep(0)  # both are queued; the first is being written
+        second.cancel()
+        assert len(await first) == 1
+        with pytest.raises(asyncio.CancelledError):
+            await second
+        assert journal.row(B) is None
+        # and what comes after is written as usual
+        assert len(await journal.append_async(B, "", [draft(Kind.PROPOSED)], effect_type="x")) == 1
 
     # -- blobs -------------------------------------------------------------------------------
 

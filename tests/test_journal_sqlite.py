@@ -3,6 +3,7 @@ URL forms, several processes on one host)."""
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 import os
 import sqlite3
@@ -411,6 +412,78 @@ def test_an_unwritable_journal_raises_unavailable_and_writes_nothing(db_path: Pa
         assert journal.verify().ok
     finally:
         journal.close()
+
+
+# -- group commit: appends from coroutines share one transaction and one flush -----------------
+
+
+async def test_concurrent_async_appends_share_commits(journal: Journal) -> None:
+    statements: list[str] = []
+    journal._db.set_trace_callback(statements.append)  # type: ignore[attr-defined]
+    ids = [effect_id("sqlite.group", n) for n in range(40)]
+    written = await asyncio.gather(
+        *[
+            journal.append_async(
+                eid, "", [draft(Kind.PROPOSED), draft(Kind.DISPATCHED)], effect_type="g"
+            )
+            for eid in ids
+        ]
+    )
+    journal._db.set_trace_callback(None)  # type: ignore[attr-defined]
+    commits = statements.count("COMMIT")
+    # the first append is written alone; the rest queue behind its flush and go together
+    assert 1 < commits <= 3, commits
+    assert all(journal.read(eid) == w for eid, w in zip(ids, written, strict=True))
+    assert sorted(e.seq for w in written for e in w) == list(range(1, 81))
+    assert journal.verify().ok
+
+
+async def test_a_batch_that_cannot_begin_fails_every_append_and_the_next_goes_through(
+    db_path: Path,
+) -> None:
+    journal = open_journal(f"sqlite:///{db_path}?busy_timeout=0.2", signing_key=KEY)
+    locker = sqlite3.connect(db_path, isolation_level=None)
+    locker.execute("BEGIN EXCLUSIVE")
+    try:
+        outcomes = await asyncio.gather(
+            *[
+                journal.append_async(eid, "", [draft(Kind.DISPATCHED)], effect_type="g")
+                for eid in (A, B)
+            ],
+            return_exceptions=True,
+        )
+    finally:
+        locker.execute("ROLLBACK")
+        locker.close()
+    try:
+        assert all(isinstance(o, JournalUnavailable) for o in outcomes), outcomes
+        assert journal.row(A) is None and journal.row(B) is None
+        assert len(await journal.append_async(A, "", [draft(Kind.PROPOSED)], effect_type="g")) == 1
+    finally:
+        journal.close()
+
+
+async def test_a_failed_flush_fails_the_whole_batch_and_keeps_none_of_it(
+    journal: Journal, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    db = journal._db  # type: ignore[attr-defined]
+
+    def failing_commit() -> None:
+        db.execute("ROLLBACK")  # what SQLite does when the flush to disk fails
+        raise JournalUnavailable("journal cannot be written: disk I/O error")
+
+    ids = [effect_id("sqlite.lost", n) for n in range(6)]
+    monkeypatch.setattr(journal, "_commit", failing_commit)
+    outcomes = await asyncio.gather(
+        *[journal.append_async(eid, "", [draft(Kind.DISPATCHED)], effect_type="g") for eid in ids],
+        return_exceptions=True,
+    )
+    monkeypatch.undo()
+    assert all(isinstance(o, JournalUnavailable) for o in outcomes), outcomes
+    assert all(journal.row(eid) is None for eid in ids)
+    assert list(journal.iter_raw()) == []
+    assert len(await journal.append_async(A, "", [draft(Kind.PROPOSED)], effect_type="g")) == 1
+    assert journal.verify().ok
 
 
 # -- open_journal URLs ----------------------------------------------------------------------------

@@ -272,14 +272,14 @@ async def test_dispatch_writes_proposed_authorized_dispatched_in_one_commit(
     journal: Journal, lease: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     appends: list[list[Kind]] = []
-    original = journal.append
+    original = journal.append_async
 
-    def spy(*args: Any, **kwargs: Any) -> list[Entry]:
-        written = original(*args, **kwargs)
+    async def spy(*args: Any, **kwargs: Any) -> list[Entry]:
+        written = await original(*args, **kwargs)
         appends.append([e.kind for e in written])
         return written
 
-    monkeypatch.setattr(journal, "append", spy)
+    monkeypatch.setattr(journal, "append_async", spy)
     target = MemTarget()
     ticket = await Gate(journal).begin(make_call(lease), target)
     assert isinstance(ticket, Ticket)

@@ -323,6 +323,29 @@ class Journal(ABC):
         value given as ``bytes`` is taken to be its canonical JSON already.
         """
 
+    async def append_async(
+        self,
+        effect_id: str,
+        expected_head: str,
+        build: Build,
+        *,
+        effect_type: str | None = None,
+        lease_id: str | None = None,
+        blobs: Mapping[str, Any] | None = None,
+    ) -> list[Entry]:
+        """``append`` for a coroutine. A backend may commit the appends of concurrent
+        coroutines together, one transaction and one flush to disk for all of them; each call
+        still gets its own entries or its own error, exactly as ``append`` would give it, and
+        returns only once its entries are durable."""
+        return self.append(
+            effect_id,
+            expected_head,
+            build,
+            effect_type=effect_type,
+            lease_id=lease_id,
+            blobs=blobs,
+        )
+
     @abstractmethod
     def effects(
         self,

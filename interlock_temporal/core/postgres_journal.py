@@ -204,6 +204,7 @@ class PostgresJournal(SqlJournal):
         check_tail: bool = True,
         pool_size: int = 16,
     ) -> None:
+        super().__init__()
         self.url = redacted(url)
         self.keyring = keyring
         self._conninfo = with_keepalives(url.replace("postgres://", "postgresql://", 1))
@@ -281,6 +282,9 @@ class PostgresJournal(SqlJournal):
     def _is_unique_violation(self, err: BaseException) -> bool:
         return isinstance(err, psycopg.errors.UniqueViolation)
 
+    def _is_database_error(self, err: BaseException) -> bool:
+        return isinstance(err, psycopg.Error | PoolTimeout)
+
     # -- reading everything ----------------------------------------------------------------------
 
     def iter_raw(self) -> Iterator[RawEntry]:
@@ -313,4 +317,5 @@ class PostgresJournal(SqlJournal):
         return bool(row and row[0])
 
     def close(self) -> None:
+        self._close_writer()
         self._close_quietly()

@@ -294,9 +294,9 @@ class Gate:
                 break
             view = fold(eid, self.journal.read(eid))
             if view.payload_digest != pdigest:
-                self._reject_conflict(view, pdigest, call)
+                await self._reject_conflict(view, pdigest, call)
             try:
-                self._ambiguous(
+                await self._ambiguous(
                     view,
                     "still in flight in another attempt when the last attempt ran",
                     "in_flight",
@@ -313,7 +313,7 @@ class Gate:
             return await self._dispatch_first(call, target, eid, pdigest, claim)
         view = fold(eid, entries)
         if view.payload_digest != pdigest:
-            self._reject_conflict(view, pdigest, call)
+            await self._reject_conflict(view, pdigest, call)
         status = view.status
         if status is Kind.COMMITTED:
             return Done(eid, self.journal.blob(eid, "result"), "duplicate")
@@ -399,7 +399,7 @@ class Gate:
             ]
 
         self._point("before_dispatch_tx", eid)
-        written = self.journal.append(
+        written = await self.journal.append_async(
             eid,
             "",
             build,
@@ -457,7 +457,7 @@ class Gate:
                 self._dispatched("reopened", call, current, None),
             ]
 
-        written = self.journal.append(
+        written = await self.journal.append_async(
             eid, view.head, build, lease_id=call.lease_id, blobs={"approved": approved_json}
         )
         self._raise_if_refused(eid, written)
@@ -510,7 +510,7 @@ class Gate:
             if caps.queryable:
                 found = await query(target, eid, payload)
                 if found is not None:
-                    return self._record_commit(
+                    return await self._record_commit(
                         eid,
                         view.head,
                         "recovery-query",
@@ -530,7 +530,7 @@ class Gate:
         # dedupes (same key, inside its window, facts unchanged) is safe before that
         if not settled and not (in_window and not changes):
             if call.last_attempt:
-                self._ambiguous(view, "the target may still be executing it", "unsettled")
+                await self._ambiguous(view, "the target may still be executing it", "unsettled")
             raise InFlight(eid, "the target may still be executing it", IN_FLIGHT_RETRY_S)
         if in_window or absent:
             # a resend is re-checked against the policy like the lease (an approved input is
@@ -593,7 +593,7 @@ class Gate:
             return [self._dispatched(via, call, current, lease)]
 
         self._point("before_recovery_tx", eid)
-        written = self.journal.append(eid, view.head, build, lease_id=view.lease_id)
+        written = await self.journal.append_async(eid, view.head, build, lease_id=view.lease_id)
         if outcome["kind"] == "refused":
             self._raise_if_refused(eid, written)
         if outcome["kind"] == "ambiguous":
@@ -633,7 +633,7 @@ class Gate:
         try:
             self._point("after_send", ticket.effect_id)
             gate_s = ticket.gate_s + time.perf_counter() - started
-            done = self._record_commit(
+            done = await self._record_commit(
                 ticket.effect_id,
                 ticket.head,
                 ticket.via,
@@ -677,7 +677,7 @@ class Gate:
                 )
             else:
                 return  # in doubt, and Temporal will retry: the next attempt recovers
-            self._record_after_send(eid, ticket.head, draft)
+            await self._record_after_send(eid, ticket.head, draft)
             view = fold(eid, self.journal.read(eid))
             if view.status is Kind.REFUSED:
                 raise Refused(view.code or "refused", view.reason or "", receipt_of(view), changes)
@@ -686,7 +686,7 @@ class Gate:
         finally:
             ticket.release()
 
-    def _record_after_send(
+    async def _record_after_send(
         self, eid: str, head: str, draft: Draft, blobs: Mapping[str, Any] | None = None
     ) -> tuple[bool, Kind | None]:
         """Append the send's outcome after ``head``. If the chain moved meanwhile (a last attempt
@@ -698,7 +698,9 @@ class Gate:
         after: Kind | None = None
         for _ in range(5):
             try:
-                self.journal.append(eid, head, [Draft(kind=draft.kind, data=data)], blobs=blobs)
+                await self.journal.append_async(
+                    eid, head, [Draft(kind=draft.kind, data=data)], blobs=blobs
+                )
                 return True, after
             except HeadConflict:
                 view = fold(eid, self.journal.read(eid))
@@ -722,7 +724,7 @@ class Gate:
                     data["alarm"] = "executed_after_refused"
         raise InFlight(eid, "could not record the outcome: the record keeps moving", 0.1)
 
-    def _record_commit(
+    async def _record_commit(
         self,
         eid: str,
         head: str,
@@ -744,7 +746,9 @@ class Gate:
             # (its own durable write, which records this, is the part not counted)
             data["gate_ms"] = round(gate_s * 1000, 3)
         draft = Draft(kind=Kind.COMMITTED, data=data)
-        recorded, after = self._record_after_send(eid, head, draft, blobs={"result": result_json})
+        recorded, after = await self._record_after_send(
+            eid, head, draft, blobs={"result": result_json}
+        )
         if recorded:
             return Done(eid, result, via, after)
         view = fold(eid, self.journal.read(eid))
@@ -752,10 +756,10 @@ class Gate:
 
     # -- terminal records --------------------------------------------------------------------
 
-    def _reject_conflict(self, view: EffectView, pdigest: str, call: Call) -> None:
+    async def _reject_conflict(self, view: EffectView, pdigest: str, call: Call) -> None:
         eid = view.effect_id
         try:
-            written = self.journal.append(
+            written = await self.journal.append_async(
                 eid,
                 view.head,
                 [
@@ -792,8 +796,8 @@ class Gate:
         )
         raise Refused("conflicting_payload", rejected.reason or "", rejected)
 
-    def _ambiguous(self, view: EffectView, reason: str, code: str) -> None:
-        self.journal.append(view.effect_id, view.head, [_ambiguity(code, reason)])
+    async def _ambiguous(self, view: EffectView, reason: str, code: str) -> None:
+        await self.journal.append_async(view.effect_id, view.head, [_ambiguity(code, reason)])
         self._raise_ambiguous(view.effect_id)
 
     def _raise_ambiguous(self, eid: str) -> None:

@@ -4,11 +4,16 @@ transactions, its claims, its schema, and the few words the two dialects spell d
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
+import functools
 import json
+import threading
 import time
+import weakref
 from abc import abstractmethod
 from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
 from .errors import HeadConflict, JournalConfigError
@@ -76,8 +81,95 @@ def raw_entry(values: Sequence[Any]) -> RawEntry:
     return RawEntry(seq, eid, kind, prev, hash_, key_id, sig, bytes(body))
 
 
+_AppendArgs = tuple[str, str, Build, str | None, str | None, Mapping[str, Any] | None]
+
+
+@dataclasses.dataclass(slots=True)
+class _Queued:
+    args: _AppendArgs
+    future: asyncio.Future[list[Entry]]
+
+
+class _ItemFailed(Exception):
+    """One append of a batch failed on its own (its head moved, its build raised): the batch's
+    transaction is rolled back and run again without it."""
+
+    def __init__(self, index: int, error: Exception) -> None:
+        super().__init__(index)
+        self.index = index
+        self.error = error
+
+
+class _GroupCommit:
+    """Group commit of one event loop's appends. While one batch is being flushed to disk on
+    the journal's writer thread, the appends the loop's other coroutines start queue up; they
+    are written together as the next batch, in one transaction and one flush. No append waits
+    for company: a lone append is written at once, on its own."""
+
+    def __init__(
+        self, journal: SqlJournal, loop: asyncio.AbstractEventLoop, writer: ThreadPoolExecutor
+    ) -> None:
+        self.journal = journal
+        self.loop = loop
+        self.writer = writer
+        self._queue: list[_Queued] = []
+        self._busy = False
+
+    def submit(self, args: _AppendArgs) -> asyncio.Future[list[Entry]]:
+        future: asyncio.Future[list[Entry]] = self.loop.create_future()
+        self._queue.append(_Queued(args, future))
+        if not self._busy:
+            self._next()
+        return future
+
+    def _next(self) -> None:
+        while True:
+            # an append whose caller was cancelled before it was written is not written
+            batch = [q for q in self._queue if not q.future.cancelled()]
+            self._queue = []
+            self._busy = bool(batch)
+            if not batch:
+                return
+            try:
+                done = self.journal._write_batch(self.loop, self.writer, [q.args for q in batch])
+            except Exception as err:  # the transaction could not even begin
+                _settle(batch, [err] * len(batch))
+                continue
+            done.add_done_callback(functools.partial(self._finish, batch))
+            return
+
+    def _finish(
+        self, batch: list[_Queued], done: asyncio.Future[list[list[Entry] | Exception]]
+    ) -> None:
+        outcomes: Sequence[list[Entry] | BaseException]
+        try:
+            outcomes = done.result()
+        except BaseException as err:
+            outcomes = [err] * len(batch)
+        _settle(batch, outcomes)
+        self._next()
+
+
+def _settle(batch: Sequence[_Queued], outcomes: Sequence[list[Entry] | BaseException]) -> None:
+    for queued, outcome in zip(batch, outcomes, strict=True):
+        if queued.future.done():
+            continue  # its caller was cancelled meanwhile; what was written stays written
+        if isinstance(outcome, BaseException):
+            queued.future.set_exception(outcome)
+        else:
+            queued.future.set_result(outcome)
+
+
 class SqlJournal(Journal):
     """A journal in SQL tables. SQL is written with ``?`` placeholders."""
+
+    def __init__(self) -> None:
+        #: the thread that writes ``append_async``'s batches, and each event loop's queue
+        self._writer: ThreadPoolExecutor | None = None
+        self._writer_lock = threading.Lock()
+        self._groups: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _GroupCommit] = (
+            weakref.WeakKeyDictionary()
+        )
 
     #: the two-argument maximum
     GREATEST = "max"
@@ -144,18 +236,95 @@ class SqlJournal(Journal):
         lease_id: str | None = None,
         blobs: Mapping[str, Any] | None = None,
     ) -> list[Entry]:
+        args: _AppendArgs = (effect_id, expected_head, build, effect_type, lease_id, blobs)
         try:
-            return self._write(
-                lambda db: self._append_tx(
-                    db, effect_id, expected_head, build, effect_type, lease_id, blobs
-                )
-            )
+            return self._write(lambda db: self._append_tx(db, *args))
         except HeadConflict:
             raise
         except Exception as err:
-            if self._is_unique_violation(err):  # the UNIQUE (effect_id, prev) backstop
-                raise HeadConflict(effect_id, expected_head, "?") from err
-            raise
+            raise self._append_error(args, err) from err
+
+    async def append_async(
+        self,
+        effect_id: str,
+        expected_head: str,
+        build: Build,
+        *,
+        effect_type: str | None = None,
+        lease_id: str | None = None,
+        blobs: Mapping[str, Any] | None = None,
+    ) -> list[Entry]:
+        args: _AppendArgs = (effect_id, expected_head, build, effect_type, lease_id, blobs)
+        return await self._group_commit().submit(args)
+
+    def _group_commit(self) -> _GroupCommit:
+        loop = asyncio.get_running_loop()
+        with self._writer_lock:
+            if self._writer is None:
+                self._writer = ThreadPoolExecutor(1, thread_name_prefix="interlock-journal")
+            group = self._groups.get(loop)
+            if group is None:
+                group = self._groups[loop] = _GroupCommit(self, loop, self._writer)
+            return group
+
+    def _close_writer(self) -> None:
+        """Wait for the batch being written, and stop the writer thread."""
+        with self._writer_lock:
+            writer, self._writer = self._writer, None
+        if writer is not None:
+            writer.shutdown(wait=True)
+
+    def _write_batch(
+        self,
+        loop: asyncio.AbstractEventLoop,
+        writer: ThreadPoolExecutor,
+        batch: Sequence[_AppendArgs],
+    ) -> asyncio.Future[list[list[Entry] | Exception]]:
+        """Write a batch of appends in one transaction; the future resolves once it is durable.
+        Here the whole transaction runs on the writer thread, leaving the loop free while a
+        database server is asked."""
+        return loop.run_in_executor(writer, self._append_many, batch, self._write)
+
+    def _append_many(
+        self, batch: Sequence[_AppendArgs], transaction: Callable[[Callable[[Any], Any]], Any]
+    ) -> list[list[Entry] | Exception]:
+        """Several appends in one ``transaction``, in order (a later append of one effect sees
+        an earlier one's head). An append that fails on its own gets its own error and the rest
+        are written again without it; an error of the database fails them all."""
+        outcomes: dict[int, list[Entry] | Exception] = {}
+        left = list(range(len(batch)))
+        while left:
+            try:
+                written = transaction(
+                    functools.partial(self._append_batch, [batch[i] for i in left])
+                )
+            except _ItemFailed as failed:
+                index = left.pop(failed.index)
+                outcomes[index] = self._append_error(batch[index], failed.error)
+                continue
+            except Exception as err:
+                outcomes.update(dict.fromkeys(left, err))
+                break
+            outcomes.update(zip(left, written, strict=True))
+            break
+        return [outcomes[i] for i in range(len(batch))]
+
+    def _append_error(self, args: _AppendArgs, err: Exception) -> Exception:
+        """What a failed append raises: the UNIQUE (effect_id, prev) backstop is a moved head."""
+        if self._is_unique_violation(err):
+            return HeadConflict(args[0], args[1], "?")
+        return err
+
+    def _append_batch(self, batch: Sequence[_AppendArgs], db: Any) -> list[list[Entry]]:
+        written = []
+        for index, args in enumerate(batch):
+            try:
+                written.append(self._append_tx(db, *args))
+            except Exception as err:
+                if self._is_database_error(err) and not self._is_unique_violation(err):
+                    raise
+                raise _ItemFailed(index, err) from err
+        return written
 
     def _append_tx(
         self,
@@ -336,6 +505,10 @@ class SqlJournal(Journal):
 
     @abstractmethod
     def _is_unique_violation(self, err: BaseException) -> bool: ...
+
+    @abstractmethod
+    def _is_database_error(self, err: BaseException) -> bool:
+        """An error of the database itself (its driver's), not of one append's inputs."""
 
 
 class SqlLeases(LeaseStore):

@@ -1,20 +1,27 @@
 """The embedded journal: SQLite in WAL mode with ``synchronous=FULL``, safe for several worker
-processes on one host. Claims are ``flock`` files beside the database."""
+processes on one host. Claims are kernel locks in ``<journal>.claims/`` beside the database.
+
+Coroutines' appends are committed in groups (``append_async``): the statements run on the
+caller's event loop, the COMMIT and its flush to disk on the journal's writer thread, and the
+appends that arrive meanwhile go together into the next transaction."""
 
 from __future__ import annotations
 
+import asyncio
 import sqlite3
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import TypeVar
 
-from .claims import FileClaims, _FileClaim
+from .claims import Claim, host_claims
 from .errors import JournalUnavailable
 from .journal import SCHEMA_VERSION, RawEntry
+from .models import Entry
 from .signing import Keyring
-from .sql_journal import ENTRY_COLUMNS, IN_DOUBT_SQL, SqlJournal
+from .sql_journal import ENTRY_COLUMNS, IN_DOUBT_SQL, SqlJournal, _AppendArgs
 
 __all__ = ["IN_DOUBT_SQL", "SqliteJournal"]
 
@@ -98,34 +105,45 @@ class SqliteJournal(SqlJournal):
         busy_timeout_s: float = 10.0,
         check_tail: bool = True,
     ) -> None:
+        super().__init__()
         self.path = Path(path)
         self.url = f"sqlite:///{self.path}"
         self.keyring = keyring
         self._lock = threading.RLock()
+        #: cleared while a batch's COMMIT runs on the writer thread
+        self._flushed = threading.Event()
+        self._flushed.set()
+        self._reader_lock = threading.Lock()
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
-            self._db = sqlite3.connect(
-                self.path, isolation_level=None, check_same_thread=False, timeout=busy_timeout_s
-            )
+            self._db = self._connect(busy_timeout_s)
             self._enter_wal(busy_timeout_s)
             self._db.execute("PRAGMA synchronous=FULL")
-            # keep the indexes' pages in memory as the journal grows (up to 16 MiB)
-            self._db.execute("PRAGMA cache_size=-16384")
-            self._db.execute(f"PRAGMA busy_timeout={int(busy_timeout_s * 1000)}")
             self._migrate()
+            # reads have their own connection: WAL lets them go on while a write is flushed
+            self._reader = self._connect(busy_timeout_s)
         except sqlite3.Error as err:
             self._close_quietly()
             raise JournalUnavailable(f"journal {self.url} cannot be opened: {err}") from err
         except BaseException:
             self._close_quietly()
             raise
-        self._claims = FileClaims(self.path.with_name(self.path.name + ".claims"))
+        self._claims = host_claims(self.path.with_name(self.path.name + ".claims"))
         if check_tail:
             try:
                 self.check_tail()
             except BaseException:
                 self._close_quietly()
                 raise
+
+    def _connect(self, busy_timeout_s: float) -> sqlite3.Connection:
+        db = sqlite3.connect(
+            self.path, isolation_level=None, check_same_thread=False, timeout=busy_timeout_s
+        )
+        # keep the indexes' pages in memory as the journal grows (up to 16 MiB)
+        db.execute("PRAGMA cache_size=-16384")
+        db.execute(f"PRAGMA busy_timeout={int(busy_timeout_s * 1000)}")
+        return db
 
     def _enter_wal(self, timeout_s: float) -> None:
         """Switch to WAL. Several processes opening a new journal at once can find it locked
@@ -146,9 +164,10 @@ class SqliteJournal(SqlJournal):
             return
 
     def _close_quietly(self) -> None:
-        db = getattr(self, "_db", None)
-        if db is not None:
-            db.close()
+        for name in ("_reader", "_db"):
+            db = getattr(self, name, None)
+            if db is not None:
+                db.close()
 
     def _migrate(self) -> None:
         db = self._db
@@ -166,30 +185,75 @@ class SqliteJournal(SqlJournal):
         """Run ``fn(db)`` in one durable write transaction (``BEGIN IMMEDIATE``: the whole
         database is this transaction's until it ends)."""
         with self._lock:
-            db = self._db
-            try:
-                db.execute("BEGIN IMMEDIATE")
-            except sqlite3.Error as err:
-                raise JournalUnavailable(f"journal {self.url} cannot be written: {err}") from err
-            try:
-                result = fn(db)
-                db.execute("COMMIT")
-                return result
-            except sqlite3.IntegrityError:
+            self._flushed.wait()
+            result = self._uncommitted(fn)
+            self._commit()
+            return result
+
+    def _uncommitted(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+        """``BEGIN IMMEDIATE`` and ``fn(db)``, leaving the transaction open for its caller to
+        commit; rolled back if ``fn`` raises. The caller holds ``_lock``."""
+        db = self._db
+        try:
+            db.execute("BEGIN IMMEDIATE")
+        except sqlite3.Error as err:
+            raise JournalUnavailable(f"journal {self.url} cannot be written: {err}") from err
+        try:
+            return fn(db)
+        except sqlite3.IntegrityError:
+            db.execute("ROLLBACK")
+            raise
+        except sqlite3.Error as err:
+            if db.in_transaction:
                 db.execute("ROLLBACK")
-                raise
-            except sqlite3.Error as err:
-                if db.in_transaction:
-                    db.execute("ROLLBACK")
-                raise JournalUnavailable(f"journal {self.url} cannot be written: {err}") from err
-            except BaseException:
-                if db.in_transaction:
-                    db.execute("ROLLBACK")
-                raise
+            raise JournalUnavailable(f"journal {self.url} cannot be written: {err}") from err
+        except BaseException:
+            if db.in_transaction:
+                db.execute("ROLLBACK")
+            raise
+
+    def _commit(self) -> None:
+        db = self._db
+        try:
+            db.execute("COMMIT")
+        except sqlite3.Error as err:
+            if db.in_transaction:
+                db.execute("ROLLBACK")
+            raise JournalUnavailable(f"journal {self.url} cannot be written: {err}") from err
+
+    def _write_batch(
+        self,
+        loop: asyncio.AbstractEventLoop,
+        writer: ThreadPoolExecutor,
+        batch: Sequence[_AppendArgs],
+    ) -> asyncio.Future[list[list[Entry] | Exception]]:
+        """The batch's statements run here, on the loop: they are CPU work, which on another
+        thread would only contend for the interpreter. The COMMIT, the flush to disk, runs on
+        the writer thread; until it ends, the next write on this connection waits."""
+        with self._lock:
+            self._flushed.wait()
+            outcomes = self._append_many(batch, self._uncommitted)
+            if not self._db.in_transaction:  # every append failed on its own
+                done: asyncio.Future[list[list[Entry] | Exception]] = loop.create_future()
+                done.set_result(outcomes)
+                return done
+            self._flushed.clear()
+        return loop.run_in_executor(writer, self._flush_batch, outcomes)
+
+    def _flush_batch(
+        self, outcomes: list[list[Entry] | Exception]
+    ) -> list[list[Entry] | Exception]:
+        try:
+            self._commit()
+        except Exception as err:
+            return [o if isinstance(o, Exception) else err for o in outcomes]
+        finally:
+            self._flushed.set()
+        return outcomes
 
     def _read(self, fn: Callable[[sqlite3.Connection], T]) -> T:
-        with self._lock:
-            return fn(self._db)
+        with self._reader_lock:
+            return fn(self._reader)
 
     def _seq_base(self, db: sqlite3.Connection) -> int:
         (seq,) = db.execute("SELECT COALESCE(MAX(seq), 0) FROM entries").fetchone()
@@ -197,6 +261,9 @@ class SqliteJournal(SqlJournal):
 
     def _is_unique_violation(self, err: BaseException) -> bool:
         return isinstance(err, sqlite3.IntegrityError)
+
+    def _is_database_error(self, err: BaseException) -> bool:
+        return isinstance(err, sqlite3.Error)
 
     # -- reading everything ----------------------------------------------------------------------
 
@@ -213,12 +280,14 @@ class SqliteJournal(SqlJournal):
 
     # -- claims ----------------------------------------------------------------------------------
 
-    def claim(self, effect_id: str) -> _FileClaim | None:
+    def claim(self, effect_id: str) -> Claim | None:
         return self._claims.try_claim(effect_id)
 
     def is_claimed(self, effect_id: str) -> bool:
         return self._claims.is_claimed(effect_id)
 
     def close(self) -> None:
-        with self._lock:
-            self._db.close()
+        self._close_writer()
+        with self._lock, self._reader_lock:
+            self._close_quietly()
+        self._claims.close()
