@@ -7,12 +7,15 @@ One real Temporal dev server; one in-process worker per configuration with
 machinery: Temporal's own per-activity cost, plus the gate (claim, two durable transactions,
 an in-memory target's capture) where the activity is gated. Configurations are measured in
 rounds, in a shuffled order each round, on the same server; throughput is n / the workflow's
-wall time.
+wall time. The CPU time this process (the worker, every thread) and the server's processes
+spend during each run is recorded too: on a small machine that runs both, it is what sets the
+throughput.
 """
 
 from __future__ import annotations
 
 import asyncio
+import os
 import random
 import time
 import uuid
@@ -34,6 +37,8 @@ from .stats import Dist
 
 KEY = "7c" * 32
 CONCURRENCY = 64
+#: the plugin installed (interceptors, headers, the journal opened) but the activity not gated
+PLUGIN_ONLY = "plugin only, not gated"
 #: the issue's target for gated / ungated throughput (ungated ÷ gated)
 RATIO_MAX = 1.15
 
@@ -112,6 +117,9 @@ class Throughput:
     #: sequential: milliseconds per activity, by configuration
     sequential_n: int = 0
     latency_ms: dict[str, list[float]] = field(default_factory=dict)
+    #: CPU milliseconds per activity in the counted fan-out runs: (worker, server), by
+    #: configuration (empty where the server's CPU time cannot be read)
+    cpu_ms: dict[str, tuple[float, float]] = field(default_factory=dict)
 
     def latency(self, name: str) -> float:
         values = sorted(self.latency_ms[name])
@@ -138,11 +146,13 @@ async def _measure(n: int, rounds: int, sequential_n: int) -> Throughput:
     server = await DevServer(ui_port=None).start()
     postgres = PostgresServer().start()
     journals = {
+        PLUGIN_ONLY: f"sqlite:///{directory / 'plugin.db'}",
         "gated, SQLite": f"sqlite:///{directory / 'journal.db'}",
         "gated, PostgreSQL": postgres.database("bench"),
     }
     per_s: dict[str, list[float]] = {"ungated": [], **{k: [] for k in journals}}
     latency_ms: dict[str, list[float]] = {k: [] for k in per_s}
+    cpu_s: dict[str, list[float]] = {k: [0.0, 0.0] for k in per_s}
     leases: dict[str, str | None] = {"ungated": None}
     for name, url in journals.items():
         with open_journal(url, signing_key=KEY) as journal:
@@ -165,7 +175,7 @@ async def _measure(n: int, rounds: int, sequential_n: int) -> Throughput:
                     client,
                     task_queue=queue,
                     workflows=[Fanout, Sequential],
-                    activities=[ungated_noop if name == "ungated" else gated_noop],
+                    activities=[gated_noop if name.startswith("gated") else ungated_noop],
                     max_concurrent_activities=CONCURRENCY,
                 ),
             )
@@ -177,6 +187,7 @@ async def _measure(n: int, rounds: int, sequential_n: int) -> Throughput:
                 for name in order:
                     queue, _ = workers[name]
                     base += n
+                    cpu_before = _cpu_seconds(server)
                     started = time.perf_counter()
                     done = await clients[name].execute_workflow(
                         Fanout.run,
@@ -185,9 +196,12 @@ async def _measure(n: int, rounds: int, sequential_n: int) -> Throughput:
                         task_queue=queue,
                     )
                     elapsed = time.perf_counter() - started
+                    cpu_after = _cpu_seconds(server)
                     assert done == n
                     if round_no:
                         per_s[name].append(n / elapsed)
+                        for i in (0, 1):
+                            cpu_s[name][i] += cpu_after[i] - cpu_before[i]
                     if not sequential_n:
                         continue
                     base += sequential_n
@@ -204,9 +218,40 @@ async def _measure(n: int, rounds: int, sequential_n: int) -> Throughput:
     finally:
         await server.stop()
         postgres.close()
+    counted = n * rounds
+    readable = all(v[1] > 0 for v in cpu_s.values())
     return Throughput(
-        n=n, rounds=rounds, per_s=per_s, sequential_n=sequential_n, latency_ms=latency_ms
+        n=n,
+        rounds=rounds,
+        per_s=per_s,
+        sequential_n=sequential_n,
+        latency_ms=latency_ms,
+        cpu_ms={k: (w / counted * 1000, s / counted * 1000) for k, (w, s) in cpu_s.items()}
+        if readable
+        else {},
     )
+
+
+def _cpu_seconds(server: DevServer) -> tuple[float, float]:
+    """CPU seconds (user + system) so far of this process, every thread, and of the server's
+    process and its children (0.0 where /proc cannot tell)."""
+    times = os.times()
+    worker = times.user + times.system
+    process = server.process
+    return worker, 0.0 if process is None else _tree_cpu_seconds(process.pid)
+
+
+def _tree_cpu_seconds(pid: int) -> float:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        total = (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+        for task in os.listdir(f"/proc/{pid}/task"):
+            with open(f"/proc/{pid}/task/{task}/children") as f:
+                total += sum(_tree_cpu_seconds(int(child)) for child in f.read().split())
+    except (OSError, ValueError, IndexError):
+        return 0.0
+    return total
 
 
 class _all:
