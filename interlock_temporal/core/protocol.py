@@ -186,7 +186,9 @@ class Gate:
         try:
             proposed = proposed_payload(call)
             key = proposed if call.key is None else jsonable(call.key)
-            return effect_id(call.effect_type, key), digest(proposed)
+            # without decision-time premises to leave out, the proposal is the input as sent
+            body = call.args_canonical if proposed is call.args_json else canonical_json(proposed)
+            return effect_id(call.effect_type, key), hashlib.sha256(body).hexdigest()
         except UnserializableInput as err:
             raise InvalidCall(
                 f"the effect key or input of {call.activity} is not JSON data: {err}"
@@ -824,11 +826,12 @@ class Gate:
 
 
 def proposed_payload(call: Call) -> list[Any]:
-    """The input as proposed, as JSON data, without the decision-time premises it carries."""
-    data = list(call.args_json)
+    """The input as proposed, as JSON data, without the decision-time premises it carries
+    (``call.args_json`` itself when there are none: not to be modified)."""
+    data = call.args_json
     field_name = call.premises_field
-    if field_name is not None and data and isinstance(data[0], dict):
-        data[0] = {k: v for k, v in data[0].items() if k != field_name}
+    if field_name is not None and data and isinstance(data[0], dict) and field_name in data[0]:
+        data = [{k: v for k, v in data[0].items() if k != field_name}, *data[1:]]
     return data
 
 
