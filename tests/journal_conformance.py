@@ -96,6 +96,15 @@ class Tamper(Protocol):
         """A comparable picture of everything the store holds."""
 
 
+def holding_claims(journal: Journal, n: int = 2) -> Iterator[None]:
+    claims = [journal.claim(effect_id("conformance.busy", i)) for i in range(n)]
+    assert all(c is not None for c in claims)
+    yield
+    for claim in claims:
+        assert claim is not None
+        claim.release()
+
+
 def draft(kind: Kind, **data: Any) -> Draft:
     return Draft(kind=kind, data=data)
 
@@ -253,6 +262,12 @@ class JournalConformance:
     @pytest.fixture
     def journal(self, open_store: Callable[..., Journal]) -> Journal:
         return open_store()
+
+    @pytest.fixture
+    def in_flight(self, journal: Journal) -> Iterator[None]:
+        """Other effects in flight in this process (their claims held), as when a worker runs
+        many activities: appends from coroutines are then committed in groups."""
+        yield from holding_claims(journal)
 
     # -- appending and reading -------------------------------------------------------------
 
@@ -530,8 +545,21 @@ class JournalConformance:
 
     # -- appends from coroutines: written together, answered one by one -------------------
 
-    async def test_concurrent_async_appends_each_get_their_own_outcome(
+    async def test_an_async_append_alone_in_the_process_is_written_at_once(
         self, journal: Journal
+    ) -> None:
+        # with no other effect in flight there is nothing to share a flush with: the append
+        # completes without giving the loop a turn (no hand-off to another thread)
+        claim = journal.claim(A)
+        assert claim is not None
+        coro = journal.append_async(A, "", [draft(Kind.PROPOSED)], effect_type="refund")
+        with pytest.raises(StopIteration) as done:
+            coro.send(None)
+        claim.release()
+        assert done.value.value == journal.read(A)
+
+    async def test_concurrent_async_appends_each_get_their_own_outcome(
+        self, journal: Journal, in_flight: None
     ) -> None:
         (first,) = journal.append(A, "", [draft(Kind.PROPOSED)], effect_type="refund")
         ids = [effect_id("conformance.batch", n) for n in range(12)]
@@ -570,7 +598,7 @@ class JournalConformance:
         assert journal.verify().ok
 
     async def test_async_appends_racing_at_one_head_exactly_one_wins(
-        self, journal: Journal
+        self, journal: Journal, in_flight: None
     ) -> None:
         outcomes = await asyncio.gather(
             *[
@@ -585,7 +613,7 @@ class JournalConformance:
         assert journal.read(A) == winners[0]
 
     async def test_an_async_append_cancelled_before_it_is_written_writes_nothing(
-        self, journal: Journal
+        self, journal: Journal, in_flight: None
     ) -> None:
         first = asyncio.ensure_future(
             journal.append_async(A, "", [draft(Kind.PROPOSED)], effect_type="refund")

@@ -30,6 +30,7 @@ from .journal_conformance import (
     JournalConformance,
     SqlTamper,
     draft,
+    holding_claims,
     key_id,
 )
 
@@ -417,7 +418,12 @@ def test_an_unwritable_journal_raises_unavailable_and_writes_nothing(db_path: Pa
 # -- group commit: appends from coroutines share one transaction and one flush -----------------
 
 
-async def test_concurrent_async_appends_share_commits(journal: Journal) -> None:
+@pytest.fixture
+def in_flight(journal: Journal) -> Iterator[None]:
+    yield from holding_claims(journal)
+
+
+async def test_concurrent_async_appends_share_commits(journal: Journal, in_flight: None) -> None:
     statements: list[str] = []
     journal._db.set_trace_callback(statements.append)  # type: ignore[attr-defined]
     ids = [effect_id("sqlite.group", n) for n in range(40)]
@@ -442,6 +448,8 @@ async def test_a_batch_that_cannot_begin_fails_every_append_and_the_next_goes_th
     db_path: Path,
 ) -> None:
     journal = open_journal(f"sqlite:///{db_path}?busy_timeout=0.2", signing_key=KEY)
+    busy = holding_claims(journal)
+    next(busy)
     locker = sqlite3.connect(db_path, isolation_level=None)
     locker.execute("BEGIN EXCLUSIVE")
     try:
@@ -460,11 +468,12 @@ async def test_a_batch_that_cannot_begin_fails_every_append_and_the_next_goes_th
         assert journal.row(A) is None and journal.row(B) is None
         assert len(await journal.append_async(A, "", [draft(Kind.PROPOSED)], effect_type="g")) == 1
     finally:
+        next(busy, None)
         journal.close()
 
 
 async def test_a_failed_flush_fails_the_whole_batch_and_keeps_none_of_it(
-    journal: Journal, monkeypatch: pytest.MonkeyPatch
+    journal: Journal, in_flight: None, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     db = journal._db  # type: ignore[attr-defined]
 

@@ -35,6 +35,10 @@ class Claims(Protocol):
 
     def is_claimed(self, effect_id: str) -> bool: ...
 
+    def held(self) -> int:
+        """How many claims this process holds now."""
+        ...
+
     def close(self) -> None:
         """Give up every claim this process holds."""
         ...
@@ -151,6 +155,9 @@ class FileClaims:
         claim.release()
         return False
 
+    def held(self) -> int:
+        return len(self._held)
+
     def close(self) -> None:
         """Each claim holds its own descriptor: release them one by one."""
         _OPEN.discard(self)
@@ -253,6 +260,9 @@ class RangeClaims:
         found = self._fcntl(_OFD_GETLK, fcntl.F_WRLCK, offset)
         kind: int = _FLOCK.unpack(found)[0]
         return kind != fcntl.F_UNLCK
+
+    def held(self) -> int:
+        return len(self._held)
 
     def close(self) -> None:
         fd, self._fd = self._fd, -1

@@ -336,7 +336,8 @@ class Journal(ABC):
         """``append`` for a coroutine. A backend may commit the appends of concurrent
         coroutines together, one transaction and one flush to disk for all of them; each call
         still gets its own entries or its own error, exactly as ``append`` would give it, and
-        returns only once its entries are durable."""
+        returns only once its entries are durable. A caller cancelled while its append is being
+        written may find it written, as after a crash at that point."""
         return self.append(
             effect_id,
             expected_head,

@@ -154,6 +154,7 @@ class _PgClaim:
         conn, self._conn = self._conn, None
         if conn is None:
             return
+        self._claims.count(-1)
         try:
             conn.execute("SELECT pg_advisory_unlock(%s)", (self._key,))
         except psycopg.Error:
@@ -173,6 +174,15 @@ class _PgClaims:
             open=True,
             name="interlock-claims",
         )
+        self._held = 0
+        self._lock = threading.Lock()
+
+    def count(self, change: int) -> None:
+        with self._lock:
+            self._held += change
+
+    def held(self) -> int:
+        return self._held
 
     def try_claim(self, effect_id: str) -> _PgClaim | None:
         key = lock_key(effect_id)
@@ -185,6 +195,7 @@ class _PgClaims:
         if row is None or not row[0]:
             self.pool.putconn(conn)
             return None
+        self.count(1)
         return _PgClaim(self, conn, key, effect_id)
 
     def close(self) -> None:
@@ -302,6 +313,9 @@ class PostgresJournal(SqlJournal):
             return self._claims.try_claim(effect_id)
         except (psycopg.OperationalError, psycopg.InterfaceError, PoolTimeout) as err:
             raise JournalUnavailable(f"journal {self.url} cannot take a claim: {err}") from err
+
+    def _claims_held(self) -> int:
+        return self._claims.held()
 
     def is_claimed(self, effect_id: str) -> bool:
         key = lock_key(effect_id) & 0xFFFF_FFFF_FFFF_FFFF

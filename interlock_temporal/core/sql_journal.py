@@ -115,6 +115,10 @@ class _GroupCommit:
         self._queue: list[_Queued] = []
         self._busy = False
 
+    @property
+    def idle(self) -> bool:
+        return not self._busy and not self._queue
+
     def submit(self, args: _AppendArgs) -> asyncio.Future[list[Entry]]:
         future: asyncio.Future[list[Entry]] = self.loop.create_future()
         self._queue.append(_Queued(args, future))
@@ -254,8 +258,18 @@ class SqlJournal(Journal):
         lease_id: str | None = None,
         blobs: Mapping[str, Any] | None = None,
     ) -> list[Entry]:
-        args: _AppendArgs = (effect_id, expected_head, build, effect_type, lease_id, blobs)
-        return await self._group_commit().submit(args)
+        group = self._group_commit()
+        if group.idle and self._claims_held() <= 1:
+            # alone in this process: nothing to share a flush with, so no hand-off to pay
+            return self.append(
+                effect_id,
+                expected_head,
+                build,
+                effect_type=effect_type,
+                lease_id=lease_id,
+                blobs=blobs,
+            )
+        return await group.submit((effect_id, expected_head, build, effect_type, lease_id, blobs))
 
     def _group_commit(self) -> _GroupCommit:
         loop = asyncio.get_running_loop()
@@ -505,6 +519,10 @@ class SqlJournal(Journal):
 
     @abstractmethod
     def _is_unique_violation(self, err: BaseException) -> bool: ...
+
+    @abstractmethod
+    def _claims_held(self) -> int:
+        """How many effects this process holds claims on: the effects in flight here."""
 
     @abstractmethod
     def _is_database_error(self, err: BaseException) -> bool:

@@ -286,6 +286,9 @@ class SqliteJournal(SqlJournal):
     def is_claimed(self, effect_id: str) -> bool:
         return self._claims.is_claimed(effect_id)
 
+    def _claims_held(self) -> int:
+        return self._claims.held()
+
     def close(self) -> None:
         self._close_writer()
         with self._lock, self._reader_lock:
