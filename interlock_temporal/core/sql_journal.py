@@ -104,7 +104,8 @@ class _GroupCommit:
     """Group commit of one event loop's appends. While one batch is being flushed to disk on
     the journal's writer thread, the appends the loop's other coroutines start queue up; they
     are written together as the next batch, in one transaction and one flush. No append waits
-    for company: a lone append is written at once, on its own."""
+    for company: a batch is whatever is queued when the last one ends (and an append alone in
+    its process never comes here: ``SqlJournal.append_async`` writes it at once)."""
 
     def __init__(
         self, journal: SqlJournal, loop: asyncio.AbstractEventLoop, writer: ThreadPoolExecutor
