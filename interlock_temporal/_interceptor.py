@@ -145,6 +145,9 @@ class InterlockInterceptor(temporalio.worker.Interceptor):
             journal = self._journal_arg
             if not isinstance(journal, Journal):
                 journal = open_journal(journal, signing_key=self._signing_key)
+            # the worker's loop polls and runs workflows too: a flush on it would hold them up,
+            # which cost the server more CPU per activity than the hand-off to the writer thread
+            journal.loop_shared = True
             guard = (
                 None
                 if self._policy is None

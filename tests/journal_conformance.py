@@ -558,6 +558,27 @@ class JournalConformance:
         claim.release()
         assert done.value.value == journal.read(A)
 
+    async def test_an_async_append_on_a_shared_loop_lets_the_loop_run_meanwhile(
+        self, journal: Journal
+    ) -> None:
+        # a worker's loop also polls Temporal: even an append with nothing to share a flush
+        # with must not hold it while the entries are made durable
+        journal.loop_shared = True
+        claim = journal.claim(A)
+        assert claim is not None
+        ran: list[str] = []
+
+        async def poller() -> None:
+            ran.append("poller")
+
+        other = asyncio.ensure_future(poller())
+        written = await journal.append_async(A, "", [draft(Kind.PROPOSED)], effect_type="refund")
+        ran.append("append returned")
+        claim.release()
+        await other
+        assert ran == ["poller", "append returned"]
+        assert written == journal.read(A)
+
     async def test_concurrent_async_appends_each_get_their_own_outcome(
         self, journal: Journal, in_flight: None
     ) -> None:

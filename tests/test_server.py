@@ -23,7 +23,13 @@ from temporalio.converter import DataConverter, PayloadCodec
 from temporalio.exceptions import ActivityError, ApplicationError
 from temporalio.worker import Worker
 
-from interlock_temporal import InterlockPlugin, current_effect, gated, receipt
+from interlock_temporal import (
+    InterlockInterceptor,
+    InterlockPlugin,
+    current_effect,
+    gated,
+    receipt,
+)
 from interlock_temporal._plugin import _with_pydantic
 from interlock_temporal.core.journal import Journal, open_journal
 from interlock_temporal.core.models import Kind
@@ -155,6 +161,17 @@ def cause_of(err: BaseException) -> ApplicationError:
     assert isinstance(activity_error, ActivityError), activity_error
     assert isinstance(activity_error.cause, ApplicationError), activity_error.cause
     return activity_error.cause
+
+
+def test_a_workers_journal_never_holds_the_workers_loop_for_a_flush(tmp_path: Path) -> None:
+    opened = InterlockInterceptor(f"sqlite:///{tmp_path / 'a.db'}", signing_key="11" * 32)
+    assert opened.journal.loop_shared
+    given = open_journal(tmp_path / "b.db", signing_key="11" * 32)
+    assert not given.loop_shared  # a script or a CLI may flush on its own loop
+    assert InterlockInterceptor(given).journal is given
+    assert given.loop_shared
+    opened.journal.close()
+    given.close()
 
 
 async def test_gated_activity_without_the_plugin_never_runs_its_body(

@@ -10,6 +10,8 @@ effect* (empty for the first), and appends are conditional on it, so no chain ca
 
 from __future__ import annotations
 
+import asyncio
+import functools
 import hashlib
 import json
 import os
@@ -284,6 +286,10 @@ class Journal(ABC):
 
     url: str
     keyring: Keyring
+    #: the event loop of this journal's coroutines runs other work too (a Temporal worker's
+    #: pollers and workflows): ``append_async`` must never hold it for a flush to disk, even
+    #: for an append that has nothing to share the flush with
+    loop_shared: bool = False
 
     @property
     @abstractmethod
@@ -338,7 +344,8 @@ class Journal(ABC):
         still gets its own entries or its own error, exactly as ``append`` would give it, and
         returns only once its entries are durable. A caller cancelled while its append is being
         written may find it written, as after a crash at that point."""
-        return self.append(
+        write = functools.partial(
+            self.append,
             effect_id,
             expected_head,
             build,
@@ -346,6 +353,7 @@ class Journal(ABC):
             lease_id=lease_id,
             blobs=blobs,
         )
+        return await asyncio.to_thread(write) if self.loop_shared else write()
 
     @abstractmethod
     def effects(

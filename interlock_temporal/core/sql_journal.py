@@ -105,7 +105,8 @@ class _GroupCommit:
     the journal's writer thread, the appends the loop's other coroutines start queue up; they
     are written together as the next batch, in one transaction and one flush. No append waits
     for company: a batch is whatever is queued when the last one ends (and an append alone in
-    its process never comes here: ``SqlJournal.append_async`` writes it at once)."""
+    its process, on a loop that runs nothing else, never comes here: ``SqlJournal.append_async``
+    writes it at once)."""
 
     def __init__(
         self, journal: SqlJournal, loop: asyncio.AbstractEventLoop, writer: ThreadPoolExecutor
@@ -260,8 +261,8 @@ class SqlJournal(Journal):
         blobs: Mapping[str, Any] | None = None,
     ) -> list[Entry]:
         group = self._group_commit()
-        if group.idle and self._claims_held() <= 1:
-            # alone in this process: nothing to share a flush with, so no hand-off to pay
+        if group.idle and not self.loop_shared and self._claims_held() <= 1:
+            # alone in this process, and the loop has nothing else to do: no hand-off to pay
             return self.append(
                 effect_id,
                 expected_head,
