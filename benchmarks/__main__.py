@@ -138,7 +138,7 @@ def main(argv: list[str] | None = None) -> int:
             shutil.rmtree(BENCH_DIR / "verify", ignore_errors=True)
     flow = None
     if args.only in (None, "throughput"):
-        flow = throughput.run(320 if args.quick else 640, 2 if args.quick else 5)
+        flow = throughput.run(320 if args.quick else 640, 2 if args.quick else 7)
     report = Report(
         started=started,
         seconds=time.monotonic() - began,
