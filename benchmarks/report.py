@@ -667,8 +667,22 @@ def _throughput_section(t: Throughput, command: str) -> list[str]:
             lines.append(
                 f"| {name} | {runs} | {t.latency(name):.1f} ms | {t.latency_ratio(name):.2f} |"
             )
+    rounds = _round_ratios(t, "gated, SQLite")
+    if rounds:
+        lines += [
+            "",
+            "Ungated ÷ gated (SQLite) round by round (each configuration once per round): "
+            f"{', '.join(f'{r:.2f}' for r in rounds)}. The spread is this shared machine's "
+            "noise; the figure above is the ratio of the medians.",
+        ]
     lines += ["", *_throughput_reading(t)]
     return lines
+
+
+def _round_ratios(t: Throughput, name: str) -> list[float]:
+    """ungated ÷ ``name`` within each round (the two ran minutes apart at most)."""
+    ungated, other = t.per_s.get("ungated", []), t.per_s.get(name, [])
+    return [u / g for u, g in zip(ungated, other, strict=False) if g > 0]
 
 
 def _throughput_reading(t: Throughput) -> list[str]:

@@ -1,0 +1,25 @@
+"""The throughput figure's text is computed from its own numbers: ratios of medians, the
+per-round ratios beside them, and the CPU reading."""
+
+from __future__ import annotations
+
+from benchmarks.report import _throughput_section
+from benchmarks.throughput import PLUGIN_ONLY, Throughput
+
+
+def test_the_throughput_section_shows_each_rounds_ratio_beside_the_medians() -> None:
+    t = Throughput(
+        n=640,
+        rounds=3,
+        per_s={
+            "ungated": [400.0, 300.0, 420.0],
+            PLUGIN_ONLY: [390.0, 310.0, 400.0],
+            "gated, SQLite": [320.0, 250.0, 280.0],
+        },
+        cpu_ms={"ungated": (1.5, 3.0), PLUGIN_ONLY: (1.6, 3.0), "gated, SQLite": (2.5, 3.3)},
+    )
+    text = "\n".join(_throughput_section(t, "python -m benchmarks"))
+    # medians 400 and 280: the headline is the ratio of the medians
+    assert "| gated, SQLite | 320, 250, 280 | 280/s | 1.43 | 2.50 ms | 3.30 ms |" in text
+    assert "round by round (each configuration once per round): 1.25, 1.20, 1.50." in text
+    assert "adds 1.00 ms in the worker and +0.30 ms in the server" in text
