@@ -21,6 +21,7 @@ import hashlib
 import hmac
 import itertools
 import json
+import os
 import threading
 import time
 from abc import ABC, abstractmethod
@@ -578,6 +579,16 @@ class JournalConformance:
         await other
         assert ran == ["poller", "append returned"]
         assert written == journal.read(A)
+
+    @pytest.mark.skipif(not hasattr(os, "SCHED_BATCH"), reason="a Linux scheduling policy")
+    async def test_the_writer_thread_never_preempts_the_loop_that_hands_it_a_flush(
+        self, journal: Journal
+    ) -> None:
+        journal.loop_shared = True
+        await journal.append_async(A, "", [draft(Kind.PROPOSED)], effect_type="refund")
+        writers = list(journal._writer._threads)  # type: ignore[attr-defined]
+        assert len(writers) == 1
+        assert os.sched_getscheduler(writers[0].native_id) == os.SCHED_BATCH
 
     async def test_concurrent_async_appends_each_get_their_own_outcome(
         self, journal: Journal, in_flight: None
