@@ -6,6 +6,7 @@ arguments. Headers are stored in history, so this holds ids only, never secrets.
 
 from __future__ import annotations
 
+import functools
 from contextvars import ContextVar
 from typing import Any
 
@@ -41,5 +42,12 @@ def read_authority(headers: Any) -> Authority | None:
     payload: Payload | None = headers.get(HEADER) if headers else None
     if payload is None:
         return None
-    value = PayloadConverter.default.from_payloads([payload])[0]
+    return _authority_of(payload.SerializeToString())
+
+
+@functools.lru_cache(maxsize=1024)
+def _authority_of(header: bytes) -> Authority:
+    """A workflow's activities all carry the same header: decode each one once (an
+    ``Authority`` holds only strings, so the decoded one can be shared)."""
+    value = PayloadConverter.default.from_payloads([Payload.FromString(header)])[0]
     return Authority.model_validate(value)

@@ -13,7 +13,7 @@ from typing import Any
 
 from opentelemetry import metrics, trace
 from opentelemetry._logs import LoggerProvider, SeverityNumber, get_logger_provider
-from opentelemetry.trace import Span, Status, StatusCode
+from opentelemetry.trace import NonRecordingSpan, Span, Status, StatusCode
 
 from ._errors import (
     AmbiguousEffect,
@@ -72,6 +72,7 @@ class Telemetry:
         logger_provider: LoggerProvider | None = None,
     ) -> None:
         self.tracer = trace.get_tracer(SCOPE, tracer_provider=tracer_provider)
+        self._tracer_given = tracer_provider is not None
         meter = metrics.get_meter(SCOPE, meter_provider=meter_provider)
         self.effects = meter.create_counter(
             "interlock.effects",
@@ -100,6 +101,11 @@ class Telemetry:
     @contextlib.contextmanager
     def effect_span(self, activity: str, tier: int | None) -> Iterator[Span]:
         """The span of one gated attempt, current while it runs."""
+        if not self._tracing():
+            # what the no-op tracer would give, without making it current: every attempt
+            # pays for this, traced or not
+            yield NonRecordingSpan(trace.get_current_span().get_span_context())
+            return
         attributes: dict[str, Any] = {ACTIVITY: activity}
         if tier is not None:
             attributes[TIER] = tier
@@ -110,6 +116,13 @@ class Telemetry:
             set_status_on_exception=False,
         ) as span:
             yield span
+
+    def _tracing(self) -> bool:
+        """Whether spans go anywhere: a tracer provider was given, or one is set globally (it
+        may be set after the plugin is made, so this is asked on each attempt)."""
+        return self._tracer_given or not isinstance(
+            trace.get_tracer_provider(), trace.ProxyTracerProvider | trace.NoOpTracerProvider
+        )
 
     @contextlib.contextmanager
     def policy_span(self, activity: str) -> Iterator[Span]:

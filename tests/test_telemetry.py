@@ -153,3 +153,58 @@ async def test_gate_spans_nest_under_activity_spans_and_no_secret_leaves(
 
 def policies_key(order: str) -> str:
     return order
+
+
+_UNTRACED_THEN_TRACED = """
+from opentelemetry import trace
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+from interlock_temporal import Telemetry
+
+telemetry = Telemetry()  # no provider given, none set globally yet
+
+# untraced: the gate's span is a non-recording one carrying its parent's context, and what
+# the gate sets on it never lands on the parent (here, another library's recording span)
+outside = InMemorySpanExporter()
+other = TracerProvider()
+other.add_span_processor(SimpleSpanProcessor(outside))
+with other.get_tracer("someone-else").start_as_current_span("activity") as parent:
+    with telemetry.effect_span("refund", 1) as span:
+        assert not span.is_recording()
+        assert span.get_span_context() == parent.get_span_context()
+        span.set_attribute("interlock.effect_id", "e1")
+        assert trace.get_current_span() is parent
+(activity,) = outside.get_finished_spans()
+assert "interlock.effect_id" not in (activity.attributes or {})
+
+# a global provider set after the telemetry was made: spans go to it
+mine = InMemorySpanExporter()
+provider = TracerProvider()
+provider.add_span_processor(SimpleSpanProcessor(mine))
+trace.set_tracer_provider(provider)
+with telemetry.effect_span("refund", 1) as span:
+    assert span.is_recording()
+    assert trace.get_current_span() is span
+(effect,) = mine.get_finished_spans()
+assert effect.name == "interlock.effect refund", effect.name
+print("ok")
+"""
+
+
+def test_an_untraced_gate_makes_no_span_and_picks_up_a_provider_set_later() -> None:
+    """The gate skips making spans while no tracer provider exists (each attempt paid for the
+    no-op ones), and starts the moment a global provider is set. In a fresh interpreter: this
+    module sets the global provider, which can be set only once."""
+    import subprocess
+    import sys
+
+    done = subprocess.run(
+        [sys.executable, "-c", _UNTRACED_THEN_TRACED],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "ok"

@@ -6,8 +6,11 @@ JSON, so any language can recompute an id from the same decision.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
+from collections.abc import Callable
+from json.encoder import c_make_encoder, encode_basestring  # type: ignore[attr-defined]
 from typing import Any
 
 import rfc8785
@@ -66,10 +69,26 @@ def _json_module_is_canonical(data: Any) -> bool:
     return True
 
 
+def _sorted_compact_encoder() -> Callable[[Any], str]:
+    """``json.dumps(data, sort_keys=True, separators=(",", ":"), ensure_ascii=False)``, with
+    the C encoder made once instead of on every call (a third of the call's time for an
+    entry-sized document). Only for data ``_json_module_is_canonical`` has walked, so the
+    encoder's cycle check is not needed."""
+    if c_make_encoder is None:  # an interpreter without the C accelerator
+        return functools.partial(
+            json.dumps, sort_keys=True, separators=(",", ":"), ensure_ascii=False
+        )
+    encode = c_make_encoder(None, None, encode_basestring, None, ":", ",", True, False, True)
+    return lambda data: "".join(encode(data, 0))
+
+
+_dumps_sorted = _sorted_compact_encoder()
+
+
 def canonical_json(data: Any) -> bytes:
     """RFC 8785 canonical JSON bytes of ``data``, which must already be JSON data."""
     if _json_module_is_canonical(data):
-        return json.dumps(data, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()
+        return _dumps_sorted(data).encode()
     try:
         return rfc8785.dumps(data)
     except rfc8785.IntegerDomainError:

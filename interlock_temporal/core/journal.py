@@ -77,6 +77,7 @@ def encode_entry(
     data: Mapping[str, Any],
 ) -> Entry:
     """Build and sign one entry."""
+    data = dict(data)
     body = canonical_json(
         {
             "v": ENTRY_VERSION,
@@ -86,7 +87,7 @@ def encode_entry(
             "kind": kind.value,
             "prev": prev,
             "key_id": key.key_id,
-            "data": dict(data),
+            "data": data,
         }
     )
     digest = hashlib.sha256(body).digest()
@@ -96,7 +97,7 @@ def encode_entry(
         effect_id=effect_id,
         kind=kind,
         prev=prev,
-        data=dict(data),
+        data=data,
         hash=digest.hex(),
         key_id=key.key_id,
         sig=key.sign(digest),

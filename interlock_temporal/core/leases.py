@@ -4,6 +4,7 @@ inside the same transaction that records a dispatch, so a revoke is either seen 
 from __future__ import annotations
 
 import fnmatch
+import functools
 import secrets
 import time
 from abc import ABC, abstractmethod
@@ -55,6 +56,14 @@ def check_lease(lease: Lease | None, demand: Demand, now: float) -> LeaseProblem
     ):
         return LeaseProblem("resource outside the lease's scope")
     return None
+
+
+@functools.lru_cache(maxsize=256)
+def lease_from_doc(doc: str) -> Lease:
+    """The lease stored as ``doc``, for the gate's own checks. Every dispatch transaction reads
+    its lease, and a lease changes rarely (a revoke writes a new document): each version is
+    parsed once. The parsed lease is shared, so it is never handed to callers."""
+    return Lease.model_validate_json(doc)
 
 
 def new_lease_id() -> str:

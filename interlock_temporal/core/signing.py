@@ -27,15 +27,20 @@ class HmacKey:
 
     secret: bytes = field(repr=False)
     key_id: str = field(init=False)
+    _keyed: hmac.HMAC = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         if len(self.secret) < 16:
             raise JournalConfigError("signing key: at least 16 bytes are required")
         key_id = "hmac-" + hashlib.sha256(b"interlock key id\x00" + self.secret).hexdigest()[:16]
         object.__setattr__(self, "key_id", key_id)
+        # keyed once: each signature copies this state instead of keying HMAC again
+        object.__setattr__(self, "_keyed", hmac.new(self.secret, digestmod=hashlib.sha256))
 
     def sign(self, entry_hash: bytes) -> str:
-        return hmac.digest(self.secret, entry_hash, "sha256").hex()
+        mac = self._keyed.copy()
+        mac.update(entry_hash)
+        return mac.hexdigest()
 
     def verify(self, entry_hash: bytes, sig: str) -> bool:
         return hmac.compare_digest(self.sign(entry_hash), sig)

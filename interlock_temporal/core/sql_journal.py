@@ -31,7 +31,7 @@ from .journal import (
     policy_chain,
     state_kind,
 )
-from .leases import LeaseStore
+from .leases import LeaseStore, lease_from_doc
 from .models import Draft, EffectRow, Entry, JournalHead, Kind, Lease
 from .policy import (
     Approval,
@@ -389,7 +389,7 @@ class SqlJournal(Journal):
                 doc = self._x(
                     db, f"SELECT doc FROM leases WHERE lease_id = ?{self.FOR_SHARE}", (lease_id,)
                 ).fetchone()
-                lease = None if doc is None else Lease.model_validate_json(doc[0])
+                lease = None if doc is None else lease_from_doc(doc[0])
             drafts = list(build(lease))
         else:
             drafts = list(build)
