@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import os
 from dataclasses import dataclass
 from datetime import datetime
@@ -11,7 +12,14 @@ from .gate_cost import ENTRIES_PER_EFFECT, GateCost, Series
 from .machine import Machine
 from .policy_cost import SHACKLE_DECIDE_P50_US, SHACKLE_SLA_MS, PolicyCost
 from .stats import Dist
-from .throughput import CONCURRENCY, LATENCY_RATIO_MAX, PLUGIN_ONLY, RATIO_MAX, Throughput
+from .throughput import (
+    CONCURRENCY,
+    JOURNAL_ONLY,
+    LATENCY_RATIO_MAX,
+    PLUGIN_ONLY,
+    RATIO_MAX,
+    Throughput,
+)
 from .verify_cost import TARGET_PER_S, VerifyCost
 
 #: the targets (from the issue); performance targets live here, never in unit tests
@@ -624,8 +632,12 @@ def _throughput_section(t: Throughput, command: str) -> list[str]:
         f"One real Temporal dev server; one in-process worker per configuration with "
         f"`max_concurrent_activities={CONCURRENCY}`; a workflow starts {t.n} activities at "
         "once. The activity is a no-op (it returns its argument), gated against an in-memory "
-        "tier-2 target under a lease, or not gated (one configuration installs the plugin "
-        "and leaves the activity ungated). The configurations run in "
+        "tier-2 target under a lease, or not gated. Two configurations in between split the "
+        f"gate's cost: `{PLUGIN_ONLY}` installs the plugin and leaves the activity ungated; "
+        f"`{JOURNAL_ONLY}` does the same, and its body appends to a SQLite journal what the "
+        "gate wrote for one of these activities (the same four entries, read back from the "
+        "gated journal, for a new effect id), in the gate's two durable transactions, with "
+        "no gate around it. The configurations run in "
         f"{t.rounds} rounds (after a warm-up round), in a shuffled order each round, on the "
         "same server; throughput is activities / the workflow's wall time; CPU is the time "
         "this process (the worker, every thread) and the server's processes spent in the "
@@ -707,7 +719,6 @@ def _throughput_reading(t: Throughput) -> list[str]:
     cores = os.cpu_count() or 1
     u_worker, u_server = t.cpu_ms["ungated"]
     g_worker, g_server = t.cpu_ms[gated]
-    p_worker, _ = t.cpu_ms.get(PLUGIN_ONLY, (u_worker, u_server))
     per_activity = u_worker + u_server
     added = (g_worker - u_worker) + (g_server - u_server)
     lines += [
@@ -716,21 +727,45 @@ def _throughput_reading(t: Throughput) -> list[str]:
         f"server both. Per ungated activity the worker spends {u_worker:.2f} ms of CPU and the "
         f"server {u_server:.2f} ms, so CPU sets the throughput ({cores} cores / "
         f"{per_activity:.2f} ms = {cores / per_activity * 1000:,.0f}/s at most; "
-        f"{t.median('ungated'):,.0f}/s measured). The plugin installed without gating costs "
-        f"{p_worker - u_worker:+.2f} ms in the worker. The gate with SQLite adds "
+        f"{t.median('ungated'):,.0f}/s measured). The gate with SQLite adds "
         f"{g_worker - u_worker:.2f} ms in the worker and {g_server - u_server:+.2f} ms in the "
-        f"server per activity, {added:.2f} ms in all: the claim, two signed transactions "
-        "(four entries), their flushes and the hand-offs to the writer thread. A ratio of "
-        f"{RATIO_MAX:.2f} on this machine would need that addition under "
-        f"{(RATIO_MAX - 1) * per_activity:.2f} ms. Most of it is not the disk: with the "
-        "journal in memory and no flush at all the ratio was about 1.16 (measured while "
-        "building this, before the writer became a batch thread). The rest is the gate's own "
-        "work, spread thin: in process, with no "
-        "flush, a new effect costs about 430 µs of CPU, and each piece taken out in turn "
-        "(canonical JSON, signing, the entry objects, the claim, the read before deciding) "
-        "saved 15 to 30 µs of it.",
+        f"server per activity, {added:.2f} ms in all; a ratio of {RATIO_MAX:.2f} on this "
+        f"machine would need that addition under {(RATIO_MAX - 1) * per_activity:.2f} ms.",
     ]
+    shares = _shares(t)
+    if shares:
+        parts = "; ".join(
+            f"{what} {worker:+.2f} ms in the worker, {server:+.2f} ms in the server "
+            f"(ratio {ratio_from:.2f} → {ratio_to:.2f})"
+            for what, worker, server, ratio_from, ratio_to in shares
+        )
+        lines[-1] += (
+            " The configurations in between split it, each against the one before (the ratio "
+            f"moving from one row's to the next): {parts}. The journal's share is the floor "
+            "the design sets (two durable transactions, four signed entries, their flushes "
+            "on the writer thread); the gate's is what it decides with: the claim, the read "
+            "before deciding, the lease, the premises, the entries' contents."
+        )
     return lines
+
+
+def _shares(t: Throughput) -> list[tuple[str, float, float, float, float]]:
+    """(what, worker ms, server ms, ratio before, ratio after) for each step from ungated to
+    gated SQLite through the configurations in between, where all of them ran."""
+    steps = [
+        ("ungated", None),
+        (PLUGIN_ONLY, "the interceptor without a gate"),
+        (JOURNAL_ONLY, "the journal's writes"),
+        ("gated, SQLite", "the gate's own work"),
+    ]
+    if any(name not in t.cpu_ms or not t.per_s.get(name) for name, _ in steps):
+        return []
+    out = []
+    for (before, _), (after, what) in itertools.pairwise(steps):
+        assert what is not None
+        (w0, s0), (w1, s1) = t.cpu_ms[before], t.cpu_ms[after]
+        out.append((what, w1 - w0, s1 - s0, t.ratio(before), t.ratio(after)))
+    return out
 
 
 def _verify_section(v: VerifyCost, command: str) -> list[str]:

@@ -5,11 +5,14 @@ One real Temporal dev server; one in-process worker per configuration with
 ``max_concurrent_activities=64``; a workflow starts ``n`` activities at once and the worker runs
 64 at a time. Each activity is a no-op (its body returns at once) so what is measured is the
 machinery: Temporal's own per-activity cost, plus the gate (claim, two durable transactions,
-an in-memory target's capture) where the activity is gated. Configurations are measured in
-rounds, in a shuffled order each round, on the same server; throughput is n / the workflow's
-wall time. The CPU time this process (the worker, every thread) and the server's processes
-spend during each run is recorded too: on a small machine that runs both, it is what sets the
-throughput.
+an in-memory target's capture) where the activity is gated. Two configurations split the gate's
+cost: the plugin installed with the activity left ungated (the interceptor's own share), and the
+same plus the journal's share alone (an ungated body that appends the entries the gate wrote
+for one of these activities, in the gate's two durable transactions, with no gate around it).
+Configurations are measured in rounds, in a shuffled order each round, on the same server;
+throughput is n / the workflow's wall time. The CPU time this process (the worker, every
+thread) and the server's processes spend during each run is recorded too: on a small machine
+that runs both, it is what sets the throughput.
 """
 
 from __future__ import annotations
@@ -26,9 +29,14 @@ from typing import Any
 from temporalio import activity, workflow
 from temporalio.client import Client
 from temporalio.contrib.pydantic import pydantic_data_converter
+from temporalio.exceptions import ApplicationError
 from temporalio.worker import Worker
 
 from interlock_temporal import Found, InterlockPlugin, gated, open_journal
+from interlock_temporal.core.errors import HeadConflict
+from interlock_temporal.core.identity import effect_id
+from interlock_temporal.core.journal import Journal
+from interlock_temporal.core.models import Draft, Kind
 from interlock_temporal.testing import DevServer, PostgresServer
 from interlock_temporal.workflow import act_as
 
@@ -39,6 +47,8 @@ KEY = "7c" * 32
 CONCURRENCY = 64
 #: the plugin installed (interceptors, headers, the journal opened) but the activity not gated
 PLUGIN_ONLY = "plugin only, not gated"
+#: as PLUGIN_ONLY, and the body appends what the gate would write: the journal's share alone
+JOURNAL_ONLY = "plugin + journal writes, not gated"
 #: the issue's target for gated / ungated throughput (ungated ÷ gated)
 RATIO_MAX = 1.15
 
@@ -73,6 +83,45 @@ async def ungated_noop(n: int) -> int:
 @gated(target=TARGET, key=lambda n: {"n": n})
 async def gated_noop(n: int) -> int:
     return n
+
+
+class JournalWrites:
+    """The journal's share of a gated activity and nothing else: the entries the gate wrote for
+    one activity of this benchmark (read back from the gated SQLite journal), appended for a
+    new effect id in the gate's two durable transactions (three entries, then one), with the
+    two values the gate keeps beside them. No claim, no read before deciding, no lease or
+    premise check: those are the gate's."""
+
+    def __init__(self, journal: Journal) -> None:
+        self.journal = journal
+        # as in a worker, where the interceptor says so: no flush on the worker's loop
+        journal.loop_shared = True
+        self.dispatch: list[Draft] = []
+        self.commit: list[Draft] = []
+
+    def learn(self, gated: Journal) -> None:
+        """Take the entries of the last effect the gate committed in ``gated``."""
+        (row,) = gated.effects(status=Kind.COMMITTED, limit=1)
+        drafts = [Draft(kind=e.kind, data=e.data) for e in gated.read(row.effect_id)]
+        kinds = [d.kind.value for d in drafts]
+        if kinds != ["PROPOSED", "AUTHORIZED", "DISPATCHED", "COMMITTED"]:
+            raise RuntimeError(f"unexpected entries for a gated no-op: {kinds}")
+        self.dispatch, self.commit = drafts[:3], drafts[3:]
+
+    @activity.defn(name="bench_noop")
+    async def run(self, n: int) -> int:
+        if not self.commit:
+            raise ApplicationError("JournalWrites.learn was not called", non_retryable=True)
+        eid = effect_id("bench_noop", {"n": n, "journal_only": True})
+        try:
+            written = await self.journal.append_async(
+                eid, "", self.dispatch, effect_type="bench_noop", blobs={"approved": [n]}
+            )
+        except HeadConflict:
+            # fail the run instead of retrying for ever
+            raise ApplicationError(f"input {n} was used before", non_retryable=True) from None
+        await self.journal.append_async(eid, written[-1].hash, self.commit, blobs={"result": n})
+        return n
 
 
 @workflow.defn(name="BenchFanout", sandboxed=False)
@@ -147,9 +196,11 @@ async def _measure(n: int, rounds: int, sequential_n: int) -> Throughput:
     postgres = PostgresServer().start()
     journals = {
         PLUGIN_ONLY: f"sqlite:///{directory / 'plugin.db'}",
+        JOURNAL_ONLY: f"sqlite:///{directory / 'plugin-writes.db'}",
         "gated, SQLite": f"sqlite:///{directory / 'journal.db'}",
         "gated, PostgreSQL": postgres.database("bench"),
     }
+    writes = JournalWrites(open_journal(directory / "writes.db", signing_key=KEY))
     per_s: dict[str, list[float]] = {"ungated": [], **{k: [] for k in journals}}
     latency_ms: dict[str, list[float]] = {k: [] for k in per_s}
     cpu_s: dict[str, list[float]] = {k: [0.0, 0.0] for k in per_s}
@@ -157,7 +208,7 @@ async def _measure(n: int, rounds: int, sequential_n: int) -> Throughput:
     for name, url in journals.items():
         with open_journal(url, signing_key=KEY) as journal:
             leases[name] = journal.leases.issue("bench-bot", activities=["bench_noop"])
-    base = 0
+    inputs = _Inputs()
     try:
         clients: dict[str, Client] = {
             "ungated": await Client.connect(server.target, data_converter=pydantic_data_converter)
@@ -175,23 +226,37 @@ async def _measure(n: int, rounds: int, sequential_n: int) -> Throughput:
                     client,
                     task_queue=queue,
                     workflows=[Fanout, Sequential],
-                    activities=[gated_noop if name.startswith("gated") else ungated_noop],
+                    activities=[
+                        gated_noop
+                        if name.startswith("gated")
+                        else writes.run
+                        if name == JOURNAL_ONLY
+                        else ungated_noop
+                    ],
                     max_concurrent_activities=CONCURRENCY,
                 ),
             )
         async with _all(w for _, w in workers.values()):
+            # the journal-only configuration writes what the gate writes for these activities
+            await clients["gated, SQLite"].execute_workflow(
+                Fanout.run,
+                {"n": 1, "base": inputs.take(1), "lease": leases["gated, SQLite"]},
+                id=f"fanout-{uuid.uuid4().hex[:8]}",
+                task_queue=workers["gated, SQLite"][0],
+            )
+            with open_journal(journals["gated, SQLite"], signing_key=KEY) as gated_journal:
+                writes.learn(gated_journal)
             order = list(workers)
             rng = random.Random(6)
             for round_no in range(rounds + 1):  # round 0 warms up, not counted
                 rng.shuffle(order)
                 for name in order:
                     queue, _ = workers[name]
-                    base += n
                     cpu_before = _cpu_seconds(server)
                     started = time.perf_counter()
                     done = await clients[name].execute_workflow(
                         Fanout.run,
-                        {"n": n, "base": base, "lease": leases[name]},
+                        {"n": n, "base": inputs.take(n), "lease": leases[name]},
                         id=f"fanout-{uuid.uuid4().hex[:8]}",
                         task_queue=queue,
                     )
@@ -204,20 +269,25 @@ async def _measure(n: int, rounds: int, sequential_n: int) -> Throughput:
                             cpu_s[name][i] += cpu_after[i] - cpu_before[i]
                     if not sequential_n:
                         continue
-                    base += sequential_n
                     started = time.perf_counter()
                     await clients[name].execute_workflow(
                         Sequential.run,
-                        {"n": sequential_n, "base": base, "lease": leases[name]},
+                        {
+                            "n": sequential_n,
+                            "base": inputs.take(sequential_n),
+                            "lease": leases[name],
+                        },
                         id=f"sequential-{uuid.uuid4().hex[:8]}",
                         task_queue=queue,
                     )
                     elapsed = time.perf_counter() - started
                     if round_no:
                         latency_ms[name].append(elapsed / sequential_n * 1000)
+        _check_all_new(journals["gated, SQLite"], 1 + (rounds + 1) * (n + sequential_n))
     finally:
         await server.stop()
         postgres.close()
+        writes.journal.close()
     counted = n * rounds
     readable = all(v[1] > 0 for v in cpu_s.values())
     return Throughput(
@@ -230,6 +300,31 @@ async def _measure(n: int, rounds: int, sequential_n: int) -> Throughput:
         if readable
         else {},
     )
+
+
+class _Inputs:
+    """Activity inputs never used before in this run, so every gated activity is a new effect
+    (a repeated input would be a duplicate: the recorded result, returned without a send)."""
+
+    def __init__(self) -> None:
+        self.next = 0
+
+    def take(self, count: int) -> int:
+        """The first of ``count`` fresh inputs."""
+        first, self.next = self.next, self.next + count
+        return first
+
+
+def _check_all_new(url: str, activities: int) -> None:
+    """Every activity the gated journal saw was a new effect, committed: none was a duplicate
+    answered from the journal (which would measure a cheaper path than the one claimed)."""
+    with open_journal(url, signing_key=KEY) as journal:
+        committed = len(journal.effects(status=Kind.COMMITTED))
+    if committed != activities:
+        raise RuntimeError(
+            f"the gated journal holds {committed} committed effects for {activities} "
+            "activities: some inputs repeated"
+        )
 
 
 def _cpu_seconds(server: DevServer) -> tuple[float, float]:

@@ -4,7 +4,7 @@ per-round ratios beside them, and the CPU reading."""
 from __future__ import annotations
 
 from benchmarks.report import _throughput_section
-from benchmarks.throughput import PLUGIN_ONLY, Throughput
+from benchmarks.throughput import JOURNAL_ONLY, PLUGIN_ONLY, Throughput
 
 
 def test_the_throughput_section_shows_each_rounds_ratio_beside_the_medians() -> None:
@@ -23,3 +23,37 @@ def test_the_throughput_section_shows_each_rounds_ratio_beside_the_medians() -> 
     assert "| gated, SQLite | 320, 250, 280 | 280/s | 1.43 | 2.50 ms | 3.30 ms |" in text
     assert "round by round (each configuration once per round): 1.25, 1.20, 1.50." in text
     assert "adds 1.00 ms in the worker and +0.30 ms in the server" in text
+
+
+def test_the_configurations_in_between_split_the_gates_cost() -> None:
+    t = Throughput(
+        n=640,
+        rounds=1,
+        per_s={
+            "ungated": [400.0],
+            PLUGIN_ONLY: [380.0],
+            JOURNAL_ONLY: [350.0],
+            "gated, SQLite": [320.0],
+        },
+        cpu_ms={
+            "ungated": (1.5, 3.0),
+            PLUGIN_ONLY: (1.6, 3.0),
+            JOURNAL_ONLY: (2.0, 3.1),
+            "gated, SQLite": (2.5, 3.2),
+        },
+    )
+    text = "\n".join(_throughput_section(t, "python -m benchmarks"))
+    assert (
+        "the interceptor without a gate +0.10 ms in the worker, +0.00 ms in the server "
+        "(ratio 1.00 → 1.05); the journal's writes +0.40 ms in the worker, +0.10 ms in the "
+        "server (ratio 1.05 → 1.14); the gate's own work +0.50 ms in the worker, +0.10 ms in "
+        "the server (ratio 1.14 → 1.25)"
+    ) in text
+    # without the configurations in between, no split is claimed
+    t2 = Throughput(
+        n=640,
+        rounds=1,
+        per_s={"ungated": [400.0], "gated, SQLite": [320.0]},
+        cpu_ms={"ungated": (1.5, 3.0), "gated, SQLite": (2.5, 3.2)},
+    )
+    assert "split it" not in "\n".join(_throughput_section(t2, "python -m benchmarks"))
