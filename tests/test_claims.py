@@ -28,9 +28,16 @@ from pathlib import Path
 from interlock_temporal.core import claims as kinds
 claims = getattr(kinds, sys.argv[4])(Path(sys.argv[1]))
 claim = claims.try_claim(sys.argv[2])
-if sys.argv[3] == "fork-then-hold" and os.fork() == 0:
-    time.sleep(60)  # a child that outlives its parent
-    os._exit(0)
+if sys.argv[3] == "fork-then-hold":
+    # a child that outlives its parent; "held" waits until the child is running, which is after
+    # its at-fork handlers have run (until then it shares the parent's locks)
+    started, running = os.pipe()
+    if os.fork() == 0:
+        os.write(running, b"!")
+        time.sleep(60)
+        os._exit(0)
+    os.close(running)
+    assert os.read(started, 1) == b"!"
 print("held" if claim is not None else "busy", flush=True)
 if sys.argv[3] == "wait-for-stdin":
     sys.stdin.readline()

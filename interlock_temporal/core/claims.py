@@ -60,7 +60,9 @@ def _check_id(effect_id: str) -> None:
 
 #: whatever holds claims' descriptors, closed in a child this process forks: both kinds of lock
 #: belong to an open file description, which a forked child shares, so a child that outlived
-#: its parent would keep the parent's claims alive
+#: its parent would keep the parent's claims alive. From the fork until the child has run this
+#: (or, for a subprocess, until its exec closes the close-on-exec descriptors) the child shares
+#: them: a parent killed inside that window frees its claims a moment after it dies, not at once
 _OPEN: weakref.WeakSet[FileClaims | RangeClaims] = weakref.WeakSet()
 
 
