@@ -324,7 +324,7 @@ def _gate_section(g: GateCost, command: str) -> list[str]:
         f"- CPU: the gate with `synchronous=OFF` takes **{usf(g.nosync.net_us.p50)}** (p50).",
         f"- Canonical JSON (every byte goes through `{g.profile.canonical_json_fn}`; "
         f"{g.profile.canonical_json_calls:g} calls per effect: the effect id, the payload and "
-        f"approved digests, the four signed entries, the blobs): "
+        f"approved digests, the four signed entries, the stored values): "
         f"**{usf(g.profile.canonical_json_us)}** per effect (p50), timed by wrapping it, no "
         f"profiler, in a separate pass of {g.profile.effects} effects whose gate p50 was "
         f"{usf(g.profile.canonical_pass_gate_us)} "

@@ -222,6 +222,30 @@ class SqlTamper(ABC):
     def truncate_after(self, seq: int) -> None:
         self._run(("DELETE FROM entries WHERE seq > ?", (seq,)))
 
+    def to_schema_2(self) -> None:
+        """Rewrite the store as schema 2 kept it: each effect's latest value of each name in a
+        ``blobs`` table, none in the entries."""
+        latest: dict[tuple[str, str], str] = {}
+        rows = self._query(
+            "SELECT effect_id, vals FROM entries WHERE vals IS NOT NULL ORDER BY seq"
+        )
+        for eid, vals in rows:
+            for name, value in json.loads(vals).items():
+                latest[(eid, name)] = json.dumps(value)
+        self._run(
+            (
+                "CREATE TABLE blobs (effect_id TEXT NOT NULL, name TEXT NOT NULL, "
+                "value TEXT NOT NULL, PRIMARY KEY (effect_id, name))",
+                (),
+            ),
+            *(
+                ("INSERT INTO blobs (effect_id, name, value) VALUES (?, ?, ?)", (e, n, v))
+                for (e, n), v in latest.items()
+            ),
+            ("ALTER TABLE entries DROP COLUMN vals", ()),
+            ("UPDATE meta SET value = '2' WHERE key = 'schema_version'", ()),
+        )
+
     def snapshot(self) -> dict[str, list[tuple[Any, ...]]]:
         return {t: sorted(self._query(f"SELECT * FROM {t}")) for t in self._tables()}
 
@@ -681,6 +705,59 @@ class JournalConformance:
         journal.append(A, first.hash, [draft(Kind.COMMITTED)], blobs={"result": ["ok", None]})
         assert journal.blob(A, "result") == ["ok", None]
         assert journal.blob(A, "proposed") == proposed
+
+    def test_the_latest_value_of_a_name_wins(self, journal: Journal) -> None:
+        first, second = journal.append(
+            A,
+            "",
+            [draft(Kind.PROPOSED), draft(Kind.DISPATCHED)],
+            effect_type="refund",
+            blobs={"approved": {"amount_cents": 2500}},
+        )
+        assert second.prev == first.hash
+        (noted,) = journal.append(A, second.hash, [draft(Kind.CONFIRMED)])
+        (again,) = journal.append(
+            A, noted.hash, [draft(Kind.DISPATCHED)], blobs={"approved": {"amount_cents": 2000}}
+        )
+        journal.append(A, again.hash, [draft(Kind.COMMITTED)], blobs={"result": "ok"})
+        assert journal.blob(A, "approved") == {"amount_cents": 2000}
+        assert journal.blob(A, "result") == "ok"
+
+    def test_a_schema_2_store_keeps_its_values(
+        self, open_store: Callable[..., Journal], tamper: SqlTamper
+    ) -> None:
+        journal = open_store()
+        populate(journal)
+        valued = {
+            D: [
+                (Kind.PROPOSED, {"approved": {"n": 1}}),
+                (Kind.CONFIRMED, {}),
+                (Kind.DISPATCHED, {"approved": {"n": 2}, "proposed": "café"}),
+            ],
+            E: [(Kind.PROPOSED, {"approved": [1, 2.5]}), (Kind.DISPATCHED, {"result": None})],
+        }
+        for eid, appends in valued.items():
+            head = ""
+            for kind, values in appends:
+                (entry,) = journal.append(eid, head, [draft(kind)], effect_type="t", blobs=values)
+                head = entry.hash
+        names = ("proposed", "approved", "result")
+        before = {(e, n): journal.blob(e, n) for e in (A, B, C, D, E) for n in names}
+        assert before[(D, "approved")] == {"n": 2} and before[(E, "result")] is None
+        raw = list(journal.iter_raw())
+        journal.close()
+        tamper.to_schema_2()
+
+        again = open_store()
+        assert again.schema_version() == SCHEMA_VERSION
+        assert {(e, n): again.blob(e, n) for e in (A, B, C, D, E) for n in names} == before
+        assert list(again.iter_raw()) == raw
+        assert again.verify().ok
+        row = again.row(E)
+        assert row is not None
+        again.append(E, row.head, [draft(Kind.COMMITTED)], blobs={"result": "ok"})
+        assert again.blob(E, "result") == "ok"
+        assert again.blob(E, "approved") == [1, 2.5]
 
     def test_a_blob_that_cannot_be_stored_rolls_back_the_entries(self, journal: Journal) -> None:
         with pytest.raises(UnserializableInput):

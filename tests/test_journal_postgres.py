@@ -18,8 +18,7 @@ from interlock_temporal.testing import PostgresServer
 from .journal_conformance import KEY, JournalConformance, SqlTamper
 
 TABLES = (
-    "entries, effects, blobs, leases, policy_sessions, policy_spend, policy_admissions, "
-    "policy_approvals"
+    "entries, effects, leases, policy_sessions, policy_spend, policy_admissions, policy_approvals"
 )
 
 

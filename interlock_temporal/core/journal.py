@@ -38,7 +38,7 @@ from .signing import (
     parse_key,
 )
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 #: the effect type of policy chains (``policy:<session>``)
 POLICY_CHAIN_TYPE = "interlock.policy"
 ENTRY_VERSION = 1
@@ -325,9 +325,10 @@ class Journal(ABC):
 
         When ``build`` is callable it is called inside the transaction with the lease
         ``lease_id`` as read there, and returns the drafts: authority is checked and the
-        dispatch recorded in one step. ``blobs`` (argument and result values, kept beside the
-        signed entries, which hold only their digests) are stored in the same transaction; a
-        value given as ``bytes`` is taken to be its canonical JSON already.
+        dispatch recorded in one step. ``blobs`` (argument and result values; the signed entries
+        hold only their digests) are stored with the append's last entry, outside its signed
+        bytes, in the same transaction; a value given as ``bytes`` is taken to be its
+        canonical JSON already.
         """
 
     async def append_async(
@@ -375,7 +376,8 @@ class Journal(ABC):
 
     @abstractmethod
     def blob(self, effect_id: str, name: str) -> Any:
-        """A value stored beside the entries (``proposed``, ``approved``, ``result``), or None."""
+        """The value last stored under ``name`` with one of the effect's appends (``proposed``,
+        ``approved``, ``result``), or None."""
 
     @abstractmethod
     def claim(self, effect_id: str) -> Claim | None:

@@ -112,6 +112,17 @@ _MIGRATIONS: list[str] = [
         doc     TEXT NOT NULL
     );
     """,
+    # 3: values move into the entries they were appended with (as in the embedded journal)
+    """
+    ALTER TABLE entries ADD COLUMN vals TEXT;
+    UPDATE entries SET vals = b.obj
+    FROM (
+        SELECT effect_id, json_object_agg(name, value::json)::text AS obj
+        FROM blobs GROUP BY effect_id
+    ) b, effects f
+    WHERE f.effect_id = b.effect_id AND entries.seq = f.head_seq;
+    DROP TABLE blobs;
+    """,
 ]
 assert len(_MIGRATIONS) == SCHEMA_VERSION
 

@@ -56,6 +56,16 @@ ROW_COLUMNS = (
 )
 ENTRY_COLUMNS = "seq, effect_id, kind, prev, hash, key_id, sig, body"
 
+
+def _values_json(values: Mapping[str, Any]) -> str:
+    """The JSON object of an append's values, each already canonical JSON bytes or made so."""
+    parts = [
+        json.dumps(name) + ":" + (v if isinstance(v, bytes) else canonical(v)).decode()
+        for name, v in values.items()
+    ]
+    return "{" + ",".join(parts) + "}"
+
+
 #: what was started and never confirmed, oldest send first; "older than" counts from the last
 #: send, so annotations appended since do not hide an effect (the literal status lets the
 #: database use its partial in-doubt index)
@@ -398,6 +408,7 @@ class SqlJournal(Journal):
         etype = row[0] if row else effect_type
         if not etype:
             raise ValueError("a new effect needs its effect_type")
+        vals = _values_json(blobs) if blobs else None
         now = time.time()
         prev = actual
         written: list[Entry] = []
@@ -414,12 +425,18 @@ class SqlJournal(Journal):
             )
             written.append(entry)
             prev = entry.hash
+        # the append's values ride on its last entry
+        last = written[-1]
+        rows = [
+            (e.seq, e.effect_id, e.kind.value, e.prev, e.hash, e.key_id, e.sig, e.body)
+            + ((vals,) if e is last else (None,))
+            for e in written
+        ]
         db.cursor().executemany(
-            self._sql(f"INSERT INTO entries ({ENTRY_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?)"),
-            [
-                (e.seq, e.effect_id, e.kind.value, e.prev, e.hash, e.key_id, e.sig, e.body)
-                for e in written
-            ],
+            self._sql(
+                f"INSERT INTO entries ({ENTRY_COLUMNS}, vals) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)"
+            ),
+            rows,
         )
         self._seq_advance(db, seq)
         status = state_kind(drafts, Kind(row[1]) if row else None)
@@ -437,17 +454,6 @@ class SqlJournal(Journal):
             "last_dispatch_ts = excluded.last_dispatch_ts",
             (effect_id, etype, status.value, prev, seq, now, first_dispatch, last_dispatch),
         )
-        for name, value in (blobs or {}).items():
-            self._x(
-                db,
-                "INSERT INTO blobs (effect_id, name, value) VALUES (?, ?, ?) "
-                "ON CONFLICT (effect_id, name) DO UPDATE SET value = excluded.value",
-                (
-                    effect_id,
-                    name,
-                    (value if isinstance(value, bytes) else canonical(value)).decode(),
-                ),
-            )
         return written
 
     # -- reading -------------------------------------------------------------------------------
@@ -503,14 +509,19 @@ class SqlJournal(Journal):
         return [effect_row(r) for r in rows]
 
     def blob(self, effect_id: str, name: str) -> Any:
-        row = self._read(
+        rows = self._read(
             lambda db: self._x(
                 db,
-                "SELECT value FROM blobs WHERE effect_id = ? AND name = ?",
-                (effect_id, name),
-            ).fetchone()
+                "SELECT vals FROM entries WHERE effect_id = ? AND vals IS NOT NULL "
+                "ORDER BY seq DESC",
+                (effect_id,),
+            ).fetchall()
         )
-        return None if row is None else json.loads(row[0])
+        for (vals,) in rows:
+            values = json.loads(vals)
+            if name in values:
+                return values[name]
+        return None
 
     def last_raw(self) -> RawEntry | None:
         r = self._read(
