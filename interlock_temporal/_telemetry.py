@@ -38,6 +38,9 @@ REASON = "interlock.reason"
 POLICY = "interlock.policy_id"
 ARGUMENT = "interlock.argument"
 
+#: what the global tracer provider is while nobody has set one
+_NO_PROVIDER = (trace.ProxyTracerProvider, trace.NoOpTracerProvider)
+
 
 class Attempt:
     """What a gated attempt tells its span as it goes."""
@@ -120,9 +123,7 @@ class Telemetry:
     def _tracing(self) -> bool:
         """Whether spans go anywhere: a tracer provider was given, or one is set globally (it
         may be set after the plugin is made, so this is asked on each attempt)."""
-        return self._tracer_given or not isinstance(
-            trace.get_tracer_provider(), trace.ProxyTracerProvider | trace.NoOpTracerProvider
-        )
+        return self._tracer_given or not isinstance(trace.get_tracer_provider(), _NO_PROVIDER)
 
     @contextlib.contextmanager
     def policy_span(self, activity: str) -> Iterator[Span]:
