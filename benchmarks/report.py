@@ -313,8 +313,9 @@ def _gate_section(g: GateCost, command: str) -> list[str]:
         f"traced with `set_trace_callback` over {st.effects} new effects): "
         f"**{st.commits:g} COMMIT** and {st.begins:g} `BEGIN IMMEDIATE` per effect "
         f"({st.rollbacks:g} rollbacks), {st.statements:g} statements in all, {st.inserts:g} of "
-        "them inserts: the dispatch transaction (PROPOSED, AUTHORIZED, DISPATCHED, the lease read "
-        "inside it, the approved input) and the commit transaction (COMMITTED and the result).",
+        "them inserts: the dispatch transaction (PROPOSED, AUTHORIZED and DISPATCHED, the approved "
+        "input on the last of them, the lease read inside it) and the commit transaction "
+        "(COMMITTED, the result on it).",
         "",
         "### Where the time goes",
         "",
