@@ -77,7 +77,8 @@ def encode_entry(
     data: Mapping[str, Any],
 ) -> Entry:
     """Build and sign one entry."""
-    data = dict(data)
+    if type(data) is not dict:
+        data = dict(data)
     body = canonical_json(
         {
             "v": ENTRY_VERSION,
@@ -91,7 +92,8 @@ def encode_entry(
         }
     )
     digest = hashlib.sha256(body).digest()
-    return Entry.model_construct(
+    # validated (the entry gets its own copy of ``data``): faster than model_construct
+    return Entry(
         seq=seq,
         ts=ts,
         effect_id=effect_id,
