@@ -16,6 +16,7 @@ import weakref
 from abc import abstractmethod
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from json.encoder import encode_basestring
 from typing import Any, TypeVar
 
 from .errors import HeadConflict, JournalConfigError
@@ -60,7 +61,7 @@ ENTRY_COLUMNS = "seq, effect_id, kind, prev, hash, key_id, sig, body"
 def _values_json(values: Mapping[str, Any]) -> str:
     """The JSON object of an append's values, each already canonical JSON bytes or made so."""
     parts = [
-        json.dumps(name) + ":" + (v if isinstance(v, bytes) else canonical(v)).decode()
+        encode_basestring(name) + ":" + (v if isinstance(v, bytes) else canonical(v)).decode()
         for name, v in values.items()
     ]
     return "{" + ",".join(parts) + "}"
