@@ -46,6 +46,9 @@ def test_effect_id_follows_rfc8785_on_the_hard_cases() -> None:
     ).encode()
     assert canonical({"effect_type": "mail.send", "key": key}) == by_hand
     assert effect_id("mail.send", key) == sha(by_hand)
+    # the key's canonical bytes, when a caller has them, give the same id
+    assert effect_id("mail.send", key, key_json=canonical(key)) == sha(by_hand)
+    assert effect_id("m\u00e9l\x0f", key, key_json=canonical(key)) == effect_id("m\u00e9l\x0f", key)
 
 
 def test_effect_id_is_256_bits_of_lower_hex() -> None:
@@ -194,3 +197,15 @@ def test_canonical_json_equals_rfc8785(data: object) -> None:
             canonical_json(data)
     else:
         assert canonical_json(data) == expected
+
+
+@settings(max_examples=500, deadline=None)
+@given(st.text(alphabet=st.characters(codec="utf-8"), min_size=1, max_size=8), _json_data)
+def test_an_effect_id_from_the_keys_canonical_bytes_is_the_same(
+    effect_type: str, key: object
+) -> None:
+    try:
+        key_json = canonical_json(key)
+    except UnserializableInput:
+        return
+    assert effect_id(effect_type, key, key_json=key_json) == effect_id(effect_type, key)

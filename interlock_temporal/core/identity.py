@@ -114,8 +114,14 @@ def digest(value: Any) -> str:
     return hashlib.sha256(canonical(value)).hexdigest()
 
 
-def effect_id(effect_type: str, key: Any) -> str:
-    """The effect's identity: 256 bits of sha256 over the effect type and the approved key."""
+def effect_id(effect_type: str, key: Any, *, key_json: bytes | None = None) -> str:
+    """The effect's identity: 256 bits of sha256 over the effect type and the approved key.
+    ``key_json``, the key's canonical JSON when the caller has it already, saves making it
+    again; the bytes hashed are the same."""
     if not effect_type:
         raise ValueError("effect_type must be a non-empty string")
-    return digest({"effect_type": effect_type, "key": key})
+    if key_json is None:
+        return digest({"effect_type": effect_type, "key": key})
+    # the canonical object, keys in code-unit order ("effect_type" < "key")
+    document = b'{"effect_type":' + canonical_json(effect_type) + b',"key":' + key_json + b"}"
+    return hashlib.sha256(document).hexdigest()

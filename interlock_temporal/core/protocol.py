@@ -188,7 +188,8 @@ class Gate:
             key = proposed if call.key is None else jsonable(call.key)
             # without decision-time premises to leave out, the proposal is the input as sent
             body = call.args_canonical if proposed is call.args_json else canonical_json(proposed)
-            return effect_id(call.effect_type, key), hashlib.sha256(body).hexdigest()
+            eid = effect_id(call.effect_type, key, key_json=body if key is proposed else None)
+            return eid, hashlib.sha256(body).hexdigest()
         except UnserializableInput as err:
             raise InvalidCall(
                 f"the effect key or input of {call.activity} is not JSON data: {err}"
