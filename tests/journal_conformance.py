@@ -614,6 +614,35 @@ class JournalConformance:
         assert len(writers) == 1
         assert os.sched_getscheduler(writers[0].native_id) == os.SCHED_BATCH
 
+    async def test_a_batch_waits_for_the_appends_of_other_effects_under_way(
+        self, journal: Journal, in_flight: None
+    ) -> None:
+        journal.commit_delay = 0.5
+        first = asyncio.ensure_future(
+            journal.append_async(A, "", [draft(Kind.PROPOSED)], effect_type="refund")
+        )
+        await asyncio.sleep(0.05)
+        # other effects of this process hold claims: the first append waits for their company
+        assert not first.done()
+        assert journal.row(A) is None
+        second = await journal.append_async(B, "", [draft(Kind.PROPOSED)], effect_type="refund")
+        assert first.done()  # the two went in one batch
+        assert (await first) == journal.read(A)
+        assert second == journal.read(B)
+
+    async def test_a_lone_effect_never_waits_for_company(self, journal: Journal) -> None:
+        journal.commit_delay = 60.0
+        journal.loop_shared = True  # through the group commit, as in a worker
+        claim = journal.claim(A)
+        assert claim is not None
+        try:
+            written = await asyncio.wait_for(
+                journal.append_async(A, "", [draft(Kind.PROPOSED)], effect_type="refund"), 10
+            )
+        finally:
+            claim.release()
+        assert written == journal.read(A)
+
     async def test_concurrent_async_appends_each_get_their_own_outcome(
         self, journal: Journal, in_flight: None
     ) -> None:
@@ -677,7 +706,7 @@ class JournalConformance:
         second = asyncio.ensure_future(
             journal.append_async(B, "", [draft(Kind.PROPOSED)], effect_type="refund")
         )
-        await asyncio.sleep(0)  # both are queued; the first is being written
+        await asyncio.sleep(0)  # both are queued; neither is written yet
         second.cancel()
         assert len(await first) == 1
         with pytest.raises(asyncio.CancelledError):

@@ -19,7 +19,12 @@ import pytest
 
 from interlock_temporal.core.errors import JournalConfigError, JournalUnavailable
 from interlock_temporal.core.identity import effect_id
-from interlock_temporal.core.journal import SCHEMA_VERSION, Journal, open_journal
+from interlock_temporal.core.journal import (
+    DEFAULT_COMMIT_DELAY,
+    SCHEMA_VERSION,
+    Journal,
+    open_journal,
+)
 from interlock_temporal.core.models import Kind, Lease
 from interlock_temporal.core.signing import HmacKey, parse_secret
 from interlock_temporal.core.sqlite_journal import IN_DOUBT_SQL
@@ -423,7 +428,11 @@ def in_flight(journal: Journal) -> Iterator[None]:
     yield from holding_claims(journal)
 
 
-async def test_concurrent_async_appends_share_commits(journal: Journal, in_flight: None) -> None:
+@pytest.mark.parametrize("commit_delay", [0.0, DEFAULT_COMMIT_DELAY])
+async def test_concurrent_async_appends_share_commits(
+    journal: Journal, in_flight: None, commit_delay: float
+) -> None:
+    journal.commit_delay = commit_delay
     statements: list[str] = []
     journal._db.set_trace_callback(statements.append)  # type: ignore[attr-defined]
     ids = [effect_id("sqlite.group", n) for n in range(40)]
@@ -437,8 +446,12 @@ async def test_concurrent_async_appends_share_commits(journal: Journal, in_fligh
     )
     journal._db.set_trace_callback(None)  # type: ignore[attr-defined]
     commits = statements.count("COMMIT")
-    # the first append is written alone; the rest queue behind its flush and go together
-    assert 1 < commits <= 3, commits
+    if commit_delay:
+        # the first append waits for the other effects under way: all go in one transaction
+        assert commits == 1, commits
+    else:
+        # the first append is written alone; the rest queue behind its flush and go together
+        assert 1 < commits <= 3, commits
     assert all(journal.read(eid) == w for eid, w in zip(ids, written, strict=True))
     assert sorted(e.seq for w in written for e in w) == list(range(1, 81))
     assert journal.verify().ok
@@ -493,6 +506,20 @@ async def test_a_failed_flush_fails_the_whole_batch_and_keeps_none_of_it(
     assert list(journal.iter_raw()) == []
     assert len(await journal.append_async(A, "", [draft(Kind.PROPOSED)], effect_type="g")) == 1
     assert journal.verify().ok
+
+
+@pytest.mark.parametrize("bad", [-0.001, 1.5, float("nan"), "0.004", True, None])
+def test_a_commit_delay_out_of_range_is_refused_by_name(db_path: Path, bad: object) -> None:
+    with pytest.raises(JournalConfigError, match="commit_delay must be a number of seconds"):
+        open_journal(db_path, signing_key=KEY, commit_delay=bad)  # type: ignore[arg-type]
+    assert not db_path.exists()  # refused before anything was opened
+
+
+def test_the_commit_delay_is_the_journals(db_path: Path) -> None:
+    with open_journal(db_path, signing_key=KEY) as journal:
+        assert journal.commit_delay == DEFAULT_COMMIT_DELAY
+    with open_journal(db_path, signing_key=KEY, commit_delay=0) as journal:
+        assert journal.commit_delay == 0
 
 
 # -- open_journal URLs ----------------------------------------------------------------------------
