@@ -35,7 +35,7 @@ from temporalio.worker import Worker
 from interlock_temporal import Found, InterlockPlugin, gated, open_journal
 from interlock_temporal.core.errors import HeadConflict
 from interlock_temporal.core.identity import effect_id
-from interlock_temporal.core.journal import Journal
+from interlock_temporal.core.journal import DEFAULT_COMMIT_DELAY, Journal
 from interlock_temporal.core.models import Draft, Kind
 from interlock_temporal.testing import DevServer, PostgresServer
 from interlock_temporal.workflow import act_as
@@ -49,6 +49,8 @@ CONCURRENCY = 64
 PLUGIN_ONLY = "plugin only, not gated"
 #: as PLUGIN_ONLY, and the body appends what the gate would write: the journal's share alone
 JOURNAL_ONLY = "plugin + journal writes, not gated"
+#: gated SQLite with the journal's commit delay turned off: each batch is written at once
+NO_DELAY = "gated, SQLite, commit_delay=0"
 #: the issue's target for gated / ungated throughput (ungated ÷ gated)
 RATIO_MAX = 1.15
 
@@ -89,8 +91,9 @@ class JournalWrites:
     """The journal's share of a gated activity and nothing else: the entries the gate wrote for
     one activity of this benchmark (read back from the gated SQLite journal), appended for a
     new effect id in the gate's two durable transactions (three entries, then one), with the
-    two values the gate keeps beside them. No claim, no read before deciding, no lease or
-    premise check: those are the gate's."""
+    two values the gate keeps beside them, under the effect's claim (as the gate holds it, so
+    the appends are batched as the gate's are). No read before deciding, no lease or premise
+    check: those are the gate's."""
 
     def __init__(self, journal: Journal) -> None:
         self.journal = journal
@@ -113,14 +116,20 @@ class JournalWrites:
         if not self.commit:
             raise ApplicationError("JournalWrites.learn was not called", non_retryable=True)
         eid = effect_id("bench_noop", {"n": n, "journal_only": True})
+        claim = self.journal.claim(eid)
         try:
+            if claim is None:
+                raise HeadConflict(eid, "", "claimed")
             written = await self.journal.append_async(
                 eid, "", self.dispatch, effect_type="bench_noop", blobs={"approved": [n]}
             )
+            await self.journal.append_async(eid, written[-1].hash, self.commit, blobs={"result": n})
         except HeadConflict:
             # fail the run instead of retrying for ever
             raise ApplicationError(f"input {n} was used before", non_retryable=True) from None
-        await self.journal.append_async(eid, written[-1].hash, self.commit, blobs={"result": n})
+        finally:
+            if claim is not None:
+                claim.release()
         return n
 
 
@@ -198,6 +207,7 @@ async def _measure(n: int, rounds: int, sequential_n: int) -> Throughput:
         PLUGIN_ONLY: f"sqlite:///{directory / 'plugin.db'}",
         JOURNAL_ONLY: f"sqlite:///{directory / 'plugin-writes.db'}",
         "gated, SQLite": f"sqlite:///{directory / 'journal.db'}",
+        NO_DELAY: f"sqlite:///{directory / 'no-delay.db'}",
         "gated, PostgreSQL": postgres.database("bench"),
     }
     writes = JournalWrites(open_journal(directory / "writes.db", signing_key=KEY))
@@ -209,13 +219,16 @@ async def _measure(n: int, rounds: int, sequential_n: int) -> Throughput:
         with open_journal(url, signing_key=KEY) as journal:
             leases[name] = journal.leases.issue("bench-bot", activities=["bench_noop"])
     inputs = _Inputs()
+    opened: list[Journal] = []
     try:
         clients: dict[str, Client] = {
             "ungated": await Client.connect(server.target, data_converter=pydantic_data_converter)
         }
         for name, url in journals.items():
+            delay = 0 if name == NO_DELAY else DEFAULT_COMMIT_DELAY
+            opened.append(open_journal(url, signing_key=KEY, commit_delay=delay))
             clients[name] = await Client.connect(
-                server.target, plugins=[InterlockPlugin(url, signing_key=KEY)]
+                server.target, plugins=[InterlockPlugin(opened[-1])]
             )
         workers = {}
         for name, client in clients.items():
@@ -286,8 +299,9 @@ async def _measure(n: int, rounds: int, sequential_n: int) -> Throughput:
         _check_all_new(journals["gated, SQLite"], 1 + (rounds + 1) * (n + sequential_n))
     finally:
         await server.stop()
+        for journal in (*opened, writes.journal):
+            journal.close()
         postgres.close()
-        writes.journal.close()
     counted = n * rounds
     readable = all(v[1] > 0 for v in cpu_s.values())
     return Throughput(

@@ -4,7 +4,7 @@ per-round ratios beside them, and the CPU reading."""
 from __future__ import annotations
 
 from benchmarks.report import _throughput_section
-from benchmarks.throughput import JOURNAL_ONLY, PLUGIN_ONLY, Throughput
+from benchmarks.throughput import JOURNAL_ONLY, NO_DELAY, PLUGIN_ONLY, Throughput
 
 
 def test_the_throughput_section_shows_each_rounds_ratio_beside_the_medians() -> None:
@@ -61,3 +61,22 @@ def test_the_configurations_in_between_split_the_gates_cost() -> None:
         cpu_ms={"ungated": (1.5, 3.0), "gated, SQLite": (2.5, 3.2)},
     )
     assert "split it" not in "\n".join(_throughput_section(t2, "python -m benchmarks"))
+
+
+def test_the_commit_delays_share_is_read_from_its_own_configuration() -> None:
+    per_s = {"ungated": [400.0], "gated, SQLite": [320.0]}
+    cpu = {"ungated": (1.5, 3.0), "gated, SQLite": (2.5, 3.2)}
+    t = Throughput(
+        n=640,
+        rounds=1,
+        per_s={**per_s, NO_DELAY: [300.0]},
+        cpu_ms={**cpu, NO_DELAY: (2.7, 3.2)},
+    )
+    text = "\n".join(_throughput_section(t, "python -m benchmarks"))
+    assert (
+        f"`{NO_DELAY}` turns it off: from it to `gated, SQLite` the ratio goes 1.33 → 1.25, "
+        "worker CPU 2.70 → 2.50 ms per activity."
+    ) in text
+    # a run without that configuration claims nothing about it
+    t2 = Throughput(n=640, rounds=1, per_s=per_s, cpu_ms=cpu)
+    assert "turns it off" not in "\n".join(_throughput_section(t2, "python -m benchmarks"))
