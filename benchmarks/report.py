@@ -728,7 +728,7 @@ def _throughput_reading(t: Throughput) -> list[str]:
         lines += [
             "",
             "The commit delay: while other effects of the worker are under way and have not "
-            "queued their appends, a batch waits up to the journal's `commit_delay` "
+            "queued their appends, a batch first waits the journal's `commit_delay` "
             f"(default {DEFAULT_COMMIT_DELAY * 1000:g} ms) for them, so more appends share a "
             "flush and the hand-offs around it; a lone effect never waits, so the sequential "
             f"latency is untouched. `{NO_DELAY}` turns it off: from it to `{gated}` the ratio "
