@@ -284,10 +284,10 @@ def state_kind(drafts: Sequence[Draft], current: Kind | None) -> Kind | None:
     return current
 
 
-#: measured on a 2-core machine, 64 activities in flight on one worker: batches of about 3.5
-#: appends without the wait and 7 to 8 with it, and about 0.2 ms less worker CPU per activity
-#: (docs/benchmarks.md sets the two side by side in every run)
-DEFAULT_COMMIT_DELAY = 0.004
+#: measured on a 2-core machine, 64 activities in flight on one worker: batches of 3.3 to 4.2
+#: appends without the wait, about 8 with 4 ms and 11 to 12 with 8 ms, and with 8 ms about 0.2
+#: to 0.4 ms less worker CPU per activity (docs/benchmarks.md sets it beside no wait each run)
+DEFAULT_COMMIT_DELAY = 0.008
 
 
 class Journal(ABC):
