@@ -21,6 +21,7 @@ from .throughput import (
     NO_DELAY,
     PLUGIN_ONLY,
     RATIO_MAX,
+    SETTLE_S,
     Throughput,
 )
 from .verify_cost import TARGET_PER_S, VerifyCost
@@ -672,8 +673,12 @@ def _throughput_section(t: Throughput, command: str) -> list[str]:
         lines += [
             "",
             f"Sequential: a workflow runs {t.sequential_n} of the same activities one after "
-            "another, in the same rounds; milliseconds per activity, end to end (the workflow "
-            "task, the activity task, the result):",
+            f"another, in the same rounds, each {SETTLE_S:g} s after its configuration's burst "
+            "(measured straight after the burst, a step took up to 8 ms longer while the server "
+            "finished with it, more after some configurations' bursts than others'; after a "
+            "pause of 0.3 s or more, gated with the commit delay and without it took the same "
+            "26.6 ms); milliseconds per activity, end to end (the workflow task, the activity "
+            "task, the result):",
             "",
             "| configuration | runs (ms per activity) | median | ÷ ungated |",
             "|---|---|---|---|",

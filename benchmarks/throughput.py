@@ -51,6 +51,8 @@ PLUGIN_ONLY = "plugin only, not gated"
 JOURNAL_ONLY = "plugin + journal writes, not gated"
 #: gated SQLite with the journal's commit delay turned off: each batch is written at once
 NO_DELAY = "gated, SQLite, commit_delay=0"
+#: the pause between a configuration's burst and its sequential run
+SETTLE_S = 0.5
 #: the issue's target for gated / ungated throughput (ungated ÷ gated)
 RATIO_MAX = 1.15
 
@@ -282,6 +284,9 @@ async def _measure(n: int, rounds: int, sequential_n: int) -> Throughput:
                             cpu_s[name][i] += cpu_after[i] - cpu_before[i]
                     if not sequential_n:
                         continue
+                    # let the server finish with the burst: right after it, a step took up to
+                    # 8 ms longer, more after some configurations' bursts than others'
+                    await asyncio.sleep(SETTLE_S)
                     started = time.perf_counter()
                     await clients[name].execute_workflow(
                         Sequential.run,
