@@ -272,6 +272,15 @@ def test_error_signals_are_found_without_regular_expressions() -> None:
     assert not has_error_signal({"count": 4010})
 
 
+def test_a_status_code_is_an_error_signal_only_as_a_number_of_its_own() -> None:
+    assert has_error_signal(["HTTP 500 Internal Server Error"])
+    assert has_error_signal(["status=503;", "(401)", "502"])
+    # ids and numbers that merely contain the digits are not errors
+    assert not has_error_signal(["o-3a500f1c", "ref_a403b", "15023", "order 4010"])
+    # words still match inside longer text
+    assert has_error_signal(["you are being rate limited"])
+
+
 # -- rules -----------------------------------------------------------------------------------
 
 

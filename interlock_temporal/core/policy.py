@@ -428,6 +428,22 @@ def reset_circuit(state: SessionState) -> SessionState:
     return SessionState(spent_usd=state.spent_usd, deliveries=state.deliveries)
 
 
+def _mentions(text: str, signal: str) -> bool:
+    """Whether ``text`` contains ``signal``; a status code only as a number of its own, so an id
+    such as ``o-3a500f1c`` or a count such as ``4010`` is not a server error."""
+    if not signal.isdigit():
+        return signal in text
+    start = text.find(signal)
+    while start >= 0:
+        end = start + len(signal)
+        if (start == 0 or not text[start - 1].isalnum()) and (
+            end == len(text) or not text[end].isalnum()
+        ):
+            return True
+        start = text.find(signal, start + 1)
+    return False
+
+
 def has_error_signal(data: Any) -> bool:
     """Whether any string (or integer) in ``data`` carries a known error signal."""
     stack = [data]
@@ -435,7 +451,7 @@ def has_error_signal(data: Any) -> bool:
         x = stack.pop()
         if isinstance(x, str):
             low = x.lower()
-            if any(signal in low for signal in ERROR_SIGNALS):
+            if any(_mentions(low, signal) for signal in ERROR_SIGNALS):
                 return True
         elif isinstance(x, bool) or x is None:
             continue
