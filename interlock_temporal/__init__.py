@@ -17,7 +17,7 @@ from .core.models import Change, Found, Kind, Lease, Receipt
 from .core.policy import Limits, Policy
 from .core.receipts import receipt
 from .core.review import Decision, ReviewRules
-from .core.targets import EffectTarget
+from .core.targets import EffectTarget, TargetDeclarationError
 
 if TYPE_CHECKING:
     from ._errors import (
@@ -95,6 +95,7 @@ __all__ = [
     "Resolution",
     "ReviewRules",
     "ReviewStatus",
+    "TargetDeclarationError",
     "Telemetry",
     "current_effect",
     "gated",

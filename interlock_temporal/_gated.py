@@ -17,7 +17,7 @@ from temporalio.converter import PayloadConverter
 
 from ._errors import InterlockNotInstalled, InvalidEffectInput
 from .core.protocol import Measure
-from .core.targets import EffectTarget
+from .core.targets import EffectTarget, check_declaration
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -213,7 +213,8 @@ def gated(
 ) -> Callable[P, R] | Callable[[Callable[P, R]], Callable[P, R]]:
     """Gate an activity's side effect. Put it under ``@activity.defn``.
 
-    - ``target``: the adapter of the system the body sends to (declares its tier).
+    - ``target``: the adapter of the system the body sends to (declares its tier; a
+      declaration that does not add up raises ``TargetDeclarationError`` here).
     - ``key``: called with the activity's arguments, returns the JSON data that names the
       approved decision (e.g. the case and the order). Default: the whole input.
     - ``effect_type``: part of every effect id; default the activity's name. Declare it to
@@ -240,6 +241,7 @@ def gated(
             )
         if premises is not None and len(params) != 1:
             raise TypeError("premises= names a field of the input: the activity needs one argument")
+        check_declaration(target)
         is_async = inspect.iscoroutinefunction(body)
         spec = GateSpec(
             fn=body,

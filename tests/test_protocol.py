@@ -594,6 +594,87 @@ async def test_tier_one_without_query_resends_inside_the_window_only(
     assert err.value.receipt.code == "unknowable"
 
 
+class SlowDedupe(MemTarget):
+    """A dedupe-only target that processes a request up to ``settle_time`` after it was sent, and
+    forgets a key ``dedupe_window`` after it first saw it: the worst case the window allows."""
+
+    def __init__(self, settle_time: timedelta) -> None:
+        super().__init__(tier=1, settle_time=settle_time)
+        del self.query
+        self.first_seen: dict[str, float] = {}
+        self.landings = 0
+
+    async def send(self, ticket: Ticket) -> dict[str, Any]:
+        processed_at = self.clock() + self.settle_time.total_seconds()
+        seen = self.first_seen.setdefault(ticket.effect_id, processed_at)
+        if ticket.effect_id in self.landed and processed_at < seen + WINDOW.total_seconds():
+            return self.landed[ticket.effect_id]
+        self.landings += 1
+        return await super().send(ticket)
+
+
+async def test_a_tier_one_resend_near_the_window_end_is_not_sent(
+    journal: Journal, lease: str
+) -> None:
+    """Inside the window by the clock, but processed after it closes: the resend would land a
+    second time, so the gate does not rely on the window there."""
+    settle = timedelta(minutes=2)
+    target = SlowDedupe(settle)
+    call = make_call(lease)
+    target.offset = -settle.total_seconds()  # the first send is processed at once
+    await died_after_send(Gate(journal), call, target)
+    assert target.landings == 1
+    target.offset = (WINDOW - settle / 2).total_seconds()
+    with pytest.raises(Ambiguous) as err:
+        await Gate(journal, clock=target.clock).begin(call, target)
+    assert err.value.receipt.code == "unknowable"
+    assert (target.landings, target.sends) == (1, 1)
+
+
+@pytest.mark.parametrize(("beyond_s", "resent"), [(-1.0, True), (1.0, False)])
+async def test_tier_one_resends_until_window_less_settle_time_less_margin(
+    journal: Journal, lease: str, beyond_s: float, resent: bool
+) -> None:
+    settle, margin = timedelta(seconds=30), timedelta(minutes=7)
+    target = MemTarget(tier=1, settle_time=settle)
+    del target.query
+    target.dedupe_margin = margin  # type: ignore[attr-defined]
+    call = make_call(lease)
+    await died_before_send(Gate(journal), call, target)
+    first = journal.row(eid_of(call)).first_dispatch_ts  # type: ignore[union-attr]
+    last_resend = first + (WINDOW - settle - margin).total_seconds()
+    # the target's clock, injected: ``beyond_s`` seconds either side of the last safe resend
+    target.offset = last_resend + beyond_s - time.time()
+    gate = Gate(journal, clock=target.clock)
+    if resent:
+        ticket = await gate.begin(call, target)
+        assert isinstance(ticket, Ticket) and ticket.via == "retry-idempotent"
+        ticket.release()
+    else:
+        with pytest.raises(Ambiguous) as err:
+            await gate.begin(call, target)
+        assert err.value.receipt.code == "unknowable"
+
+
+def test_a_window_too_short_for_settle_time_and_margin_is_refused_when_gated() -> None:
+    from interlock_temporal import gated
+    from interlock_temporal.core.targets import TargetDeclarationError
+
+    target = MemTarget(tier=1, settle_time=timedelta(minutes=1))
+    target.dedupe_window = timedelta(minutes=6)  # 1 minute + the 5-minute default margin: too short
+
+    async def body(p: dict[str, Any]) -> dict[str, Any]:
+        return p
+
+    with pytest.raises(TargetDeclarationError, match="dedupe_window must exceed"):
+        gated(body, target=target)
+    target.dedupe_margin = timedelta(minutes=4)  # type: ignore[attr-defined]
+    gated(body, target=target)
+    target.settle_time = 30  # type: ignore[assignment]
+    with pytest.raises(TargetDeclarationError, match="settle_time must be"):
+        gated(body, target=target)
+
+
 async def test_recovery_resends_the_recorded_approved_input(journal: Journal, lease: str) -> None:
     target = MemTarget()
     first = make_call(lease, premises=dict(target.facts))

@@ -524,11 +524,7 @@ class Gate:
 
         current = await premise.capture(target, payload, eid)
         changes = await premise.validate(target, view.premises or {}, current, payload)
-        in_window = (
-            caps.dedupe_window is not None
-            and view.first_dispatch_ts is not None
-            and (target_clock(target) - view.first_dispatch_ts < caps.dedupe_window.total_seconds())
-        )
+        in_window = caps.resend_deduped(view.first_dispatch_ts, target_clock(target))
         # "not found" proves nothing until the target has settled; only a resend the target
         # dedupes (same key, inside its window, facts unchanged) is safe before that
         if not settled and not (in_window and not changes):

@@ -3,6 +3,11 @@
 Tier 1: dedupes a resend that carries the effect id as its idempotency key, inside a window.
 Tier 2: can be asked whether an effect happened (``query``). Tier 3: neither.
 Methods may be sync or async; the gate awaits coroutines.
+
+A tier-1 resend is only as safe as the window is long: the resend may still be processed up to
+``settle_time`` after it leaves (a request in a queue, the client library's own retries), and
+clocks drift. So the gate relies on the window only until ``first dispatch + dedupe_window -
+settle_time - dedupe_margin``; past that it asks the target, or says AMBIGUOUS.
 """
 
 from __future__ import annotations
@@ -18,6 +23,8 @@ from .models import Found
 
 Classification = Literal["not_sent", "rejected", "in_doubt"]
 CLASSIFICATIONS: frozenset[str] = frozenset({"not_sent", "rejected", "in_doubt"})
+#: how long before a dedupe window's end (less ``settle_time``) the gate stops resending into it
+DEFAULT_DEDUPE_MARGIN = timedelta(minutes=5)
 
 T = TypeVar("T")
 
@@ -34,6 +41,8 @@ class EffectTarget(Protocol):
       equality is too strict.
     - ``classify(error) -> "not_sent" | "rejected" | "in_doubt"`` (default: in_doubt).
     - ``clock() -> float``: the clock the dedupe window is measured on (default: time.time).
+    - ``dedupe_margin: timedelta``: how long before the window's end, less ``settle_time``, a
+      resend stops relying on the window (default 5 minutes).
     - ``confirmation(result) -> str | None``: the target's reference for what it did (a refund
       id), cited by the receipt.
     """
@@ -59,12 +68,26 @@ class Capabilities:
     dedupe_window: timedelta | None
     queryable: bool
     settle_time: timedelta
+    dedupe_margin: timedelta = DEFAULT_DEDUPE_MARGIN
 
     @property
     def tier(self) -> int:
         if self.dedupe_window is not None:
             return 1
         return 2 if self.queryable else 3
+
+    def resend_deduped(self, first_dispatch_ts: float | None, now: float) -> bool:
+        """Whether a resend sent at ``now`` (the target's clock) is still sure to be deduped:
+        it must land, ``settle_time`` later at worst, ``dedupe_margin`` before the window that
+        opened at the first dispatch closes."""
+        if self.dedupe_window is None or first_dispatch_ts is None:
+            return False
+        usable = self.dedupe_window - self.settle_time - self.dedupe_margin
+        return now < first_dispatch_ts + usable.total_seconds()
+
+
+class TargetDeclarationError(ValueError):
+    """A target declares what it cannot honestly promise (raised when ``gated`` is applied)."""
 
 
 def capabilities(target: EffectTarget) -> Capabilities:
@@ -74,7 +97,37 @@ def capabilities(target: EffectTarget) -> Capabilities:
         dedupe_window=window if window and window > timedelta(0) else None,
         queryable=callable(getattr(target, "query", None)),
         settle_time=settle,
+        dedupe_margin=getattr(target, "dedupe_margin", DEFAULT_DEDUPE_MARGIN),
     )
+
+
+def check_declaration(target: EffectTarget) -> Capabilities:
+    """The target's capabilities, refused when they do not add up: durations that are not
+    ``timedelta`` or are negative, or a dedupe window too short to rely on at all."""
+    name = getattr(target, "name", type(target).__name__)
+    for attr, optional in (("dedupe_window", True), ("settle_time", False)):
+        value = getattr(target, attr, None if optional else timedelta(0))
+        if value is None and optional:
+            continue
+        if not isinstance(value, timedelta) or value < timedelta(0):
+            raise TargetDeclarationError(
+                f"target {name}: {attr} must be a non-negative timedelta"
+                + (" or None" if optional else "")
+            )
+    margin = getattr(target, "dedupe_margin", DEFAULT_DEDUPE_MARGIN)
+    if not isinstance(margin, timedelta) or margin < timedelta(0):
+        raise TargetDeclarationError(
+            f"target {name}: dedupe_margin must be a non-negative timedelta"
+        )
+    caps = capabilities(target)
+    if caps.dedupe_window is not None and caps.dedupe_window <= caps.settle_time + margin:
+        raise TargetDeclarationError(
+            f"target {name}: dedupe_window must exceed settle_time + dedupe_margin "
+            f"({caps.settle_time + margin}): a resend near the window's end could be processed "
+            "after the target forgot its key. Lower dedupe_margin or settle_time, or declare "
+            "no dedupe_window"
+        )
+    return caps
 
 
 async def resolve(value: T | Any) -> T:

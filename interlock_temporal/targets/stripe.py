@@ -3,12 +3,16 @@
 What Stripe can honestly promise (tier 1):
 
 - it dedupes a resend that carries the same ``Idempotency-Key`` (the effect id) for at least
-  24 hours, so inside that window, measured from the first dispatch, a resend is safe;
+  24 hours, so inside that window, measured from the first dispatch, less ``settle_time`` and
+  the gate's margin, a resend is safe;
 - a refund is found again by listing the charge's refunds and matching ``metadata.effect_id``
   (there is no refunds search, and the Search API is not read-after-write), which is how
   recovery asks after the window;
 - a request Stripe is still executing after its sender died may land later: ``settle_time``
-  covers it before "not found" is believed.
+  covers it before "not found" is believed. It must also cover the SDK's own retries: a
+  ``StripeClient(max_network_retries=N)`` may send a request again, and have it processed, up
+  to N backoffs and N+1 request timeouts after the gate handed it over; raise ``settle_time``
+  to match when you raise N (the default client retries 0 times).
 
 Never import this module from workflow code (the workflow sandbox rejects ``stripe``).
 """
