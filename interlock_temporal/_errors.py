@@ -105,6 +105,21 @@ class ApprovalRequired(ApplicationError):
         self.binding = binding
 
 
+class JournalCorruptError(ApplicationError):
+    """The effect's journal entries do not verify: nothing was decided or sent on it. Not
+    retryable; the details name the effect and the entry (``{"effect_id", "seq"}``)."""
+
+    def __init__(self, message: str, effect_id: str | None, seq: int | None) -> None:
+        super().__init__(
+            message,
+            {"effect_id": effect_id, "seq": seq},
+            type="JournalCorrupt",
+            non_retryable=True,
+        )
+        self.effect_id = effect_id
+        self.seq = seq
+
+
 class JournalUnavailableError(ApplicationError):
     """The journal cannot be written: nothing was sent. Retryable."""
 

@@ -24,6 +24,7 @@ from ._errors import (
     EffectRefused,
     InterlockDenied,
     InvalidEffectInput,
+    JournalCorruptError,
     JournalUnavailableError,
 )
 from ._gated import EffectContext, GateSpec, _cost, _current, parameter_names, spec_of
@@ -34,6 +35,7 @@ from .core.errors import (
     Denied,
     InFlight,
     InvalidCall,
+    JournalCorrupt,
     JournalUnavailable,
     NeedsApproval,
     Refused,
@@ -74,6 +76,8 @@ def _as_temporal_errors() -> Iterator[None]:
         raise InvalidEffectInput(str(e)) from None
     except JournalUnavailable as e:
         raise JournalUnavailableError(str(e)) from None
+    except JournalCorrupt as e:
+        raise JournalCorruptError(str(e), e.effect_id, e.seq) from None
     except Denied as d:
         raise InterlockDenied(d) from None
     except NeedsApproval as n:

@@ -279,13 +279,25 @@ def render_leases(leases: Sequence[Lease], now: float) -> str:
             lease_state(lease, now),
             "*" if lease.activities is None else _text(lease.activities),
             _NONE if lease.max_amount_cents is None else str(lease.max_amount_cents),
+            _NONE
+            if lease.budget_cents is None
+            else f"{lease.reserved_cents or 0}/{lease.budget_cents}",
             "*" if lease.resources is None else _text(lease.resources),
             fmt_time(lease.issued_at),
             "never" if lease.expires_at is None else fmt_time(lease.expires_at),
         ]
         for lease in leases
     ]
-    headers = ["LEASE", "PRINCIPAL", "STATE", "ACTIVITIES", "MAX_CENTS", "RESOURCES", "ISSUED"]
+    headers = [
+        "LEASE",
+        "PRINCIPAL",
+        "STATE",
+        "ACTIVITIES",
+        "MAX_CENTS",
+        "RESERVED/BUDGET",
+        "RESOURCES",
+        "ISSUED",
+    ]
     return render_table([*headers, "EXPIRES"], rows)
 
 

@@ -5,8 +5,8 @@
     interlock effects list [--state KIND | --in-doubt] [--older-than AGE] [--limit N] [--json]
     interlock effects show EFFECT_ID [--json]
     interlock effects reopen EFFECT_ID --operator O [--note N]
-    interlock leases issue PRINCIPAL [--activity A]... [--max-amount-cents N] [--resource R]...
-                                     [--ttl 1h|30m|90s]
+    interlock leases issue PRINCIPAL [--activity A]... [--max-amount-cents N] [--budget-cents N]
+                           [--resource R]... [--ttl 1h|30m|90s]
     interlock leases revoke LEASE_ID
     interlock leases list [--json]
 
@@ -479,6 +479,7 @@ def cmd_leases_issue(args: argparse.Namespace) -> int:
                 args.principal,
                 activities=args.activity,
                 max_amount_cents=args.max_amount_cents,
+                budget_cents=args.budget_cents,
                 resources=args.resource,
                 ttl=args.ttl,
             )
@@ -1260,6 +1261,13 @@ def build_parser() -> argparse.ArgumentParser:
         type=_count,
         metavar="N",
         help="the largest amount one effect may carry",
+    )
+    issue.add_argument(
+        "--budget-cents",
+        type=_count,
+        metavar="N",
+        help="the most all its effects together may carry: each reserves its amount when "
+        "dispatched, and gets it back only if it ends without executing",
     )
     issue.add_argument(
         "--resource",

@@ -22,11 +22,13 @@ import hmac
 import itertools
 import json
 import os
+import sqlite3
 import threading
 import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator, Sequence
 from datetime import timedelta
+from pathlib import Path
 from typing import Any, Protocol
 
 import pytest
@@ -47,10 +49,15 @@ from interlock_temporal.core.journal import (
 )
 from interlock_temporal.core.leases import Demand, check_lease
 from interlock_temporal.core.models import Draft, Entry, JournalHead, Kind, Lease
+from interlock_temporal.core.signing import Ed25519Key
 
 KEY = "11" * 32
 OTHER_KEY = "22" * 32
 FORGER_KEY = "33" * 32
+#: a journal the previous release wrote (schema 3, entry format 1), and the key it signed with
+#: (tests/fixtures/make_schema3_journal.py)
+SCHEMA3_FIXTURE = Path(__file__).parent / "fixtures" / "schema3_journal.db"
+SCHEMA3_KEY = "3c" * 32
 
 A = effect_id("conformance.refund", {"case": "A"})
 B = effect_id("conformance.refund", {"case": "B"})
@@ -122,6 +129,35 @@ def populate(journal: Journal) -> dict[int, Entry]:
     return written
 
 
+def schema3_rows() -> dict[str, tuple[list[str], list[tuple[Any, ...]]]]:
+    """The fixture's tables as the previous release left them: (columns, rows) by table."""
+    db = sqlite3.connect(f"{SCHEMA3_FIXTURE.resolve().as_uri()}?mode=ro", uri=True)
+    try:
+        names = [
+            r[0]
+            for r in db.execute(
+                "SELECT name FROM sqlite_master WHERE type = 'table' AND name <> 'meta'"
+            )
+        ]
+        tables = {}
+        for name in names:
+            cursor = db.execute(f"SELECT * FROM {name}")
+            tables[name] = ([d[0] for d in cursor.description], cursor.fetchall())
+        return tables
+    finally:
+        db.close()
+
+
+def schema3_values() -> dict[tuple[str, str], Any]:
+    """Each effect's latest value of each name in the fixture."""
+    _, rows = schema3_rows()["entries"]
+    latest: dict[tuple[str, str], Any] = {}
+    for _seq, eid, _kind, _prev, _hash, _key, _sig, _body, vals in sorted(rows):
+        for name, value in json.loads(vals or "{}").items():
+            latest[(eid, name)] = value
+    return latest
+
+
 def raw_of(entry: Entry) -> RawEntry:
     return RawEntry(
         seq=entry.seq,
@@ -133,6 +169,16 @@ def raw_of(entry: Entry) -> RawEntry:
         sig=entry.sig,
         body=entry.body,
     )
+
+
+def journal_hash(tamper: Any, seq: int) -> str:
+    (row,) = tamper._query("SELECT hash FROM entries WHERE seq = ?", (seq,))
+    return str(row[0])
+
+
+def signed_ts(tamper: Any, seq: int) -> float:
+    (row,) = tamper._query("SELECT body FROM entries WHERE seq = ?", (seq,))
+    return float(json.loads(bytes(row[0]))["ts"])
 
 
 def key_id(hex_key: str) -> str:
@@ -184,6 +230,25 @@ class SqlTamper(ABC):
         assert column in TAMPERABLE_COLUMNS
         self._exists(seq)
         self._run((f"UPDATE entries SET {column} = ? WHERE seq = ?", (value, seq)))
+
+    def edit_vals(self, seq: int, vals: str | None) -> None:
+        """Replace the values stored beside entry ``seq`` (its signed bytes stay)."""
+        self._exists(seq)
+        self._run(("UPDATE entries SET vals = ? WHERE seq = ?", (vals, seq)))
+
+    def vals(self, seq: int) -> str | None:
+        (row,) = self._query("SELECT vals FROM entries WHERE seq = ?", (seq,))
+        return None if row[0] is None else str(row[0])
+
+    def edit_row(self, effect: str, column: str, value: Any) -> None:
+        """Set one column of an effect's index row (the effects table)."""
+        assert self._query("SELECT 1 FROM effects WHERE effect_id = ?", (effect,))
+        self._run((f"UPDATE effects SET {column} = ? WHERE effect_id = ?", (value, effect)))
+
+    @abstractmethod
+    def load_schema3(self) -> None:
+        """Make the store exactly what the previous release wrote: ``SCHEMA3_FIXTURE``'s tables
+        and rows at schema 3, in this backend."""
 
     def delete(self, seq: int) -> None:
         self._exists(seq)
@@ -315,7 +380,12 @@ class JournalConformance:
         assert written[0].prev == ""
         assert written[1].prev == written[0].hash
         assert written[2].prev == written[1].hash
-        assert written[0].data == {"payload_digest": "d" * 64, "amount": 3000}
+        # the first entry signs the effect's type, so the index row can be checked against it
+        assert written[0].data == {
+            "payload_digest": "d" * 64,
+            "amount": 3000,
+            "effect_type": "refund",
+        }
         assert written[1].data == {"lease_id": "lease_1"}
 
         read = journal.read(A)
@@ -752,41 +822,160 @@ class JournalConformance:
         assert journal.blob(A, "approved") == {"amount_cents": 2000}
         assert journal.blob(A, "result") == "ok"
 
-    def test_a_schema_2_store_keeps_its_values(
-        self, open_store: Callable[..., Journal], tamper: SqlTamper
-    ) -> None:
-        journal = open_store()
-        populate(journal)
-        valued = {
-            D: [
-                (Kind.PROPOSED, {"approved": {"n": 1}}),
-                (Kind.CONFIRMED, {}),
-                (Kind.DISPATCHED, {"approved": {"n": 2}, "proposed": "café"}),
-            ],
-            E: [(Kind.PROPOSED, {"approved": [1, 2.5]}), (Kind.DISPATCHED, {"result": None})],
-        }
-        for eid, appends in valued.items():
-            head = ""
-            for kind, values in appends:
-                (entry,) = journal.append(eid, head, [draft(kind)], effect_type="t", blobs=values)
-                head = entry.hash
-        names = ("proposed", "approved", "result")
-        before = {(e, n): journal.blob(e, n) for e in (A, B, C, D, E) for n in names}
-        assert before[(D, "approved")] == {"n": 2} and before[(E, "result")] is None
-        raw = list(journal.iter_raw())
-        journal.close()
-        tamper.to_schema_2()
+    @pytest.fixture
+    def open_schema3(
+        self, journal_factory: Callable[..., Journal]
+    ) -> Iterator[Callable[[], Journal]]:
+        """Open the previous release's journal after ``tamper.load_schema3()``: signed now with
+        this suite's key, the fixture's key kept to verify what it signed (a rotation)."""
+        opened: list[Journal] = []
 
-        again = open_store()
-        assert again.schema_version() == SCHEMA_VERSION
-        assert {(e, n): again.blob(e, n) for e in (A, B, C, D, E) for n in names} == before
-        assert list(again.iter_raw()) == raw
-        assert again.verify().ok
-        row = again.row(E)
-        assert row is not None
-        again.append(E, row.head, [draft(Kind.COMMITTED)], blobs={"result": "ok"})
-        assert again.blob(E, "result") == "ok"
-        assert again.blob(E, "approved") == [1, 2.5]
+        def open_() -> Journal:
+            journal = journal_factory(signing_key=scheme_key(KEY), older_keys=[SCHEMA3_KEY])
+            opened.append(journal)
+            return journal
+
+        yield open_
+        for journal in opened:
+            journal.close()
+
+    def test_a_journal_of_the_previous_release_migrates_and_binds_its_values(
+        self, open_schema3: Callable[[], Journal], tamper: SqlTamper
+    ) -> None:
+        tamper.load_schema3()
+        _, fixture_entries = schema3_rows()["entries"]
+        before = schema3_values()
+        valued = {eid for eid, _ in before}
+        assert len(valued) == 4 and len(fixture_entries) == 15  # the fixture as committed
+
+        journal = open_schema3()
+        assert journal.schema_version() == SCHEMA_VERSION
+        raw = list(journal.iter_raw())
+        # the old entries stay exactly as written; one signed VALUES_BOUND per valued effect
+        assert [(r.seq, r.hash, r.sig, r.body) for r in raw[:15]] == [
+            (row[0], row[4], row[6], bytes(row[7])) for row in sorted(fixture_entries)
+        ]
+        bound = raw[15:]
+        assert [r.kind for r in bound] == ["VALUES_BOUND"] * len(valued)
+        assert {r.effect_id for r in bound} == valued
+        assert all(r.key_id == key_id(KEY) for r in bound)
+        report = journal.verify()
+        assert report.ok, report
+        assert report.entries == 15 + len(valued)
+        assert {(e, n): journal.blob(e, n) for e, n in before} == before
+        # reopening does not bind again
+        journal.close()
+        assert len(list(open_schema3().iter_raw())) == 15 + len(valued)
+
+    def test_an_edited_value_of_the_previous_release_is_named_after_migration(
+        self, open_schema3: Callable[[], Journal], tamper: SqlTamper
+    ) -> None:
+        tamper.load_schema3()
+        journal = open_schema3()
+        (in_doubt,) = journal.in_doubt()
+        (seq,) = [e.seq for e in journal.read(in_doubt.effect_id) if e.kind is Kind.DISPATCHED]
+        vals = tamper.vals(seq)
+        assert vals is not None and '"amount_cents":1500' in vals
+        tamper.edit_vals(seq, vals.replace('"amount_cents":1500', '"amount_cents":4900'))
+        report = journal.verify()
+        assert not report.ok and report.first_bad_seq == seq, report
+        with pytest.raises(JournalCorrupt) as caught:
+            journal.read(in_doubt.effect_id)
+        assert (caught.value.effect_id, caught.value.seq) == (in_doubt.effect_id, seq)
+
+    def test_a_schema_2_store_keeps_its_values(
+        self, open_schema3: Callable[[], Journal], tamper: SqlTamper
+    ) -> None:
+        tamper.load_schema3()
+        before = schema3_values()
+        tamper.to_schema_2()
+        journal = open_schema3()
+        assert journal.schema_version() == SCHEMA_VERSION
+        assert journal.verify().ok
+        # schema 3 kept each effect's latest value of each name on its head entry
+        assert {(e, n): journal.blob(e, n) for e, n in before} == before
+
+    def test_a_verify_only_open_cannot_migrate_values_it_cannot_sign(
+        self, journal_factory: Callable[..., Journal], tamper: SqlTamper
+    ) -> None:
+        tamper.load_schema3()
+        auditor = Ed25519Key(bytes.fromhex(OTHER_KEY)).public_text
+        with pytest.raises(JournalConfigError, match="signing key"):
+            journal_factory(signing_key=None, older_keys=[SCHEMA3_KEY], public_keys=[auditor])
+
+    # -- values are signed, and every read checks them ------------------------------------------
+
+    def test_an_edited_value_is_named_by_its_seq(self, journal: Journal, tamper: Tamper) -> None:
+        (_, dispatched) = journal.append(
+            A,
+            "",
+            [draft(Kind.PROPOSED), draft(Kind.DISPATCHED)],
+            effect_type="refund",
+            blobs={"approved": [{"amount_cents": 2000}]},
+        )
+        journal.append(B, "", [draft(Kind.PROPOSED)], effect_type="refund")
+        assert journal.verify().ok
+        tamper.edit_vals(dispatched.seq, '{"approved":[{"amount_cents":9000}]}')
+        report = journal.verify()
+        assert not report.ok and report.first_bad_seq == dispatched.seq, report
+        assert report.problem is not None and "values" in report.problem
+        for read in (lambda: journal.read(A), lambda: journal.blob(A, "approved")):
+            with pytest.raises(JournalCorrupt) as caught:
+                read()
+            assert (caught.value.effect_id, caught.value.seq) == (A, dispatched.seq)
+        assert journal.blob(B, "approved") is None  # other effects read as before
+
+    @pytest.mark.parametrize("vals", [None, '{"result":"ok"}'])
+    def test_a_value_deleted_or_added_outside_the_journal_is_caught(
+        self, journal: Journal, tamper: Tamper, vals: str | None
+    ) -> None:
+        first, second = journal.append(
+            A, "", [draft(Kind.PROPOSED), draft(Kind.DISPATCHED)], effect_type="refund"
+        )
+        journal.append(A, second.hash, [draft(Kind.COMMITTED)], blobs={"result": "fine"})
+        seq = first.seq if vals else second.seq + 1
+        tamper.edit_vals(seq, vals)
+        report = journal.verify()
+        assert not report.ok and report.first_bad_seq == seq, report
+        with pytest.raises(JournalCorrupt):
+            journal.read(A)
+
+    def test_an_edit_in_the_middle_of_a_chain_is_caught_when_the_effect_is_read(
+        self, journal: Journal, tamper: Tamper
+    ) -> None:
+        entries = populate(journal)
+        doc = json.loads(entries[4].body)  # A's DISPATCHED, between two of its entries
+        doc["data"] = {"n": 4, "amount_cents": 999999}
+        tamper.edit_body(4, rfc8785.dumps(doc))
+        with pytest.raises(JournalCorrupt) as caught:
+            journal.read(A)
+        assert (caught.value.effect_id, caught.value.seq) == (A, 4)
+        assert "seq=4" in str(caught.value)
+        assert [e.seq for e in journal.read(B)] == [3, 5]  # other effects read as before
+
+    @pytest.mark.parametrize(
+        ("column", "value"),
+        [
+            ("status", "COMMITTED"),
+            ("head", "0" * 64),
+            ("head_seq", 2),
+            ("effect_type", "conformance.other"),
+            ("updated_ts", 1.0),
+            ("first_dispatch_ts", 1.0),
+            ("last_dispatch_ts", None),
+        ],
+    )
+    def test_an_edited_effects_row_is_named_by_its_effects_head(
+        self, journal: Journal, tamper: Tamper, column: str, value: Any
+    ) -> None:
+        populate(journal)
+        tamper.edit_row(B, column, value)
+        report = journal.verify()
+        assert not report.ok and report.first_bad_seq == 5, report
+        assert report.problem is not None and column in report.problem
+        with pytest.raises(JournalCorrupt) as caught:
+            journal.read(B)
+        assert (caught.value.effect_id, caught.value.seq) == (B, 5)
 
     def test_a_blob_that_cannot_be_stored_rolls_back_the_entries(self, journal: Journal) -> None:
         with pytest.raises(UnserializableInput):
@@ -1074,8 +1263,20 @@ class JournalConformance:
         assert journal.verify(str(recorded)).ok
 
         tamper.truncate_after(6)
+        # the effects table still names the cut entries as heads
         cut = journal.verify()
-        assert cut.ok, cut  # a clean cut is invisible without the head
+        assert not cut.ok and cut.first_bad_seq == 7, cut
+        # a cut that rewrites the effects table to match is invisible without the head
+        tamper.edit_row(A, "head", journal_hash(tamper, 4))
+        tamper.edit_row(A, "head_seq", 4)
+        tamper.edit_row(A, "status", "DISPATCHED")
+        tamper.edit_row(A, "updated_ts", signed_ts(tamper, 4))
+        tamper.edit_row(C, "head", journal_hash(tamper, 6))
+        tamper.edit_row(C, "head_seq", 6)
+        tamper.edit_row(C, "status", "PROPOSED")
+        tamper.edit_row(C, "updated_ts", signed_ts(tamper, 6))
+        cut = journal.verify()
+        assert cut.ok, cut
         assert cut.entries == 6
 
         for head in (recorded, str(recorded)):

@@ -162,14 +162,19 @@ def test_tampering_with_an_ed25519_journal_names_the_first_bad_entry(
     assert f"seq={first_bad}" in str(report)
 
 
-def test_a_cut_tail_passes_without_the_head_and_fails_with_it(tmp_path: Path) -> None:
+def test_a_cut_tail_is_caught_by_the_effects_table_and_by_the_recorded_head(
+    tmp_path: Path,
+) -> None:
     db = tmp_path / "j.db"
     journal = filled(db)
     head = journal.head()
     journal.close()
     sql(db, "DELETE FROM entries WHERE seq > 6")
     with auditor(db, public_of(SEED)) as cut:
-        assert cut.verify().ok
+        # the effects table still names entries that are gone (a cut that rewrites the table
+        # too is caught only by the head: the conformance suite shows it)
+        index = cut.verify()
+        assert not index.ok and index.first_bad_seq is not None and index.first_bad_seq > 6
         report = cut.verify(head)
         assert not report.ok and report.first_bad_seq == 7
         assert "tail cut" in (report.problem or "")

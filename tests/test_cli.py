@@ -260,11 +260,12 @@ def test_head_round_trips_into_verify_head(world: World, cli: Any, tmp_path: Pat
     as_json = cli("--journal", world.url, "journal", "head", "--json")
     assert JournalHead.model_validate(as_json.json()) == head
 
-    # cut the tail: verify alone cannot tell, the recorded head can
+    # cut the tail: the effects table still names the lost entry, and the recorded head does
     with sqlite3.connect(world.db) as conn:
         conn.execute("DELETE FROM entries WHERE seq = ?", (head.seq,))
     conn.close()
-    assert cli("--journal", world.url, "journal", "verify").code == 0
+    alone = cli("--journal", world.url, "journal", "verify")
+    assert alone.code == 1 and f"FAILED at entry seq {head.seq}" in alone.out, alone.out
     cut = cli("--journal", world.url, "journal", "verify", "--head", printed)
     assert cut.code == 1
     assert "tail cut" in cut.out
@@ -526,6 +527,40 @@ def test_leases_issue_list_revoke(world: World, cli: Any) -> None:
 
     missing = cli("--journal", world.url, "leases", "revoke", "lease_nope")
     assert missing.code == 2 and "no lease" in missing.err
+
+
+def test_leases_with_a_budget_show_what_is_reserved(world: World, cli: Any) -> None:
+    issued = cli("--journal", world.url, "leases", "issue", "refund-bot", "--budget-cents", "3000")
+    assert issued.code == 0, issued.err
+    lease_id = issued.out.strip()
+    with world.open() as journal:
+        lease = journal.leases.get(lease_id)
+        assert lease is not None and (lease.budget_cents, lease.reserved_cents) == (3000, 0)
+        (ticket,) = journal.append(
+            "b" * 64,
+            "",
+            [
+                Draft(kind=Kind.PROPOSED, data={}),
+                Draft(
+                    kind=Kind.DISPATCHED,
+                    data={"budget": {"lease_id": lease_id, "cents": 2000}},
+                ),
+            ],
+            effect_type="refund",
+        )[-1:]
+        assert ticket.kind is Kind.DISPATCHED
+    (doc,) = [
+        d
+        for d in cli("--journal", world.url, "leases", "list", "--json").json()
+        if d["lease_id"] == lease_id
+    ]
+    assert (doc["budget_cents"], doc["reserved_cents"]) == (3000, 2000)
+    table = cli("--journal", world.url, "leases", "list").out
+    assert "RESERVED/BUDGET" in table
+    row = next(line for line in table.splitlines() if line.startswith(lease_id))
+    assert "2000/3000" in row.split()
+    bad = cli("--journal", world.url, "leases", "issue", "x", "--budget-cents", "-5")
+    assert bad.code == 2
 
 
 def test_leases_revoke_expired_is_nothing_to_do(world: World, cli: Any) -> None:

@@ -12,13 +12,14 @@ import psycopg
 import pytest
 
 from interlock_temporal.core.journal import Journal, open_journal
-from interlock_temporal.core.postgres_journal import PostgresJournal
+from interlock_temporal.core.postgres_journal import _MIGRATIONS, PostgresJournal
 from interlock_temporal.testing import PostgresServer
 
-from .journal_conformance import KEY, JournalConformance, SqlTamper
+from .journal_conformance import KEY, JournalConformance, SqlTamper, schema3_rows
 
 TABLES = (
-    "entries, effects, leases, policy_sessions, policy_spend, policy_admissions, policy_approvals"
+    "entries, effects, leases, policy_sessions, policy_spend, policy_admissions, "
+    "policy_approvals, lease_spend, lease_charges"
 )
 
 
@@ -57,12 +58,32 @@ class PgTamper(SqlTamper):
         )
         return [r[0] for r in rows]
 
+    def load_schema3(self) -> None:
+        """The previous release's schema (its first three migrations) and the fixture's rows."""
+        with psycopg.connect(self.url) as conn, conn.transaction():
+            for table in self._tables():
+                conn.execute(f"DROP TABLE {table} CASCADE")  # type: ignore[arg-type]
+            for migration in _MIGRATIONS[:3]:
+                for statement in migration.split(";"):
+                    if statement.strip():
+                        conn.execute(statement)  # type: ignore[arg-type]
+            conn.execute("CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT)")
+            conn.execute("INSERT INTO meta (key, value) VALUES ('schema_version', '3')")
+            for table, (columns, rows) in schema3_rows().items():
+                marks = ", ".join(["%s"] * len(columns))
+                sql = f"INSERT INTO {table} ({', '.join(columns)}) VALUES ({marks})"
+                for row in rows:
+                    conn.execute(sql, row)  # type: ignore[arg-type]
+            conn.execute("UPDATE journal_seq SET seq = (SELECT MAX(seq) FROM entries)")
+
 
 class TestPostgresJournal(JournalConformance):
     @pytest.fixture
     def journal_factory(self, clean: str) -> Callable[..., Journal]:
-        def factory(signing_key: str = KEY, older_keys: Sequence[str] = ()) -> Journal:
-            return open_journal(clean, signing_key=signing_key, older_keys=older_keys)
+        def factory(
+            signing_key: str | None = KEY, older_keys: Sequence[str] = (), **options: Any
+        ) -> Journal:
+            return open_journal(clean, signing_key=signing_key, older_keys=older_keys, **options)
 
         return factory
 

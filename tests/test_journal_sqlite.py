@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import os
+import shutil
 import sqlite3
 import stat
 import subprocess
@@ -32,6 +33,7 @@ from interlock_temporal.core.sqlite_journal import IN_DOUBT_SQL
 from .journal_conformance import (
     KEY,
     OTHER_KEY,
+    SCHEMA3_FIXTURE,
     JournalConformance,
     SqlTamper,
     draft,
@@ -73,6 +75,11 @@ class SqliteTamper(SqlTamper):
         rows = self._query("SELECT name FROM sqlite_master WHERE type = 'table' ORDER BY name")
         return [r[0] for r in rows]
 
+    def load_schema3(self) -> None:
+        for stale in (self.path, Path(f"{self.path}-wal"), Path(f"{self.path}-shm")):
+            stale.unlink(missing_ok=True)
+        shutil.copyfile(SCHEMA3_FIXTURE, self.path)
+
 
 @pytest.fixture
 def db_path(tmp_path: Path) -> Path:
@@ -87,9 +94,11 @@ def no_env_key(monkeypatch: pytest.MonkeyPatch) -> None:
 class TestSqliteJournal(JournalConformance):
     @pytest.fixture
     def journal_factory(self, db_path: Path) -> Callable[..., Journal]:
-        def factory(signing_key: str = KEY, older_keys: Sequence[str] = ()) -> Journal:
+        def factory(
+            signing_key: str | None = KEY, older_keys: Sequence[str] = (), **options: Any
+        ) -> Journal:
             return open_journal(
-                f"sqlite:///{db_path}", signing_key=signing_key, older_keys=older_keys
+                f"sqlite:///{db_path}", signing_key=signing_key, older_keys=older_keys, **options
             )
 
         return factory

@@ -17,7 +17,21 @@ class JournalConfigError(InterlockError):
 
 
 class JournalCorrupt(InterlockError):
-    """The journal's stored entries are not what was signed (torn tail, edited entry)."""
+    """The journal's stored entries are not what was signed (torn tail, edited entry, edited
+    value). ``effect_id`` and ``seq`` name where, when an effect's read found it."""
+
+    effect_id: str | None = None
+    seq: int | None = None
+    problem: str | None = None
+
+    @classmethod
+    def at(cls, effect_id: str, seq: int, problem: str) -> JournalCorrupt:
+        err = cls(
+            f"journal entry seq={seq} of effect {effect_id}: {problem}. Nothing was decided on "
+            "this effect: run `interlock journal verify` and restore the journal from a copy"
+        )
+        err.effect_id, err.seq, err.problem = effect_id, seq, problem
+        return err
 
 
 class JournalUnavailable(InterlockError):

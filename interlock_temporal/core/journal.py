@@ -1,11 +1,20 @@
 """The journal: append-only, one signed entry per transition, hash-chained per effect.
 
 Each entry's signed bytes are the RFC 8785 canonical JSON of
-``{v, seq, ts, effect_id, kind, prev, key_id, data}``; ``hash`` is sha256 of those bytes and
-``sig`` signs the hash. The bytes are stored as written, so verification hashes what was signed
-instead of canonicalising again. ``prev`` is the hash of the previous entry *of the same
+``{v, seq, ts, effect_id, kind, prev, key_id, data[, vals]}``; ``hash`` is sha256 of those bytes
+and ``sig`` signs the hash. The bytes are stored as written, so verification hashes what was
+signed instead of canonicalising again. ``prev`` is the hash of the previous entry *of the same
 effect* (empty for the first), and appends are conditional on it, so no chain can fork.
 ``seq`` is dense and signed, so a dropped entry leaves a gap.
+
+The values an append stores beside its last entry (the approved input, the result) are bound to
+it: ``vals`` is the sha256 of their stored bytes, so an edit of any value is an entry that no
+longer verifies. Entries of format 1 (before schema 4) held no such digest; the migration to
+schema 4 appends one ``VALUES_BOUND`` entry per effect that binds the values it had then.
+
+Every read of an effect checks that effect's chain (hashes, signatures, links, value digests)
+and its index row before returning anything: a corrupt effect raises ``JournalCorrupt`` naming
+the entry, and nothing is decided on it.
 """
 
 from __future__ import annotations
@@ -38,10 +47,11 @@ from .signing import (
     parse_key,
 )
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 #: the effect type of policy chains (``policy:<session>``)
 POLICY_CHAIN_TYPE = "interlock.policy"
-ENTRY_VERSION = 1
+#: 2: the signed bytes hold the digest of the values stored beside the entry (``vals``)
+ENTRY_VERSION = 2
 
 
 def policy_chain(session: str) -> str:
@@ -54,7 +64,7 @@ Build = Sequence[Draft] | Callable[[Lease | None], Sequence[Draft]]
 
 @dataclass(frozen=True, slots=True)
 class RawEntry:
-    """An entry as stored: what verification reads."""
+    """An entry as stored: what verification reads. ``vals``: the values stored beside it."""
 
     seq: int
     effect_id: str
@@ -64,6 +74,12 @@ class RawEntry:
     key_id: str
     sig: str
     body: bytes
+    vals: str | None = None
+
+
+def values_digest(vals: str) -> str:
+    """The digest an entry signs of the values stored beside it: sha256 of their stored text."""
+    return hashlib.sha256(vals.encode()).hexdigest()
 
 
 def encode_entry(
@@ -75,22 +91,24 @@ def encode_entry(
     prev: str,
     key: SigningKey,
     data: Mapping[str, Any],
+    vals: str | None = None,
 ) -> Entry:
-    """Build and sign one entry."""
+    """Build and sign one entry; ``vals``, the values to store beside it, are bound by digest."""
     if type(data) is not dict:
         data = dict(data)
-    body = canonical_json(
-        {
-            "v": ENTRY_VERSION,
-            "seq": seq,
-            "ts": ts,
-            "effect_id": effect_id,
-            "kind": kind.value,
-            "prev": prev,
-            "key_id": key.key_id,
-            "data": data,
-        }
-    )
+    doc: dict[str, Any] = {
+        "v": ENTRY_VERSION,
+        "seq": seq,
+        "ts": ts,
+        "effect_id": effect_id,
+        "kind": kind.value,
+        "prev": prev,
+        "key_id": key.key_id,
+        "data": data,
+    }
+    if vals is not None:
+        doc["vals"] = values_digest(vals)
+    body = canonical_json(doc)
     digest = hashlib.sha256(body).digest()
     # validated (the entry gets its own copy of ``data``): faster than model_construct
     return Entry(
@@ -108,6 +126,7 @@ def encode_entry(
 
 
 def decode_entry(raw: RawEntry) -> Entry:
+    """An entry as the gate uses it: only for an entry that verified (``check_chain``)."""
     doc = json.loads(raw.body)
     return Entry(
         seq=raw.seq,
@@ -120,7 +139,16 @@ def decode_entry(raw: RawEntry) -> Entry:
         key_id=raw.key_id,
         sig=raw.sig,
         body=raw.body,
+        values=None if raw.vals is None else json.loads(raw.vals),
     )
+
+
+def value_of(entries: Sequence[Entry], name: str) -> Any:
+    """The value last stored under ``name`` with one of these (verified) entries, or None."""
+    for entry in reversed(entries):
+        if entry.values is not None and name in entry.values:
+            return entry.values[name]
+    return None
 
 
 #: a JSON string as ``json.dumps(..., ensure_ascii=False)`` writes it (the C encoder)
@@ -136,12 +164,21 @@ def _signed_tail(raw: RawEntry) -> bytes:
     ).encode()
 
 
-_VERSION_END = f',"v":{ENTRY_VERSION}}}'.encode()
+_V1_END = b',"v":1}'
+_V2_END = b',"v":2}'
+#: a format-2 entry with values ends ``,"v":2,"vals":"<64 hex>"}``
+_V2_VALS = b',"v":2,"vals":"'
+_V2_VALS_END_LEN = len(_V2_VALS) + 64 + 2
+#: what ``check_entry`` says of a format-1 entry with values: they verify only once a later
+#: ``VALUES_BOUND`` entry of its effect binds them
+UNBOUND = "unbound"
 
 
 def check_entry(raw: RawEntry, keyring: Keyring) -> str | None:
-    """What is wrong with one stored entry, or None: its bytes hash to its hash, its signature
-    holds, and the signed fields agree with the stored columns."""
+    """What is wrong with one stored entry, or None (or ``UNBOUND``: a format-1 entry whose
+    values its chain must bind): its bytes hash to its hash, its signature holds, the signed
+    fields agree with the stored columns, and the values stored beside it are the ones it
+    signed."""
     body = raw.body if isinstance(raw.body, bytes) else str(raw.body).encode()
     digest = hashlib.sha256(body).digest()
     if digest.hex() != raw.hash:
@@ -156,13 +193,23 @@ def check_entry(raw: RawEntry, keyring: Keyring) -> str | None:
     # inside a string would have its quotes escaped)
     tail = _signed_tail(raw)
     at = body.rfind(b',"effect_id":')
-    if (
-        at > 0
-        and body.startswith(tail, at)
-        and body.endswith(_VERSION_END)
-        and body.startswith(b'{"data":')
-    ):
-        return None
+    if at > 0 and body.startswith(tail, at) and body.startswith(b'{"data":'):
+        if raw.vals is None:
+            if body.endswith(_V2_END) or body.endswith(_V1_END):
+                return None
+            if body.endswith(b'"}') and body[-_V2_VALS_END_LEN:].startswith(_V2_VALS):
+                return "its signed bytes bind values that are not stored (deleted)"
+        else:
+            if body.endswith(_V1_END):
+                return UNBOUND
+            if body.endswith(_V2_VALS + values_digest(raw.vals).encode() + b'"}'):
+                return None
+            if body.endswith(_V2_END) or body[-_V2_VALS_END_LEN:].startswith(_V2_VALS):
+                return "the values stored beside it are not the ones it signed (edited)"
+    return _check_slowly(raw, body)
+
+
+def _check_slowly(raw: RawEntry, body: bytes) -> str | None:
     try:
         doc = json.loads(body)
     except ValueError:
@@ -175,78 +222,257 @@ def check_entry(raw: RawEntry, keyring: Keyring) -> str | None:
         or doc.get("key_id") != raw.key_id
     ):
         return "its stored columns differ from what was signed"
+    signed = doc.get("vals")
+    if raw.vals is None:
+        return None if signed is None else "its signed bytes bind values that are not stored"
+    if signed is None:
+        return UNBOUND if doc.get("v") == 1 else "it holds values its signed bytes do not bind"
+    if signed != values_digest(raw.vals):
+        return "the values stored beside it are not the ones it signed (edited)"
     return None
 
 
+def _signed_ts(raw: RawEntry) -> float:
+    """The timestamp an entry signed (it checked: its columns are where the fast path expects
+    them, or the body is parsed)."""
+    body = raw.body
+    at = body.rfind(b',"effect_id":') + len(_signed_tail(raw))
+    end = body.find(b",", at)
+    try:
+        return float(body[at:end])
+    except ValueError:
+        return float(json.loads(body)["ts"])
+
+
+@dataclass(slots=True)
+class _Chain:
+    """What the entries of one effect add up to, as its index row must say."""
+
+    head: str = ""
+    head_seq: int = 0
+    status: str | None = None
+    effect_type: str | None = None
+    first_dispatch: float | None = None
+    last_dispatch: float | None = None
+    updated: float = 0.0
+    #: format-1 entries' values (seq -> digest) no VALUES_BOUND entry has bound yet
+    unbound: dict[int, str] | None = None
+
+
+_ANNOTATION_KINDS = frozenset(k.value for k in ANNOTATIONS)
+
+
+class ChainCheck:
+    """Checks entries effect by effect, in seq order: each entry alone, its place in its chain,
+    its values; then what each chain adds up to against the effects table. Problems are
+    ``(seq, what is wrong)``."""
+
+    def __init__(self, keyring: Keyring) -> None:
+        self.keyring = keyring
+        self.chains: dict[str, _Chain] = {}
+
+    def add(self, raw: RawEntry) -> tuple[int, str] | None:
+        """The next entry of its effect: None, or what is wrong and at which seq (an edited
+        value of an earlier entry is found when the entry that binds it arrives)."""
+        problem = check_entry(raw, self.keyring)
+        unbound = problem == UNBOUND
+        if problem is not None and not unbound:
+            return raw.seq, problem
+        chain = self.chains.get(raw.effect_id)
+        if chain is None:
+            chain = self.chains[raw.effect_id] = _Chain()
+        if raw.prev != chain.head:
+            return raw.seq, (
+                "its prev is not the previous entry of its effect (reordered or inserted)"
+            )
+        ts = _signed_ts(raw)
+        if not chain.head:
+            data = json.loads(raw.body).get("data")
+            kind_type = data.get("effect_type") if isinstance(data, dict) else None
+            chain.effect_type = kind_type if isinstance(kind_type, str) else None
+        if unbound:
+            assert raw.vals is not None
+            if chain.unbound is None:
+                chain.unbound = {}
+            chain.unbound[raw.seq] = values_digest(raw.vals)
+        if raw.kind == Kind.VALUES_BOUND.value:
+            found = self._bind(raw, chain)
+            if found is not None:
+                return found
+        chain.head, chain.head_seq, chain.updated = raw.hash, raw.seq, ts
+        if raw.kind not in _ANNOTATION_KINDS:
+            chain.status = raw.kind
+        if raw.kind == Kind.DISPATCHED.value:
+            if chain.first_dispatch is None:
+                chain.first_dispatch = ts
+            chain.last_dispatch = ts
+        return None
+
+    @staticmethod
+    def _bind(raw: RawEntry, chain: _Chain) -> tuple[int, str] | None:
+        data = json.loads(raw.body).get("data")
+        values = data.get("values") if isinstance(data, dict) else None
+        if not isinstance(values, dict):
+            return raw.seq, "a VALUES_BOUND entry without its values"
+        pending = chain.unbound or {}
+        for seq_text, bound in values.items():
+            seq = int(seq_text) if str(seq_text).isdigit() else -1
+            if pending.get(seq) != bound:
+                if seq in pending:
+                    return seq, "its values are not the ones bound at migration (edited)"
+                return raw.seq, f"it binds values that entry {seq_text} of its effect lacks"
+            del pending[seq]
+        return None
+
+    def unbound(self) -> tuple[int, str] | None:
+        """The first entry whose values no signed entry binds."""
+        seqs = [seq for c in self.chains.values() for seq in (c.unbound or ())]
+        if not seqs:
+            return None
+        return min(seqs), "its values are bound by no signed entry (stored outside the journal)"
+
+    def against(self, effect_id: str, row: EffectRow | None) -> tuple[int, str] | None:
+        """What the effects table's row of ``effect_id`` says that its entries do not."""
+        chain = self.chains.get(effect_id)
+        if chain is None:
+            if row is None:
+                return None
+            return row.head_seq, f"the effects table lists {effect_id[:16]}, which has no entries"
+        if row is None:
+            return chain.head_seq, "its effect is missing from the effects table"
+        wrong = [
+            name
+            for name, stored, derived in (
+                ("head", row.head, chain.head),
+                ("head_seq", row.head_seq, chain.head_seq),
+                ("status", row.status.value, chain.status),
+                ("updated_ts", row.updated_ts, chain.updated),
+                ("first_dispatch_ts", row.first_dispatch_ts, chain.first_dispatch),
+                ("last_dispatch_ts", row.last_dispatch_ts, chain.last_dispatch),
+            )
+            if stored != derived
+        ]
+        if chain.effect_type is not None and row.effect_type != chain.effect_type:
+            wrong.append("effect_type")
+        if not wrong:
+            return None
+        # named by the later of the two heads: a cut tail is named by the entry it lost
+        return max(chain.head_seq, row.head_seq), (
+            f"the effects table's {', '.join(wrong)} of its effect differ from its entries (edited)"
+        )
+
+
+def check_chain(
+    effect_id: str, raws: Sequence[RawEntry], keyring: Keyring, row: EffectRow | None
+) -> None:
+    """Raise ``JournalCorrupt`` unless ``raws`` are exactly a sound chain of ``effect_id`` that
+    its index row describes."""
+    checker = ChainCheck(keyring)
+    last = 0
+    for raw in raws:
+        if raw.effect_id != effect_id or raw.seq <= last:
+            raise JournalCorrupt.at(effect_id, raw.seq, "it is out of its effect's order")
+        found = checker.add(raw)
+        if found is not None:
+            raise JournalCorrupt.at(effect_id, *found)
+        last = raw.seq
+    found = checker.unbound() or checker.against(effect_id, row)
+    if found is not None:
+        raise JournalCorrupt.at(effect_id, *found)
+
+
 def verify_entries(
-    raws: Iterable[RawEntry], keyring: Keyring, head: JournalHead | None = None
+    raws: Iterable[RawEntry],
+    keyring: Keyring,
+    head: JournalHead | None = None,
+    rows: Iterable[EffectRow] | None = None,
 ) -> VerifyReport:
-    """Check every entry in seq order; report the first bad one by seq."""
-    last_hash: dict[str, str] = {}
+    """Check every entry in seq order; report the first bad one by seq. With ``rows`` (the
+    effects table), also that each row says what its entries add up to."""
+    checker = ChainCheck(keyring)
     expected_seq = 1
     count = 0
     last: RawEntry | None = None
     head_seen = head is None
+
+    def failed(seq: int, problem: str, final: JournalHead | None = None) -> VerifyReport:
+        return VerifyReport(
+            ok=False,
+            entries=count,
+            effects=len(checker.chains),
+            head=final,
+            first_bad_seq=seq,
+            problem=problem,
+        )
+
     for raw in raws:
-        problem = check_entry(raw, keyring)
-        if problem is None and raw.seq != expected_seq:
-            if raw.seq > expected_seq:
-                problem = f"entries {expected_seq}..{raw.seq - 1} are missing"
-            else:
-                problem = f"out of order (expected seq {expected_seq})"
-        if problem is None and raw.prev != last_hash.get(raw.effect_id, ""):
-            problem = "its prev is not the previous entry of its effect (reordered or inserted)"
-        if problem is not None:
-            return VerifyReport(
-                ok=False,
-                entries=count,
-                effects=len(last_hash),
-                first_bad_seq=raw.seq,
-                problem=problem,
+        found: tuple[int, str] | None = None
+        if raw.seq != expected_seq and check_entry(raw, keyring) in (None, UNBOUND):
+            found = (
+                raw.seq,
+                (
+                    f"entries {expected_seq}..{raw.seq - 1} are missing"
+                    if raw.seq > expected_seq
+                    else f"out of order (expected seq {expected_seq})"
+                ),
             )
-        last_hash[raw.effect_id] = raw.hash
+        found = found or checker.add(raw)
+        if found is not None:
+            return failed(*found)
         expected_seq += 1
         count += 1
         last = raw
         if head is not None and raw.seq == head.seq:
             if raw.hash != head.hash:
-                return VerifyReport(
-                    ok=False,
-                    entries=count,
-                    effects=len(last_hash),
-                    first_bad_seq=raw.seq,
-                    problem="the recorded head does not match this entry",
-                )
+                return failed(raw.seq, "the recorded head does not match this entry")
             head_seen = True
     final_head = None if last is None else JournalHead(seq=last.seq, hash=last.hash)
     if not head_seen:
         assert head is not None
-        return VerifyReport(
-            ok=False,
-            entries=count,
-            effects=len(last_hash),
-            head=final_head,
-            first_bad_seq=expected_seq,
-            problem=f"the journal ends before the recorded head {head.seq} (tail cut)",
+        return failed(
+            expected_seq,
+            f"the journal ends before the recorded head {head.seq} (tail cut)",
+            final_head,
         )
-    return VerifyReport(ok=True, entries=count, effects=len(last_hash), head=final_head)
+    unbound = checker.unbound()
+    if unbound is not None:
+        return failed(*unbound, final_head)
+    if rows is not None:
+        problems = []
+        listed = set()
+        for row in rows:
+            listed.add(row.effect_id)
+            found = checker.against(row.effect_id, row)
+            if found is not None:
+                problems.append(found)
+        problems += [
+            found
+            for eid in checker.chains.keys() - listed
+            if (found := checker.against(eid, None)) is not None
+        ]
+        if problems:
+            return failed(*min(problems), final_head)
+    return VerifyReport(ok=True, entries=count, effects=len(checker.chains), head=final_head)
 
 
 def export_line(raw: RawEntry) -> str:
     """One entry as a JSON line an auditor can verify alone: the signed bytes as written, with
-    the hash they must have and the signature over it."""
+    the hash they must have, the signature over it, and the values stored beside it."""
     body = raw.body if isinstance(raw.body, bytes) else str(raw.body).encode()
+    line: dict[str, Any] = {
+        "seq": raw.seq,
+        "effect_id": raw.effect_id,
+        "kind": raw.kind,
+        "prev": raw.prev,
+        "hash": raw.hash,
+        "key_id": raw.key_id,
+        "sig": raw.sig,
+        "body": body.decode("utf-8"),
+    }
+    if raw.vals is not None:
+        line["vals"] = raw.vals
     return json.dumps(
-        {
-            "seq": raw.seq,
-            "effect_id": raw.effect_id,
-            "kind": raw.kind,
-            "prev": raw.prev,
-            "hash": raw.hash,
-            "key_id": raw.key_id,
-            "sig": raw.sig,
-            "body": body.decode("utf-8"),
-        },
+        line,
         separators=(",", ":"),
         ensure_ascii=False,
     )
@@ -269,6 +495,7 @@ def read_export(lines: Iterable[str]) -> Iterator[RawEntry]:
                 key_id=str(doc["key_id"]),
                 sig=str(doc["sig"]),
                 body=str(doc["body"]).encode("utf-8"),
+                vals=None if doc.get("vals") is None else str(doc["vals"]),
             )
         except (ValueError, KeyError, TypeError) as err:
             raise JournalCorrupt(
@@ -403,6 +630,10 @@ class Journal(ABC):
         """Every stored entry in seq order, as stored."""
 
     @abstractmethod
+    def iter_rows(self) -> Iterator[EffectRow]:
+        """Every effect's index row (policy chains included), for ``verify``."""
+
+    @abstractmethod
     def head(self) -> JournalHead | None:
         """The last entry's seq and hash."""
 
@@ -413,10 +644,11 @@ class Journal(ABC):
     def close(self) -> None: ...
 
     def verify(self, head: JournalHead | str | None = None) -> VerifyReport:
-        """Check every entry's hash, signature, place in its chain and in the sequence."""
+        """Check every entry's hash, signature, place in its chain and in the sequence, the
+        values stored beside it, and every effect's index row against its entries."""
         if isinstance(head, str):
             head = JournalHead.parse(head)
-        return verify_entries(self.iter_raw(), self.keyring, head)
+        return verify_entries(self.iter_raw(), self.keyring, head, self.iter_rows())
 
     def check_tail(self) -> None:
         """Refuse to use a journal whose last entry is torn or not ours (checked at open)."""

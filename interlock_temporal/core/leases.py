@@ -26,13 +26,16 @@ class Demand:
 
 @dataclass(frozen=True)
 class LeaseProblem:
-    """Why a lease does not authorise a call. ``detail`` names no argument values."""
+    """Why a lease does not authorise a call. ``detail`` names no argument values; ``code`` is
+    the refusal's code (``lease``, or ``lease_budget`` when only the budget is short)."""
 
     detail: str
+    code: str = "lease"
 
 
 def check_lease(lease: Lease | None, demand: Demand, now: float) -> LeaseProblem | None:
-    """None when ``lease`` authorises ``demand`` at ``now``; otherwise what is wrong."""
+    """None when ``lease`` authorises ``demand`` at ``now``; otherwise what is wrong. A lease
+    with a budget is read with what its other effects hold reserved (``reserved_cents``)."""
     if lease is None:
         return LeaseProblem("no live lease with that id")
     if lease.revoked_at is not None and lease.revoked_at <= now:
@@ -55,7 +58,43 @@ def check_lease(lease: Lease | None, demand: Demand, now: float) -> LeaseProblem
         or not any(fnmatch.fnmatchcase(demand.resource, p) for p in lease.resources)
     ):
         return LeaseProblem("resource outside the lease's scope")
+    if lease.budget_cents is not None:
+        if demand.amount_cents is None:
+            return LeaseProblem("the lease has a budget but the activity declares no amount")
+        if (lease.reserved_cents or 0) + demand.amount_cents > lease.budget_cents:
+            return LeaseProblem("the lease's budget does not cover this amount", "lease_budget")
     return None
+
+
+@dataclass(frozen=True)
+class Charge:
+    """What a dispatch reserves of its lease's budget (recorded, signed, in DISPATCHED)."""
+
+    lease_id: str
+    cents: int
+    budget_cents: int
+    #: the lease's reservations with this one
+    reserved_cents: int
+
+    def as_data(self) -> dict[str, int | str]:
+        return {
+            "lease_id": self.lease_id,
+            "cents": self.cents,
+            "budget_cents": self.budget_cents,
+            "reserved_cents": self.reserved_cents,
+        }
+
+
+def charge_for(lease: Lease | None, demand: Demand) -> Charge | None:
+    """The reservation a dispatch that ``check_lease`` allowed makes, if its lease has a budget."""
+    if lease is None or lease.budget_cents is None or demand.amount_cents is None:
+        return None
+    return Charge(
+        lease.lease_id,
+        demand.amount_cents,
+        lease.budget_cents,
+        (lease.reserved_cents or 0) + demand.amount_cents,
+    )
 
 
 @functools.lru_cache(maxsize=256)
@@ -79,20 +118,29 @@ class LeaseStore(ABC):
         *,
         activities: list[str] | None = None,
         max_amount_cents: int | None = None,
+        budget_cents: int | None = None,
         resources: list[str] | None = None,
         ttl: timedelta | None = None,
         lease_id: str | None = None,
     ) -> str:
+        """Issue a lease; ``max_amount_cents`` caps each effect, ``budget_cents`` all of its
+        effects together (see ``Lease``)."""
         if not principal:
             raise ValueError("principal must be a non-empty string")
         if ttl is not None and ttl <= timedelta(0):
             raise ValueError("ttl must be positive")
+        for name, cents in (("max_amount_cents", max_amount_cents), ("budget_cents", budget_cents)):
+            if cents is not None and (isinstance(cents, bool) or not isinstance(cents, int)):
+                raise ValueError(f"{name} must be a whole number of cents")
+            if cents is not None and cents < 0:
+                raise ValueError(f"{name} must not be negative")
         now = time.time()
         lease = Lease(
             lease_id=lease_id or new_lease_id(),
             principal=principal,
             activities=activities,
             max_amount_cents=max_amount_cents,
+            budget_cents=budget_cents,
             resources=resources,
             issued_at=now,
             expires_at=None if ttl is None else now + ttl.total_seconds(),

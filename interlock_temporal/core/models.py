@@ -27,14 +27,17 @@ class Kind(StrEnum):
     # annotations: recorded on the effect's chain, never change its state
     REJECTED_PROPOSAL = "REJECTED_PROPOSAL"
     CONFIRMED = "CONFIRMED"
+    #: binds, by digest, values an effect stored before entries signed them (schema 4)
+    VALUES_BOUND = "VALUES_BOUND"
 
 
-ANNOTATIONS = frozenset({Kind.REJECTED_PROPOSAL, Kind.CONFIRMED})
+ANNOTATIONS = frozenset({Kind.REJECTED_PROPOSAL, Kind.CONFIRMED, Kind.VALUES_BOUND})
 FINAL_STATES = frozenset({Kind.COMMITTED, Kind.REFUSED, Kind.AMBIGUOUS, Kind.RESOLVED})
 
 
 class Entry(BaseModel):
-    """One signed journal entry. ``body`` holds the exact bytes that were hashed and signed."""
+    """One signed journal entry. ``body`` holds the exact bytes that were hashed and signed;
+    ``values``, the values stored beside it (read back, and verified against its digest)."""
 
     model_config = ConfigDict(frozen=True)
 
@@ -48,6 +51,7 @@ class Entry(BaseModel):
     key_id: str
     sig: str
     body: bytes
+    values: dict[str, Any] | None = None
 
 
 class Draft(BaseModel):
@@ -80,7 +84,12 @@ class Found(BaseModel):
 
 
 class Lease(BaseModel):
-    """Authority a principal holds, checked inside the dispatch transaction."""
+    """Authority a principal holds, checked inside the dispatch transaction.
+
+    ``max_amount_cents`` caps one effect; ``budget_cents`` caps all of them together: each
+    effect reserves its approved amount once, when it is dispatched, and gets it back only if
+    it ends without executing. ``reserved_cents`` is what the lease's effects hold reserved
+    when it was read (not stored in the lease itself)."""
 
     model_config = ConfigDict(frozen=True)
 
@@ -88,10 +97,12 @@ class Lease(BaseModel):
     principal: str
     activities: list[str] | None = None
     max_amount_cents: int | None = None
+    budget_cents: int | None = None
     resources: list[str] | None = None
     issued_at: float
     expires_at: float | None = None
     revoked_at: float | None = None
+    reserved_cents: int | None = None
 
     def snapshot(self) -> dict[str, Any]:
         return self.model_dump(mode="json")
@@ -190,5 +201,9 @@ class Receipt(BaseModel):
     policy_code: str | None = None
     policy_epoch: str | None = None
     observed: bool = False
+    #: the lease's cumulative budget, and what this effect holds reserved of it (0 once it
+    #: ended without executing and gave its reservation back)
+    lease_budget_cents: int | None = None
+    lease_charged_cents: int | None = None
     journal_seq: int
     journal_hash: str

@@ -123,6 +123,21 @@ _MIGRATIONS: list[str] = [
     WHERE f.effect_id = b.effect_id AND entries.seq = f.head_seq;
     DROP TABLE blobs;
     """,
+    # 4: signed values, an effect's origin, lease budgets (as in the embedded journal)
+    """
+    ALTER TABLE effects ADD COLUMN origin TEXT;
+    CREATE INDEX effects_origin ON effects (origin) WHERE origin IS NOT NULL;
+    CREATE TABLE lease_spend (
+        lease_id       TEXT PRIMARY KEY,
+        reserved_cents BIGINT NOT NULL
+    );
+    CREATE TABLE lease_charges (
+        effect_id TEXT PRIMARY KEY,
+        lease_id  TEXT NOT NULL,
+        cents     BIGINT NOT NULL,
+        active    INTEGER NOT NULL
+    );
+    """,
 ]
 assert len(_MIGRATIONS) == SCHEMA_VERSION
 

@@ -21,8 +21,8 @@ from . import premises as premise
 from .claims import Claim
 from .errors import Ambiguous, HeadConflict, InFlight, InvalidCall, Refused
 from .identity import UnserializableInput, canonical, canonical_json, digest, effect_id, jsonable
-from .journal import Journal
-from .leases import Demand, check_lease
+from .journal import Journal, value_of
+from .leases import Charge, Demand, charge_for, check_lease
 from .models import Change, Draft, Entry, Kind, Lease, Receipt
 from .policy import CallEvent, Decision, PolicyGuard, Scopes, Verdict, enforce
 from .receipts import EffectView, fold, receipt_of
@@ -319,13 +319,13 @@ class Gate:
             await self._reject_conflict(view, pdigest, call)
         status = view.status
         if status is Kind.COMMITTED:
-            return Done(eid, self.journal.blob(eid, "result"), "duplicate")
+            return Done(eid, value_of(entries, "result"), "duplicate")
         if status is Kind.REFUSED:
             raise Refused(view.code or "refused", view.reason or "", receipt_of(view))
         if status is Kind.AMBIGUOUS:
             raise Ambiguous(view.reason or "ambiguous", receipt_of(view))
         if status is Kind.RESOLVED and view.resolution == "happened":
-            return Done(eid, self.journal.blob(eid, "result"), "resolved")
+            return Done(eid, value_of(entries, "result"), "resolved")
         if claim is None:  # pragma: no cover - _unclaimed only passes terminal states
             raise InFlight(eid, "another live attempt holds it", IN_FLIGHT_RETRY_S)
         if status is Kind.REOPENED:
@@ -376,14 +376,11 @@ class Gate:
         decided_by = ["lease", *_policy_deciders(admitted, self.policy_id)]
 
         def build(lease: Lease | None) -> list[Draft]:
-            problem: str | None
             if call.lease_id is None:
-                problem = NO_LEASE
-            else:
-                found = check_lease(lease, demand, self.clock())
-                problem = found.detail if found else None
-            if problem is not None:
-                return [proposed, _refusal("lease", problem)]
+                return [proposed, _refusal("lease", NO_LEASE)]
+            found = check_lease(lease, demand, self.clock())
+            if found is not None:
+                return [proposed, _refusal(found.code, found.detail)]
             if changes:
                 return [proposed, _refusal("stale_premise", premise.describe(changes), changes)]
             return [
@@ -398,7 +395,7 @@ class Gate:
                         **self._policy_note(admitted),
                     },
                 ),
-                self._dispatched("dispatch", call, current, None),
+                self._dispatched("dispatch", call, current, None, charge_for(lease, demand)),
             ]
 
         self._point("before_dispatch_tx", eid)
@@ -436,7 +433,7 @@ class Gate:
             if call.lease_id is None:
                 return [_refusal("lease", NO_LEASE)]
             if found is not None:
-                return [_refusal("lease", found.detail)]
+                return [_refusal(found.code, found.detail)]
             if changes:
                 return [_refusal("stale_premise", premise.describe(changes), changes)]
             return [
@@ -457,7 +454,7 @@ class Gate:
                         **self._policy_note(admitted),
                     },
                 ),
-                self._dispatched("reopened", call, current, None),
+                self._dispatched("reopened", call, current, None, charge_for(lease, demand)),
             ]
 
         written = await self.journal.append_async(
@@ -482,7 +479,12 @@ class Gate:
         return self.policy.policy.policy_id if self.policy else ""
 
     def _dispatched(
-        self, via: str, call: Call, current: Mapping[str, Any], lease: Lease | None
+        self,
+        via: str,
+        call: Call,
+        current: Mapping[str, Any],
+        lease: Lease | None,
+        charge: Charge | None = None,
     ) -> Draft:
         data: dict[str, Any] = {
             "via": via,
@@ -492,6 +494,9 @@ class Gate:
         }
         if lease is not None:
             data["lease"] = lease.snapshot()
+        if charge is not None:
+            # the journal reserves it in this transaction (once per effect)
+            data["budget"] = charge.as_data()
         return Draft(kind=Kind.DISPATCHED, data=data)
 
     # -- 5. in doubt: settle, query, re-check, resend or stop ------------------------------------
@@ -553,7 +558,8 @@ class Gate:
                     [],
                 )
             elif found is not None:
-                problem = ("lease_at_recovery", found.detail, [])
+                code = "lease_budget" if found.code == "lease_budget" else "lease_at_recovery"
+                problem = (code, found.detail, [])
             elif changes:
                 problem = ("stale_premise_at_recovery", premise.describe(changes), changes)
             else:
@@ -589,7 +595,7 @@ class Gate:
                 ]
             outcome["kind"] = "dispatch"
             outcome["via"] = via
-            return [self._dispatched(via, call, current, lease)]
+            return [self._dispatched(via, call, current, lease, charge_for(lease, demand))]
 
         self._point("before_recovery_tx", eid)
         written = await self.journal.append_async(eid, view.head, build, lease_id=view.lease_id)

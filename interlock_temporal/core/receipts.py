@@ -51,6 +51,8 @@ class EffectView:
     finished_ts: float | None = None
     #: the policy's note on the authorisation (verdict, code, epoch, observed)
     policy: dict[str, Any] | None = None
+    #: what the last dispatch reserved of its lease's budget
+    budget: dict[str, Any] | None = None
 
     @property
     def in_doubt(self) -> bool:
@@ -94,6 +96,8 @@ def fold(effect_id: str, entries: Sequence[Entry]) -> EffectView:
             v.absence_confirmed = False
             if "lease" in d:
                 v.authority = d["lease"]
+            if "budget" in d:
+                v.budget = d["budget"]
         elif e.kind is Kind.COMMITTED:
             v.via = d.get("via")
             v.result_digest = d.get("result_digest")
@@ -129,6 +133,14 @@ def _executed(v: EffectView) -> Executed:
     if v.status in (Kind.REFUSED, Kind.NOT_SENT, Kind.REOPENED):
         return False
     return "unknown"
+
+
+def _charged(v: EffectView) -> int | None:
+    """What the effect holds reserved of its lease's budget: given back once it was refused
+    (never executed), charged again by a late COMMITTED."""
+    if v.budget is None:
+        return None
+    return 0 if v.status is Kind.REFUSED else int(v.budget.get("cents", 0))
 
 
 def _ts(value: float | None) -> datetime | None:
@@ -168,6 +180,8 @@ def receipt_of(v: EffectView) -> Receipt:
         policy_code=(v.policy or {}).get("code"),
         policy_epoch=(v.policy or {}).get("epoch"),
         observed=bool((v.policy or {}).get("observed")),
+        lease_budget_cents=None if v.budget is None else v.budget.get("budget_cents"),
+        lease_charged_cents=_charged(v),
         journal_seq=v.head_seq,
         journal_hash=v.head,
     )

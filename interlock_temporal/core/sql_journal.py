@@ -14,7 +14,7 @@ import threading
 import time
 import weakref
 from abc import abstractmethod
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from json.encoder import encode_basestring
 from typing import Any, TypeVar
@@ -27,10 +27,13 @@ from .journal import (
     Build,
     Journal,
     RawEntry,
+    check_chain,
     decode_entry,
     encode_entry,
     policy_chain,
     state_kind,
+    value_of,
+    values_digest,
 )
 from .leases import LeaseStore, lease_from_doc
 from .models import Draft, EffectRow, Entry, JournalHead, Kind, Lease
@@ -55,7 +58,18 @@ ROW_COLUMNS = (
     "effect_id, effect_type, status, head, head_seq, updated_ts, first_dispatch_ts, "
     "last_dispatch_ts"
 )
-ENTRY_COLUMNS = "seq, effect_id, kind, prev, hash, key_id, sig, body"
+ENTRY_COLUMNS = "seq, effect_id, kind, prev, hash, key_id, sig, body, vals"
+_ENTRY_COLUMNS_E = ", ".join("e." + c.strip() for c in ENTRY_COLUMNS.split(","))
+_ROW_COLUMNS_F = ", ".join("f." + c.strip() for c in ROW_COLUMNS.split(","))
+_NO_ENTRY = ", ".join(["NULL"] * len(ENTRY_COLUMNS.split(",")))
+#: an effect's entries and its index row, in one statement (one snapshot): the entries with the
+#: row beside each, or the row alone when it has no entries
+READ_EFFECT_SQL = (
+    f"SELECT {_ENTRY_COLUMNS_E}, {_ROW_COLUMNS_F} FROM entries e "
+    "LEFT JOIN effects f ON f.effect_id = e.effect_id WHERE e.effect_id = ? "
+    f"UNION ALL SELECT {_NO_ENTRY}, {_ROW_COLUMNS_F} FROM effects f WHERE f.effect_id = ? "
+    "AND NOT EXISTS (SELECT 1 FROM entries WHERE effect_id = ?) ORDER BY 1"
+)
 
 
 def _values_json(values: Mapping[str, Any]) -> str:
@@ -90,8 +104,8 @@ def effect_row(values: Sequence[Any]) -> EffectRow:
 
 
 def raw_entry(values: Sequence[Any]) -> RawEntry:
-    seq, eid, kind, prev, hash_, key_id, sig, body = values
-    return RawEntry(seq, eid, kind, prev, hash_, key_id, sig, bytes(body))
+    seq, eid, kind, prev, hash_, key_id, sig, body, vals = values
+    return RawEntry(seq, eid, kind, prev, hash_, key_id, sig, bytes(body), vals)
 
 
 _AppendArgs = tuple[str, str, Build, str | None, str | None, Mapping[str, Any] | None]
@@ -265,12 +279,32 @@ class SqlJournal(Journal):
             for statement in migrations[number].split(";"):
                 if statement.strip():
                     db.execute(statement)
+            if number + 1 == 4:
+                self._bind_values(db)
         self._x(
             db,
             "INSERT INTO meta (key, value) VALUES ('schema_version', ?) "
             "ON CONFLICT (key) DO UPDATE SET value = excluded.value",
             (str(SCHEMA_VERSION),),
         )
+
+    def _bind_values(self, db: Any) -> None:
+        """Schema 4: entries sign the digest of the values stored beside them. Values stored
+        before (format-1 entries) are bound now, as they are, by one signed ``VALUES_BOUND``
+        entry per effect, so that from here on an edit of any of them is caught."""
+        rows = self._x(
+            db, "SELECT seq, effect_id, vals FROM entries WHERE vals IS NOT NULL ORDER BY seq"
+        ).fetchall()
+        unbound: dict[str, dict[str, str]] = {}
+        for seq, eid, vals in rows:
+            unbound.setdefault(eid, {})[str(seq)] = values_digest(vals)
+        if unbound and not self.keyring.can_sign:
+            raise JournalConfigError(
+                f"journal {self.url} must be upgraded to schema {SCHEMA_VERSION}, which signs "
+                "the values it stored before: open it once with its signing key"
+            )
+        for eid, values in unbound.items():
+            self._append_tx(db, eid, None, [Draft(kind=Kind.VALUES_BOUND, data={"values": values})])
 
     # -- writing -------------------------------------------------------------------------------
 
@@ -409,12 +443,7 @@ class SqlJournal(Journal):
         if expected_head is not None and actual != expected_head:
             raise HeadConflict(effect_id, expected_head, actual)
         if callable(build):
-            lease = None
-            if lease_id is not None:
-                doc = self._x(
-                    db, f"SELECT doc FROM leases WHERE lease_id = ?{self.FOR_SHARE}", (lease_id,)
-                ).fetchone()
-                lease = None if doc is None else lease_from_doc(doc[0])
+            lease = None if lease_id is None else self.leases.read_tx(db, lease_id, effect_id)
             drafts = list(build(lease))
         else:
             drafts = list(build)
@@ -423,11 +452,17 @@ class SqlJournal(Journal):
         etype = row[0] if row else effect_type
         if not etype:
             raise ValueError("a new effect needs its effect_type")
+        if row is None and drafts[0].data.get("effect_type") != etype:
+            # the first entry signs the effect's type, so the index row can be checked
+            if "effect_type" in drafts[0].data:
+                raise ValueError("the first entry's effect_type differs from the effect's")
+            drafts[0] = Draft(kind=drafts[0].kind, data={**drafts[0].data, "effect_type": etype})
         vals = _values_json(blobs) if blobs else None
         now = time.time()
         prev = actual
         written: list[Entry] = []
-        for draft in drafts:
+        last_index = len(drafts) - 1
+        for index, draft in enumerate(drafts):
             seq += 1
             entry = encode_entry(
                 seq=seq,
@@ -437,23 +472,25 @@ class SqlJournal(Journal):
                 prev=prev,
                 key=self.keyring.signing,
                 data=draft.data,
+                # the append's values ride on its last entry, which signs their digest
+                vals=vals if index == last_index else None,
             )
             written.append(entry)
             prev = entry.hash
-        # the append's values ride on its last entry
         last = written[-1]
+        if vals is not None:
+            last = written[-1] = last.model_copy(update={"values": json.loads(vals)})
         rows = [
             (e.seq, e.effect_id, e.kind.value, e.prev, e.hash, e.key_id, e.sig, e.body)
             + ((vals,) if e is last else (None,))
             for e in written
         ]
         db.cursor().executemany(
-            self._sql(
-                f"INSERT INTO entries ({ENTRY_COLUMNS}, vals) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)"
-            ),
+            self._sql(f"INSERT INTO entries ({ENTRY_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)"),
             rows,
         )
         self._seq_advance(db, seq)
+        self._keep_budgets(db, effect_id, drafts)
         status = state_kind(drafts, Kind(row[1]) if row else None)
         if status is None:
             raise ValueError("a new effect must start with a state entry, not annotations")
@@ -471,17 +508,34 @@ class SqlJournal(Journal):
         )
         return written
 
+    def _keep_budgets(self, db: Any, effect_id: str, drafts: Sequence[Draft]) -> None:
+        """Lease budgets move with the entries that change them, in their transaction: a
+        DISPATCHED that reserves (its ``budget`` note), a REFUSED (it never executed: give the
+        reservation back), a late COMMITTED after a REFUSED (it did: charge it again)."""
+        for draft in drafts:
+            if draft.kind is Kind.DISPATCHED:
+                note = draft.data.get("budget")
+                if note is not None:
+                    self.leases.charge_tx(db, effect_id, note["lease_id"], note["cents"])
+            elif draft.kind is Kind.REFUSED:
+                self.leases.release_tx(db, effect_id)
+            elif draft.kind is Kind.COMMITTED and draft.data.get("after") == Kind.REFUSED.value:
+                self.leases.recharge_tx(db, effect_id)
+
     # -- reading -------------------------------------------------------------------------------
 
     def read(self, effect_id: str) -> list[Entry]:
+        """The effect's entries, checked first (chain, signatures, value digests, index row):
+        ``JournalCorrupt`` names the entry when they do not hold."""
         rows = self._read(
-            lambda db: self._x(
-                db,
-                f"SELECT {ENTRY_COLUMNS} FROM entries WHERE effect_id = ? ORDER BY seq",
-                (effect_id,),
-            ).fetchall()
+            lambda db: self._x(db, READ_EFFECT_SQL, (effect_id, effect_id, effect_id)).fetchall()
         )
-        return [decode_entry(raw_entry(r)) for r in rows]
+        width = len(ENTRY_COLUMNS.split(","))
+        index = None if not rows or rows[0][width] is None else effect_row(rows[0][width:])
+        raws = [raw_entry(r[:width]) for r in rows if r[0] is not None]
+        if raws or index is not None:
+            check_chain(effect_id, raws, self.keyring, index)
+        return [decode_entry(raw) for raw in raws]
 
     def row(self, effect_id: str) -> EffectRow | None:
         values = self._read(
@@ -524,19 +578,11 @@ class SqlJournal(Journal):
         return [effect_row(r) for r in rows]
 
     def blob(self, effect_id: str, name: str) -> Any:
-        rows = self._read(
-            lambda db: self._x(
-                db,
-                "SELECT vals FROM entries WHERE effect_id = ? AND vals IS NOT NULL "
-                "ORDER BY seq DESC",
-                (effect_id,),
-            ).fetchall()
-        )
-        for (vals,) in rows:
-            values = json.loads(vals)
-            if name in values:
-                return values[name]
-        return None
+        return value_of(self.read(effect_id), name)
+
+    def iter_rows(self) -> Iterator[EffectRow]:
+        rows = self._read(lambda db: self._x(db, f"SELECT {ROW_COLUMNS} FROM effects").fetchall())
+        return (effect_row(r) for r in rows)
 
     def last_raw(self) -> RawEntry | None:
         r = self._read(
@@ -557,7 +603,7 @@ class SqlJournal(Journal):
         return int(row[0])
 
     @property
-    def leases(self) -> LeaseStore:
+    def leases(self) -> SqlLeases:
         return SqlLeases(self)
 
     @property
@@ -576,21 +622,39 @@ class SqlJournal(Journal):
         """An error of the database itself (its driver's), not of one append's inputs."""
 
 
+def _lease_doc(lease: Lease) -> str:
+    """A lease as stored: its reservations live in ``lease_spend``, never in the document."""
+    return lease.model_dump_json(exclude={"reserved_cents"})
+
+
 class SqlLeases(LeaseStore):
+    """Leases, and their budgets: ``lease_spend`` holds what each budgeted lease has reserved,
+    ``lease_charges`` each effect's reservation (at most one per effect, active or given
+    back). The dispatch transaction calls the ``*_tx`` methods with its own connection."""
+
     def __init__(self, journal: SqlJournal) -> None:
         self._j = journal
 
     def _insert(self, lease: Lease) -> None:
-        try:
-            self._j._write(
-                lambda db: self._j._x(
-                    db,
-                    "INSERT INTO leases (lease_id, doc) VALUES (?, ?)",
-                    (lease.lease_id, lease.model_dump_json()),
-                )
+        j = self._j
+
+        def run(db: Any) -> None:
+            j._x(
+                db,
+                "INSERT INTO leases (lease_id, doc) VALUES (?, ?)",
+                (lease.lease_id, _lease_doc(lease)),
             )
+            if lease.budget_cents is not None:
+                j._x(
+                    db,
+                    "INSERT INTO lease_spend (lease_id, reserved_cents) VALUES (?, 0)",
+                    (lease.lease_id,),
+                )
+
+        try:
+            j._write(run)
         except Exception as err:
-            if self._j._is_unique_violation(err):
+            if j._is_unique_violation(err):
                 raise ValueError("a lease with this lease_id already exists") from None
             raise
 
@@ -611,28 +675,111 @@ class SqlLeases(LeaseStore):
                 return False
             revoked = lease.model_copy(update={"revoked_at": now})
             j._x(
-                db,
-                "UPDATE leases SET doc = ? WHERE lease_id = ?",
-                (revoked.model_dump_json(), lease_id),
+                db, "UPDATE leases SET doc = ? WHERE lease_id = ?", (_lease_doc(revoked), lease_id)
             )
             return True
 
         return j._write(run)
 
+    def _with_reserved(self, db: Any, lease: Lease) -> Lease:
+        if lease.budget_cents is None:
+            return lease
+        row = self._j._x(
+            db, "SELECT reserved_cents FROM lease_spend WHERE lease_id = ?", (lease.lease_id,)
+        ).fetchone()
+        return lease.model_copy(update={"reserved_cents": int(row[0]) if row else 0})
+
     def get(self, lease_id: str) -> Lease | None:
-        row = self._j._read(
-            lambda db: self._j._x(
-                db, "SELECT doc FROM leases WHERE lease_id = ?", (lease_id,)
-            ).fetchone()
-        )
-        return None if row is None else Lease.model_validate_json(row[0])
+        def run(db: Any) -> Lease | None:
+            sql = "SELECT doc FROM leases WHERE lease_id = ?"
+            row = self._j._x(db, sql, (lease_id,)).fetchone()
+            return None if row is None else self._with_reserved(db, lease_from_doc(row[0]))
+
+        return self._j._read(run)
 
     def list(self) -> list[Lease]:
-        rows = self._j._read(
-            lambda db: self._j._x(db, "SELECT doc FROM leases ORDER BY lease_id").fetchall()
-        )
-        leases = [Lease.model_validate_json(r[0]) for r in rows]
+        def run(db: Any) -> list[Lease]:
+            rows = self._j._x(db, "SELECT doc FROM leases ORDER BY lease_id").fetchall()
+            return [self._with_reserved(db, lease_from_doc(r[0])) for r in rows]
+
+        leases = self._j._read(run)
         return sorted(leases, key=lambda lease: (lease.issued_at, lease.lease_id))
+
+    # -- inside the journal's append transaction ------------------------------------------
+
+    def read_tx(self, db: Any, lease_id: str, effect_id: str) -> Lease | None:
+        """The lease as the dispatch transaction checks it. A budgeted lease's row in
+        ``lease_spend`` is locked until the transaction ends, and read with what its *other*
+        effects hold reserved, so concurrent dispatches under one budget take turns."""
+        j = self._j
+        doc = j._x(db, f"SELECT doc FROM leases WHERE lease_id = ?{j.FOR_SHARE}", (lease_id,))
+        found = doc.fetchone()
+        lease = None if found is None else lease_from_doc(found[0])
+        if lease is None or lease.budget_cents is None:
+            return lease
+        (reserved,) = j._x(
+            db,
+            f"SELECT reserved_cents FROM lease_spend WHERE lease_id = ?{j.FOR_UPDATE}",
+            (lease_id,),
+        ).fetchone() or (0,)
+        own = j._x(
+            db,
+            "SELECT cents FROM lease_charges WHERE effect_id = ? AND active = 1",
+            (effect_id,),
+        ).fetchone()
+        others = int(reserved) - (int(own[0]) if own else 0)
+        return lease.model_copy(update={"reserved_cents": others})
+
+    def charge_tx(self, db: Any, effect_id: str, lease_id: str, cents: int) -> bool:
+        """Reserve ``cents`` of ``lease_id`` for ``effect_id``, once: an effect that holds a
+        reservation already keeps it. True when this reserved something."""
+        j = self._j
+        held = j._x(
+            db, "SELECT active FROM lease_charges WHERE effect_id = ?", (effect_id,)
+        ).fetchone()
+        if held is not None and int(held[0]) == 1:
+            return False
+        j._x(
+            db,
+            "INSERT INTO lease_charges (effect_id, lease_id, cents, active) VALUES (?, ?, ?, 1) "
+            "ON CONFLICT (effect_id) DO UPDATE SET lease_id = excluded.lease_id, "
+            "cents = excluded.cents, active = 1",
+            (effect_id, lease_id, cents),
+        )
+        j._x(
+            db,
+            "UPDATE lease_spend SET reserved_cents = reserved_cents + ? WHERE lease_id = ?",
+            (cents, lease_id),
+        )
+        return True
+
+    def release_tx(self, db: Any, effect_id: str) -> None:
+        """Give back ``effect_id``'s reservation: it ended without executing."""
+        j = self._j
+        held = j._x(
+            db,
+            f"SELECT lease_id, cents FROM lease_charges WHERE effect_id = ? AND active = 1"
+            f"{j.FOR_UPDATE}",
+            (effect_id,),
+        ).fetchone()
+        if held is None:
+            return
+        lease_id, cents = held
+        j._x(db, "UPDATE lease_charges SET active = 0 WHERE effect_id = ?", (effect_id,))
+        j._x(
+            db,
+            "UPDATE lease_spend SET reserved_cents = reserved_cents - ? WHERE lease_id = ?",
+            (cents, lease_id),
+        )
+
+    def recharge_tx(self, db: Any, effect_id: str) -> bool:
+        """A late COMMITTED of an effect that gave its reservation back: it executed after all,
+        so it is charged again, budget or not. True when it was."""
+        sql = "SELECT lease_id, cents, active FROM lease_charges WHERE effect_id = ?"
+        held = self._j._x(db, sql, (effect_id,)).fetchone()
+        if held is None or int(held[2]) == 1:
+            return False
+        return self.charge_tx(db, effect_id, str(held[0]), int(held[1]))
 
 
 class SqlPolicy(PolicyStore):

@@ -105,6 +105,24 @@ _MIGRATIONS: list[str] = [
     );
     DROP TABLE blobs;
     """,
+    # 4: entries sign the digest of their values (format 2; the values stored before are bound
+    # by a VALUES_BOUND entry per effect, written by the migration); an effect's origin (the
+    # Temporal activity and input that first proposed it), to catch a key that changes between
+    # attempts; lease budgets: what each lease has reserved, and each effect's charge
+    """
+    ALTER TABLE effects ADD COLUMN origin TEXT;
+    CREATE INDEX effects_origin ON effects (origin) WHERE origin IS NOT NULL;
+    CREATE TABLE lease_spend (
+        lease_id       TEXT PRIMARY KEY,
+        reserved_cents INTEGER NOT NULL
+    ) WITHOUT ROWID;
+    CREATE TABLE lease_charges (
+        effect_id TEXT PRIMARY KEY,
+        lease_id  TEXT NOT NULL,
+        cents     INTEGER NOT NULL,
+        active    INTEGER NOT NULL
+    ) WITHOUT ROWID;
+    """,
 ]
 assert len(_MIGRATIONS) == SCHEMA_VERSION
 
