@@ -329,6 +329,112 @@ def test_a_rule_that_raises_blocks() -> None:
     assert (d.verdict, d.code) == (Verdict.DENY, Reason.RULE_ERROR)
 
 
+def _returning(value: Any) -> Any:
+    def sloppy_rule(e: CallEvent) -> Any:
+        return value
+
+    return sloppy_rule
+
+
+@pytest.mark.parametrize(
+    ("returned", "problem"),
+    [
+        # a StrEnum member equals its string: the engine must not take "DENY" for a verdict
+        (Decision("DENY", "NOPE", "no"), "returned a verdict the engine does not know (a str"),  # type: ignore[arg-type]
+        (Decision("ALOW"), "returned a verdict the engine does not know (a str"),  # type: ignore[arg-type]
+        (Decision(None), "returned a verdict the engine does not know (a NoneType"),  # type: ignore[arg-type]
+        ("DENY", "returned a str, not a Decision"),
+        ({"verdict": "ALLOW"}, "returned a dict, not a Decision"),
+        (1, "returned a int, not a Decision"),
+        (True, "returned a bool, not a Decision"),
+        (
+            Decision(Verdict.MODIFY, args=Refund(order_id="A-1", amount_cents=1)),  # type: ignore[arg-type]
+            "returned MODIFY with args that are a Refund, not a tuple",
+        ),
+    ],
+)
+def test_a_result_the_engine_does_not_know_blocks_naming_the_rule(
+    returned: Any, problem: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    secret = "card-4111-CANARY"
+
+    def also_allows(e: CallEvent) -> None:
+        return None
+
+    rule = _returning(returned)
+    e = CallEvent(activity="refund", args=({"order_id": secret, "amount_cents": 500},))
+    for phase in ("call", "result"):
+        e = dataclasses.replace(e, phase=phase, result={"note": secret})  # type: ignore[arg-type]
+        d, _ = evaluate_rules([also_allows, rule, also_allows], e)
+        assert (d.verdict, d.code) == (Verdict.DENY, Reason.RULE_ERROR)
+        assert d.policy_id == "sloppy_rule"
+        assert d.reason.startswith(f"rule sloppy_rule {problem}"), d.reason
+        assert secret not in d.reason
+    assert "policy rule sloppy_rule returned" in caplog.text and secret not in caplog.text
+
+
+def test_an_in_place_edit_by_a_rule_changes_nothing_the_caller_holds() -> None:
+    class Mutable(BaseModel):
+        order_id: str
+        amount_cents: int
+        tags: list[str]
+
+    sent = Mutable(order_id="A-1", amount_cents=500, tags=["a"])
+    seen: list[int] = []
+
+    def edits_in_place(e: CallEvent) -> None:
+        e.input.amount_cents = 5_000_000
+        e.input.tags.append("edited")
+
+    def looks(e: CallEvent) -> None:
+        seen.append(e.argument("amount_cents"))
+
+    d, rewritten = evaluate_rules([edits_in_place, looks], CallEvent("refund", (sent,)))
+    assert d.verdict is Verdict.ALLOW
+    assert (sent.amount_cents, sent.tags) == (500, ["a"])
+    assert rewritten.args[0] is sent
+    # the copy is one per evaluation: a later rule sees the edit, and it still sends nothing
+    assert seen == [5_000_000]
+
+    # nor can a later rule edit a rewrite in place: only its own MODIFY would change it
+    rewrite = Mutable(order_id="A-1", amount_cents=300, tags=[])
+    d, rewritten = evaluate_rules(
+        [lambda e: modify(rewrite), edits_in_place], CallEvent("refund", (sent,))
+    )
+    assert d.verdict is Verdict.MODIFY and d.args == (rewrite,)
+    assert (rewrite.amount_cents, rewrite.tags) == (300, [])
+
+    result = {"ssn": "078-05-1120"}
+
+    def redacts_in_place(e: CallEvent) -> None:
+        e.result["ssn"] = "***"
+
+    after = CallEvent("lookup", ("c-1",), phase="result", result=result)
+    d, rewritten = evaluate_rules([redacts_in_place], after)
+    assert d.verdict is Verdict.ALLOW and result == {"ssn": "078-05-1120"}
+
+
+def test_a_modify_without_a_value_rewrites_nothing(caplog: pytest.LogCaptureFixture) -> None:
+    def empty_modify(e: CallEvent) -> Decision:
+        return modify()
+
+    d, rewritten = evaluate_rules([empty_modify], event(700))
+    assert d.verdict is Verdict.ALLOW and rewritten.argument("amount_cents") == 700
+    after = CallEvent("lookup", ("c-1",), phase="result", result={"customer": "c-1"})
+    d, rewritten = evaluate_rules([empty_modify], after)
+    assert d.verdict is Verdict.ALLOW and rewritten.result == {"customer": "c-1"}
+    # an explicit None is a value: the rule asked for it
+    d, rewritten = evaluate_rules([lambda e: modify(None)], after)
+    assert d.verdict is Verdict.MODIFY and rewritten.result is None
+    assert "empty_modify returned MODIFY without a value" in caplog.text
+    # a value in a list rewrites, and the verdicts themselves are known (BLOCK is DENY)
+    listed = evaluate_rules(
+        [lambda e: Decision(Verdict.MODIFY, args=[Refund(order_id="B", amount_cents=1)])], event()
+    )
+    assert listed[0].verdict is Verdict.MODIFY and listed[1].argument("order_id") == "B"
+    assert evaluate_rules([lambda e: Decision(Verdict.BLOCK, "B")], event())[0].code == "B"
+
+
 def test_deny_activity_matches_globs_and_nothing_else() -> None:
     rule = deny_activity("delete_*")
     assert evaluate_rules([rule], event(activity="delete_user"))[0].verdict is Verdict.DENY

@@ -15,13 +15,14 @@ from typing import Any
 import pytest
 from pydantic import BaseModel, SecretStr
 from temporalio import activity
-from temporalio.client import WorkflowUpdateFailedError
+from temporalio.client import WorkflowFailureError, WorkflowUpdateFailedError
 
 from interlock_temporal import current_effect, gated, receipt, report_cost
 from interlock_temporal.core.identity import effect_id
 from interlock_temporal.core.models import Found
 from interlock_temporal.core.policy import (
     CallEvent,
+    Decision,
     Limits,
     Policy,
     block,
@@ -33,13 +34,14 @@ from interlock_temporal.core.policy import (
 )
 from interlock_temporal.core.policy_file import PolicyError
 from interlock_temporal.core.review import review_id
+from interlock_temporal.targets.payments import RefundResult, SimulatedPayments
 from interlock_temporal.testing import DevServer
 from workers.scenarios import ORDER
 
 from .server_workflows import ApprovedCall, RunCalls
 from .test_cli_reviews import interlock
 from .test_reviews import until
-from .test_server import Rig, rig
+from .test_server import Rig, cause_of, rig
 
 pytestmark = pytest.mark.server
 
@@ -271,6 +273,99 @@ async def test_monitor_mode_runs_what_a_rule_would_block_and_the_receipt_says_so
             "OVER_10_USD",
         )
         assert shown.policy_epoch == policy.epoch
+
+
+# -- rules that misbehave ------------------------------------------------------------------------
+
+
+def open_refund(payments: SimulatedPayments) -> Any:
+    """A gated refund whose input is a plain dict: a rule can reach into it."""
+
+    @activity.defn(name="refund_open")
+    @gated(
+        target=payments,
+        key=lambda r: {"case": r["case_id"], "order": r["order_id"]},
+        amount=lambda r: r["amount_cents"],
+    )
+    async def refund_open(r: dict[str, Any]) -> RefundResult:
+        return await payments.refund(
+            r["order_id"], r["amount_cents"], idempotency_key=current_effect().idempotency_key
+        )
+
+    return refund_open
+
+
+def raises_refunds_in_place(e: CallEvent) -> None:
+    """A rule that edits the call instead of returning ``modify(...)``."""
+    if e.activity == "refund_open":
+        e.input["amount_cents"] = 4_000
+    if e.activity == "llm":
+        e.input["prompt"] = "edited by a rule"
+
+
+async def test_a_rules_in_place_edit_of_a_gated_refund_changes_nothing_sent(
+    dev_server: DevServer, tmp_path: Path
+) -> None:
+    service = SimulatedPayments(tmp_path / "payments.db", tier=2)
+    policy = Policy(rules=[raises_refunds_in_place])
+    async with policy_rig(dev_server, tmp_path, policy, extra_more=[open_refund(service)]) as r:
+        lease = r.journal.leases.issue("refund-bot", activities=["refund_open"])
+        request = {"case_id": "4471", "order_id": ORDER, "amount_cents": 2_000}
+        result = await r.call(
+            "refund_open", request, principal="refund-bot", lease=lease, maximum_attempts=2
+        )
+        # the money, from the service: the amount the agent asked for, once
+        (record,) = r.payments.refund_records(ORDER)
+        assert record.amount_cents == 2_000 and result["amount_cents"] == 2_000
+        # and the journal recorded as approved exactly what was sent
+        (effect,) = r.journal.effects()
+        assert r.journal.blob(effect.effect_id, "approved") == [request]
+        shown = receipt(effect.effect_id, journal=r.journal)
+        assert (shown.final, shown.via) == ("COMMITTED", "dispatch")
+        assert r.journal.verify().ok
+    service.close()
+
+
+async def test_a_rules_in_place_edit_of_an_ungated_call_changes_nothing_the_body_sees(
+    dev_server: DevServer, tmp_path: Path
+) -> None:
+    policy = Policy(rules=[raises_refunds_in_place])
+    async with policy_rig(dev_server, tmp_path, policy) as r:
+        wf, outcomes = await session(r, [("llm", {"prompt": "draft the reply"})])
+        assert codes(outcomes) == ["ok"]
+        assert ran(wf, "llm") == ["draft the reply"]
+
+
+def string_verdict(e: CallEvent) -> Decision:
+    """Looks like a denial, but its verdict is a str, not a ``Verdict``."""
+    return Decision("DENY", "TOO_LARGE", "refunds are capped")  # type: ignore[arg-type]
+
+
+async def test_a_rule_with_a_verdict_the_engine_does_not_know_blocks(
+    dev_server: DevServer, tmp_path: Path
+) -> None:
+    policy = Policy(rules=[string_verdict], policy_id="refunds")
+    async with policy_rig(dev_server, tmp_path, policy) as r:
+        with pytest.raises(WorkflowFailureError) as failure:
+            await r.call(
+                "refund",
+                r.request(2_000).model_dump(mode="json"),
+                principal="refund-bot",
+                lease=r.lease_id,
+                maximum_attempts=2,
+            )
+        cause = cause_of(failure.value)
+        assert cause.type == "InterlockDenied" and cause.non_retryable
+        assert "RULE_ERROR" in cause.message and "string_verdict" in cause.message
+        assert "verdict the engine does not know" in cause.message
+        # the body never ran: the service saw no request at all
+        assert r.payments.calls() == 0 and r.payments.refunded_cents(ORDER) == 0
+        assert r.journal.effects() == []
+
+        # an activity that is not gated: its body never ran either
+        wf, outcomes = await session(r, [("search", "refund policy")])
+        assert codes(outcomes) == ["InterlockDenied:RULE_ERROR"]
+        assert ran(wf) == []
 
 
 # -- approvals ---------------------------------------------------------------------------------

@@ -4,6 +4,7 @@ duplicate of a committed effect answered without reaching the policy."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import subprocess
 import sys
@@ -12,10 +13,14 @@ import time
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
+from pydantic import BaseModel
 
-from interlock_temporal.core.errors import Denied, NeedsApproval
+from interlock_temporal import gated
+from interlock_temporal._gated import spec_of
+from interlock_temporal.core.errors import Denied, InvalidCall, NeedsApproval
 from interlock_temporal.core.journal import Journal, open_journal, policy_chain
 from interlock_temporal.core.models import Kind
 from interlock_temporal.core.policy import (
@@ -35,7 +40,7 @@ from interlock_temporal.core.protocol import Done, Gate, Ticket
 from interlock_temporal.core.receipts import fold, receipt_of
 from interlock_temporal.testing import PostgresServer
 
-from .test_protocol import KEY, NOTE, MemTarget, make_call
+from .test_protocol import KEY, NOTE, MemTarget, make_call, payload
 
 
 @pytest.fixture(params=["sqlite", "postgres"])
@@ -223,6 +228,93 @@ async def test_a_modify_rewrites_what_is_sent_but_not_the_identity(journal: Jour
     view = fold(step.effect_id, journal.read(step.effect_id))
     assert view.payload_digest == Gate.identify(call)[1]
     assert journal.blob(step.effect_id, "approved")[0]["amount"] == 10
+
+
+async def test_a_rules_in_place_edit_changes_nothing_sent_or_recorded(journal: Journal) -> None:
+    lease = journal.leases.issue("refund-bot", max_amount_cents=5000)
+    target = MemTarget(tier=2)
+
+    def raises_it_in_place(e: CallEvent) -> None:
+        e.input["amount"] = 4_000  # not a MODIFY: the rule only sees a copy
+
+    gate = Gate(journal, policy=PolicyGuard(Policy(rules=[raises_it_in_place]), journal.policy))
+    step = await gate.begin(make_call(lease, amount=20), target)
+    assert isinstance(step, Ticket)
+    done = await gate.commit(step, await target.send(step))
+    assert done.result["amount"] == 20  # what the target was sent
+    assert journal.blob(step.effect_id, "approved") == [payload(20)]
+
+
+class Req(BaseModel):
+    case: str
+    order: str
+    amount: int
+    note: str
+
+
+@gated(target=MemTarget(tier=2), key=lambda r: {"case": r.case, "order": r.order})
+async def typed_refund(r: Req) -> dict[str, Any]:
+    return {"amount": r.amount}
+
+
+def typed_call(lease: str) -> Any:
+    """A call as the adapter makes it: its rewrites decoded into the body's types."""
+    spec = spec_of(typed_refund)
+    assert spec is not None
+    return dataclasses.replace(make_call(lease, amount=20), decode_args=spec.decode_json)
+
+
+async def test_a_rewrite_reaches_the_body_in_its_types_exactly_as_recorded(
+    journal: Journal,
+) -> None:
+    lease = journal.leases.issue("refund-bot", max_amount_cents=5000)
+    target = MemTarget(tier=2)
+    kept: list[dict[str, Any]] = []
+
+    def cap(e: CallEvent) -> Any:
+        rewrite = {**e.input, "amount": 10}  # JSON data, where the body takes a Req
+        kept.append(rewrite)
+        return modify(rewrite)
+
+    def sneaky(e: CallEvent) -> None:
+        e.input["amount"] = 4_000  # the rewrite as a later rule sees it: a copy too
+
+    policy = Policy(rules=[cap, sneaky])
+    gate = Gate(journal, policy=PolicyGuard(policy, journal.policy))
+    step = await gate.begin(typed_call(lease), target)
+    assert isinstance(step, Ticket)
+    (sent,) = step.args
+    assert isinstance(sent, Req) and sent.amount == 10
+    assert journal.blob(step.effect_id, "approved") == [sent.model_dump()]
+    kept[0]["amount"] = 9_000  # the rule's own object, changed after the decision
+    assert sent.amount == 10
+    await gate.commit(step, {"amount": sent.amount})
+
+
+async def test_a_rewrite_the_body_cannot_take_is_refused_before_anything_is_recorded(
+    journal: Journal,
+) -> None:
+    lease = journal.leases.issue("refund-bot", max_amount_cents=5000)
+    target = MemTarget(tier=2)
+    secret = "a-secret-amount"
+    policy = Policy(rules=[lambda e: modify({**e.input, "amount": secret})])
+    gate = Gate(journal, policy=PolicyGuard(policy, journal.policy))
+    call = typed_call(lease)
+    with pytest.raises(InvalidCall) as refused:
+        await gate.begin(call, target)
+    assert "policy rule rewrote the input" in str(refused.value)
+    assert "r.amount" in str(refused.value) and secret not in str(refused.value)
+    assert journal.read(Gate.identify(call)[0]) == [] and target.sends == 0
+
+
+def test_a_result_rules_modify_without_a_value_keeps_the_result(journal: Journal) -> None:
+    def empty(e: CallEvent) -> Any:
+        return modify()
+
+    guard = PolicyGuard(Policy(result_rules=[empty]), journal.policy)
+    after = CallEvent("lookup", ("c-1",), phase="result", result={"customer": "c-1"})
+    d = guard.check_result(after)
+    assert d.verdict is Verdict.ALLOW and d.args is None
 
 
 # -- approvals -----------------------------------------------------------------------------------

@@ -86,7 +86,8 @@ class Call:
     measure: Callable[[tuple[Any, ...]], Measure] | None = None
     delivery: Delivery = field(default_factory=Delivery)
     last_attempt: bool = False
-    #: turns the recorded approved input (JSON data) back into the body's argument types
+    #: turns the recorded approved input (JSON data), or a policy's rewrite, into the body's
+    #: argument types; its errors name fields, never values
     decode_args: Callable[[list[Any]], tuple[Any, ...]] | None = None
     #: the body's parameter names (policy rules may name arguments by them)
     param_names: tuple[str, ...] = ()
@@ -226,6 +227,22 @@ class Gate:
             call.admission[eid] = decision
         return enforce(decision, session=call.session or call.delivery.workflow_id, binding=eid)
 
+    @staticmethod
+    def _rewritten_args(call: Call, args: Sequence[Any]) -> tuple[Any, ...]:
+        """A policy rewrite as the body's argument types, before anything is recorded: the
+        approved input the journal records is these values' JSON, the body receives exactly
+        them, and recovery decodes the same types from the record. Validated from the values
+        rather than their JSON, so a secret the journal masks still reaches the body."""
+        if call.decode_args is None:
+            return tuple(args)
+        try:
+            return call.decode_args(list(args))
+        except Exception as err:
+            raise InvalidCall(
+                f"a policy rule rewrote the input of {call.activity} into one it does not "
+                f"take: {err}"
+            ) from None
+
     def _policy_note(self, decision: Decision | None) -> dict[str, Any]:
         if decision is None:
             return {}
@@ -346,7 +363,7 @@ class Gate:
         approved = call.args
         approved_json = call.args_canonical
         if admitted is not None and admitted.verdict is Verdict.MODIFY and admitted.args:
-            approved = admitted.args
+            approved = self._rewritten_args(call, admitted.args)
             try:
                 approved_json = canonical_json(jsonable(list(approved)))
             except UnserializableInput as err:
