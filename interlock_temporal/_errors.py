@@ -35,6 +35,16 @@ class EffectRefused(ApplicationError):
         self.receipt = receipt
 
 
+class UnstableEffectKeyError(ApplicationError):
+    """The effect key changed between attempts of one activity with one input: nothing was sent
+    under the new id. Not retryable; the receipt in ``details[0]`` is the first effect's."""
+
+    def __init__(self, message: str, receipt: Receipt | None) -> None:
+        details = () if receipt is None else (receipt.model_dump(mode="json"),)
+        super().__init__(message, *details, type="UnstableEffectKey", non_retryable=True)
+        self.receipt = receipt
+
+
 class EffectInFlight(ApplicationError):
     """A live attempt holds the effect, or the target may still be executing it. Retryable."""
 
@@ -132,7 +142,7 @@ def receipt_from(error: BaseException) -> Receipt | None:
     cause: Any = error.cause if isinstance(error, ActivityError) else error
     while cause is not None and not isinstance(cause, ApplicationError):
         cause = getattr(cause, "cause", None)
-    if cause is None or cause.type not in ("AmbiguousEffect", "EffectRefused"):
+    if cause is None or cause.type not in ("AmbiguousEffect", "EffectRefused", "UnstableEffectKey"):
         return None
     details = list(cause.details)
     return Receipt.model_validate(details[0]) if details else None

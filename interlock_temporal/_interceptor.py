@@ -26,6 +26,7 @@ from ._errors import (
     InvalidEffectInput,
     JournalCorruptError,
     JournalUnavailableError,
+    UnstableEffectKeyError,
 )
 from ._gated import EffectContext, GateSpec, _cost, _current, parameter_names, spec_of
 from ._review import ReviewDesk
@@ -39,6 +40,7 @@ from .core.errors import (
     JournalUnavailable,
     NeedsApproval,
     Refused,
+    UnstableEffectKey,
 )
 from .core.journal import Journal, open_journal
 from .core.models import Kind
@@ -78,6 +80,8 @@ def _as_temporal_errors() -> Iterator[None]:
         raise JournalUnavailableError(str(e)) from None
     except JournalCorrupt as e:
         raise JournalCorruptError(str(e), e.effect_id, e.seq) from None
+    except UnstableEffectKey as e:
+        raise UnstableEffectKeyError(str(e), e.receipt) from None
     except Denied as d:
         raise InterlockDenied(d) from None
     except NeedsApproval as n:

@@ -39,7 +39,7 @@ from interlock_temporal.core.errors import (
     JournalConfigError,
     JournalCorrupt,
 )
-from interlock_temporal.core.identity import UnserializableInput, effect_id
+from interlock_temporal.core.identity import UnserializableInput, effect_id, origin_of
 from interlock_temporal.core.journal import (
     SCHEMA_VERSION,
     Journal,
@@ -963,6 +963,7 @@ class JournalConformance:
             ("updated_ts", 1.0),
             ("first_dispatch_ts", 1.0),
             ("last_dispatch_ts", None),
+            ("origin", "f" * 64),
         ],
     )
     def test_an_edited_effects_row_is_named_by_its_effects_head(
@@ -993,6 +994,28 @@ class JournalConformance:
         assert entry_count(journal) == 0
 
     # -- the effects index -------------------------------------------------------------------
+
+    def test_an_effect_is_found_by_the_origin_its_first_entry_signs(self, journal: Journal) -> None:
+        delivery = {"workflow_id": "wf", "run_id": "run", "activity_id": "3", "attempt": 2}
+        (first,) = journal.append(
+            A,
+            "",
+            [draft(Kind.PROPOSED, delivery=delivery, input_digest="d" * 64)],
+            effect_type="refund",
+        )
+        journal.append(B, "", [draft(Kind.PROPOSED, delivery=delivery)], effect_type="refund")
+        origin = origin_of("wf", "run", "3", "d" * 64)
+        assert origin is not None
+        assert journal.by_origin(origin) == [A]
+        # later entries do not move it
+        journal.append(
+            A, first.hash, [draft(Kind.DISPATCHED, delivery={**delivery, "run_id": "x"})]
+        )
+        assert journal.by_origin(origin) == [A]
+        row_a, row_b = journal.row(A), journal.row(B)
+        assert row_a is not None and row_a.origin == origin
+        assert row_b is not None and row_b.origin is None
+        assert journal.verify().ok
 
     def test_status_follows_the_last_entry_that_is_not_an_annotation(
         self, journal: Journal

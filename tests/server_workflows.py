@@ -26,6 +26,8 @@ class CallActivity:
                 maximum_attempts=spec.get("maximum_attempts", 0),
             ),
         }
+        if spec.get("heartbeat_s"):
+            options["heartbeat_timeout"] = timedelta(seconds=spec["heartbeat_s"])
         if spec.get("principal"):
             with act_as(spec["principal"], lease=spec.get("lease")):
                 return await workflow.execute_activity(spec["activity"], spec["arg"], **options)
@@ -113,3 +115,35 @@ class ApprovedCall:
             if isinstance(cause, ApplicationError):
                 return {"error": cause.type, "message": cause.message}
             return {"error": type(cause).__name__}
+
+
+@workflow.defn
+class ReusedActivityId:
+    """Runs one activity for each input in turn under one explicit activity id, as a loop in an
+    agent's workflow might: after the first, each waits for the signal ``next``."""
+
+    def __init__(self) -> None:
+        self._go = 0
+
+    @workflow.signal(name="next")
+    def next(self) -> None:
+        self._go += 1
+
+    @workflow.run
+    async def run(self, spec: dict[str, Any]) -> list[Any]:
+        results = []
+        with act_as(spec["principal"], lease=spec.get("lease")):
+            for i, arg in enumerate(spec["args"]):
+                if i:
+                    await workflow.wait_condition(lambda i=i: self._go >= i)  # type: ignore[misc]
+                results.append(
+                    await workflow.execute_activity(
+                        spec["activity"],
+                        arg,
+                        activity_id=spec["activity_id"],
+                        start_to_close_timeout=timedelta(seconds=10),
+                        heartbeat_timeout=timedelta(seconds=2),
+                        retry_policy=RetryPolicy(initial_interval=timedelta(milliseconds=200)),
+                    )
+                )
+        return results

@@ -81,6 +81,24 @@ class Ambiguous(GateOutcome):
         self.receipt = receipt
 
 
+class UnstableEffectKey(GateOutcome):
+    """Terminal: a later attempt of the same activity, with the same input, computed another
+    effect id than the first attempt did, so the key is not a function of the input alone (it
+    reads a clock, a random number, ...). Nothing is sent under the new id. ``receipt`` is the
+    first effect's: it is recovered as any effect in doubt (or is in front of a person)."""
+
+    def __init__(self, effect_id: str, first_effect_id: str, receipt: Receipt | None) -> None:
+        super().__init__(
+            f"the effect key changed between attempts of one activity with one input: this "
+            f"attempt names effect {effect_id}, the first named {first_effect_id}. A key must "
+            "be a function of the approved decision (no now(), no uuid4()); nothing was sent "
+            "under the new id"
+        )
+        self.effect_id = effect_id
+        self.first_effect_id = first_effect_id
+        self.receipt = receipt
+
+
 class InFlight(GateOutcome):
     """Retryable: a live attempt holds the effect, or the target may still be executing it."""
 

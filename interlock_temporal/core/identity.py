@@ -6,14 +6,22 @@ JSON, so any language can recompute an id from the same decision.
 
 from __future__ import annotations
 
+import dataclasses
+import datetime as dt
+import decimal
+import enum
 import functools
 import hashlib
 import json
-from collections.abc import Callable
+import math
+import pathlib
+import uuid
+from collections.abc import Callable, Mapping
 from json.encoder import c_make_encoder, encode_basestring  # type: ignore[attr-defined]
 from typing import Any
 
 import rfc8785
+from pydantic import BaseModel, SecretBytes, SecretStr
 from pydantic_core import to_jsonable_python
 
 
@@ -33,6 +41,70 @@ def jsonable(value: Any) -> Any:
 
 
 _SAFE_INT = 2**53 - 1
+
+#: values whose JSON form is one and the same in every process (pydantic writes them as strings)
+_STABLE_LEAVES = (
+    bool,
+    str,
+    dt.datetime,
+    dt.date,
+    dt.time,
+    dt.timedelta,
+    uuid.UUID,
+    pathlib.PurePath,
+    SecretStr,
+    SecretBytes,
+)
+
+
+def unstable_part(value: Any, path: str, *, allow_bytes: bool = False) -> str | None:
+    """Where ``value`` (a key, or an input, as the activity holds it) has no single canonical
+    JSON form, as ``"<path> is a <type>..."``; None when it has one everywhere.
+
+    ``jsonable`` would turn a set into a list in hash order (which differs between processes),
+    bytes into text, an unknown object into whatever its serializer says: the effect id would
+    change between attempts. Names the path and the type, never the value. ``allow_bytes``: an
+    input that is not the key may carry bytes (an attachment): they digest the same
+    everywhere, but a key names a decision in JSON any language can recompute."""
+    stack: list[tuple[Any, str]] = [(value, path)]
+    while stack:
+        x, where = stack.pop()
+        if x is None or isinstance(x, _STABLE_LEAVES):
+            continue
+        if isinstance(x, int):
+            if not -_SAFE_INT <= x <= _SAFE_INT:
+                return f"{where} is an integer outside the interoperable JSON range (2**53)"
+            continue
+        if isinstance(x, float | decimal.Decimal):
+            if not math.isfinite(x):
+                return f"{where} is a {type(x).__name__} that is NaN or infinite"
+            continue
+        if isinstance(x, enum.Enum):
+            stack.append((x.value, where))
+        elif isinstance(x, BaseModel):
+            fields = type(x).model_fields
+            stack.extend((getattr(x, name), f"{where}.{name}") for name in fields)
+            stack.extend((v, f"{where}.{k}") for k, v in (x.model_extra or {}).items())
+        elif dataclasses.is_dataclass(x) and not isinstance(x, type):
+            stack.extend((getattr(x, f.name), f"{where}.{f.name}") for f in dataclasses.fields(x))
+        elif isinstance(x, Mapping):
+            for k, v in x.items():
+                if not isinstance(k, str):
+                    return f"{where} has a key of type {type(k).__name__}, not a string"
+                stack.append((v, f"{where}.{k}"))
+        elif isinstance(x, list | tuple):
+            stack.extend((v, f"{where}[{i}]") for i, v in enumerate(x))
+        elif isinstance(x, set | frozenset):
+            return (
+                f"{where} is a {type(x).__name__}, which has no order: its JSON changes between "
+                "processes (use a sorted list)"
+            )
+        elif isinstance(x, bytes | bytearray | memoryview):
+            if not allow_bytes:
+                return f"{where} is {type(x).__name__}, which has no canonical JSON form"
+        else:
+            return f"{where} is of type {type(x).__name__}, which has no canonical JSON form"
+    return None
 
 
 def _json_module_is_canonical(data: Any) -> bool:
@@ -125,3 +197,15 @@ def effect_id(effect_type: str, key: Any, *, key_json: bytes | None = None) -> s
     # the canonical object, keys in code-unit order ("effect_type" < "key")
     document = b'{"effect_type":' + canonical_json(effect_type) + b',"key":' + key_json + b"}"
     return hashlib.sha256(document).hexdigest()
+
+
+def origin_of(
+    workflow_id: str | None, run_id: str | None, activity_id: str | None, input_digest: str
+) -> str | None:
+    """Which Temporal activity first proposed an effect, with which input: the same for every
+    attempt of that activity. Two effects of one origin mean the key changed between attempts
+    (it was not a function of the input alone). None outside Temporal."""
+    if not (workflow_id and run_id and activity_id):
+        return None
+    text = f"{workflow_id}\x00{run_id}\x00{activity_id}\x00{input_digest}"
+    return hashlib.sha256(text.encode()).hexdigest()

@@ -34,7 +34,7 @@ from urllib.parse import parse_qs, urlparse
 
 from .claims import Claim
 from .errors import JournalConfigError, JournalCorrupt
-from .identity import canonical_json
+from .identity import canonical_json, origin_of
 from .leases import LeaseStore
 from .models import ANNOTATIONS, Draft, EffectRow, Entry, JournalHead, Kind, Lease, VerifyReport
 from .policy import PolicyStore
@@ -252,6 +252,7 @@ class _Chain:
     head_seq: int = 0
     status: str | None = None
     effect_type: str | None = None
+    origin: str | None = None
     first_dispatch: float | None = None
     last_dispatch: float | None = None
     updated: float = 0.0
@@ -260,6 +261,16 @@ class _Chain:
 
 
 _ANNOTATION_KINDS = frozenset(k.value for k in ANNOTATIONS)
+
+
+def origin_in(first: Mapping[str, Any]) -> str | None:
+    """The origin an effect's first entry (its PROPOSED) signs: its delivery and input."""
+    delivery, digest = first.get("delivery"), first.get("input_digest")
+    if not isinstance(delivery, dict) or not isinstance(digest, str):
+        return None
+    return origin_of(
+        delivery.get("workflow_id"), delivery.get("run_id"), delivery.get("activity_id"), digest
+    )
 
 
 class ChainCheck:
@@ -288,8 +299,10 @@ class ChainCheck:
         ts = _signed_ts(raw)
         if not chain.head:
             data = json.loads(raw.body).get("data")
-            kind_type = data.get("effect_type") if isinstance(data, dict) else None
+            data = data if isinstance(data, dict) else {}
+            kind_type = data.get("effect_type")
             chain.effect_type = kind_type if isinstance(kind_type, str) else None
+            chain.origin = origin_in(data)
         if unbound:
             assert raw.vals is not None
             if chain.unbound is None:
@@ -354,6 +367,8 @@ class ChainCheck:
         ]
         if chain.effect_type is not None and row.effect_type != chain.effect_type:
             wrong.append("effect_type")
+        if row.origin != chain.origin:
+            wrong.append("origin")
         if not wrong:
             return None
         # named by the later of the two heads: a cut tail is named by the entry it lost
@@ -560,7 +575,8 @@ class Journal(ABC):
         blobs: Mapping[str, Any] | None = None,
     ) -> list[Entry]:
         """Append entries atomically, durably, if the effect's head is still ``expected_head``
-        ("" for a new effect); raise ``HeadConflict`` otherwise.
+        ("" for a new effect); raise ``HeadConflict`` otherwise. A new effect's origin (see
+        ``by_origin``) is what its first entry signs of its delivery and input.
 
         When ``build`` is callable it is called inside the transaction with the lease
         ``lease_id`` as read there, and returns the drafts: authority is checked and the
@@ -612,6 +628,10 @@ class Journal(ABC):
     def in_doubt(self, *, older_than: float | None = None) -> list[EffectRow]:
         """What was started and never confirmed (an indexed query)."""
         return self.effects(in_doubt=True, older_than=older_than)
+
+    @abstractmethod
+    def by_origin(self, origin: str) -> list[str]:
+        """The effects first proposed by this origin (an indexed query)."""
 
     @abstractmethod
     def blob(self, effect_id: str, name: str) -> Any:

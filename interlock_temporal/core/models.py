@@ -121,6 +121,8 @@ class EffectRow(BaseModel):
     updated_ts: float
     first_dispatch_ts: float | None = None
     last_dispatch_ts: float | None = None
+    #: the Temporal activity and input that proposed it (``identity.origin_of``)
+    origin: str | None = None
 
 
 class JournalHead(BaseModel):

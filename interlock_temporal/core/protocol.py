@@ -19,8 +19,17 @@ from typing import Any
 
 from . import premises as premise
 from .claims import Claim
-from .errors import Ambiguous, HeadConflict, InFlight, InvalidCall, Refused
-from .identity import UnserializableInput, canonical, canonical_json, digest, effect_id, jsonable
+from .errors import Ambiguous, HeadConflict, InFlight, InvalidCall, Refused, UnstableEffectKey
+from .identity import (
+    UnserializableInput,
+    canonical,
+    canonical_json,
+    digest,
+    effect_id,
+    jsonable,
+    origin_of,
+    unstable_part,
+)
 from .journal import Journal, value_of
 from .leases import Charge, Demand, charge_for, check_lease
 from .models import Change, Draft, Entry, Kind, Lease, Receipt
@@ -107,6 +116,17 @@ class Call:
     def args_canonical(self) -> bytes:
         return canonical_json(self.args_json)
 
+    @cached_property
+    def input_digest(self) -> str:
+        """The digest of the whole input as delivered (premises included): the same for every
+        attempt of one activity."""
+        return hashlib.sha256(self.args_canonical).hexdigest()
+
+    @cached_property
+    def origin(self) -> str | None:
+        d = self.delivery
+        return origin_of(d.workflow_id, d.run_id, d.activity_id, self.input_digest)
+
 
 @dataclass(frozen=True)
 class Measure:
@@ -183,7 +203,16 @@ class Gate:
     @staticmethod
     def identify(call: Call) -> tuple[str, str]:
         """(effect id, proposed payload digest). The digest covers the input as proposed, without
-        the premises it carries."""
+        the premises it carries. A key or input with no single canonical JSON form (a set, NaN,
+        bytes in a key, an unknown object) is refused, naming where."""
+        unstable = None if call.key is None else unstable_part(call.key, "key")
+        names = call.param_names
+        if len(names) != len(call.args):
+            names = tuple(f"args[{i}]" for i in range(len(call.args)))
+        for name, arg in zip(names, call.args, strict=True):
+            unstable = unstable or unstable_part(arg, name, allow_bytes=call.key is not None)
+        if unstable is not None:
+            raise InvalidCall(f"{call.activity}: the effect cannot be named: {unstable}")
         try:
             proposed = proposed_payload(call)
             key = proposed if call.key is None else jsonable(call.key)
@@ -330,6 +359,7 @@ class Gate:
     ) -> Ticket | Done:
         entries = self.journal.read(eid)
         if not entries:
+            self._refuse_an_unstable_key(call, eid)
             return await self._dispatch_first(call, target, eid, pdigest, claim)
         view = fold(eid, entries)
         if view.payload_digest != pdigest:
@@ -348,6 +378,18 @@ class Gate:
         if status is Kind.REOPENED:
             return await self._dispatch_reopened(call, target, view, claim)
         return await self._recover(call, target, view, claim)
+
+    def _refuse_an_unstable_key(self, call: Call, eid: str) -> None:
+        """A retry that names a new effect: if an earlier attempt of this activity, with this
+        very input, proposed another one, the key changed between attempts. Only a retry can
+        find one, so only a retry asks (an indexed query)."""
+        if call.delivery.attempt <= 1 or call.origin is None:
+            return
+        first = next((e for e in self.journal.by_origin(call.origin) if e != eid), None)
+        if first is None:
+            return
+        entries = self.journal.read(first)
+        raise UnstableEffectKey(eid, first, receipt_of(fold(first, entries)) if entries else None)
 
     # -- 1. nothing recorded: propose, authorise, dispatch in one transaction --------------------
 
@@ -386,6 +428,7 @@ class Gate:
                 "target": target.name,
                 "tier": caps.tier,
                 "delivery": _delivery(call),
+                "input_digest": call.input_digest,
             },
         )
         measured = call.measure(approved) if call.measure else Measure()

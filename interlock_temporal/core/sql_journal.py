@@ -30,6 +30,7 @@ from .journal import (
     check_chain,
     decode_entry,
     encode_entry,
+    origin_in,
     policy_chain,
     state_kind,
     value_of,
@@ -56,7 +57,7 @@ T = TypeVar("T")
 
 ROW_COLUMNS = (
     "effect_id, effect_type, status, head, head_seq, updated_ts, first_dispatch_ts, "
-    "last_dispatch_ts"
+    "last_dispatch_ts, origin"
 )
 ENTRY_COLUMNS = "seq, effect_id, kind, prev, hash, key_id, sig, body, vals"
 _ENTRY_COLUMNS_E = ", ".join("e." + c.strip() for c in ENTRY_COLUMNS.split(","))
@@ -100,6 +101,7 @@ def effect_row(values: Sequence[Any]) -> EffectRow:
         updated_ts=values[5],
         first_dispatch_ts=values[6],
         last_dispatch_ts=values[7],
+        origin=values[8],
     )
 
 
@@ -497,14 +499,25 @@ class SqlJournal(Journal):
         dispatched = any(d.kind is Kind.DISPATCHED for d in drafts)
         first_dispatch = row[3] if row and row[3] is not None else (now if dispatched else None)
         last_dispatch = now if dispatched else (row[4] if row else None)
+        # a new effect's origin is what its first entry signs of it, and never changes
         self._x(
             db,
-            f"INSERT INTO effects ({ROW_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?) "
+            f"INSERT INTO effects ({ROW_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?) "
             "ON CONFLICT (effect_id) DO UPDATE SET status = excluded.status, "
             "head = excluded.head, head_seq = excluded.head_seq, "
             "updated_ts = excluded.updated_ts, first_dispatch_ts = excluded.first_dispatch_ts, "
             "last_dispatch_ts = excluded.last_dispatch_ts",
-            (effect_id, etype, status.value, prev, seq, now, first_dispatch, last_dispatch),
+            (
+                effect_id,
+                etype,
+                status.value,
+                prev,
+                seq,
+                now,
+                first_dispatch,
+                last_dispatch,
+                origin_in(drafts[0].data) if row is None else None,
+            ),
         )
         return written
 
@@ -579,6 +592,14 @@ class SqlJournal(Journal):
 
     def blob(self, effect_id: str, name: str) -> Any:
         return value_of(self.read(effect_id), name)
+
+    def by_origin(self, origin: str) -> list[str]:
+        rows = self._read(
+            lambda db: self._x(
+                db, "SELECT effect_id FROM effects WHERE origin = ?", (origin,)
+            ).fetchall()
+        )
+        return [r[0] for r in rows]
 
     def iter_rows(self) -> Iterator[EffectRow]:
         rows = self._read(lambda db: self._x(db, f"SELECT {ROW_COLUMNS} FROM effects").fetchall())
