@@ -288,6 +288,9 @@ def for_activity(
             f"the authority header was signed for {claim.binding.describe()}, but this activity "
             "was not started by a workflow (a client started it): it carries no authority",
         )
+    b, here = claim.binding, (namespace, workflow_id, run_id)
+    if isinstance(b, ActivityBinding) and (b.namespace, b.workflow_id, b.run_id) == here:
+        return claim.authority
     return _expect(
         claim, ActivityBinding(namespace=namespace, workflow_id=workflow_id, run_id=run_id)
     )
