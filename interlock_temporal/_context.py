@@ -62,6 +62,9 @@ def _signed(keys: AuthorityKeys, authority: Authority, binding: AnyBinding) -> P
         return _payload(keys.sign(authority, binding))
     except AuthorityInvalid as err:
         return _refusal(err.code, err.reason)
+    except Exception as err:  # e.g. a principal with no canonical JSON form
+        problem = type(err).__name__
+        return _refusal("malformed", f"act_as's authority could not be signed ({problem})")
 
 
 @functools.lru_cache(maxsize=256)
