@@ -23,6 +23,7 @@ if TYPE_CHECKING:
     from ._errors import (
         AmbiguousEffect,
         ApprovalRequired,
+        AuthorityRejected,
         EffectInFlight,
         EffectRefused,
         InterlockDenied,
@@ -46,6 +47,7 @@ if TYPE_CHECKING:
 _LAZY = {
     "AmbiguousEffect": "._errors",
     "ApprovalRequired": "._errors",
+    "AuthorityRejected": "._errors",
     "InterlockDenied": "._errors",
     "EffectInFlight": "._errors",
     "EffectRefused": "._errors",
@@ -70,6 +72,7 @@ _LAZY = {
 __all__ = [
     "AmbiguousEffect",
     "ApprovalRequired",
+    "AuthorityRejected",
     "Change",
     "Decision",
     "EffectContext",

@@ -66,6 +66,24 @@ class InterlockNotInstalled(ApplicationError):
         )
 
 
+class AuthorityRejected(ApplicationError):
+    """The activity's authority header grants nothing: unsigned (set from outside a worker),
+    signed with a key no worker holds, altered, or made for another workflow run. Nothing was
+    journaled and nothing sent. Not retryable. ``details[0]`` is ``{"code": ...}``: one of
+    ``unsigned``, ``malformed``, ``unknown_key``, ``bad_signature``, ``wrong_binding``,
+    ``refused`` (the workflow's own start header was refused; the message says why)."""
+
+    def __init__(self, code: str, reason: str) -> None:
+        super().__init__(
+            f"authority rejected ({code}): {reason}",
+            {"code": code},
+            type="AuthorityRejected",
+            non_retryable=True,
+        )
+        self.code = code
+        self.reason = reason
+
+
 class InvalidEffectInput(ApplicationError):
     """The activity input does not validate: names the fields, never their values."""
 

@@ -7,19 +7,21 @@ import asyncio
 import contextlib
 import dataclasses
 import logging
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any, NoReturn
 
 import temporalio.activity
 import temporalio.client
 import temporalio.worker
+import temporalio.workflow
 from temporalio.exceptions import ApplicationError
 
-from ._context import Authority, current_authority, read_authority, with_authority
+from ._context import HEADER, Authority, current_authority, open_header, signed_header
 from ._errors import (
     AmbiguousEffect,
     ApprovalRequired,
+    AuthorityRejected,
     EffectInFlight,
     EffectRefused,
     InterlockDenied,
@@ -31,18 +33,29 @@ from ._errors import (
 from ._gated import EffectContext, GateSpec, _cost, _current, parameter_names, spec_of
 from ._review import ReviewDesk
 from ._telemetry import REASON, VERDICT, Attempt, Telemetry
+from .core.authority import (
+    ActivityBinding,
+    AnyBinding,
+    AuthorityInvalid,
+    AuthorityKeys,
+    ChildBinding,
+    ContinueAsNewBinding,
+    for_activity,
+    for_start,
+)
 from .core.errors import (
     Ambiguous,
     Denied,
     InFlight,
     InvalidCall,
+    JournalConfigError,
     JournalCorrupt,
     JournalUnavailable,
     NeedsApproval,
     Refused,
     UnstableEffectKey,
 )
-from .core.journal import Journal, open_journal
+from .core.journal import Journal, KeyLike, keyring_for, open_journal, parse_journal_url
 from .core.models import Kind
 from .core.policy import (
     CallEvent,
@@ -58,6 +71,7 @@ from .core.policy import (
 )
 from .core.protocol import Call, Delivery, Done, Gate, Ticket
 from .core.review import ReviewKind, ReviewRules
+from .core.signing import Keyring
 from .core.targets import capabilities
 
 log = logging.getLogger("interlock_temporal")
@@ -118,13 +132,17 @@ def _non_retryable(error: BaseException, info: temporalio.activity.Info) -> bool
 
 class InterlockInterceptor(temporalio.worker.Interceptor):
     """Register on a worker (``InterlockPlugin`` does it for you). Gated activities run the
-    effect protocol; other activities pass through untouched."""
+    effect protocol; other activities pass through untouched.
+
+    ``older_keys``: journal keys retired by a rotation, kept so that the entries and the
+    authority headers they signed still verify."""
 
     def __init__(
         self,
         journal: Journal | str = "sqlite:///interlock.db",
         *,
         signing_key: str | bytes | None = None,
+        older_keys: Sequence[KeyLike] = (),
         on_point: Callable[[str, str], None] | None = None,
         client: temporalio.client.Client | None = None,
         review_rules: ReviewRules | None = None,
@@ -134,9 +152,13 @@ class InterlockInterceptor(temporalio.worker.Interceptor):
         self._journal_arg = journal
         self.telemetry = telemetry or Telemetry()
         self._signing_key = signing_key
+        self._older_keys = tuple(older_keys)
         self._on_point = on_point
         self._policy = policy
         self._gate: Gate | None = None
+        self._authority_keys: AuthorityKeys | None = None
+        #: set by ``InterlockPlugin`` on a ``Replayer``: no journal is opened (or created)
+        self.replay_only = False
         #: the worker's client, for thread-pool activities (they have no activity.client())
         self.client: temporalio.client.Client | None = client
         self.desk = ReviewDesk(
@@ -152,7 +174,9 @@ class InterlockInterceptor(temporalio.worker.Interceptor):
         if self._gate is None:
             journal = self._journal_arg
             if not isinstance(journal, Journal):
-                journal = open_journal(journal, signing_key=self._signing_key)
+                journal = open_journal(
+                    journal, signing_key=self._signing_key, older_keys=self._older_keys
+                )
             # the worker's loop polls and runs workflows too: a flush on it would hold them up,
             # which cost the server more CPU per activity than the hand-off to the writer thread
             journal.loop_shared = True
@@ -168,6 +192,33 @@ class InterlockInterceptor(temporalio.worker.Interceptor):
     def guard(self) -> PolicyGuard | None:
         return self.gate.policy
 
+    @property
+    def authority_keys(self) -> AuthorityKeys:
+        """The keys that sign and verify ``act_as`` headers, derived from the journal's keyring
+        (so they rotate with it). Derived once, outside any workflow: no I/O in the sandbox."""
+        if self._authority_keys is None:
+            if self._gate is None and self.replay_only and isinstance(self._journal_arg, str):
+                return AuthorityKeys.of(self._replay_keyring(self._journal_arg))
+            self._authority_keys = AuthorityKeys.of(self.journal.keyring)
+        return self._authority_keys
+
+    def _replay_keyring(self, url: str) -> Keyring:
+        """A Replayer runs no activity and needs no journal: the keys are read where the
+        journal's would come from, creating nothing. Without them, a run's inherited authority
+        does not verify (which changes nothing a replay checks, unless workflow code reads
+        ``current_principal()``)."""
+        where = parse_journal_url(url)
+        try:
+            return keyring_for(
+                None if where.scheme == "postgresql" else where.path,
+                self._signing_key,
+                self._older_keys,
+                create=False,
+            )
+        except JournalConfigError as err:
+            log.warning("replaying without the journal's keys: %s", err)
+            return Keyring(None)
+
     def intercept_activity(
         self, next: temporalio.worker.ActivityInboundInterceptor
     ) -> temporalio.worker.ActivityInboundInterceptor:
@@ -176,7 +227,25 @@ class InterlockInterceptor(temporalio.worker.Interceptor):
     def workflow_interceptor_class(
         self, input: temporalio.worker.WorkflowInterceptorClassInput
     ) -> type[temporalio.worker.WorkflowInboundInterceptor]:
-        return _WorkflowInbound
+        return type("_WorkflowInbound", (_WorkflowInbound,), {"keys": self.authority_keys})
+
+    def authority(self, input: temporalio.worker.ExecuteActivityInput) -> Authority | None:
+        """The verified authority an activity's header grants; None without a header. A header
+        that does not verify, or was made for another workflow run, is ``AuthorityRejected``."""
+        if HEADER not in (input.headers or {}):
+            return None
+        info = temporalio.activity.info()
+        try:
+            claim = open_header(input.headers, self.authority_keys)
+            assert claim is not None
+            return for_activity(
+                claim,
+                namespace=info.workflow_namespace,
+                workflow_id=info.workflow_id,
+                run_id=info.workflow_run_id,
+            )
+        except AuthorityInvalid as err:
+            raise AuthorityRejected(err.code, err.reason) from None
 
 
 class _ActivityInbound(temporalio.worker.ActivityInboundInterceptor):
@@ -230,8 +299,8 @@ class _ActivityInbound(temporalio.worker.ActivityInboundInterceptor):
         meter: list[float],
     ) -> Any:
         """An activity that is not gated: the policy decides whether its body runs at all."""
+        authority = self._root.authority(input)
         info = temporalio.activity.info()
-        authority = read_authority(input.headers)
         event = CallEvent(
             activity=info.activity_type,
             args=tuple(input.args),
@@ -292,8 +361,9 @@ class _ActivityInbound(temporalio.worker.ActivityInboundInterceptor):
         meter: list[float],
         observed: Attempt,
     ) -> Any:
+        authority = self._root.authority(input)
         args = spec.decode(input.args, temporalio.activity.payload_converter())
-        call = self._call(spec, info, args, read_authority(input.headers))
+        call = self._call(spec, info, args, authority)
         with _as_temporal_errors():
             gate = self._root.gate
             step = await gate.begin(call, spec.target)
@@ -459,29 +529,88 @@ async def _uncancellable(task: asyncio.Future[Any]) -> Any:
 
 
 class _WorkflowInbound(temporalio.worker.WorkflowInboundInterceptor):
+    """Trusts a start header only as its parent's or its previous run's, signed by a worker's
+    key and bound to this workflow; anything else (a client's header, one copied from history)
+    gives no authority. It never raises: a key retired since the run began must not break a
+    replay, so a header that no longer verifies only leaves the run without authority."""
+
+    #: set on the class ``InterlockInterceptor.workflow_interceptor_class`` makes per worker
+    keys: AuthorityKeys = AuthorityKeys(None)
+
     def init(self, outbound: temporalio.worker.WorkflowOutboundInterceptor) -> None:
-        super().init(_WorkflowOutbound(outbound))
+        self._outbound = _WorkflowOutbound(outbound, self.keys)
+        super().init(self._outbound)
 
     async def execute_workflow(self, input: temporalio.worker.ExecuteWorkflowInput) -> Any:
-        inherited = read_authority(input.headers)
-        if inherited is not None:
-            current_authority.set(inherited)
+        if HEADER in (input.headers or {}):
+            info = temporalio.workflow.info()
+            try:
+                claim = open_header(input.headers, self.keys)
+                assert claim is not None
+                inherited = for_start(
+                    claim,
+                    workflow_id=info.workflow_id,
+                    first_execution_run_id=info.first_execution_run_id,
+                    parent=(info.parent.workflow_id, info.parent.run_id) if info.parent else None,
+                )
+            except AuthorityInvalid as err:
+                self._outbound.refused = err
+                temporalio.workflow.logger.warning(
+                    "the authority header this workflow was started with is refused (%s): %s",
+                    err.code,
+                    err.reason,
+                )
+            except Exception as err:  # never fail a workflow task (or a replay) over it
+                self._outbound.refused = AuthorityInvalid(
+                    "malformed", f"the authority header could not be checked: {err!r}"
+                )
+                temporalio.workflow.logger.warning("%s", self._outbound.refused)
+            else:
+                current_authority.set(inherited)
         return await super().execute_workflow(input)
 
 
 class _WorkflowOutbound(temporalio.worker.WorkflowOutboundInterceptor):
+    """Signs ``act_as``'s authority for each destination: an activity to this run, a child to
+    its id and this run, the next run to this workflow's chain."""
+
+    def __init__(
+        self, next: temporalio.worker.WorkflowOutboundInterceptor, keys: AuthorityKeys
+    ) -> None:
+        super().__init__(next)
+        self.keys = keys
+        #: why the start header gave no authority, told to activities started without act_as
+        self.refused: AuthorityInvalid | None = None
+
+    def _sign(self, headers: Any, binding: AnyBinding) -> Any:
+        return signed_header(headers, self.keys, current_authority.get(), binding, self.refused)
+
+    def _this_run(self) -> ActivityBinding:
+        info = temporalio.workflow.info()
+        return ActivityBinding(
+            namespace=info.namespace, workflow_id=info.workflow_id, run_id=info.run_id
+        )
+
     def start_activity(self, input: temporalio.worker.StartActivityInput) -> Any:
-        input.headers = with_authority(input.headers, current_authority.get())
+        input.headers = self._sign(input.headers, self._this_run())
         return super().start_activity(input)
 
     def start_local_activity(self, input: temporalio.worker.StartLocalActivityInput) -> Any:
-        input.headers = with_authority(input.headers, current_authority.get())
+        input.headers = self._sign(input.headers, self._this_run())
         return super().start_local_activity(input)
 
     async def start_child_workflow(self, input: temporalio.worker.StartChildWorkflowInput) -> Any:
-        input.headers = with_authority(input.headers, current_authority.get())
+        info = temporalio.workflow.info()
+        binding = ChildBinding(
+            workflow_id=input.id, parent_workflow_id=info.workflow_id, parent_run_id=info.run_id
+        )
+        input.headers = self._sign(input.headers, binding)
         return await super().start_child_workflow(input)
 
     def continue_as_new(self, input: temporalio.worker.ContinueAsNewInput) -> NoReturn:
-        input.headers = with_authority(input.headers, current_authority.get())
+        info = temporalio.workflow.info()
+        binding = ContinueAsNewBinding(
+            workflow_id=info.workflow_id, first_execution_run_id=info.first_execution_run_id
+        )
+        input.headers = self._sign(input.headers, binding)
         super().continue_as_new(input)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from datetime import timedelta
 
 import temporalio.worker
@@ -20,7 +20,7 @@ from ._gated import argument_names, spec_of
 from ._interceptor import InterlockInterceptor
 from ._review import EffectReview, Reconciler, ReconcileRequest
 from ._telemetry import Telemetry
-from .core.journal import Journal
+from .core.journal import Journal, KeyLike
 from .core.policy import Policy
 from .core.policy_file import PolicySource, check_arguments
 from .core.review import ReviewRules
@@ -55,7 +55,10 @@ class InterlockPlugin(SimplePlugin):
 
     ``journal``: a URL (``sqlite:///interlock.db``) or an open ``Journal``.
     ``signing_key``: the journal's signing key (default: ``INTERLOCK_SIGNING_KEY``, else a key
-    file beside a SQLite journal).
+    file beside a SQLite journal). It also signs the ``act_as`` headers (through a key derived
+    from it), so only workers that hold it can grant authority.
+    ``older_keys``: keys retired by a rotation: the entries and the headers of runs still under
+    way that they signed keep verifying.
     ``review``: who may decide reviews, how many must agree, a deadline.
     ``review_task_queue``: where reviews run (default: the gated activity's task queue).
     ``reconcile_every``: also run the reconciler on each worker's task queue this often, for
@@ -75,6 +78,7 @@ class InterlockPlugin(SimplePlugin):
         journal: Journal | str = "sqlite:///interlock.db",
         *,
         signing_key: str | bytes | None = None,
+        older_keys: Sequence[KeyLike] = (),
         review: ReviewRules | None = None,
         review_task_queue: str | None = None,
         reconcile_every: timedelta | None = None,
@@ -89,6 +93,7 @@ class InterlockPlugin(SimplePlugin):
         self.interceptor = InterlockInterceptor(
             journal,
             signing_key=signing_key,
+            older_keys=older_keys,
             on_point=on_point,
             review_rules=review,
             policy=self._policy,
@@ -133,6 +138,13 @@ class InterlockPlugin(SimplePlugin):
         # open the journal now: a bad URL or key fails the worker, not its first activity
         _ = self.interceptor.gate
         return super().configure_worker(config)
+
+    def configure_replayer(
+        self, config: temporalio.worker.ReplayerConfig
+    ) -> temporalio.worker.ReplayerConfig:
+        # a replay runs no activity: the journal is not opened (nor created) for it
+        self.interceptor.replay_only = True
+        return super().configure_replayer(config)
 
     async def run_worker(
         self,

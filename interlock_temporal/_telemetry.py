@@ -18,6 +18,7 @@ from opentelemetry.trace import NonRecordingSpan, Span, Status, StatusCode
 from ._errors import (
     AmbiguousEffect,
     ApprovalRequired,
+    AuthorityRejected,
     EffectInFlight,
     EffectRefused,
     InterlockDenied,
@@ -165,6 +166,9 @@ class Telemetry:
             except InterlockDenied as err:
                 self.finished(span, activity, "DENIED", effect_id=attempt.effect_id, code=err.code)
                 raise
+            except AuthorityRejected as err:
+                self.finished(span, activity, "REJECTED", code=err.code)
+                raise
             except ApprovalRequired as err:
                 self.finished(
                     span, activity, "ESCALATED", effect_id=attempt.effect_id, code=err.code
@@ -218,13 +222,14 @@ class Telemetry:
         code: str | None = None,
         gate_ms: float | None = None,
     ) -> None:
-        """The attempt ended in ``state`` (a final one, or IN_FLIGHT / DENIED / ESCALATED)."""
+        """The attempt ended in ``state`` (a final one, or IN_FLIGHT / DENIED / ESCALATED /
+        REJECTED: its authority header granted nothing)."""
         span.set_attribute(STATE, state)
         if effect_id is not None:
             span.set_attribute(EFFECT_ID, effect_id)
         if code:
             span.set_attribute(REASON, code)
-        if state in ("REFUSED", "AMBIGUOUS", "DENIED"):
+        if state in ("REFUSED", "AMBIGUOUS", "DENIED", "REJECTED"):
             span.set_status(Status(StatusCode.ERROR, f"{state}: {code or '-'}"))
         self.effects.add(1, {STATE: state, ACTIVITY: activity})
         if gate_ms is not None:

@@ -49,6 +49,19 @@ class ParentActsAs:
 
 
 @workflow.defn
+class ContinuedActsAs:
+    """Continues as new under act_as; the next run runs the activity with no act_as of its own,
+    so the authority must arrive through the continue-as-new headers."""
+
+    @workflow.run
+    async def run(self, spec: dict[str, Any]) -> Any:
+        if spec.get("continued"):
+            return await CallActivity().run({**spec, "principal": None})
+        with act_as(spec["principal"], lease=spec.get("lease")):
+            workflow.continue_as_new({**spec, "continued": True})
+
+
+@workflow.defn
 class RunCalls:
     """An agent's session: runs activities one after another under act_as and reports each
     outcome (a result, or the error type and the policy's reason code), never failing."""

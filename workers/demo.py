@@ -38,14 +38,13 @@ from interlock_temporal.targets.payments import RefundResult
 from interlock_temporal.targets.stripe import StripeRefunds
 from interlock_temporal.testing import DevServer
 from workflows.activities import support_activities
-from workflows.support_case import CaseFile, CaseOutcome, SupportCase
+from workflows.support_case import PRINCIPAL, CaseFile, CaseOutcome, SupportCase
 
 from .scenarios import (
     CASE,
     LEASE_MAX_CENTS,
     ORDER,
     PAID_CENTS,
-    PRINCIPAL,
     REFUND_CENTS,
     World,
     run_in,
@@ -283,7 +282,6 @@ async def live_story(target: str, client: stripe.StripeClient, workdir: Path) ->
         case_id=case_id,
         order_id=charge_id,
         amount_cents=REFUND_CENTS,
-        principal=PRINCIPAL,
         lease_id=lease_id,
     )
     temporal = await Client.connect(target, plugins=[InterlockPlugin(f"sqlite:///{journal_file}")])

@@ -28,7 +28,7 @@ from workflows.activities import (
     refund_key,
     refund_resource,
 )
-from workflows.support_case import CaseFile, CaseOutcome
+from workflows.support_case import PRINCIPAL, CaseFile, CaseOutcome
 
 from .scenarios import Observed, Payments, World, new_workflow_id, open_world_journal
 
@@ -44,7 +44,7 @@ def refund_call(req: RefundRequest, case: CaseFile, workflow_id: str, attempt: i
         args=(req,),
         key=refund_key(req),
         premises_field=REFUND_EFFECT["premises"],
-        principal=case.principal,
+        principal=PRINCIPAL,
         lease_id=case.lease_id,
         session=workflow_id,
         measure=lambda args: Measure(refund_amount(args[0]), refund_resource(args[0])),

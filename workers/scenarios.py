@@ -35,7 +35,7 @@ from interlock_temporal.targets.payments import (
     RefundRequest,
 )
 from workflows.activities import refund_key
-from workflows.support_case import CaseFile, CaseOutcome, Mode
+from workflows.support_case import PRINCIPAL, CaseFile, CaseOutcome, Mode
 
 ORDER = "881"
 CASE = "4471"
@@ -43,7 +43,6 @@ PAID_CENTS = 10_000
 REFUND_CENTS = 2_000
 REDECIDED_CENTS = 3_000
 LEASE_MAX_CENTS = 5_000
-PRINCIPAL = "refund-bot"
 OPERATOR = "carol"
 
 
@@ -124,7 +123,6 @@ class World(ABC):
             case_id=self.case_id,
             order_id=self.order_id,
             amount_cents=amount_cents,
-            principal=PRINCIPAL,
             lease_id=self.lease_id,
             mode=self.mode,
             **kw,

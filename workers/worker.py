@@ -1,12 +1,15 @@
 """A worker process for the support case: ``python -m workers.worker --target HOST:PORT ...``.
 
-Prints ``READY`` once it polls. The scenario runner starts, kills and restarts these.
+Prints ``READY`` once it polls. The scenario runner starts, kills and restarts these. The
+journal key is ``INTERLOCK_SIGNING_KEY`` (else the key file); after a rotation,
+``INTERLOCK_OLDER_SIGNING_KEYS`` (space-separated) holds the retired keys.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import importlib
 import os
 import signal
 import socket
@@ -52,6 +55,13 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--kill-marker", type=Path, help="fire --kill-at once across processes")
     p.add_argument("--identity", default=None)
     p.add_argument(
+        "--workflow",
+        action="append",
+        default=[],
+        metavar="MODULE:CLASS",
+        help="another workflow to run beside SupportCase (repeatable)",
+    )
+    p.add_argument(
         "--sticky-timeout-s",
         type=float,
         default=1.0,
@@ -62,6 +72,11 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     if not args.journal:
         p.error("--journal (or $INTERLOCK_JOURNAL) is required")
     return args
+
+
+def workflow_class(spec: str) -> type:
+    module, _, name = spec.partition(":")
+    return getattr(importlib.import_module(module), name)  # type: ignore[no-any-return]
 
 
 async def main(argv: list[str] | None = None) -> None:
@@ -86,6 +101,8 @@ async def main(argv: list[str] | None = None) -> None:
         telemetry, plugins = otlp_plugins(args.otlp_endpoint)
     plugin = InterlockPlugin(
         args.journal,
+        # after a rotation: INTERLOCK_SIGNING_KEY is the new key, these the retired ones
+        older_keys=os.environ.get("INTERLOCK_OLDER_SIGNING_KEYS", "").split(),
         on_point=kill_at(*args.kill_at, marker=args.kill_marker) if args.kill_at else None,
         policy=args.policy,
         telemetry=telemetry,
@@ -95,7 +112,7 @@ async def main(argv: list[str] | None = None) -> None:
     worker = Worker(
         client,
         task_queue=args.task_queue,
-        workflows=[SupportCase],
+        workflows=[SupportCase, *map(workflow_class, args.workflow)],
         activities=activities,
         max_concurrent_activities=args.max_concurrent_activities,
         identity=identity,

@@ -21,6 +21,11 @@ with workflow.unsafe.imports_passed_through():
 
 Mode = Literal["gated", "naive", "activity_key"]
 
+#: who refunds: fixed in workflow code, never taken from the input. Whoever can start this
+#: workflow acts as this principal, within the lease the case names (lease ids are not secrets:
+#: the lease's own limits, and revoking it, are what bound that authority)
+PRINCIPAL = "refund-bot"
+
 
 class CaseFile(BaseModel):
     """A support case as the workflow receives it."""
@@ -29,7 +34,7 @@ class CaseFile(BaseModel):
     order_id: str
     #: what the (scripted) agent will decide to refund
     amount_cents: int
-    principal: str = "refund-bot"
+    #: the lease the refund runs under (the principal is the workflow's, not the input's)
     lease_id: str | None = None
     mode: Mode = "gated"
     #: when the effect is ambiguous: wait for a person's decision (True) or report it (False)
@@ -74,7 +79,7 @@ class SupportCase:
         }
         try:
             if case.mode == "gated":
-                with act_as(case.principal, lease=case.lease_id):
+                with act_as(PRINCIPAL, lease=case.lease_id):
                     result = await execute_effect(
                         "refund", decision, wait_for_review=case.wait_for_review, **options
                     )
