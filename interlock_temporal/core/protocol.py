@@ -673,6 +673,7 @@ class Gate:
         target: EffectTarget,
         *,
         owner_ended: OwnerEnded,
+        why: str | None = None,
         decode_args: Callable[[list[Any]], tuple[Any, ...]] | None = None,
     ) -> Receipt:
         """Settle an effect its owner will never send again, without ever sending it.
@@ -689,8 +690,9 @@ class Gate:
         still retry the effect.
 
         Runs under the effect's claim like any attempt: ``InFlight`` if a live attempt holds
-        it. ``decode_args`` turns the recorded approved input back into what the target's
-        ``query`` expects. Returns the effect's receipt.
+        it. ``why`` says how the owner ended, in the recorded reason (default: said from
+        ``owner_ended``). ``decode_args`` turns the recorded approved input back into what the
+        target's ``query`` expects. Returns the effect's receipt.
         """
         if owner_ended not in get_args(OwnerEnded):
             raise InvalidCall(f"owner_ended must be one of {', '.join(get_args(OwnerEnded))}")
@@ -700,7 +702,7 @@ class Gate:
         try:
             for _ in range(3):
                 try:
-                    return await self._settle(effect_id, target, owner_ended, decode_args)
+                    return await self._settle(effect_id, target, owner_ended, why, decode_args)
                 except HeadConflict:
                     continue  # another writer moved the chain: read again
             raise InFlight(effect_id, "the effect's record keeps moving", IN_FLIGHT_RETRY_S)
@@ -712,6 +714,7 @@ class Gate:
         eid: str,
         target: EffectTarget,
         owner_ended: OwnerEnded,
+        why: str | None,
         decode_args: Callable[[list[Any]], tuple[Any, ...]] | None,
     ) -> Receipt:
         entries = self.journal.read(eid)
@@ -739,15 +742,14 @@ class Gate:
             ):
                 return receipt_of(view)  # "not found" proves nothing yet: ask again later
             absent = True
-        whose = (
+        whose = why or (
             "its workflow was cancelled or terminated"
             if owner_ended == "cancelled"
             else "its workflow ended or moved on without it"
         )
         if absent:
             draft = _refusal(
-                owner_ended,
-                f"{whose}, and it never happened; nobody else may send it",
+                owner_ended, f"{whose}, and it never happened; nobody else may send it"
             )
         else:
             draft = _ambiguity(
