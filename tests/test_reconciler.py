@@ -168,6 +168,34 @@ async def test_a_duplicate_submission_never_sends_a_cancelled_workflows_effect(
         await world.close()
 
 
+async def test_a_person_s_not_happened_for_a_cancelled_workflow_is_refused_not_sent(
+    client: Client, tmp_path: Path
+) -> None:
+    """Tier 3 cannot be asked: the reconciler puts the cancelled workflow's effect in front of
+    a person, who says it did not happen. Only the owner could send it now, and the owner is
+    gone: the next run records REFUSED ``cancelled``, and nothing is sent."""
+    world = await ServerWorld.create(client, tmp_path, 3, "gated")
+    try:
+        eid = await cancelled_in_doubt(world, "before_send")
+        first = await reconcile(client, world.task_queue)
+        assert [o.final for o in first.outcomes if o.effect_id == eid] == ["AMBIGUOUS"]
+        await world.resolve("not_happened", "carol", "no refund in the dashboard")
+        review = client.get_workflow_handle(review_id("ambiguous", eid))
+        await review.result()
+        assert receipt(eid, journal=world.journal).final == "RESOLVED"
+
+        report = await reconcile(client, world.task_queue)
+        (outcome,) = [o for o in report.outcomes if o.effect_id == eid]
+        assert (outcome.final, outcome.code) == ("REFUSED", "cancelled"), outcome
+        assert report.unsent == 1
+        found = receipt(eid, journal=world.journal)
+        assert (found.final, found.executed, found.operator) == ("REFUSED", False, "carol")
+        assert world.payments.refunded_cents(ORDER) == 0
+        assert world.payments.calls(ORDER) == 0
+    finally:
+        await world.close()
+
+
 async def test_an_activity_whose_retries_ran_out_in_doubt(client: Client, tmp_path: Path) -> None:
     world = await ServerWorld.create(client, tmp_path, 2, "gated")
     try:
