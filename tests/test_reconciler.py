@@ -288,17 +288,18 @@ async def test_an_owner_still_retrying_is_left_to_send_its_effect(
 ) -> None:
     """``crash_before_send`` with no heartbeat timeout: the owner's next attempt comes only
     when the dead one's start-to-close timeout ends. Meanwhile the scheduled reconciler (every
-    5 s) sees the owner's activity still pending and leaves the effect to it; the owner resends
-    it: COMMITTED, $20, once."""
+    5 s, on the fresh worker) sees the owner's activity still pending and leaves the effect to
+    it; the owner resends it: COMMITTED, $20, once."""
     world = await ServerWorld.create(client, tmp_path, 2, "gated")
     scheduled = client.get_workflow_handle(f"interlock-reconciler-{world.task_queue}")
     try:
         world.setup()
-        await world.spawn("--reconcile-every-s", "5", "--reconcile-older-than-s", "0")
         world.payments.arm("before_send", "kill")
-        run = await world.start(world.case(heartbeat_s=None, start_to_close_s=12.0))
+        run = await world.start(world.case(heartbeat_s=None, start_to_close_s=20.0))
         await world.crashed(run)
-        await world.restart()
+        # the scheduled reconciler starts with the fresh worker (a reconcile activity in
+        # flight on the killed one would hold it up for its heartbeat timeout), and runs at once
+        await world.spawn("--reconcile-every-s", "5", "--reconcile-older-than-s", "0")
         outcome = await world.result(run)
         assert outcome.status == "REFUNDED", outcome
 
