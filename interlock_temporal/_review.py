@@ -4,7 +4,6 @@ effects left in doubt so none stays unseen."""
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from collections.abc import Callable
 from datetime import timedelta
@@ -13,15 +12,17 @@ from typing import TYPE_CHECKING, Any, Literal
 from pydantic import BaseModel, Field, ValidationError
 from temporalio import activity, workflow
 from temporalio.api.failure.v1 import ApplicationFailureInfo, Failure
+from temporalio.client import WorkflowExecutionStatus
 from temporalio.common import RetryPolicy, WorkflowIDConflictPolicy, WorkflowIDReusePolicy
 from temporalio.exceptions import ActivityError, ApplicationError, FailureError
+from temporalio.service import RPCError, RPCStatusCode
 
-from ._gated import EffectContext, GateSpec, _current, describe_invalid
-from .core.errors import Ambiguous, InFlight, InterlockError, Refused
+from ._gated import GateSpec, describe_invalid
+from .core.errors import InFlight, InterlockError
 from .core.models import Kind, Receipt
 from .core.policy import redact
-from .core.protocol import Call, Delivery, Done, Gate
-from .core.receipts import fold, receipt_of
+from .core.protocol import Gate, OwnerEnded
+from .core.receipts import EffectView, fold, receipt_of
 from .core.review import (
     Decision,
     Recorded,
@@ -420,7 +421,19 @@ class ReconcileRequest(BaseModel):
     runs_before_continue_as_new: int = 100
 
 
-SkipReason = Literal["live_attempt", "unknown_activity", "input_changed"]
+#: why the reconciler left an effect: a live attempt holds it; no gated activity of this
+#: worker knows its target; the workflow that owns it may still send it (it is left to the
+#: owner); the owner's fate cannot be told; the target may still be executing it.
+#: ("input_changed" is no longer reported: it stays so reports an earlier release recorded in
+#: a running reconciler's history still decode.)
+SkipReason = Literal[
+    "live_attempt",
+    "unknown_activity",
+    "owner_alive",
+    "owner_unknown",
+    "unsettled",
+    "input_changed",
+]
 
 
 class ReconcileOutcome(BaseModel):
@@ -437,6 +450,9 @@ class ReconcileOutcome(BaseModel):
 
 class ReconcileReport(BaseModel):
     in_doubt: int
+    #: effects whose absence is confirmed (NOT_SENT, or a person's not_happened) and that
+    #: nobody sent again: settled once their owner is gone
+    unsent: int = 0
     #: AMBIGUOUS effects checked for an open review (one is started where none runs)
     ambiguous: int = 0
     outcomes: list[ReconcileOutcome] = Field(default_factory=list)
@@ -646,25 +662,31 @@ class ReviewDesk:
 
     @activity.defn(name=RECONCILE_ACTIVITY)
     async def reconcile(self, req: ReconcileRequest) -> ReconcileReport:
+        """Settle what no owner will: never by sending (only the workflow that owns an effect
+        may send it), by asking the target, recording a confirmed absence as REFUSED, or
+        putting the effect in front of a person."""
         gate = self._gate()
-        rows = gate.journal.in_doubt(older_than=req.older_than_s)
+        journal = gate.journal
+        rows = journal.in_doubt(older_than=req.older_than_s)
         report = ReconcileReport(in_doubt=len(rows))
         info = activity.info()
         for row in rows[: req.limit]:
             activity.heartbeat(row.effect_id)
-            if gate.journal.is_claimed(row.effect_id):
-                report.outcomes.append(
-                    ReconcileOutcome(
-                        effect_id=row.effect_id,
-                        final="skipped",
-                        skipped="live_attempt",
-                        note="a live attempt holds it",
-                    )
-                )
-                continue
-            report.outcomes.append(await self._recover(gate, row.effect_id, info))
+            report.outcomes.append(await self._settle(gate, row.effect_id, info))
+        # absence confirmed (a send that never left, a person's not_happened) and not sent
+        # again: its owner's to send; once the owner is gone, nobody will
+        unsent = journal.effects(status=Kind.NOT_SENT, older_than=req.older_than_s, limit=req.limit)
+        for row in journal.effects(
+            status=Kind.RESOLVED, older_than=req.older_than_s, limit=req.limit
+        ):
+            if fold(row.effect_id, journal.read(row.effect_id)).resolution == "not_happened":
+                unsent.append(row)
+        report.unsent = len(unsent)
+        for row in unsent:
+            activity.heartbeat(row.effect_id)
+            report.outcomes.append(await self._settle(gate, row.effect_id, info))
         # AMBIGUOUS effects whose review never opened, or expired: in front of a person again
-        ambiguous = gate.journal.effects(status=Kind.AMBIGUOUS, limit=req.limit)
+        ambiguous = journal.effects(status=Kind.AMBIGUOUS, limit=req.limit)
         report.ambiguous = len(ambiguous)
         already = {o.effect_id for o in report.outcomes}
         for row in ambiguous:
@@ -675,87 +697,85 @@ class ReviewDesk:
             report.outcomes.append(self._outcome(gate, row.effect_id, "", review=review))
         return report
 
-    async def _recover(self, gate: Gate, effect_id: str, info: activity.Info) -> ReconcileOutcome:
-        journal = gate.journal
-        view = fold(effect_id, journal.read(effect_id))
-        name = view.activity or ""
-        spec = self.specs.get(name)
-        if spec is None:
+    async def _settle(self, gate: Gate, effect_id: str, info: activity.Info) -> ReconcileOutcome:
+        def skipped(reason: SkipReason, note: str, name: str | None = None) -> ReconcileOutcome:
             return ReconcileOutcome(
-                effect_id=effect_id,
-                activity=name,
-                final="skipped",
-                skipped="unknown_activity",
-                note=f"no gated activity {name!r} on this worker",
+                effect_id=effect_id, activity=name, final="skipped", skipped=reason, note=note
             )
-        args = spec.decode_json(journal.blob(effect_id, "approved") or [])
-        label = view.effect_type or name
-        call = Call(
-            effect_type=label,
-            activity=name,
-            input=args[0] if len(args) == 1 else args,
-            args=args,
-            key=spec.key_of(args, label),
-            premises_field=spec.premises,
-            principal=view.principal,
-            lease_id=view.lease_id,
-            session=view.session,
-            measure=spec.measurer(label),
-            delivery=Delivery(
-                workflow_id=info.workflow_id,
-                run_id=info.workflow_run_id,
-                activity_id=info.activity_id,
-                attempt=info.attempt,
-                task_queue=info.task_queue,
-            ),
-            last_attempt=True,
-            decode_args=spec.decode_json,
-            param_names=spec.param_names,
-        )
-        if Gate.identify(call)[0] != effect_id:
-            return ReconcileOutcome(
-                effect_id=effect_id,
-                activity=name,
-                final="skipped",
-                skipped="input_changed",
-                note="its recorded input no longer names this effect",
-            )
-        try:
-            step = await gate.begin(call, spec.target)
-            if not isinstance(step, Done):
-                step = await self._send(gate, spec, step)
-        except Ambiguous:
-            review = await self.open(effect_id, task_queue=info.task_queue)
-            return self._outcome(gate, effect_id, name, review=review)
-        except (Refused, InFlight, InterlockError) as err:
-            return self._outcome(gate, effect_id, name, note=str(err))
-        return self._outcome(gate, effect_id, name)
 
-    async def _send(self, gate: Gate, spec: GateSpec, step: Any) -> Done:
-        token = _current.set(
-            (
-                spec,
-                EffectContext(
-                    effect_id=step.effect_id,
-                    effect_type=step.call.effect_type,
-                    via=step.via,
-                    dispatch_no=step.dispatch_no,
-                    attempt=step.call.delivery.attempt,
-                    principal=step.call.principal,
-                ),
-            )
-        )
+        journal = gate.journal
+        if journal.is_claimed(effect_id):
+            return skipped("live_attempt", "a live attempt holds it")
         try:
-            if spec.is_async:
-                result = await spec.fn(*step.args)
-            else:
-                result = await asyncio.to_thread(spec.fn, *step.args)
-        except Exception as err:
-            await gate.fail(step, err, last_attempt=True)
-            raise InterlockError(f"the send failed ({type(err).__name__})") from None
-        finally:
-            _current.reset(token)
-        return await gate.commit(step, result)
+            view = fold(effect_id, journal.read(effect_id))
+            name = view.activity or ""
+            spec = self.specs.get(name)
+            if spec is None:
+                return skipped(
+                    "unknown_activity", f"no gated activity {name!r} on this worker", name
+                )
+            fate, why = await self._owner_fate(view)
+            if fate is None:
+                return skipped("owner_unknown", why, name)
+            if fate == "alive":
+                return skipped("owner_alive", why, name)
+            r = await gate.settle(
+                effect_id, spec.target, owner_ended=fate, why=why, decode_args=spec.decode_json
+            )
+        except InFlight as err:
+            return skipped("live_attempt", str(err))
+        except InterlockError as err:
+            return self._outcome(gate, effect_id, "", note=str(err))
+        if r.final == Kind.AMBIGUOUS.value:
+            review = await self.open(effect_id, task_queue=info.task_queue)
+            return self._outcome(gate, effect_id, name, review=review, note=why)
+        if r.final in (Kind.DISPATCHED.value, Kind.NOT_SENT.value):
+            return skipped(
+                "unsettled", "the target may still be executing it: ask again later", name
+            )
+        return self._outcome(gate, effect_id, name, note=why)
+
+    async def _owner_fate(
+        self, view: EffectView
+    ) -> tuple[OwnerEnded | Literal["alive"] | None, str]:
+        """Whether the workflow that owns the effect may still send it ("alive"), or how it
+        ended; None when that cannot be told. With a reason."""
+        delivery = view.owner_delivery or {}
+        workflow_id = delivery.get("workflow_id")
+        if not workflow_id:
+            return "abandoned", "no workflow owns it"
+        client = self._the_client()
+        if client is None:
+            return None, "no Temporal client to ask about its workflow"
+        namespace = delivery.get("namespace")
+        if namespace and namespace != client.namespace:
+            return None, (
+                f"its workflow runs in namespace {namespace}, not this reconciler's "
+                f"{client.namespace}"
+            )
+        try:
+            described = await client.get_workflow_handle(workflow_id).describe()
+        except RPCError as err:
+            if err.status == RPCStatusCode.NOT_FOUND:
+                return "abandoned", f"its workflow {workflow_id} is not found"
+            return None, f"could not describe its workflow {workflow_id} ({err.status.name})"
+        status = described.status
+        if status in (WorkflowExecutionStatus.CANCELED, WorkflowExecutionStatus.TERMINATED):
+            return "cancelled", f"its workflow {workflow_id} was {status.name.lower()}"
+        if status is None:
+            return None, f"its workflow {workflow_id} has no status"
+        if status != WorkflowExecutionStatus.RUNNING:
+            return "abandoned", f"its workflow {workflow_id} ended {status.name.lower()}"
+        if view.status is Kind.RESOLVED:
+            # a person answered its review: the open workflow re-executes the effect
+            return "alive", f"its workflow {workflow_id} is open"
+        activity_id = delivery.get("activity_id")
+        for pending in described.raw_description.pending_activities:
+            if pending.activity_id == activity_id and pending.activity_type.name == view.activity:
+                return "alive", f"its workflow {workflow_id} still runs activity {activity_id}"
+        return "abandoned", (
+            f"its workflow {workflow_id} is open, but activity {activity_id} is no longer pending"
+        )
 
     @staticmethod
     def _outcome(

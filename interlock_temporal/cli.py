@@ -970,12 +970,13 @@ async def reviews_resolve(args: argparse.Namespace, client: Client) -> int:
 
 def settled(outcome: ReconcileOutcome) -> bool:
     """The effect needs nobody now: it ended COMMITTED, REFUSED or RESOLVED, is AMBIGUOUS in
-    front of a person (a review is open), or a live attempt holds it and will settle it."""
+    front of a person (a review is open), or a live attempt or the workflow that owns it will
+    settle it."""
     if outcome.final in _SETTLED:
         return True
     if outcome.final == Kind.AMBIGUOUS.value:
         return bool(outcome.review)
-    return outcome.skipped == "live_attempt"
+    return outcome.skipped in ("live_attempt", "owner_alive")
 
 
 async def _has_pollers(client: Client, task_queue: str) -> bool:

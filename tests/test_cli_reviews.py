@@ -545,11 +545,12 @@ async def _left_in_doubt(world: ServerWorld) -> str:
     return eid
 
 
-async def test_reconcile_recovers_an_effect_left_in_doubt_at_tier_2(
+async def test_reconcile_refuses_an_effect_its_terminated_workflow_left_unsent_at_tier_2(
     client: Client, tmp_path: Path
 ) -> None:
     """The reconciler, run from the command on the fresh worker, asks the target, finds
-    nothing sent, and sends once: COMMITTED."""
+    nothing sent, and never sends it (only the terminated workflow owned it): REFUSED
+    ``cancelled``, executed false."""
     world = await ServerWorld.create(client, tmp_path, 2, "gated")
     try:
         eid = await _left_in_doubt(world)
@@ -569,18 +570,18 @@ async def test_reconcile_recovers_an_effect_left_in_doubt_at_tier_2(
         assert report["ok"] is True and report["in_doubt"] == 1 and report["unsettled"] == []
         (outcome,) = report["outcomes"]
         assert outcome["effect_id"] == eid
-        assert (outcome["activity"], outcome["final"], outcome["review"]) == (
+        assert (outcome["activity"], outcome["final"], outcome["code"], outcome["review"]) == (
             "refund",
-            "COMMITTED",
+            "REFUSED",
+            "cancelled",
             None,
         )
-        assert outcome["via"].startswith("recovery")
+        assert "was terminated" in outcome["note"]
 
         found = receipt(eid, journal=world.journal)
-        assert (found.final, found.tier, found.executed) == ("COMMITTED", 2, True)
-        assert found.via == outcome["via"]
-        assert world.payments.refunded_cents(ORDER) == 2000
-        assert len(world.payments.refund_records(ORDER)) == 1
+        assert (found.final, found.tier, found.executed) == ("REFUSED", 2, False)
+        assert world.payments.refunded_cents(ORDER) == 0
+        assert world.payments.calls(ORDER) == 0
 
         # nothing left: the table form says so, and exits 0
         again = await interlock(
@@ -588,7 +589,7 @@ async def test_reconcile_recovers_an_effect_left_in_doubt_at_tier_2(
         )
         assert again.code == 0, again.err
         assert again.out.strip() == "0 in doubt; all settled"
-        assert world.payments.refunded_cents(ORDER) == 2000
+        assert world.payments.refunded_cents(ORDER) == 0
     finally:
         await world.close()
 

@@ -9,6 +9,7 @@ process does; the "retry" is a fresh ``Gate``.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import sqlite3
 import subprocess
@@ -32,7 +33,8 @@ from interlock_temporal.core.errors import (
 from interlock_temporal.core.identity import digest, effect_id
 from interlock_temporal.core.journal import Journal
 from interlock_temporal.core.models import FINAL_STATES, Change, Entry, Found, Kind
-from interlock_temporal.core.protocol import Call, Done, Gate, Measure, Ticket
+from interlock_temporal.core.protocol import Call, Delivery, Done, Gate, Measure, Ticket
+from interlock_temporal.core.review import record_resolution, reopen
 from interlock_temporal.targets.payments import (
     RefundRequest,
     RefundResult,
@@ -774,6 +776,224 @@ async def test_not_sent_on_the_last_attempt_does_not_strand_the_effect(
     ]
     assert not stranded, f"the effect ends {row.status.value}, final for nobody"
     assert receipt(eid, journal=journal).executed is not True
+
+
+# -- only the owner sends (DESIGN section 7) ------------------------------------------------------
+
+
+def in_workflow(call: Call, workflow_id: str, *, last_attempt: bool = False) -> Call:
+    """The call as the attempt of workflow ``workflow_id`` (activity 2) delivers it."""
+    return dataclasses.replace(
+        call,
+        delivery=Delivery(workflow_id=workflow_id, activity_id="2"),
+        last_attempt=last_attempt,
+        admission={},
+    )
+
+
+@pytest.mark.parametrize("tier", [1, 2, 3])
+async def test_another_workflows_attempt_never_resends_the_owners_effect(
+    journal: Journal, lease: str, tier: int
+) -> None:
+    """A duplicate submission finds the effect in doubt after its owner died before the send:
+    whatever the tier, it waits for the owner and, on its last attempt, calls it AMBIGUOUS;
+    it never sends. The owner itself still recovers it."""
+    target = MemTarget(tier=tier)
+    owner = in_workflow(make_call(lease), "wf-owner")
+    await died_before_send(Gate(journal), owner, target)
+    eid = eid_of(owner)
+
+    with pytest.raises(InFlight) as waits:
+        await Gate(journal).begin(in_workflow(owner, "wf-duplicate"), target)
+    assert waits.value.retry_after >= 1.0  # each look may query the target: not in a tight loop
+    assert target.sends == 0 and kinds(journal, eid)[-1] is Kind.DISPATCHED
+
+    if tier == 3:
+        with pytest.raises(Ambiguous) as err:  # the owner alone could have tried, and it cannot
+            await Gate(journal).begin(owner, target)
+        assert err.value.receipt.code == "unknowable"
+        return
+    gate = Gate(journal)
+    ticket = await gate.begin(owner, target)
+    assert isinstance(ticket, Ticket)
+    assert ticket.via == ("retry-idempotent" if tier == 1 else "recovery-reapply")
+    await gate.commit(ticket, await target.send(ticket))
+    assert target.sends == 1
+    done = await Gate(journal).begin(in_workflow(owner, "wf-duplicate"), target)
+    assert isinstance(done, Done) and done.via == "duplicate"
+
+
+@pytest.mark.parametrize("tier", [1, 2, 3])
+async def test_another_workflows_last_attempt_makes_an_owners_effect_in_doubt_ambiguous(
+    journal: Journal, lease: str, tier: int
+) -> None:
+    target = MemTarget(tier=tier)
+    owner = in_workflow(make_call(lease), "wf-owner")
+    await died_before_send(Gate(journal), owner, target)
+    with pytest.raises(Ambiguous) as err:
+        await Gate(journal).begin(in_workflow(owner, "wf-duplicate", last_attempt=True), target)
+    r = err.value.receipt
+    assert (r.final, r.code, r.executed) == ("AMBIGUOUS", "not_owner", "unknown")
+    assert "wf-owner" in (r.reason or "")
+    assert target.sends == 0
+
+
+@pytest.mark.parametrize("tier", [1, 2])
+async def test_another_workflows_attempt_settles_an_effect_that_landed_by_query(
+    journal: Journal, lease: str, tier: int
+) -> None:
+    target = MemTarget(tier=tier)
+    owner = in_workflow(make_call(lease), "wf-owner")
+    landed = await died_after_send(Gate(journal), owner, target)
+    done = await Gate(journal).begin(in_workflow(owner, "wf-duplicate"), target)
+    assert isinstance(done, Done)
+    assert (done.via, done.result) == ("recovery-query", landed)
+    assert target.sends == 1
+
+
+async def test_another_workflow_never_sends_after_a_confirmed_absence_either(
+    journal: Journal, lease: str
+) -> None:
+    """The owner's send never left (NOT_SENT): the absence is confirmed, but the resend is the
+    owner's alone. A duplicate's last attempt leaves it to the owner (or the reconciler) rather
+    than calling a known absence AMBIGUOUS."""
+    target = MemTarget(tier=2)
+    owner = in_workflow(make_call(lease), "wf-owner")
+    target.fail_next = Unreachable("connection refused")
+    with pytest.raises(Unreachable):
+        await Gate(journal).run(owner, target, target.send)
+    eid = eid_of(owner)
+    for last in (False, True):
+        with pytest.raises(InFlight):
+            await Gate(journal).begin(in_workflow(owner, "wf-duplicate", last_attempt=last), target)
+    assert kinds(journal, eid)[-1] is Kind.NOT_SENT
+    assert target.sends == 1  # the owner's one attempt, which never left
+    ticket = await Gate(journal).begin(owner, target)
+    assert isinstance(ticket, Ticket) and ticket.via == "recovery-reapply"
+    ticket.release()
+
+
+async def test_after_a_reopen_the_workflow_that_dispatches_owns_the_effect(
+    journal: Journal, lease: str
+) -> None:
+    target = MemTarget(tier=2)
+    first = in_workflow(make_call(lease), "wf-first")
+    await died_before_send(Gate(journal), first, target)
+    eid = eid_of(first)
+    refused = await Gate(journal).settle(eid, target, owner_ended="cancelled")
+    assert (refused.final, refused.code) == ("REFUSED", "cancelled")
+    reopen(journal, eid, operator="carol")
+
+    await died_before_send(Gate(journal), in_workflow(first, "wf-second"), target)
+    with pytest.raises(InFlight):  # the first workflow no longer owns it
+        await Gate(journal).begin(first, target)
+    assert target.sends == 0
+    ticket = await Gate(journal).begin(in_workflow(first, "wf-second"), target)
+    assert isinstance(ticket, Ticket) and ticket.via == "recovery-reapply"
+    ticket.release()
+
+
+# -- settling without a send: Gate.settle ---------------------------------------------------------
+
+
+@pytest.mark.parametrize("owner_ended", ["cancelled", "abandoned"])
+async def test_settle_refuses_a_confirmed_absence_after_settle_time_and_never_sends(
+    journal: Journal, lease: str, owner_ended: Any
+) -> None:
+    target = MemTarget(tier=2, settle_time=timedelta(seconds=5))
+    call = in_workflow(make_call(lease), "wf-gone")
+    await died_before_send(Gate(journal), call, target)
+    eid = eid_of(call)
+
+    early = await Gate(journal).settle(eid, target, owner_ended=owner_ended)
+    assert early.final == "DISPATCHED"  # "not found" proves nothing yet: left as it was
+    assert kinds(journal, eid)[-1] is Kind.DISPATCHED
+
+    later = Gate(journal, clock=lambda: time.time() + 6)
+    r = await later.settle(eid, target, owner_ended=owner_ended)
+    assert (r.final, r.code, r.executed, r.via) == ("REFUSED", owner_ended, False, None)
+    assert target.sends == 0 and target.landed == {}
+    assert not journal.is_claimed(eid)
+    # terminal: the owner's own late attempt is refused the same way
+    with pytest.raises(Refused) as err:
+        await later.begin(call, target)
+    assert err.value.code == owner_ended
+
+
+@pytest.mark.parametrize("tier", [1, 2])
+async def test_settle_commits_what_the_target_finds(
+    journal: Journal, lease: str, tier: int
+) -> None:
+    target = MemTarget(tier=tier, settle_time=timedelta(seconds=5))  # found needs no settling
+    call = in_workflow(make_call(lease), "wf-gone")
+    landed = await died_after_send(Gate(journal), call, target)
+    r = await Gate(journal).settle(eid_of(call), target, owner_ended="cancelled")
+    assert (r.final, r.via, r.executed, r.confirmation) == (
+        "COMMITTED",
+        "recovery-query",
+        True,
+        landed["ref"],
+    )
+    assert target.sends == 1
+
+
+async def test_settle_leaves_what_nobody_can_tell_to_a_person(journal: Journal, lease: str) -> None:
+    target = MemTarget(tier=3)
+    call = in_workflow(make_call(lease), "wf-gone")
+    await died_before_send(Gate(journal), call, target)
+    r = await Gate(journal).settle(eid_of(call), target, owner_ended="cancelled")
+    assert (r.final, r.code, r.executed) == ("AMBIGUOUS", "unknowable", "unknown")
+    assert "cancelled" in (r.reason or "")
+    assert target.sends == 0
+
+
+@pytest.mark.parametrize("how", ["not_sent", "not_happened"])
+async def test_settle_refuses_an_absence_already_confirmed_even_at_tier_3(
+    journal: Journal, lease: str, how: str
+) -> None:
+    target = MemTarget(tier=3)
+    call = in_workflow(make_call(lease), "wf-gone")
+    eid = eid_of(call)
+    if how == "not_sent":
+        target.fail_next = Unreachable("connection refused")
+        with pytest.raises(Unreachable):
+            await Gate(journal).run(call, target, target.send)
+    else:
+        await died_before_send(Gate(journal), call, target)
+        with pytest.raises(Ambiguous):
+            await Gate(journal).begin(in_workflow(call, "wf-gone", last_attempt=True), target)
+        record_resolution(
+            journal, eid, kind="ambiguous", decision="not_happened", operators=["carol"]
+        )
+    sends = target.sends
+    r = await Gate(journal).settle(eid, target, owner_ended="abandoned")
+    assert (r.final, r.code, r.executed) == ("REFUSED", "abandoned", False)
+    assert target.sends == sends
+
+
+async def test_settle_changes_nothing_settled_and_waits_for_a_live_attempt(
+    connect: Callable[..., Journal], journal: Journal, lease: str
+) -> None:
+    target = MemTarget(tier=2)
+    call = make_call(lease)
+    done = await Gate(journal).run(call, target, target.send)
+    eid = eid_of(call)
+    before = kinds(journal, eid)
+    r = await Gate(journal).settle(eid, target, owner_ended="cancelled")
+    assert (r.final, r.via) == ("COMMITTED", "dispatch")
+    assert kinds(journal, eid) == before
+    assert done == journal.blob(eid, "result")
+
+    other = in_workflow(make_call(lease, amount=30, key={"case": "c-2"}), "wf-live")
+    ticket = await Gate(journal).begin(other, target)
+    assert isinstance(ticket, Ticket)
+    with pytest.raises(InFlight):  # a live attempt holds it: it settles it itself
+        await Gate(connect()).settle(ticket.effect_id, target, owner_ended="cancelled")
+    ticket.release()
+    with pytest.raises(InvalidCall, match="owner_ended"):
+        await Gate(journal).settle(eid, target, owner_ended="gone")  # type: ignore[arg-type]
+    with pytest.raises(InvalidCall, match="not in the journal"):
+        await Gate(journal).settle("ab" * 32, target, owner_ended="cancelled")
 
 
 # -- late writers ---------------------------------------------------------------------------------

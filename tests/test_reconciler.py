@@ -1,10 +1,15 @@
-"""No effect stays in doubt unseen: effects left DISPATCHED by a cancelled workflow or by
-retries that ran out are recovered by the reconciler, ending COMMITTED where the target can say
-so and in an open review where it cannot. Real worker processes, real SIGKILLs."""
+"""No effect stays in doubt unseen, and only the workflow that owns an effect ever sends it.
+Effects left DISPATCHED by a cancelled workflow, or by retries that ran out, are settled by the
+reconciler without a send: COMMITTED where the target finds them, REFUSED where it confirms they
+never happened, in an open review where it cannot say. A duplicate submission never resends a
+cancelled owner's effect either; while the owner lives, the effect is left to it. Real worker
+processes, real SIGKILLs, money read from the payments service.
+"""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 import uuid
 from datetime import timedelta
@@ -14,7 +19,12 @@ import pytest
 from temporalio.client import Client, WorkflowExecutionStatus, WorkflowFailureError
 from temporalio.service import RPCError
 
-from interlock_temporal._review import Reconciler, ReconcileReport, ReconcileRequest
+from interlock_temporal._review import (
+    Reconciler,
+    ReconcileReport,
+    ReconcileRequest,
+    ReviewDesk,
+)
 from interlock_temporal.core.errors import Ambiguous
 from interlock_temporal.core.models import Kind
 from interlock_temporal.core.protocol import Gate, Ticket
@@ -43,49 +53,145 @@ async def reconcile(client: Client, task_queue: str) -> ReconcileReport:
     return report
 
 
-@pytest.mark.parametrize(
-    ("tier", "point", "final", "via", "cents"),
-    [
-        (2, "after_commit", "COMMITTED", "recovery-query", 2000),
-        (2, "before_send", "COMMITTED", "recovery-reapply", 2000),
-        (3, "after_commit", "AMBIGUOUS", None, 2000),
-    ],
-)
-async def test_a_workflow_cancelled_while_its_effect_is_in_doubt(
+async def cancelled_in_doubt(world: ServerWorld, point: str) -> str:
+    """The worker is SIGKILLed at ``point``, its workflow is then cancelled (and the cancellation
+    lands: a fresh worker runs the workflow's code); the effect is left DISPATCHED."""
+    world.setup()
+    world.payments.arm(point, "kill")  # type: ignore[arg-type]
+    # a long heartbeat timeout: the server schedules no retry before the cancellation lands
+    run = await world.start(world.case(heartbeat_s=60.0, start_to_close_s=120.0))
+    await world.crashed(run)
+    await run.cancel()
+    await world.restart()
+    with pytest.raises(WorkflowFailureError):
+        await run.result()
+    assert (await run.describe()).status == WorkflowExecutionStatus.CANCELED
+    eid = world.effect_id
+    assert world.journal.row(eid).status is Kind.DISPATCHED  # type: ignore[union-attr]
+    assert not world.journal.is_claimed(eid)
+    return eid
+
+
+async def close_review(client: Client, eid: str) -> None:
+    """The server outlives the test: leave no review behind."""
+    review = client.get_workflow_handle(review_id("ambiguous", eid))
+    assert (await review.describe()).status == WorkflowExecutionStatus.RUNNING
+    await review.terminate()
+
+
+#: (tier, where the worker dies) -> what the reconciler ends it as, and the money
+CANCELLED = [
+    (1, "before_send", "REFUSED", None, "cancelled", 0),
+    (2, "before_send", "REFUSED", None, "cancelled", 0),
+    (3, "before_send", "AMBIGUOUS", None, "unknowable", 0),
+    (1, "after_commit", "COMMITTED", "recovery-query", None, 2000),
+    (2, "after_commit", "COMMITTED", "recovery-query", None, 2000),
+    (3, "after_commit", "AMBIGUOUS", None, "unknowable", 2000),
+]
+
+
+@pytest.mark.parametrize(("tier", "point", "final", "via", "code", "cents"), CANCELLED)
+async def test_the_reconciler_never_sends_a_cancelled_workflows_effect(
     client: Client,
     tmp_path: Path,
     tier: int,
     point: str,
     final: str,
     via: str | None,
+    code: str | None,
     cents: int,
 ) -> None:
+    """It asks the target (COMMITTED), records the absence it confirms as REFUSED ``cancelled``
+    (tiers 1 and 2: the target settles at once), or opens a review (tier 3): a dedupe window
+    (tier 1) or a confirmed absence (tier 2) would have let a resend through before."""
     world = await ServerWorld.create(client, tmp_path, tier, "gated")
     try:
-        world.setup()
-        world.payments.arm(point, "kill")  # type: ignore[arg-type]
-        # a long heartbeat timeout: the server schedules no retry before the cancellation
-        # lands, so what settles the effect is the reconciler, not a late retry
-        run = await world.start(world.case(heartbeat_s=60.0, start_to_close_s=120.0))
-        await world.crashed(run)
-        await run.cancel()
-        await world.restart()  # a worker must run the workflow's code for it to be cancelled
-        with pytest.raises(WorkflowFailureError):
-            await run.result()
-        eid = world.effect_id
-        assert world.journal.row(eid).status is Kind.DISPATCHED  # type: ignore[union-attr]
+        eid = await cancelled_in_doubt(world, point)
 
         report = await reconcile(client, world.task_queue)
         (outcome,) = [o for o in report.outcomes if o.effect_id == eid]
-        assert (outcome.final, outcome.via) == (final, via), outcome
+        assert (outcome.final, outcome.via, outcome.code) == (final, via, code), outcome
+        assert "was canceled" in outcome.note
         assert world.journal.in_doubt() == []
         assert world.payments.refunded_cents(ORDER) == cents
-        assert len(world.payments.refund_records(ORDER)) == 1
+        assert len(world.payments.refund_records(ORDER)) == (1 if cents else 0)
+        found = receipt(eid, journal=world.journal)
+        assert found.executed is {"COMMITTED": True, "REFUSED": False}.get(final, "unknown")
         if final == "AMBIGUOUS":
             assert outcome.review == review_id("ambiguous", eid)
-            review = client.get_workflow_handle(outcome.review)
-            assert (await review.describe()).status == WorkflowExecutionStatus.RUNNING
-            await review.terminate()  # the server outlives this test: leave no review behind
+            await close_review(client, eid)
+
+        again = await reconcile(client, world.task_queue)  # nothing left to do, nothing sent
+        assert [o.final for o in again.outcomes if o.effect_id == eid] in ([], ["AMBIGUOUS"])
+        assert world.payments.refunded_cents(ORDER) == cents
+        if final == "AMBIGUOUS":
+            await close_review(client, eid)  # the sweep opened it again: nobody decided
+    finally:
+        await world.close()
+
+
+@pytest.mark.parametrize(
+    ("tier", "point", "final", "cents"),
+    [
+        (1, "before_send", "AMBIGUOUS", 0),
+        (2, "before_send", "AMBIGUOUS", 0),
+        (3, "before_send", "AMBIGUOUS", 0),
+        (1, "after_commit", "COMMITTED", 2000),
+        (2, "after_commit", "COMMITTED", 2000),
+        (3, "after_commit", "AMBIGUOUS", 2000),
+    ],
+)
+async def test_a_duplicate_submission_never_sends_a_cancelled_workflows_effect(
+    client: Client, tmp_path: Path, tier: int, point: str, final: str, cents: int
+) -> None:
+    """Another workflow submits the same effect while the cancelled owner's is in doubt: it may
+    learn from the target that it happened, but it never sends it; on its last attempt it
+    leaves the effect to a person."""
+    world = await ServerWorld.create(client, tmp_path, tier, "gated")
+    try:
+        eid = await cancelled_in_doubt(world, point)
+        duplicate = await world.start(world.case(maximum_attempts=2))
+        outcome = await world.result(duplicate)
+        assert outcome.status == ("REFUNDED" if final == "COMMITTED" else "AMBIGUOUS"), outcome
+        found = receipt(eid, journal=world.journal)
+        assert found.final == final
+        if final == "COMMITTED":
+            assert found.via == "recovery-query"
+        else:
+            assert found.code == "not_owner"
+        assert world.payments.refunded_cents(ORDER) == cents
+        assert len(world.payments.refund_records(ORDER)) == (1 if cents else 0)
+        assert world.payments.calls(ORDER) == (1 if cents else 0)
+        if final == "AMBIGUOUS":
+            await close_review(client, eid)
+    finally:
+        await world.close()
+
+
+async def test_a_person_s_not_happened_for_a_cancelled_workflow_is_refused_not_sent(
+    client: Client, tmp_path: Path
+) -> None:
+    """Tier 3 cannot be asked: the reconciler puts the cancelled workflow's effect in front of
+    a person, who says it did not happen. Only the owner could send it now, and the owner is
+    gone: the next run records REFUSED ``cancelled``, and nothing is sent."""
+    world = await ServerWorld.create(client, tmp_path, 3, "gated")
+    try:
+        eid = await cancelled_in_doubt(world, "before_send")
+        first = await reconcile(client, world.task_queue)
+        assert [o.final for o in first.outcomes if o.effect_id == eid] == ["AMBIGUOUS"]
+        await world.resolve("not_happened", "carol", "no refund in the dashboard")
+        review = client.get_workflow_handle(review_id("ambiguous", eid))
+        await review.result()
+        assert receipt(eid, journal=world.journal).final == "RESOLVED"
+
+        report = await reconcile(client, world.task_queue)
+        (outcome,) = [o for o in report.outcomes if o.effect_id == eid]
+        assert (outcome.final, outcome.code) == ("REFUSED", "cancelled"), outcome
+        assert report.unsent == 1
+        found = receipt(eid, journal=world.journal)
+        assert (found.final, found.executed, found.operator) == ("REFUSED", False, "carol")
+        assert world.payments.refunded_cents(ORDER) == 0
+        assert world.payments.calls(ORDER) == 0
     finally:
         await world.close()
 
@@ -132,7 +238,8 @@ async def test_the_plugin_runs_the_reconciler_on_a_schedule(
             assert time.monotonic() < deadline, "the scheduled reconciler did not start"
             await asyncio.sleep(0.1)
 
-        # an effect dispatched by a worker that then vanished: recorded, claim released
+        # an effect dispatched by a worker that then vanished, for a workflow that no longer
+        # exists: recorded, claim released, nothing sent; only a send could commit it now
         request = r.request()
         case = CaseFile(
             case_id=request.case_id, order_id=ORDER, amount_cents=2000, lease_id=r.lease_id
@@ -147,10 +254,76 @@ async def test_the_plugin_runs_the_reconciler_on_a_schedule(
         while (row := r.journal.row(eid)) is None or row.status is Kind.DISPATCHED:
             assert time.monotonic() < deadline, "the scheduled reconciler did not recover it"
             await asyncio.sleep(0.2)
-        assert row.status is Kind.COMMITTED
-        assert receipt(eid, journal=r.journal).via == "recovery-reapply"
-        assert r.payments.refunded_cents(ORDER) == 2000
+        assert row.status is Kind.REFUSED
+        found = receipt(eid, journal=r.journal)
+        assert (found.code, found.executed) == ("abandoned", False)
+        assert found.reason == (
+            "its workflow wf-gone is not found, and it never happened; nobody else may send it"
+        )
+        assert r.payments.refunded_cents(ORDER) == 0
+        assert r.payments.calls(ORDER) == 0
         await scheduled.terminate()
+
+
+def test_the_review_desk_has_no_send_path() -> None:
+    """The reconciler settles by asking, refusing or asking a person: the desk keeps no way to
+    run a gated activity's body."""
+    assert not hasattr(ReviewDesk, "_send")
+    assert not any(name for name in vars(ReviewDesk) if "send" in name.lower())
+
+
+async def reconciler_reports(client: Client, workflow_id: str) -> list[ReconcileReport]:
+    """What each run of a scheduled reconciler reported, read from its history."""
+    reports = []
+    async for event in client.get_workflow_handle(workflow_id).fetch_history_events():
+        if event.HasField("activity_task_completed_event_attributes"):
+            payloads = event.activity_task_completed_event_attributes.result.payloads
+            (report,) = await client.data_converter.decode(payloads, [ReconcileReport])
+            reports.append(report)
+    return reports
+
+
+async def test_an_owner_still_retrying_is_left_to_send_its_effect(
+    client: Client, tmp_path: Path
+) -> None:
+    """``crash_before_send`` with no heartbeat timeout: the owner's next attempt comes only
+    when the dead one's start-to-close timeout ends. Meanwhile the scheduled reconciler (every
+    5 s, on the fresh worker) sees the owner's activity still pending and leaves the effect to
+    it; the owner resends it: COMMITTED, $20, once."""
+    world = await ServerWorld.create(client, tmp_path, 2, "gated")
+    scheduled = client.get_workflow_handle(f"interlock-reconciler-{world.task_queue}")
+    try:
+        world.setup()
+        world.payments.arm("before_send", "kill")
+        run = await world.start(world.case(heartbeat_s=None, start_to_close_s=20.0))
+        await world.crashed(run)
+        # the scheduled reconciler starts with the fresh worker (a reconcile activity in
+        # flight on the killed one would hold it up for its heartbeat timeout), and runs at once
+        await world.spawn("--reconcile-every-s", "5", "--reconcile-older-than-s", "0")
+        outcome = await world.result(run)
+        assert outcome.status == "REFUNDED", outcome
+
+        eid = world.effect_id
+        found = receipt(eid, journal=world.journal)
+        assert (found.final, found.via, found.executed) == ("COMMITTED", "recovery-reapply", True)
+        resent = [e for e in world.journal.read(eid) if e.kind is Kind.DISPATCHED][-1]
+        assert resent.data["delivery"]["workflow_id"] == run.id  # the owner sent it
+        assert world.payments.refunded_cents(ORDER) == 2000
+        assert len(world.payments.refund_records(ORDER)) == 1
+        assert world.payments.calls(ORDER) == 1
+
+        seen = [
+            o
+            for report in await reconciler_reports(client, scheduled.id)
+            for o in report.outcomes
+            if o.effect_id == eid
+        ]
+        assert seen, "the scheduled reconciler never ran while the effect was in doubt"
+        assert {o.skipped for o in seen} == {"owner_alive"}, seen
+    finally:
+        with contextlib.suppress(RPCError):
+            await scheduled.terminate()
+        await world.close()
 
 
 async def test_an_ambiguous_effect_with_no_review_gets_one(

@@ -62,6 +62,13 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
         help="another workflow to run beside SupportCase (repeatable)",
     )
     p.add_argument(
+        "--reconcile-every-s",
+        type=float,
+        help="also run the plugin's scheduled reconciler on the task queue this often, for "
+        "effects in doubt longer than --reconcile-older-than-s",
+    )
+    p.add_argument("--reconcile-older-than-s", type=float, default=60.0)
+    p.add_argument(
         "--sticky-timeout-s",
         type=float,
         default=1.0,
@@ -106,6 +113,10 @@ async def main(argv: list[str] | None = None) -> None:
         on_point=kill_at(*args.kill_at, marker=args.kill_marker) if args.kill_at else None,
         policy=args.policy,
         telemetry=telemetry,
+        reconcile_every=(
+            None if args.reconcile_every_s is None else timedelta(seconds=args.reconcile_every_s)
+        ),
+        reconcile_older_than=timedelta(seconds=args.reconcile_older_than_s),
     )
     client = await Client.connect(args.target, namespace=args.namespace, plugins=[*plugins, plugin])
     identity = args.identity or f"{os.getpid()}@{socket.gethostname()}"

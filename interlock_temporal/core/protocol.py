@@ -15,7 +15,7 @@ import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import Any
+from typing import Any, Literal, get_args
 
 from . import premises as premise
 from .claims import Claim
@@ -47,6 +47,12 @@ from .targets import (
 NO_LEASE = "no lease: run the activity under act_as(principal, lease)"
 #: how soon to try again when a live attempt holds the effect
 IN_FLIGHT_RETRY_S = 0.5
+#: how soon another workflow's attempt looks again at an effect in doubt that only its owner
+#: may send (each look may query the target)
+NOT_OWNER_RETRY_S = 2.0
+#: why the owner of an effect will never send it: the code of the refusal ``Gate.settle``
+#: records when the target confirms it never happened
+OwnerEnded = Literal["cancelled", "abandoned"]
 #: named points where the sweep injects crashes (see ``Gate(on_point=...)``)
 POINTS = (
     "claimed",
@@ -564,6 +570,8 @@ class Gate:
     async def _recover(
         self, call: Call, target: EffectTarget, view: EffectView, claim: Claim
     ) -> Ticket | Done:
+        if call.delivery.workflow_id != view.owner:
+            return await self._recover_for_another(call, target, view)
         eid = view.effect_id
         caps = capabilities(target)
         absent = view.absence_confirmed
@@ -678,17 +686,140 @@ class Gate:
             claim,
         )
 
+    async def _recover_for_another(
+        self, call: Call, target: EffectTarget, view: EffectView
+    ) -> Done:
+        """Another workflow's attempt (a duplicate submission) found the effect unconfirmed:
+        only the workflow that owns it may send it, so this attempt may learn that it happened
+        and never sends. It waits for the owner (or the reconciler, once the owner is gone); on
+        its last attempt an effect still in doubt is AMBIGUOUS."""
+        eid = view.effect_id
+        if capabilities(target).queryable:
+            args = self._approved_args(call, view)
+            found = await query(target, eid, _as_input(args))
+            if found is not None:
+                return await self._record_commit(
+                    eid, view.head, "recovery-query", jsonable(found.result), found.confirmation
+                )
+        if call.last_attempt and not view.absence_confirmed:
+            await self._ambiguous(
+                view,
+                f"in doubt when the last attempt of workflow {call.delivery.workflow_id} ran, "
+                f"and only the workflow that owns it ({view.owner}) may send it again",
+                "not_owner",
+            )
+        raise InFlight(eid, "only the workflow that owns it may send it again", NOT_OWNER_RETRY_S)
+
     def _approved_args(self, call: Call, view: EffectView) -> tuple[Any, ...]:
         """Recovery resends the recorded approved input, never one derived again."""
         if view.approved_digest == hashlib.sha256(call.args_canonical).hexdigest():
             return call.args
+        return self._recorded_args(view, call.decode_args)
+
+    def _recorded_args(
+        self, view: EffectView, decode_args: Callable[[list[Any]], tuple[Any, ...]] | None
+    ) -> tuple[Any, ...]:
         blob = self.journal.blob(view.effect_id, "approved")
         if blob is None or digest(blob) != view.approved_digest:
             raise InvalidCall(
                 f"effect {view.effect_id[:16]}: the approved input in the journal is missing "
                 "or does not match its recorded digest"
             )
-        return call.decode_args(blob) if call.decode_args else tuple(blob)
+        return decode_args(blob) if decode_args else tuple(blob)
+
+    # -- settling without a send -----------------------------------------------------------------
+
+    async def settle(
+        self,
+        effect_id: str,
+        target: EffectTarget,
+        *,
+        owner_ended: OwnerEnded,
+        why: str | None = None,
+        decode_args: Callable[[list[Any]], tuple[Any, ...]] | None = None,
+    ) -> Receipt:
+        """Settle an effect its owner will never send again, without ever sending it.
+
+        For an effect dispatched and never confirmed (``DISPATCHED``, ``NOT_SENT``, or
+        ``RESOLVED`` not_happened): the target finds it → ``COMMITTED`` via ``recovery-query``;
+        its absence is confirmed (a query made ``settle_time`` after the last dispatch, a
+        ``NOT_SENT``, a person's not_happened) → ``REFUSED`` with code ``owner_ended``
+        (``cancelled``: the owning workflow was cancelled or terminated; ``abandoned``: it ended
+        otherwise, or moved on), executed = false; a queryable target that may still be
+        executing it (inside ``settle_time``) → left as it is, for a later call to confirm;
+        otherwise → ``AMBIGUOUS`` (a person decides). Any other state is returned as it is. The
+        caller decides that the owner is gone: this must not be called while the owner may
+        still retry the effect.
+
+        Runs under the effect's claim like any attempt: ``InFlight`` if a live attempt holds
+        it. ``why`` says how the owner ended, in the recorded reason (default: said from
+        ``owner_ended``). ``decode_args`` turns the recorded approved input back into what the
+        target's ``query`` expects. Returns the effect's receipt.
+        """
+        if owner_ended not in get_args(OwnerEnded):
+            raise InvalidCall(f"owner_ended must be one of {', '.join(get_args(OwnerEnded))}")
+        claim = self.journal.claim(effect_id)
+        if claim is None:
+            raise InFlight(effect_id, "another live attempt holds it", IN_FLIGHT_RETRY_S)
+        try:
+            for _ in range(3):
+                try:
+                    return await self._settle(effect_id, target, owner_ended, why, decode_args)
+                except HeadConflict:
+                    continue  # another writer moved the chain: read again
+            raise InFlight(effect_id, "the effect's record keeps moving", IN_FLIGHT_RETRY_S)
+        finally:
+            claim.release()
+
+    async def _settle(
+        self,
+        eid: str,
+        target: EffectTarget,
+        owner_ended: OwnerEnded,
+        why: str | None,
+        decode_args: Callable[[list[Any]], tuple[Any, ...]] | None,
+    ) -> Receipt:
+        entries = self.journal.read(eid)
+        if not entries:
+            raise InvalidCall(f"effect {eid[:16]} is not in the journal")
+        view = fold(eid, entries)
+        unconfirmed = view.status in (Kind.DISPATCHED, Kind.NOT_SENT) or (
+            view.status is Kind.RESOLVED and view.resolution == "not_happened"
+        )
+        if not unconfirmed:
+            return receipt_of(view)
+        caps = capabilities(target)
+        absent = view.absence_confirmed
+        if caps.queryable:
+            args = self._recorded_args(view, decode_args)
+            found = await query(target, eid, _as_input(args))
+            if found is not None:
+                await self._record_commit(
+                    eid, view.head, "recovery-query", jsonable(found.result), found.confirmation
+                )
+                return self.receipt(eid)
+            if not absent and not (
+                view.last_dispatch_ts is None
+                or self.clock() >= view.last_dispatch_ts + caps.settle_time.total_seconds()
+            ):
+                return receipt_of(view)  # "not found" proves nothing yet: ask again later
+            absent = True
+        whose = why or (
+            "its workflow was cancelled or terminated"
+            if owner_ended == "cancelled"
+            else "its workflow ended or moved on without it"
+        )
+        if absent:
+            draft = _refusal(
+                owner_ended, f"{whose}, and it never happened; nobody else may send it"
+            )
+        else:
+            draft = _ambiguity(
+                "unknowable",
+                f"{whose} while it was in doubt, and the target cannot say whether it happened",
+            )
+        await self.journal.append_async(eid, view.head, [draft])
+        return self.receipt(eid)
 
     # -- after the send ------------------------------------------------------------------------
 
@@ -923,6 +1054,7 @@ def _as_input(args: tuple[Any, ...]) -> Any:
 def _delivery(call: Call) -> dict[str, Any]:
     d = call.delivery
     return {
+        "namespace": call.namespace,
         "workflow_id": d.workflow_id,
         "run_id": d.run_id,
         "activity_id": d.activity_id,

@@ -53,10 +53,19 @@ class EffectView:
     policy: dict[str, Any] | None = None
     #: what the last dispatch reserved of its lease's budget
     budget: dict[str, Any] | None = None
+    #: the Temporal delivery of the workflow that owns the effect, the only one that may send
+    #: it: the delivery recorded on PROPOSED, then on each of the owner's own dispatches (after
+    #: a person's REOPENED, the workflow whose attempt re-dispatches it becomes the owner)
+    owner_delivery: dict[str, Any] | None = None
 
     @property
     def in_doubt(self) -> bool:
         return self.status is Kind.DISPATCHED
+
+    @property
+    def owner(self) -> str | None:
+        """The workflow id of the effect's owner (None where the core ran without Temporal)."""
+        return (self.owner_delivery or {}).get("workflow_id")
 
 
 def fold(effect_id: str, entries: Sequence[Entry]) -> EffectView:
@@ -78,6 +87,7 @@ def fold(effect_id: str, entries: Sequence[Entry]) -> EffectView:
             v.premises = d.get("premises")
             v.target = d.get("target")
             v.tier = d.get("tier")
+            v.owner_delivery = d.get("delivery")
         elif e.kind is Kind.AUTHORIZED:
             v.authorized = True
             v.authority = d.get("lease")
@@ -98,6 +108,11 @@ def fold(effect_id: str, entries: Sequence[Entry]) -> EffectView:
                 v.authority = d["lease"]
             if "budget" in d:
                 v.budget = d["budget"]
+            delivery = d.get("delivery")
+            if delivery is not None and (
+                v.via == "reopened" or delivery.get("workflow_id") == v.owner
+            ):
+                v.owner_delivery = delivery
         elif e.kind is Kind.COMMITTED:
             v.via = d.get("via")
             v.result_digest = d.get("result_digest")
