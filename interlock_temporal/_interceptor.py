@@ -281,6 +281,10 @@ class _ActivityInbound(temporalio.worker.ActivityInboundInterceptor):
             except AmbiguousEffect as err:
                 await self._open_review(err.receipt.effect_id, info)
                 raise
+            except UnstableEffectKeyError as err:
+                if err.receipt is not None and err.receipt.final == Kind.AMBIGUOUS.value:
+                    await self._open_review(err.receipt.effect_id, info)
+                raise
         except ApprovalRequired as err:
             await self._open_review(err.binding, temporalio.activity.info(), kind="approval")
             raise

@@ -18,7 +18,7 @@ from temporalio.exceptions import ActivityError, ApplicationError, FailureError
 from temporalio.service import RPCError, RPCStatusCode
 
 from ._gated import GateSpec, describe_invalid
-from .core.errors import InFlight, InterlockError
+from .core.errors import InFlight, InterlockError, JournalCorrupt
 from .core.models import Kind, Receipt
 from .core.policy import redact
 from .core.protocol import Gate, OwnerEnded
@@ -423,7 +423,8 @@ class ReconcileRequest(BaseModel):
 
 #: why the reconciler left an effect: a live attempt holds it; no gated activity of this
 #: worker knows its target; the workflow that owns it may still send it (it is left to the
-#: owner); the owner's fate cannot be told; the target may still be executing it.
+#: owner); the owner's fate cannot be told; the target may still be executing it; its journal
+#: entries do not verify (nothing is decided on it: a person restores the journal).
 #: ("input_changed" is no longer reported: it stays so reports an earlier release recorded in
 #: a running reconciler's history still decode.)
 SkipReason = Literal[
@@ -433,6 +434,7 @@ SkipReason = Literal[
     "owner_unknown",
     "unsettled",
     "input_changed",
+    "journal_corrupt",
 ]
 
 
@@ -679,7 +681,12 @@ class ReviewDesk:
         for row in journal.effects(
             status=Kind.RESOLVED, older_than=req.older_than_s, limit=req.limit
         ):
-            if fold(row.effect_id, journal.read(row.effect_id)).resolution == "not_happened":
+            try:
+                resolution = fold(row.effect_id, journal.read(row.effect_id)).resolution
+            except JournalCorrupt as err:
+                report.outcomes.append(_corrupt(row.effect_id, err))
+                continue
+            if resolution == "not_happened":
                 unsent.append(row)
         report.unsent = len(unsent)
         for row in unsent:
@@ -693,8 +700,11 @@ class ReviewDesk:
             if row.effect_id in already:
                 continue
             activity.heartbeat(row.effect_id)
-            review = await self.open(row.effect_id, task_queue=info.task_queue)
-            report.outcomes.append(self._outcome(gate, row.effect_id, "", review=review))
+            try:
+                review = await self.open(row.effect_id, task_queue=info.task_queue)
+                report.outcomes.append(self._outcome(gate, row.effect_id, "", review=review))
+            except JournalCorrupt as err:
+                report.outcomes.append(_corrupt(row.effect_id, err))
         return report
 
     async def _settle(self, gate: Gate, effect_id: str, info: activity.Info) -> ReconcileOutcome:
@@ -724,6 +734,8 @@ class ReviewDesk:
             )
         except InFlight as err:
             return skipped("live_attempt", str(err))
+        except JournalCorrupt as err:
+            return _corrupt(effect_id, err)
         except InterlockError as err:
             return self._outcome(gate, effect_id, "", note=str(err))
         if r.final == Kind.AMBIGUOUS.value:
@@ -797,3 +809,10 @@ class ReviewDesk:
             review=review,
             note=note,
         )
+
+
+def _corrupt(effect_id: str, err: JournalCorrupt) -> ReconcileOutcome:
+    """An effect whose entries do not verify: reported (with the entry's seq), never settled."""
+    return ReconcileOutcome(
+        effect_id=effect_id, final="skipped", skipped="journal_corrupt", note=str(err)
+    )

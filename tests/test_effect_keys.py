@@ -19,7 +19,7 @@ from pydantic import BaseModel
 from temporalio import activity
 from temporalio.client import Client, WorkflowFailureError
 
-from interlock_temporal import current_effect, gated, open_journal
+from interlock_temporal import current_effect, gated, open_journal, receipt_from
 from interlock_temporal.core.errors import InvalidCall, UnstableEffectKey
 from interlock_temporal.core.journal import Journal
 from interlock_temporal.core.models import Kind
@@ -144,9 +144,33 @@ async def test_a_retry_whose_key_changed_sends_nothing_and_names_both_effects(
     assert err.first_effect_id == ticket.effect_id
     assert err.effect_id == Gate.identify(retry)[0] != ticket.effect_id
     assert err.effect_id in str(err) and ticket.effect_id in str(err)
+    # the first effect is settled without a send: the target has it
     assert err.receipt is not None and err.receipt.effect_id == ticket.effect_id
+    assert (err.receipt.final, err.receipt.via) == ("COMMITTED", "recovery-query")
     assert journal.row(err.effect_id) is None  # nothing proposed under the new id
     assert payments.calls(ORDER) == 1 and payments.refunded_cents(ORDER) == 2_000
+
+
+@pytest.mark.parametrize(
+    ("tier", "final", "code"), [(2, "REFUSED", "abandoned"), (3, "AMBIGUOUS", "unknowable")]
+)
+async def test_the_first_effect_of_a_changed_key_is_settled_without_a_send(
+    journal: Journal, tmp_path: Path, tier: int, final: str, code: str
+) -> None:
+    service = SimulatedPayments(tmp_path / f"tier{tier}.db", tier=tier)
+    service.open_order(ORDER, 10_000)
+    lease = journal.leases.issue("refund-bot")
+    arg = {"order_id": ORDER, "amount_cents": 2_000}
+    ticket = await Gate(journal).begin(call_of(arg, key={"at": 1}, lease=lease), service)
+    assert isinstance(ticket, Ticket)
+    ticket.release()  # died before the send
+    retry = call_of(arg, key={"at": 2}, lease=lease, attempt=2)
+    with pytest.raises(UnstableEffectKey) as caught:
+        await Gate(journal).begin(retry, service)
+    receipt = caught.value.receipt
+    assert receipt is not None and (receipt.final, receipt.code) == (final, code)
+    assert receipt.executed is (False if final == "REFUSED" else "unknown")
+    assert service.calls(ORDER) == 0
 
 
 async def test_an_activity_id_reused_for_another_input_is_not_a_changed_key(
@@ -255,8 +279,12 @@ async def test_a_clock_keyed_activity_killed_after_its_send_sends_once(
             await asyncio.wait_for(run.result(), 60)
         cause = cause_of(failure.value)
         assert cause.type == "UnstableEffectKey" and cause.non_retryable
-        (in_doubt,) = journal.effects()
-        assert in_doubt.effect_id in cause.message
+        (first,) = journal.effects()
+        assert first.effect_id in cause.message
+        # settled without a send: the service has it, and the error carries its receipt
+        shown = receipt_from(failure.value.cause)  # type: ignore[arg-type]
+        assert shown is not None and shown.effect_id == first.effect_id
+        assert (shown.final, shown.via, shown.executed) == ("COMMITTED", "recovery-query", True)
         assert payments.calls(ORDER) == 1
         assert payments.refunded_cents(ORDER) == 2_000
         assert len(payments.refund_records(ORDER)) == 1

@@ -118,3 +118,33 @@ async def test_an_edited_field_in_the_middle_of_a_chain_stops_recovery(
     assert (caught.value.effect_id, caught.value.seq) == (eid, seq_p)
     assert journal.row(eid).status is Kind.DISPATCHED  # type: ignore[union-attr]
     assert payments.calls(ORDER) == 0
+
+
+@pytest.mark.server
+async def test_the_reconciler_reports_a_corrupt_effect_and_sends_nothing(
+    client: Any, store: Store, tmp_path: Path
+) -> None:
+    """A cancelled workflow's refund is in doubt (the worker died before the send); the
+    operator edits the payload digest its PROPOSED entry signed. Today the reconciler calls
+    that a conflicting payload; it must name the corrupt entry, and send nothing."""
+    from workers.server_world import ServerWorld
+
+    from .test_reconciler import cancelled_in_doubt, reconcile
+
+    world = ServerWorld(client, tmp_path, 2, "gated", journal_url=store.url, signing_key=KEY)
+    try:
+        eid = await cancelled_in_doubt(world, "before_send")
+        seq, body, _ = store.entry(eid, Kind.PROPOSED)
+        edited = resigned_digest(body, ("data", "payload_digest"), "0" * 64)
+        store.sql("UPDATE entries SET body = ? WHERE seq = ?", edited, seq)
+
+        report = await reconcile(client, world.task_queue)
+        (outcome,) = [o for o in report.outcomes if o.effect_id == eid]
+        assert (outcome.final, outcome.skipped) == ("skipped", "journal_corrupt"), outcome
+        assert f"seq={seq}" in outcome.note
+        assert "conflicting_payload" not in outcome.note
+        assert world.journal.row(eid).status is Kind.DISPATCHED  # type: ignore[union-attr]
+        assert world.payments.calls(world.order_id) == 0
+        assert world.payments.refunded_cents(world.order_id) == 0
+    finally:
+        await world.close()

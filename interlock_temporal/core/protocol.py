@@ -365,7 +365,7 @@ class Gate:
     ) -> Ticket | Done:
         entries = self.journal.read(eid)
         if not entries:
-            self._refuse_an_unstable_key(call, eid)
+            await self._refuse_an_unstable_key(call, target, eid)
             return await self._dispatch_first(call, target, eid, pdigest, claim)
         view = fold(eid, entries)
         if view.payload_digest != pdigest:
@@ -385,17 +385,28 @@ class Gate:
             return await self._dispatch_reopened(call, target, view, claim)
         return await self._recover(call, target, view, claim)
 
-    def _refuse_an_unstable_key(self, call: Call, eid: str) -> None:
+    async def _refuse_an_unstable_key(self, call: Call, target: EffectTarget, eid: str) -> None:
         """A retry that names a new effect: if an earlier attempt of this activity, with this
-        very input, proposed another one, the key changed between attempts. Only a retry can
-        find one, so only a retry asks (an indexed query)."""
+        very input, proposed another one, the key changed between attempts. Nothing is sent
+        under the new id; the first effect is settled without a send (its activity fails now
+        and will never send it again): found → COMMITTED, absent → REFUSED, else AMBIGUOUS.
+        Only a retry can find one, so only a retry asks (an indexed query)."""
         if call.delivery.attempt <= 1 or call.origin is None:
             return
         first = next((e for e in self.journal.by_origin(call.origin) if e != eid), None)
         if first is None:
             return
-        entries = self.journal.read(first)
-        raise UnstableEffectKey(eid, first, receipt_of(fold(first, entries)) if entries else None)
+        try:
+            receipt: Receipt | None = await self.settle(
+                first,
+                target,
+                owner_ended="abandoned",
+                why="its activity's effect key changed between attempts",
+                decode_args=call.decode_args,
+            )
+        except InFlight:
+            receipt = self.receipt_or_none(first)
+        raise UnstableEffectKey(eid, first, receipt)
 
     # -- 1. nothing recorded: propose, authorise, dispatch in one transaction --------------------
 
