@@ -17,6 +17,7 @@ from temporalio.common import RetryPolicy, WorkflowIDConflictPolicy, WorkflowIDR
 from temporalio.exceptions import ActivityError, ApplicationError, FailureError
 from temporalio.service import RPCError, RPCStatusCode
 
+from ._errors import JournalCorruptError
 from ._gated import GateSpec, describe_invalid
 from .core.errors import InFlight, InterlockError, JournalCorrupt
 from .core.models import Kind, Receipt
@@ -613,11 +614,13 @@ class ReviewDesk:
 
     @activity.defn(name=RECORD_ACTIVITY)
     async def record_decision(self, rec: DecisionRecord) -> Recorded:
+        """Record a person's decision; one on an effect whose entries do not verify is refused
+        (non-retryable ``JournalCorrupt``): nothing is recorded, and the review stays open."""
         journal = self._gate().journal
         result = rec.result
-        if rec.decision == "happened" and result is not None:
-            result = self._checked_result(rec.effect_id, result)
         try:
+            if rec.decision == "happened" and result is not None:
+                result = self._checked_result(rec.effect_id, result)
             if rec.kind == "circuit":
                 return record_circuit_reset(
                     journal, rec.effect_id, operators=rec.operators, note=rec.note
@@ -643,6 +646,8 @@ class ReviewDesk:
             )
         except ReviewError as err:
             raise ApplicationError(str(err), type="InvalidDecision", non_retryable=True) from None
+        except JournalCorrupt as err:
+            raise JournalCorruptError(str(err), err.effect_id, err.seq) from None
 
     def _checked_result(self, effect_id: str, result: Any) -> Any:
         view = fold(effect_id, self._gate().journal.read(effect_id))

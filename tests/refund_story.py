@@ -14,7 +14,7 @@ from typing import Any
 import psycopg
 import pytest
 
-from interlock_temporal.core.journal import Journal
+from interlock_temporal.core.journal import Journal, open_journal
 from interlock_temporal.core.models import Kind
 from interlock_temporal.core.protocol import Call, Gate, Ticket
 from interlock_temporal.targets.payments import RefundRequest, SimulatedPayments
@@ -23,6 +23,7 @@ from workers.inprocess_world import refund_call
 from workflows.support_case import CaseFile
 
 ORDER = "o-9001"
+KEY = "5a" * 32
 
 
 class Store:
@@ -64,6 +65,12 @@ def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Store]:
             return cursor.fetchall() if cursor.description else []
 
     yield Store(url, run_pg)
+
+
+@pytest.fixture
+def journal(store: Store) -> Iterator[Journal]:
+    with open_journal(store.url, signing_key=KEY) as j:
+        yield j
 
 
 @pytest.fixture

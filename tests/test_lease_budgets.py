@@ -8,7 +8,6 @@ from __future__ import annotations
 import asyncio
 import multiprocessing
 import threading
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -22,17 +21,9 @@ from interlock_temporal.core.protocol import Gate, Ticket
 from interlock_temporal.core.review import record_resolution
 from interlock_temporal.targets.payments import SimulatedPayments
 
-from .refund_story import ORDER, Refund, Store, payments, store
+from .refund_story import KEY, ORDER, Refund, Store, journal, payments, store
 
-__all__ = ["payments", "store"]
-
-KEY = "6b" * 32
-
-
-@pytest.fixture
-def journal(store: Store) -> Iterator[Journal]:
-    with open_journal(store.url, signing_key=KEY) as j:
-        yield j
+__all__ = ["journal", "payments", "store"]
 
 
 def budget_lease(journal: Journal, cents: int) -> str:

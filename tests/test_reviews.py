@@ -294,3 +294,32 @@ async def test_a_thread_pool_activity_opens_its_review(
         sync_review = r.client.get_workflow_handle(review_id("ambiguous", row.effect_id))
         assert (await sync_review.describe()).status == WorkflowExecutionStatus.RUNNING
         assert (await sync_review.query("status"))["subscribers"] == 1
+
+
+async def test_a_decision_on_a_corrupt_effect_is_refused_and_records_nothing(
+    dev_server: DevServer, tmp_path: Path
+) -> None:
+    """The operator edits a signed field of the effect in doubt while its review is open: the
+    person's decision is refused naming the corrupt entry, and the journal gets nothing."""
+    import sqlite3
+
+    async with rig(dev_server, tmp_path, tier=3) as r:
+        case, review = await ambiguous(r)
+        (dispatched,) = [e for e in r.journal.read(EFFECT) if e.kind is Kind.DISPATCHED]
+        edited = dispatched.body.replace(b'"via":"dispatch"', b'"via":"tampered"')
+        assert edited != dispatched.body
+        with sqlite3.connect(tmp_path / "journal.db") as db:
+            db.execute("UPDATE entries SET body = ? WHERE seq = ?", (edited, dispatched.seq))
+        with pytest.raises(WorkflowUpdateFailedError) as refused:
+            decided = review.execute_update("decide", {"decision": "happened", "operator": "carol"})
+            await asyncio.wait_for(decided, 30)  # a retryable failure would wait forever
+        message = str(refused.value.cause)
+        assert f"seq={dispatched.seq}" in message, message
+        with sqlite3.connect(tmp_path / "journal.db") as db:
+            kinds = [
+                k for (k,) in db.execute("SELECT kind FROM entries WHERE effect_id = ?", (EFFECT,))
+            ]
+        assert "RESOLVED" not in kinds
+        assert (await review.query("status"))["state"] == "open"
+        await review.terminate()
+        await case.terminate()

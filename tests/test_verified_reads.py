@@ -10,30 +10,22 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
 import rfc8785
 
-from interlock_temporal import open_journal, receipt
+from interlock_temporal import receipt
 from interlock_temporal.core.errors import JournalCorrupt
 from interlock_temporal.core.journal import Journal
 from interlock_temporal.core.models import Kind
 from interlock_temporal.core.protocol import Gate
 from interlock_temporal.targets.payments import SimulatedPayments
 
-from .refund_story import ORDER, Refund, Store, payments, store
+from .refund_story import KEY, ORDER, Refund, Store, journal, payments, store
 
-__all__ = ["payments", "store"]
-
-KEY = "5a" * 32
-
-
-@pytest.fixture
-def journal(store: Store) -> Iterator[Journal]:
-    with open_journal(store.url, signing_key=KEY) as j:
-        yield j
+__all__ = ["journal", "payments", "store"]
 
 
 def resigned_digest(body: bytes, path: tuple[str, ...], value: Any) -> bytes:
