@@ -802,12 +802,14 @@ def _verify_section(v: VerifyCost, command: str) -> list[str]:
         f"Command: `{command}` (alone: `python -m benchmarks --only verify --out FILE`).",
         "",
         "A journal built from the entries the gate really writes for one refund (PROPOSED, "
-        "AUTHORIZED, DISPATCHED, COMMITTED: premises, lease snapshot, delivery), re-signed for "
-        f"each new effect id and bulk-inserted ({v.bytes_per_entry:.0f} bytes of signed JSON per "
-        f"entry; built in {v.build_seconds:.0f} s). `Journal.verify()` reads every entry in "
-        "sequence order and checks its hash, its signature, its place in its effect's chain "
-        "and the dense sequence; timed end to end, each run on a freshly opened journal. The "
-        "command is `interlock journal verify` as a process (start-up included).",
+        "AUTHORIZED, DISPATCHED, COMMITTED: premises, lease snapshot, delivery, and the "
+        "approved input and result stored beside them), re-signed for each new effect id and "
+        f"bulk-inserted ({v.bytes_per_entry:.0f} bytes of signed JSON per entry; built in "
+        f"{v.build_seconds:.0f} s). `Journal.verify()` reads every entry in sequence order and "
+        "checks its hash, its signature, the digest of the values stored beside it, its place "
+        "in its effect's chain and the dense sequence, then every effect's row in the effects "
+        "table against its entries; timed end to end, each run on a freshly opened journal. "
+        "The command is `interlock journal verify` as a process (start-up included).",
         "",
         "| signatures | entries | runs (s) | median entries/s | best entries/s | the command |",
         "|---|---|---|---|---|---|",

@@ -67,8 +67,9 @@ class _Target:
         return {"order_paid_cents": 10_000, "refunded_cents": 0, "eligible": True}
 
 
-def _template(directory: Path) -> list[tuple[Kind, dict[str, Any]]]:
-    """The entries the gate writes for one committed refund, as (kind, data)."""
+def _template(directory: Path) -> list[tuple[Kind, dict[str, Any], str | None]]:
+    """The entries the gate writes for one committed refund, as (kind, data, the values
+    stored beside it as the journal stores them)."""
     journal = open_journal(f"sqlite:///{directory / 'template.db'}", signing_key=HMAC_KEY)
     lease = journal.leases.issue("bench-bot", activities=["refund"], max_amount_cents=5_000)
     payload = {"case_id": "4471", "order_id": "A-1001", "amount_cents": 2_000}
@@ -90,7 +91,8 @@ def _template(directory: Path) -> list[tuple[Kind, dict[str, Any]]]:
     gate = Gate(journal)
     asyncio.run(gate.run(call, _Target(), send))
     (row,) = journal.effects()
-    out = [(e.kind, e.data) for e in journal.read(row.effect_id)]
+    stored = {r.seq: r.vals for r in journal.iter_raw()}
+    out = [(e.kind, e.data, stored[e.seq]) for e in journal.read(row.effect_id)]
     journal.close()
     return out
 
@@ -110,23 +112,28 @@ def _build(path: Path, key: HmacKey | Ed25519Key, entries: int, template: Any) -
     for n in range(effects):
         eid = hashlib.sha256(f"bench effect {n}".encode()).hexdigest()
         prev = ""
-        for kind, data in template:
+        # as the gate writes them: PROPOSED, AUTHORIZED and DISPATCHED in one transaction,
+        # COMMITTED in the next; the index row says what the entries add up to
+        dispatched = now + n * 1e-3
+        committed = dispatched + 1e-4
+        for kind, data, vals in template:
             seq += 1
             e = encode_entry(
                 seq=seq,
-                ts=now + seq * 1e-6,
+                ts=committed if kind is Kind.COMMITTED else dispatched,
                 effect_id=eid,
                 kind=kind,
                 prev=prev,
                 key=key,
                 data=data,
+                vals=vals,
             )
             size += len(e.body)
             batch.append(
-                (e.seq, e.effect_id, e.kind.value, e.prev, e.hash, e.key_id, e.sig, e.body)
+                (e.seq, e.effect_id, e.kind.value, e.prev, e.hash, e.key_id, e.sig, e.body, vals)
             )
             prev = e.hash
-        rows.append((eid, "refund", "COMMITTED", prev, seq, now, now, now))
+        rows.append((eid, "refund", "COMMITTED", prev, seq, committed, dispatched, dispatched))
         if len(batch) >= 20_000:
             _flush(db, batch, rows)
     _flush(db, batch, rows)
@@ -137,8 +144,8 @@ def _build(path: Path, key: HmacKey | Ed25519Key, entries: int, template: Any) -
 def _flush(db: sqlite3.Connection, batch: list[Any], rows: list[Any]) -> None:
     db.execute("BEGIN")
     db.executemany(
-        "INSERT INTO entries (seq, effect_id, kind, prev, hash, key_id, sig, body) "
-        "VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+        "INSERT INTO entries (seq, effect_id, kind, prev, hash, key_id, sig, body, vals) "
+        "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
         batch,
     )
     db.executemany(

@@ -66,6 +66,8 @@ def unstable_part(value: Any, path: str, *, allow_bytes: bool = False) -> str | 
     change between attempts. Names the path and the type, never the value. ``allow_bytes``: an
     input that is not the key may carry bytes (an attachment): they digest the same
     everywhere, but a key names a decision in JSON any language can recompute."""
+    if _plainly_stable(value):
+        return None
     stack: list[tuple[Any, str]] = [(value, path)]
     while stack:
         x, where = stack.pop()
@@ -105,6 +107,38 @@ def unstable_part(value: Any, path: str, *, allow_bytes: bool = False) -> str | 
         else:
             return f"{where} is of type {type(x).__name__}, which has no canonical JSON form"
     return None
+
+
+def _plainly_stable(data: Any) -> bool:
+    """The fast answer for the common case: plain JSON data (and models of it) with no value
+    ``unstable_part`` refuses. False sends the value through ``unstable_part``'s full walk,
+    which also builds the path it names."""
+    stack = [data]
+    while stack:
+        x = stack.pop()
+        t = type(x)
+        if t is str or t is bool or x is None:
+            continue
+        if t is int:
+            if not -_SAFE_INT <= x <= _SAFE_INT:
+                return False
+        elif t is float:
+            if not math.isfinite(x):
+                return False
+        elif t is dict:
+            for k, v in x.items():
+                if type(k) is not str:
+                    return False
+                stack.append(v)
+        elif t is list or t is tuple:
+            stack.extend(x)
+        elif isinstance(x, BaseModel):
+            stack.extend(getattr(x, name) for name in type(x).model_fields)
+            if x.model_extra:
+                stack.append(x.model_extra)
+        elif not isinstance(x, _STABLE_LEAVES):
+            return False
+    return True
 
 
 def _json_module_is_canonical(data: Any) -> bool:

@@ -122,6 +122,7 @@ def encode_entry(
         key_id=key.key_id,
         sig=key.sign(digest),
         body=body,
+        values=None if vals is None else json.loads(vals),
     )
 
 
@@ -179,34 +180,41 @@ def check_entry(raw: RawEntry, keyring: Keyring) -> str | None:
     values its chain must bind): its bytes hash to its hash, its signature holds, the signed
     fields agree with the stored columns, and the values stored beside it are the ones it
     signed."""
+    return _check(raw, keyring)[0]
+
+
+def _check(raw: RawEntry, keyring: Keyring) -> tuple[str | None, int]:
+    """``check_entry``, and where the signed timestamp starts in the bytes (-1: not known
+    without parsing them)."""
     body = raw.body if isinstance(raw.body, bytes) else str(raw.body).encode()
     digest = hashlib.sha256(body).digest()
     if digest.hex() != raw.hash:
-        return "its bytes do not match its hash (edited or torn)"
+        return "its bytes do not match its hash (edited or torn)", -1
     key = keyring.get(raw.key_id)
     if key is None:
-        return f"signed with key {raw.key_id}, which is not in the keyring"
+        return f"signed with key {raw.key_id}, which is not in the keyring", -1
     if not key.verify(digest, raw.sig):
-        return f"its signature does not verify with key {raw.key_id}"
+        return f"its signature does not verify with key {raw.key_id}", -1
     # fast path: the columns, written the canonical way, are exactly the bytes after ``data``
     # (the last ``,"effect_id":`` is the top-level one: ``data`` closes before it, and a key
     # inside a string would have its quotes escaped)
     tail = _signed_tail(raw)
     at = body.rfind(b',"effect_id":')
     if at > 0 and body.startswith(tail, at) and body.startswith(b'{"data":'):
+        ts_at = at + len(tail)
         if raw.vals is None:
             if body.endswith(_V2_END) or body.endswith(_V1_END):
-                return None
+                return None, ts_at
             if body.endswith(b'"}') and body[-_V2_VALS_END_LEN:].startswith(_V2_VALS):
-                return "its signed bytes bind values that are not stored (deleted)"
+                return "its signed bytes bind values that are not stored (deleted)", -1
         else:
             if body.endswith(_V1_END):
-                return UNBOUND
+                return UNBOUND, ts_at
             if body.endswith(_V2_VALS + values_digest(raw.vals).encode() + b'"}'):
-                return None
+                return None, ts_at
             if body.endswith(_V2_END) or body[-_V2_VALS_END_LEN:].startswith(_V2_VALS):
-                return "the values stored beside it are not the ones it signed (edited)"
-    return _check_slowly(raw, body)
+                return "the values stored beside it are not the ones it signed (edited)", -1
+    return _check_slowly(raw, body), -1
 
 
 def _check_slowly(raw: RawEntry, body: bytes) -> str | None:
@@ -232,16 +240,15 @@ def _check_slowly(raw: RawEntry, body: bytes) -> str | None:
     return None
 
 
-def _signed_ts(raw: RawEntry) -> float:
-    """The timestamp an entry signed (it checked: its columns are where the fast path expects
-    them, or the body is parsed)."""
-    body = raw.body
-    at = body.rfind(b',"effect_id":') + len(_signed_tail(raw))
-    end = body.find(b",", at)
-    try:
-        return float(body[at:end])
-    except ValueError:
-        return float(json.loads(body)["ts"])
+def _signed_ts(raw: RawEntry, at: int) -> float:
+    """The timestamp an entry that checked signed: read where ``_check`` found it, else
+    parsed."""
+    if at >= 0:
+        try:
+            return float(raw.body[at : raw.body.find(b",", at)])
+        except ValueError:
+            pass
+    return float(json.loads(raw.body)["ts"])
 
 
 @dataclass(slots=True)
@@ -255,12 +262,19 @@ class _Chain:
     origin: str | None = None
     first_dispatch: float | None = None
     last_dispatch: float | None = None
-    updated: float = 0.0
+    #: the head entry, and where its timestamp starts (read only when a row is checked)
+    head_raw: RawEntry | None = None
+    head_ts_at: int = -1
     #: format-1 entries' values (seq -> digest) no VALUES_BOUND entry has bound yet
     unbound: dict[int, str] | None = None
 
+    @property
+    def updated(self) -> float | None:
+        return None if self.head_raw is None else _signed_ts(self.head_raw, self.head_ts_at)
+
 
 _ANNOTATION_KINDS = frozenset(k.value for k in ANNOTATIONS)
+_DISPATCHED = Kind.DISPATCHED.value
 
 
 def origin_in(first: Mapping[str, Any]) -> str | None:
@@ -285,7 +299,7 @@ class ChainCheck:
     def add(self, raw: RawEntry) -> tuple[int, str] | None:
         """The next entry of its effect: None, or what is wrong and at which seq (an edited
         value of an earlier entry is found when the entry that binds it arrives)."""
-        problem = check_entry(raw, self.keyring)
+        problem, ts_at = _check(raw, self.keyring)
         unbound = problem == UNBOUND
         if problem is not None and not unbound:
             return raw.seq, problem
@@ -296,7 +310,6 @@ class ChainCheck:
             return raw.seq, (
                 "its prev is not the previous entry of its effect (reordered or inserted)"
             )
-        ts = _signed_ts(raw)
         if not chain.head:
             data = json.loads(raw.body).get("data")
             data = data if isinstance(data, dict) else {}
@@ -312,10 +325,16 @@ class ChainCheck:
             found = self._bind(raw, chain)
             if found is not None:
                 return found
-        chain.head, chain.head_seq, chain.updated = raw.hash, raw.seq, ts
+        chain.head, chain.head_seq, chain.head_raw, chain.head_ts_at = (
+            raw.hash,
+            raw.seq,
+            raw,
+            ts_at,
+        )
         if raw.kind not in _ANNOTATION_KINDS:
             chain.status = raw.kind
-        if raw.kind == Kind.DISPATCHED.value:
+        if raw.kind == _DISPATCHED:
+            ts = _signed_ts(raw, ts_at)
             if chain.first_dispatch is None:
                 chain.first_dispatch = ts
             chain.last_dispatch = ts

@@ -8,7 +8,6 @@ import asyncio
 import contextlib
 import dataclasses
 import functools
-import json
 import os
 import threading
 import time
@@ -480,8 +479,6 @@ class SqlJournal(Journal):
             written.append(entry)
             prev = entry.hash
         last = written[-1]
-        if vals is not None:
-            last = written[-1] = last.model_copy(update={"values": json.loads(vals)})
         rows = [
             (e.seq, e.effect_id, e.kind.value, e.prev, e.hash, e.key_id, e.sig, e.body)
             + ((vals,) if e is last else (None,))
