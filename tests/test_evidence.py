@@ -11,6 +11,8 @@ import pytest
 from interlock_temporal.core import protocol
 from workers import model_check, sweep
 
+from . import planted_bugs
+
 
 @pytest.fixture
 def gate_that_never_asks(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -45,3 +47,27 @@ def test_the_exhaustive_check_finds_no_violation() -> None:
 def test_the_exhaustive_check_catches_a_gate_that_never_asks(gate_that_never_asks: None) -> None:
     result = model_check.explore(2)
     assert result.violations, "a planted bug went unnoticed"
+
+
+# -- every planted bug is caught by the sweep --------------------------------------------------
+
+
+def seeds_showing(bug: planted_bugs.Bug, limit: int) -> list[int]:
+    """Seeds among the sweep's first 2,000 whose cases can show ``bug``."""
+    seeds = [s for s in range(1, 2001) if bug.shows_in(sweep.Case.draw(s))]
+    assert seeds, f"the 2,000-case sweep draws no case that can show {bug.name}"
+    return seeds[:limit]
+
+
+@pytest.mark.parametrize("bug", planted_bugs.BUGS, ids=lambda b: b.name.replace(" ", "-"))
+async def test_the_sweep_catches_the_planted_bug(bug: planted_bugs.Bug, tmp_path: Any) -> None:
+    caught: list[sweep.Story] = []
+    for seed in seeds_showing(bug, 12):
+        workdir = tmp_path / str(seed)
+        workdir.mkdir()
+        with planted_bugs.planted(bug):
+            story = await sweep.run_case(sweep.Case.draw(seed), workdir)
+        if story.problems:
+            caught.append(story)
+            break
+    assert caught, f"the sweep did not catch {bug.name}"
