@@ -29,6 +29,8 @@ class Bug:
     plant: Plant
     #: the sweep cases that can show it (the sweep's first 2,000 seeds hold such cases)
     shows_in: Callable[[Case], bool]
+    #: the model check's scope that shows it: (tier, the second attempt, the world's events)
+    model: tuple[int, str, tuple[str, ...]] = (2, "retry", ())
 
 
 _recovering: contextvars.ContextVar[bool] = contextvars.ContextVar("recovering", default=False)
@@ -81,32 +83,49 @@ def _a_duplicate_submitter_sends(mp: pytest.MonkeyPatch) -> None:
     mp.setattr(Gate, "_recover", recover)
 
 
+def _amount_of(arg: Any) -> int:
+    amount = arg.get("amount", arg.get("amount_cents")) if isinstance(arg, dict) else None
+    return int(amount if amount is not None else arg.amount_cents)
+
+
+async def _send_to(target: Any, eid: str, ticket: Any) -> Any:
+    """What the world's activity sends: the payments service's refund, or the model's send."""
+    if hasattr(target, "refund"):
+        r = ticket.input
+        return await target.refund(r.order_id, r.amount_cents, idempotency_key=eid)
+    return target.send(eid)
+
+
 def _the_reconciler_sends(mp: pytest.MonkeyPatch) -> None:
     """The reconciler of old: it resends an effect in doubt as its owner would."""
-    from workflows.activities import refund_key
 
     async def settle(self: Gate, eid: str, target: Any, **kw: Any) -> Any:
-        view = fold(eid, self.journal.read(eid))
-        (req,) = kw["decode_args"](self.journal.blob(eid, "approved"))
-        call = Call(
-            effect_type="refund",
-            activity="refund",
-            input=req,
-            args=(req,),
-            key=refund_key(req),
-            premises_field="premises",
-            principal=view.principal,
-            lease_id=view.lease_id,
-            measure=lambda args: Measure(args[0].amount_cents),
-            delivery=Delivery(workflow_id=view.owner, activity_id="reconciler", attempt=1),
-            last_attempt=True,
-        )
-
-        async def send(ticket: Any) -> Any:
-            r = ticket.input
-            return await target.refund(r.order_id, r.amount_cents, idempotency_key=eid)
-
-        await self.run(call, target, send)
+        claim = self.journal.claim(eid)
+        assert claim is not None
+        try:
+            view = fold(eid, self.journal.read(eid))
+            decode = kw.get("decode_args") or tuple
+            args = tuple(decode(self.journal.blob(eid, "approved")))
+            call = Call(
+                effect_type=view.effect_type or "refund",
+                activity=view.activity or "refund",
+                input=args[0],
+                args=args,
+                principal=view.principal,
+                lease_id=view.lease_id,
+                measure=lambda a: Measure(_amount_of(a[0])),
+                delivery=Delivery(workflow_id=view.owner, activity_id="reconciler"),
+                last_attempt=True,
+                decode_args=decode,
+            )
+            step = await self._recover(call, target, view, claim)
+        except BaseException:
+            claim.release()
+            raise
+        if isinstance(step, protocol.Ticket):
+            await self.commit(step, await _send_to(target, eid, step))
+        else:
+            claim.release()
         return self.receipt(eid)
 
     mp.setattr(Gate, "settle", settle)
@@ -154,21 +173,25 @@ BUGS = [
         "the lease ignored at recovery",
         _lease_ignored_at_recovery,
         lambda c: _recovers(c) and c.event in ("revoke_lease", "expire_lease"),
+        (2, "retry", ("revoke_lease", "expire_lease")),
     ),
     Bug(
         "premises never re-validated",
         _premises_never_revalidated,
         lambda c: _recovers(c) and c.event in ("ineligible", "manual_refund"),
+        (2, "retry", ("ineligible", "manual_refund")),
     ),
     Bug(
         "tier 3 resends",
         _tier_3_resends,
         lambda c: _recovers(c) and c.tier == 3 and c.event == "none",
+        (3, "retry", ()),
     ),
     Bug(
         "the dedupe margin ignored",
         _dedupe_margin_ignored,
         lambda c: _recovers(c) and c.tier == 1 and c.event == "near_window_end",
+        (1, "retry", ("near_window_end",)),
     ),
     Bug(
         "a duplicate submitter sends",
@@ -179,6 +202,7 @@ BUGS = [
             and c.event == "owner_cancelled"
             and c.then == "duplicate_other"
         ),
+        (2, "other", ()),
     ),
     Bug(
         "the reconciler sends",
@@ -186,21 +210,25 @@ BUGS = [
         lambda c: (
             c.first_dies_at == "after_dispatch_tx" and not c.zombie and c.event == "owner_cancelled"
         ),
+        (2, "retry", ("owner_cancelled",)),
     ),
     Bug(
         "the claim skipped",
         _claim_skipped,
         lambda c: c.zombie and c.stalled and c.tier == 2,
+        (2, "retry", ()),
     ),
     Bug(
         "the conflicting-payload check skipped",
         _conflicting_payload_skipped,
         lambda c: c.then == "redecide" and c.first_dies_at is None,
+        (2, "redecide", ()),
     ),
     Bug(
         "a journal read not verified",
         _journal_read_unverified,
         lambda c: _recovers(c) and c.event == "tamper" and c.tier <= 2,
+        (2, "retry", ("tamper",)),
     ),
     Bug(
         "a lease budget overspent",
@@ -208,6 +236,7 @@ BUGS = [
         lambda c: (
             c.first_dies_at in ("claimed", "before_dispatch_tx") and c.event == "budget_taken"
         ),
+        (2, "retry", ("budget_taken",)),
     ),
 ]
 

@@ -53,10 +53,10 @@ from interlock_temporal.core.journal import Journal, open_journal
 from interlock_temporal.core.models import Kind
 from interlock_temporal.core.protocol import POINTS, Call, Gate, Ticket
 from interlock_temporal.core.receipts import fold, receipt_of
-from interlock_temporal.core.targets import DEFAULT_DEDUPE_MARGIN
 from interlock_temporal.targets.payments import RefundRequest, RefundResult, SimulatedPayments
 from workflows.support_case import CaseFile
 
+from . import invariants
 from .inprocess_world import refund_call
 
 ORDER = "A-7731"
@@ -544,9 +544,8 @@ def judge(
 def _judge_the_lease_budget(story: Story, journal: Journal, ledger: Ledger) -> None:
     lease = journal.leases.get(ledger.lease)
     assert lease is not None
-    if lease.budget_cents is not None:
-        reserved = lease.reserved_cents or 0
-        story.check(reserved <= lease.budget_cents, f"the lease's budget is overspent: {reserved}")
+    for problem in invariants.budget_problems(lease):
+        story.check(False, problem)
 
 
 def _judge_the_dispatches(
@@ -557,64 +556,12 @@ def _judge_the_dispatches(
     entries: list[Any],
     ledger: Ledger,
 ) -> None:
-    """Every DISPATCHED entry against what the world did before it."""
     lease = journal.leases.get(ledger.lease)
     assert lease is not None
-    # what the target promises, read from it here, not through the gate's own code
-    window = payments.dedupe_window
-    usable = None
-    if window is not None:
-        margin = getattr(payments, "dedupe_margin", DEFAULT_DEDUPE_MARGIN)
-        usable = (window - payments.settle_time - margin).total_seconds()
-    queryable = callable(getattr(payments, "query", None))
     approved = RefundRequest.model_validate(journal.blob(view.effect_id, "approved")[0])
-    owner: str | None = None
-    first_dispatch: float | None = None
-    confirmed_absent = True  # nothing sent yet
-    for e in entries:
-        if e.kind is Kind.PROPOSED:
-            owner = (e.data.get("delivery") or {}).get("workflow_id")
-        if e.kind in (Kind.NOT_SENT, Kind.REOPENED) or (
-            e.kind is Kind.RESOLVED and e.data.get("decision") == "not_happened"
-        ):
-            confirmed_absent = True
-        if e.kind is not Kind.DISPATCHED:
-            continue
-        via = e.data.get("via")
-        at = e.ts + ledger.offset_at(e.ts)  # the world's clock when it was recorded
-        who = (e.data.get("delivery") or {}).get("workflow_id")
-        if via == "reopened":
-            owner = who
-        story.check(who == owner, f"dispatched by {who}, not by the owner {owner}")
-        story.check(
-            ledger.cancelled_at is None or owner != OWNER or e.ts < ledger.cancelled_at,
-            "dispatched after the owning workflow was cancelled",
-        )
-        story.check(
-            lease.revoked_at is None or e.ts < lease.revoked_at,
-            "dispatched after its lease was revoked",
-        )
-        story.check(
-            lease.expires_at is None or at < lease.expires_at,
-            "dispatched after its lease expired",
-        )
-        changes = payments.validate(view.premises or {}, e.data.get("premises_now") or {}, approved)
-        story.check(
-            not changes, f"dispatched on facts that no longer held: {[c.fact for c in changes]}"
-        )
-        if first_dispatch is None:
-            first_dispatch = at
-        elif via == "retry-idempotent":
-            story.check(
-                usable is not None and at < first_dispatch + usable,
-                "resent on the dedupe window past its end less settle time and margin",
-            )
-        else:
-            story.check(
-                confirmed_absent or queryable,
-                f"resent ({via}) with no way to know the first send did not land",
-            )
-        confirmed_absent = False
+    world = invariants.World(lease, ledger.offset_at, ledger.cancelled_at, OWNER)
+    for problem in invariants.dispatch_problems(entries, world, payments, approved):
+        story.check(False, problem)
 
 
 def replay_command(seed: int, server: bool = False) -> str:
