@@ -24,7 +24,7 @@ from temporalio.contrib.pydantic import pydantic_data_converter
 from interlock_temporal.core.journal import open_journal
 from interlock_temporal.testing import DevServer, PostgresServer
 
-from .scenarios import SCENARIOS, World, run_in
+from .scenarios import SCENARIOS, WorkflowStillRunning, World, run_in
 from .server_world import ServerWorld
 from .stripe_harness import StripeServerWorld
 
@@ -58,13 +58,17 @@ def baseline_unfinished(name: str, tier: int, cell_dir: Path, err: Exception) ->
         records = service.refund_records(ORDER)
     finally:
         service.close()
-    what = "still retrying" if isinstance(err, TimeoutError) else type(err).__name__
+    what = "still retrying" if isinstance(err, WorkflowStillRunning) else type(err).__name__
     return {
         "scenario": name,
         "number": SCENARIOS[name].number,
         "tier": tier,
         "ok": None,
-        "final": f"{what} after {BASELINE_WAIT_S:.0f} s" if isinstance(err, TimeoutError) else what,
+        "final": (
+            f"{what} after {BASELINE_WAIT_S:.0f} s"
+            if isinstance(err, WorkflowStillRunning)
+            else what
+        ),
         "via": None,
         "code": None,
         "refunded_cents": sum(r.amount_cents for r in records),

@@ -59,6 +59,10 @@ def _same(e: Expect) -> dict[int, Expect]:
     return {1: e, 2: e, 3: e}
 
 
+class WorkflowStillRunning(TimeoutError):
+    """The workflow had not ended when the runner stopped waiting for it."""
+
+
 @dataclass
 class Observed:
     outcome: CaseOutcome
@@ -211,8 +215,10 @@ async def lease_revoked(w: World) -> Observed:
 
 
 async def stale_premise(w: World) -> Observed:
-    # the order stops being eligible after the agent decided, before the gate dispatches
-    w.payments.arm("capture", "make_ineligible")
+    """The order stops being eligible after the agent decided, before the gate dispatches: at
+    the gate's capture of the premises. A baseline captures nothing: there it happens at the
+    same moment of the story, after the decision, as the send starts."""
+    w.payments.arm("capture" if w.mode == "gated" else "before_send", "make_ineligible")
     return Observed(await w.submit(w.case()))
 
 
