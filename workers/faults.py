@@ -315,14 +315,23 @@ def sweep_section(summary: dict[str, Any]) -> list[str]:
         "## The sweep",
         "",
         "Seeded cases drawn over the tier, where the first attempt dies (every journal-write "
-        "boundary of the gate, or none), a second death, a world event while no attempt runs "
-        "(lease revoked, order made ineligible, a manual refund, the dedupe window passing), "
-        "what comes next (a retry, a duplicate submission, the agent re-deciding the amount) "
-        "and two recoveries at once. Every case checks the invariants against the payments "
-        "service and the journal: landed at most once; COMMITTED only if it landed, REFUSED "
+        "boundary of the gate, or none) or hangs on alive with its request sent or stalled "
+        "(answered late), a second death, a world event while no attempt runs (the lease "
+        "revoked or expired, the order made ineligible, a manual refund, the clock moved past "
+        "the dedupe window or just short of its end, another effect taking the lease's budget, "
+        "the journal edited, the owning workflow cancelled and the reconciler run), what comes "
+        "next (a retry, a duplicate submission from the same workflow or another, the agent "
+        "re-deciding the amount) and two recoveries at once. Every case checks the invariants "
+        "against the payments service, the lease store and the journal (`workers/sweep.py`, "
+        "`workers/invariants.py`): landed at most once; COMMITTED only if it landed, REFUSED "
         "only if it did not; `executed` true, false or unknown accordingly; AMBIGUOUS only at "
-        "tier 3; a re-decided payload sends nothing; chains verify; nothing left in doubt "
-        "(`workers/sweep.py`).",
+        "tier 3; a re-decided payload sends nothing; no DISPATCHED after its lease was revoked "
+        "or expired, on facts that no longer held, by anyone but the owner, or after the owner "
+        "was cancelled; a resend only inside the window less settle time and margin, where "
+        "the target can be asked, or after a confirmed absence; nothing sent once the journal "
+        "was edited; a late result never lost; the lease's budget never exceeded; chains "
+        "verify; nothing left in doubt. `tests/test_evidence.py` plants ten bugs in the gate, "
+        "one at a time, and shows the sweep and the model check each catching every one.",
         "",
         f"- in process, against the core protocol: {summary['cases']} cases "
         f"(seeds {summary['first_seed']}..{summary['first_seed'] + summary['cases'] - 1}), "
@@ -440,47 +449,77 @@ def markdown(results: list[dict[str, Any]], tiers: list[int], elapsed: float) ->
 
 
 def run_model_check(tiers: list[int]) -> list[Any]:
-    from .model_check import explore
+    from .model_check import describe, explore_all
 
-    results = []
-    for tier in tiers:
-        r = explore(tier)
-        print(
-            f"model check t{tier}: {r.states} states, {r.transitions} transitions, "
-            f"{len(r.violations)} violations, {r.seconds:.1f} s",
-            flush=True,
-        )
-        results.append(r)
+    started = time.monotonic()
+    results = explore_all(tiers)
+    for r in results:
+        print(f"model check {describe(r)}", flush=True)
+    print(f"model check: {time.monotonic() - started:.0f} s in all", flush=True)
     return results
 
 
 def model_check_section(results: list[Any]) -> list[str]:
+    from .model_check import VARIANTS, scope
+
     lines = [
         "## The exhaustive check",
         "",
-        "Every interleaving of two attempts at one effect, each of which may die at any step, "
-        "with one world event (the lease revoked, or the order made ineligible) at any moment, "
-        "explored breadth-first over the states the real core protocol reaches "
+        "Every interleaving of two attempts at one effect, each of which may die at any step "
+        "or hang with its request on its way (answered late), with one world event at any "
+        "moment, explored breadth-first over the states the real core protocol reaches "
         "(`workers/model_check.py`): the attempts are real `Gate`s with their own journal "
         "connections and claims, paused at every journal-write boundary and every call into "
-        "the target. In every reachable state: the effect landed at most once; COMMITTED only "
-        "if it landed; REFUSED only if it did not; AMBIGUOUS only at tier 3; the journal "
-        "verifies once both attempts are done.",
+        "the target, and a world clock the lease, the settle time and the dedupe window are "
+        "measured on. The first attempt is the owning workflow's; the second is its retry "
+        "(`retry`), its retry on the last attempt Temporal makes (`last`), the same effect "
+        "submitted by another workflow (`other`), or the agent re-deciding the amount "
+        "(`redecide`). The events: the lease revoked or expired; the order made ineligible or "
+        "refunded by hand; the clock moved to just short of the dedupe window's end (past it "
+        "less settle time and margin); another effect taking the lease's budget; the journal "
+        "edited by its operator; the owning workflow cancelled (its attempts stop, and the "
+        "reconciler may run).",
         "",
-        "| tier | states explored | transitions | end states | how the end states ended | "
-        "violations |",
-        "|---|---|---|---|---|---|",
+        "In every reachable state, the invariants the sweep also checks "
+        "(`workers/invariants.py`): the effect landed at most once; COMMITTED only if it "
+        "landed; REFUSED only if it did not; AMBIGUOUS only at tier 3 (or where a live attempt, "
+        "or the owner, holds it on the last attempt); two payloads never both accepted under "
+        "one id; no DISPATCHED after its lease was revoked or expired, on facts that no longer "
+        "held when captured, by anyone but the owner, or after the owner was cancelled; a "
+        "resend only inside the dedupe window less settle time and margin, or where the target "
+        "can be asked, or after a confirmed absence; nothing sent on an edited journal; a "
+        "result an attempt returned always recorded; the lease's budget never exceeded; "
+        "nothing left in doubt once the reconciler ran; the journal verifies once both "
+        "attempts are done.",
+        "",
+        "| tier | second attempt | events | states explored | transitions | end states | "
+        "how the end states ended | violations |",
+        "|---|---|---|---|---|---|---|---|",
     ]
-    for r in results:
+    order = {v: i for i, v in enumerate(VARIANTS)}
+    for r in sorted(results, key=lambda r: (r.tier, order.get(r.variant, 99))):
         finals = ", ".join(f"{k} {v}" for k, v in sorted(r.finals.items()))
+        events = ", ".join(scope(r.tier, r.variant))
         lines.append(
-            f"| {r.tier} | {r.states:,} | {r.transitions:,} | {r.terminal:,} | {finals} | "
-            f"{len(r.violations)} |"
+            f"| {r.tier} | {r.variant} | {events} | {r.states:,} | {r.transitions:,} | "
+            f"{r.terminal:,} | {finals} | {len(r.violations)} |"
         )
+    per_tier: dict[int, int] = {}
+    for r in results:
+        per_tier[r.tier] = per_tier.get(r.tier, 0) + r.states
     lines += [
         "",
+        "States explored per tier: "
+        + ", ".join(f"tier {t} {n:,}" for t, n in sorted(per_tier.items()))
+        + f"; {sum(per_tier.values()):,} in all.",
+        "",
         "An end state left DISPATCHED is an effect in doubt after both attempts died or stood "
-        "aside: the next attempt, or the reconciler, recovers it.",
+        'aside: the next attempt, or the reconciler, recovers it. "edited" ends are the '
+        "journal its operator edited, on which nothing more is decided. The window between a "
+        "target's capture of the facts and the dispatch commit (milliseconds: the validation "
+        "and one transaction) is not a change the gate can see; a fact that changes inside it "
+        'is the documented exception to "no DISPATCHED on facts that no longer held", and '
+        "the check counts facts as they were captured.",
     ]
     return lines
 
