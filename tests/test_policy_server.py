@@ -192,11 +192,11 @@ async def test_a_call_over_the_remaining_budget_is_denied_and_its_body_never_run
                 ("llm", {"prompt": "polish it", "cost_usd": 0.15}),
             ],
         )
-        assert codes(outcomes) == ["ok", "InterlockDenied:BUDGET_EXCEEDED"]
+        assert codes(outcomes) == ["ok", "InterlockDenied:BUDGET_EXHAUSTED"]
         assert ran(wf) == ["draft the reply"]
         state = r.journal.policy.session(wf)
         assert state is not None and state.spent_usd == pytest.approx(0.90)
-        assert state.circuit is not None and state.circuit.code == "BUDGET_EXCEEDED"
+        assert state.circuit is not None and state.circuit.code == "BUDGET_EXHAUSTED"
 
 
 async def test_the_budget_is_settled_once_with_the_reported_cost(
