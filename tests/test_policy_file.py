@@ -216,11 +216,12 @@ def test_every_hitl_mode_of_sp1_can_be_written(tmp_path: Path) -> None:
         ),
         ("  escalate_below_fraction: 1.5\n", ":2: limits.escalate_below_fraction: Input should"),
         ("  window_s: 60\n", ":1: limits: Value error, a time window needs both"),
+        # SP/1.0 writes "off" as 0; here a limit of 0 is refused (leave the key out for off)
+        ("  max_total_calls: 0\n", ":2: limits.max_total_calls: Input should be greater"),
+        ("  session_budget_usd: 0\n", ":2: limits.session_budget_usd: Input should be greater"),
     ],
 )
-def test_a_hitl_mode_or_window_that_cannot_work_is_refused(
-    tmp_path: Path, limits: str, says: str
-) -> None:
+def test_settings_that_cannot_work_are_refused(tmp_path: Path, limits: str, says: str) -> None:
     path = write(tmp_path, "limits:\n" + limits)
     with pytest.raises(PolicyError) as refused:
         load_policy(path)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import sqlite3
 import subprocess
 import sys
 import textwrap
@@ -20,11 +21,12 @@ from pydantic import BaseModel
 
 from interlock_temporal import gated
 from interlock_temporal._gated import spec_of
-from interlock_temporal.core.errors import Denied, InvalidCall, NeedsApproval
+from interlock_temporal.core.errors import Denied, InvalidCall, JournalUnavailable, NeedsApproval
 from interlock_temporal.core.journal import Journal, open_journal, policy_chain
 from interlock_temporal.core.models import Kind
 from interlock_temporal.core.policy import (
     CallEvent,
+    Decision,
     Limits,
     Policy,
     PolicyGuard,
@@ -34,6 +36,7 @@ from interlock_temporal.core.policy import (
     call_binding,
     deny_when,
     dump_session,
+    enforce,
     input_digest,
     modify,
 )
@@ -120,6 +123,55 @@ def test_a_replay_is_denied_for_the_whole_session(journal: Journal) -> None:
     assert guard.check(other, other_scopes, delivery="run/0/1").verdict is Verdict.ALLOW
     # the session's document does not grow with the deliveries it has seen
     assert "run/" not in dump_session(state).decode()
+    # nor does a person's reset of the circuit forget them
+    capped = PolicyGuard(Policy(Limits(max_total_calls=40)), journal.policy)
+    event, scopes = search("q40", execution="run/40")
+    assert capped.check(event, scopes, delivery="run/40/1").code == Reason.GLOBAL_LIMIT
+    assert journal.policy.reset("wf-1", operator="carol") is True
+    assert guard.check(first, Scopes.of(first, "run/0"), delivery="run/0/1").code == "REPLAY"
+
+
+def test_a_random_denial_reads_as_a_real_one_to_the_agent_but_not_to_operators(
+    journal: Journal,
+) -> None:
+    """SP/1.0 section 3.7: the agent cannot tell a random denial from a cost over the budget;
+    the journal's note tells the operator which it was."""
+    limits = Limits(session_budget_usd=1.0, probabilistic_deny=True)
+    guard = PolicyGuard(Policy(limits), journal.policy, rng=lambda: 0.0)
+
+    def llm(session: str, n: int, cost: float) -> Decision:
+        event = CallEvent("llm", ({"n": n, "cost_usd": cost},), principal="bot", session=session)
+        return guard.check(event, Scopes.of(event, f"{session}/{n}"), delivery=f"{session}/{n}/1")
+
+    seen = []
+    # a tenth of the budget left: the small call is denied at random, the large one for real
+    for session, cost in (("random", 0.01), ("real", 0.5)):
+        assert llm(session, 1, 0.9).verdict is Verdict.ALLOW
+        with pytest.raises(Denied) as denied:
+            enforce(llm(session, 2, cost), session=session, binding="")
+        seen.append((denied.value.code, str(denied.value), denied.value.circuit_open))
+    assert seen[0] == seen[1]
+    notes = {e.data["session"]: e.data for e in journal.policy.events()}
+    assert (notes["random"]["probabilistic"], notes["real"]["probabilistic"]) == (True, False)
+
+
+def test_a_check_the_store_cannot_record_fails_closed(tmp_path: Path) -> None:
+    """SP/1.0's fail-closed principle: when the shared state cannot be read and written, the
+    check raises (the activity's body never runs) and nothing is counted."""
+    db = tmp_path / "journal.db"
+    with open_journal(f"sqlite:///{db}?busy_timeout=0.2", signing_key=KEY) as j:
+        guard = PolicyGuard(Policy(Limits(max_total_calls=5)), j.policy)
+        event, scopes = search("q")
+        locker = sqlite3.connect(db, isolation_level=None)
+        locker.execute("BEGIN EXCLUSIVE")
+        try:
+            with pytest.raises(JournalUnavailable):
+                guard.check(event, scopes, delivery="run/1/1")
+        finally:
+            locker.execute("ROLLBACK")
+            locker.close()
+        assert j.policy.session("wf-1") is None
+        assert guard.check(event, scopes, delivery="run/1/1").verdict is Verdict.ALLOW
 
 
 def test_only_a_call_that_runs_records_its_delivery(journal: Journal) -> None:
