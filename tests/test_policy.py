@@ -421,6 +421,7 @@ def test_the_budget_threshold_escalates_and_an_approval_meets_it(
         (HitlMode.ON_DENY, Verdict.ESCALATE),
         (HitlMode.ALWAYS, Verdict.ESCALATE),
     ],
+    ids=[mode.value for mode in HitlMode],
 )
 def test_a_cost_over_what_remains_escalates_with_hitl_on_deny_or_always(
     mode: HitlMode, verdict: Verdict
@@ -492,20 +493,20 @@ def _ordered(layer: str) -> tuple[PolicyState, CallFacts, Limits, float]:
     return PolicyState(s(spent_usd=0.85)), call, limits, 0.0
 
 
-@pytest.mark.parametrize(
-    ("layer", "verdict", "code"),
-    [
-        ("circuit", Verdict.DENY, Reason.CIRCUIT_OPEN),
-        ("replay", Verdict.DENY, Reason.REPLAY),
-        ("spent", Verdict.DENY, Reason.BUDGET_EXHAUSTED),
-        ("threshold", Verdict.ESCALATE, Reason.BUDGET_THRESHOLD),
-        ("over", Verdict.DENY, Reason.BUDGET_EXHAUSTED),
-        ("repeat", Verdict.DENY, Reason.MAX_REPEAT_EXCEEDED),
-        ("window", Verdict.DENY, Reason.WINDOW_EXCEEDED),
-        ("global", Verdict.DENY, Reason.GLOBAL_LIMIT),
-        ("random", Verdict.DENY, Reason.BUDGET_EXHAUSTED),
-    ],
-)
+LAYERS = [
+    ("circuit", Verdict.DENY, Reason.CIRCUIT_OPEN),
+    ("replay", Verdict.DENY, Reason.REPLAY),
+    ("spent", Verdict.DENY, Reason.BUDGET_EXHAUSTED),
+    ("threshold", Verdict.ESCALATE, Reason.BUDGET_THRESHOLD),
+    ("over", Verdict.DENY, Reason.BUDGET_EXHAUSTED),
+    ("repeat", Verdict.DENY, Reason.MAX_REPEAT_EXCEEDED),
+    ("window", Verdict.DENY, Reason.WINDOW_EXCEEDED),
+    ("global", Verdict.DENY, Reason.GLOBAL_LIMIT),
+    ("random", Verdict.DENY, Reason.BUDGET_EXHAUSTED),
+]
+
+
+@pytest.mark.parametrize(("layer", "verdict", "code"), LAYERS, ids=[row[0] for row in LAYERS])
 def test_the_layers_run_in_the_specs_order(layer: str, verdict: Verdict, code: Reason) -> None:
     """SP/1.0 section 3.2: where a layer and the one after it both fire, the earlier decides.
     (The threshold comes before a cost over what remains, as the spec and DESIGN section 6
