@@ -4,6 +4,7 @@ both catch a planted bug: a gate that forgets to ask a queryable target before r
 from __future__ import annotations
 
 import dataclasses
+from datetime import timedelta
 from typing import Any
 
 import pytest
@@ -42,6 +43,30 @@ def test_the_exhaustive_check_finds_no_violation() -> None:
     assert result.states > 300 and result.terminal > 100
     assert result.violations == []
     assert {"COMMITTED", "AMBIGUOUS", "REFUSED"} <= set(result.finals)
+
+
+@pytest.fixture
+def gate_that_never_waits(monkeypatch: pytest.MonkeyPatch) -> None:
+    real = protocol.capabilities
+
+    def hasty(target: Any) -> Any:
+        return dataclasses.replace(real(target), settle_time=timedelta(0))
+
+    monkeypatch.setattr(protocol, "capabilities", hasty)
+
+
+def test_the_exhaustive_check_holds_while_a_request_may_still_land() -> None:
+    result = model_check.explore(2, "settling")
+    assert result.violations == []
+    assert result.states > 100
+
+
+def test_the_exhaustive_check_catches_a_gate_that_never_waits_for_the_target_to_settle(
+    gate_that_never_waits: None,
+) -> None:
+    result = model_check.explore(2, "settling", (), stop_at_first=True)
+    assert result.violations, "a planted bug went unnoticed"
+    assert any("landed 2 times" in p for _, found in result.violations for p in found)
 
 
 def test_the_exhaustive_check_catches_a_gate_that_never_asks(gate_that_never_asks: None) -> None:

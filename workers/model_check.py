@@ -15,7 +15,10 @@ seen before is not expanded again.
 
 The first attempt is the owning workflow's. The second, by ``variant``: its retry (``retry``),
 its retry on the last attempt Temporal will make (``last``), the same effect submitted by
-another workflow (``other``), or the agent re-deciding another amount (``redecide``). The world
+another workflow (``other``), the agent re-deciding another amount (``redecide``), or the
+owner's retry against a target with a ``settle_time`` (``settling``): there, an attempt killed
+as its request left leaves that request in flight, and it may still land until the settle time
+has passed (before then, "not found" proves nothing). The world
 events: the lease revoked, or past its expiry; the order made ineligible, or refunded by hand;
 the clock moved to just short of the dedupe window's end (past its end less settle time and
 margin); another effect taking the lease's budget; the journal edited by its operator; the
@@ -59,6 +62,7 @@ OWNER = "wf"
 #: the events a tier's check draws from (near the window's end matters only with a window)
 ALL_EVENTS = (
     "revoke_lease",
+    "settle_time_passes",
     "expire_lease",
     "ineligible",
     "manual_refund",
@@ -67,13 +71,16 @@ ALL_EVENTS = (
     "tamper",
     "owner_cancelled",
 )
-VARIANTS = ("retry", "last", "other", "redecide")
+VARIANTS = ("retry", "last", "other", "redecide", "settling")
 AMOUNT = 20
 #: the lease's budget: this effect fits, it and another do not
 BUDGET = 30
 #: the lease lives past the dedupe window, so the window's end is not also the lease's
 LEASE_TTL = timedelta(hours=30)
 #: the shared memory where each state's stores live (fsync is free there)
+#: the settle time of the ``settling`` variant's target (the others' is 0: a request dies with
+#: its sender)
+SETTLE_TIME = timedelta(minutes=10)
 SHM = Path("/dev/shm") if Path("/dev/shm").is_dir() else Path(tempfile.gettempdir())
 
 
@@ -94,7 +101,9 @@ def _template() -> Path:
 
 
 def events_for(tier: int) -> tuple[str, ...]:
-    return tuple(e for e in ALL_EVENTS if e != "near_window_end" or tier == 1)
+    return tuple(
+        e for e in ALL_EVENTS if (e != "near_window_end" or tier == 1) and e != "settle_time_passes"
+    )
 
 
 def scope(tier: int, variant: str) -> tuple[str, ...]:
@@ -102,13 +111,16 @@ def scope(tier: int, variant: str) -> tuple[str, ...]:
     minutes: all of the tier's for the owner's own retry; for its last attempt, the lease or
     the facts gone and the owner cancelled; for another workflow's submission, the owner
     cancelled or the facts gone; for a re-decided amount, whose conflict is caught before
-    anything else, one."""
+    anything else, one; for a target that settles, the settle time passing and the lease
+    revoked."""
     if variant == "retry":
         return events_for(tier)
     if variant == "last":
         return ("revoke_lease", "ineligible", "owner_cancelled")
     if variant == "other":
         return ("owner_cancelled", "ineligible")
+    if variant == "settling":
+        return ("settle_time_passes", "revoke_lease")
     return ("revoke_lease",)
 
 
@@ -121,10 +133,10 @@ class Target:
     world's (``offset`` seconds ahead of real time)."""
 
     name = "model"
-    settle_time = timedelta(0)
 
-    def __init__(self, tier: int, pause: Any) -> None:
+    def __init__(self, tier: int, pause: Any, settle_time: timedelta = timedelta(0)) -> None:
         self.tier = tier
+        self.settle_time = settle_time
         self.dedupe_window = timedelta(hours=24) if tier == 1 else None
         self.landed: dict[str, int] = {}
         self.first_seen: dict[str, float] = {}
@@ -161,6 +173,10 @@ class Target:
 
     def send(self, effect_id: str) -> dict[str, Any]:
         self._pause("send")
+        return self.land(effect_id)
+
+    def land(self, effect_id: str) -> dict[str, Any]:
+        """The request reaches the target: at once, or late (its sender killed)."""
         if self.tampered and self._who() not in self.sent_before_tamper:
             self.sends_after_tamper += 1
         now = self.clock()
@@ -248,7 +264,9 @@ class World:
             budget_cents=BUDGET,
             ttl=LEASE_TTL,
         )
-        self.target = Target(tier, self._pause)
+        self.target = Target(
+            tier, self._pause, SETTLE_TIME if variant == "settling" else timedelta(0)
+        )
         self.target._who = lambda: getattr(getattr(self._local, "runner", None), "name", None)
         self.runners = [
             Runner("A"),
@@ -259,6 +277,8 @@ class World:
         self.offsets: list[tuple[float, float]] = [(0.0, 0.0)]
         self.cancelled_at: float | None = None
         self.reconciled = False
+        #: a request whose sender was killed as it left: it may land until the target settles
+        self.in_flight: str = ""
         for runner in self.runners:
             runner.thread = threading.Thread(target=self._attempt, args=(runner,), daemon=True)
             runner.thread.start()
@@ -283,7 +303,7 @@ class World:
             self.lease,
             AMOUNT + 10 if second and self.variant == "redecide" else AMOUNT,
             runner.workflow_id,
-            attempt=2 if second and self.variant in ("retry", "last") else 1,
+            attempt=2 if second and self.variant in ("retry", "last", "settling") else 1,
             last=second and self.variant == "last",
         )
 
@@ -315,11 +335,17 @@ class World:
             out += [f"event {e}" for e in self.events]
         if self.cancelled_at is not None and not self.reconciled:
             out.append("reconcile")
+        if self.in_flight == "in flight" and self.event != "settle_time_passes":
+            out.append("late landing")
         return out
 
     def apply(self, choice: str) -> None:
         if choice == "reconcile":
             self._reconcile()
+            return
+        if choice == "late landing":
+            self.in_flight = "landed late"
+            self.target.land(self.effect_id())
             return
         verb, arg = choice.split(" ", 1)
         if verb == "event":
@@ -331,11 +357,15 @@ class World:
         runner = self.runners[int(arg)]
         if verb == "kill":
             runner.kill = True
+            if runner.at == "send" and self.target.settle_time:
+                self.in_flight = "in flight"
         runner.step()
 
     def _happen(self, event: str) -> None:
         if event == "revoke_lease":
             self.journals[0].leases.revoke(self.lease)
+        elif event == "settle_time_passes":
+            self._advance(SETTLE_TIME + timedelta(minutes=1))
         elif event == "expire_lease":
             self._advance(LEASE_TTL + timedelta(hours=1))
         elif event == "ineligible":
@@ -448,6 +478,7 @@ class World:
             self.event,
             self.event_at,
             self.reconciled,
+            self.in_flight,
         )
 
     def check(self) -> list[str]:
