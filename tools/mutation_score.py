@@ -38,8 +38,8 @@ def main() -> int:
         if match is None:
             continue
         name, status = match["name"], match["status"]
-        module = MODULE.match(name)
-        statuses[module["module"] if module else "?"][name] = status
+        found = MODULE.match(name)
+        statuses[found["module"] if found else "?"][name] = status
     judged = equivalents()
     if not statuses:
         print("no mutmut results on standard input", file=sys.stderr)
