@@ -4,6 +4,7 @@ here by hand so the test does not trust the canonicaliser it checks."""
 from __future__ import annotations
 
 import hashlib
+import json
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
@@ -13,6 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from pydantic import BaseModel, SecretStr
 
+from interlock_temporal.core import identity
 from interlock_temporal.core.identity import (
     UnserializableInput,
     canonical,
@@ -209,3 +211,19 @@ def test_an_effect_id_from_the_keys_canonical_bytes_is_the_same(
     except UnserializableInput:
         return
     assert effect_id(effect_type, key, key_json=key_json) == effect_id(effect_type, key)
+
+
+@pytest.mark.parametrize(
+    "data",
+    [
+        {"b": [1, 2.5, None, True], "a": {"z": "\u00e9", "y": ""}},
+        ["x", {"k": -1}],
+        "plain",
+    ],
+)
+def test_the_prebuilt_encoder_writes_compact_sorted_json(data: object) -> None:
+    """The fast path's encoder is made once at import; made again, it writes what
+    ``json.dumps`` writes, sorted and without spaces or escapes of non-ASCII text."""
+    encode = identity._sorted_compact_encoder()
+    expected = json.dumps(data, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    assert encode(data) == expected
