@@ -14,14 +14,14 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import socket
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
 
 from interlock_temporal.core.errors import Ambiguous, Denied, InFlight, InvalidCall, Refused
 from interlock_temporal.core.journal import Journal
-from interlock_temporal.core.models import Change, Found, Kind
+from interlock_temporal.core.models import Change, Draft, Found, Kind
 from interlock_temporal.core.policy import Policy, PolicyGuard, deny_when
 from interlock_temporal.core.protocol import (
     IN_FLIGHT_RETRY_S,
@@ -560,6 +560,7 @@ async def test_a_resend_records_its_dispatch_with_the_lease_at_recovery(
         },
     )
     await Gate(journal).commit(ticket, await target.send(ticket))
+    assert not journal.is_claimed(eid)
     assert journal.leases.get(budget).reserved_cents == 20  # type: ignore[union-attr]
 
 
@@ -1202,3 +1203,145 @@ async def test_a_last_attempt_answers_from_an_outcome_recorded_while_it_looked(
     done = await Gate(other).begin(dataclasses.replace(call, last_attempt=True), target)
     assert isinstance(done, Done) and (done.result, done.via) == (result, "duplicate")
     assert journal.read(holder.effect_id)[-1].kind is Kind.COMMITTED
+
+
+# -- recovery: the policy, a record without a lease, a dedupable resend with a lease problem ----
+
+
+@pytest.mark.parametrize("tier", [1, 2])
+async def test_a_resend_is_policed_again(journal: Journal, lease: str, tier: int) -> None:
+    target = Ledger(tier=tier)
+    call = refund(lease)
+    eid = (await dispatched(Gate(journal), call, target)).effect_id
+    deny = deny_when(lambda e: True, code="FROZEN")
+    strict = Gate(journal, policy=PolicyGuard(Policy(rules=[deny]), journal.policy))
+    with pytest.raises(Denied) as denied:
+        await strict.begin(refund(lease), target)
+    assert denied.value.code == "FROZEN"
+    assert journal.read(eid)[-1].kind is Kind.DISPATCHED
+    assert target.sends == 0 and not journal.is_claimed(eid)
+
+
+async def test_an_in_doubt_effect_recorded_without_a_lease_is_never_resent(
+    journal: Journal, lease: str
+) -> None:
+    """A record that names no lease (written by another tool, or an older release) gives a
+    resend no authority: refused once the target confirms the absence."""
+    target = Ledger(tier=2)
+    call = refund(lease)
+    eid, pdigest = Gate.identify(call)
+    journal.append(
+        eid,
+        "",
+        [
+            Draft(
+                kind=Kind.PROPOSED,
+                data={"effect_type": "refund", "activity": ACTIVITY, "payload_digest": pdigest},
+            ),
+            Draft(kind=Kind.AUTHORIZED, data={"approved_digest": sha(call.args_canonical)}),
+            Draft(kind=Kind.DISPATCHED, data={"via": "dispatch"}),
+        ],
+        effect_type="refund",
+        blobs={"approved": call.args_canonical},
+    )
+    with pytest.raises(Refused) as refused:
+        await Gate(journal).begin(call, target)
+    assert (refused.value.code, refused.value.reason) == ("lease_at_recovery", "no lease")
+    assert record(journal, eid)[-1] == (Kind.REFUSED, refusal("lease_at_recovery", "no lease"))
+    assert target.sends == 0
+
+
+async def test_a_dedupable_resend_with_a_lease_problem_waits_for_the_target_to_settle(
+    journal: Journal, lease: str
+) -> None:
+    """Inside the dedupe window with the facts unchanged, a resend could go out before the
+    target settles; a revoked lease stops it, and until the target settles nobody can tell
+    whether the first send landed: wait, and on the last attempt say so."""
+    target = Ledger(tier=1, settle_time=timedelta(seconds=30))
+    call = refund(lease)
+    eid = (await dispatched(Gate(journal), call, target)).effect_id
+    head = journal.read(eid)[-1].hash
+    assert journal.leases.revoke(lease)
+    with pytest.raises(InFlight) as waits:
+        await Gate(journal).begin(call, target)
+    assert (waits.value.effect_id, waits.value.reason, waits.value.retry_after) == (
+        eid,
+        "the target may still be executing it",
+        IN_FLIGHT_RETRY_S,
+    )
+    assert journal.read(eid)[-1].hash == head and not journal.is_claimed(eid)
+    with pytest.raises(Ambiguous):
+        await Gate(journal).begin(dataclasses.replace(call, last_attempt=True), target)
+    reason = "lease revoked, and the target cannot say whether the effect happened"
+    assert record(journal, eid)[-1] == (Kind.AMBIGUOUS, ambiguity("lease_at_recovery", reason))
+    assert target.sends == 0
+
+
+# -- changes whose values are not plain JSON ------------------------------------------------------
+
+
+class Deadline(Ledger):
+    """A validator that reports changes with datetime values (the journal records JSON)."""
+
+    def validate(
+        self, recorded: dict[str, Any], current: dict[str, Any], payload: Any
+    ) -> list[Change]:
+        return [
+            Change(
+                fact="deadline",
+                recorded=datetime(2026, 1, 1, tzinfo=UTC),
+                current=datetime(2026, 1, 2, tzinfo=UTC),
+                rule="before",
+            )
+        ]
+
+
+async def test_changes_are_recorded_as_json(journal: Journal, lease: str) -> None:
+    changes = [
+        {
+            "fact": "deadline",
+            "recorded": "2026-01-01T00:00:00Z",
+            "current": "2026-01-02T00:00:00Z",
+            "rule": "before",
+        }
+    ]
+    reason = "the facts it relied on changed: deadline"
+    with pytest.raises(Refused):
+        await Gate(journal).begin(refund(lease), Deadline())
+    eid = Gate.identify(refund(lease))[0]
+    assert record(journal, eid)[-1] == (Kind.REFUSED, refusal("stale_premise", reason, changes))
+
+    blind = Ledger(tier=3)
+    other = refund(lease, key={"case": "c-2"})
+    eid = (await dispatched(Gate(journal), other, blind)).effect_id
+    with pytest.raises(Ambiguous):
+        await Gate(journal).begin(other, Deadline(tier=3))
+    ambiguous = f"{reason}, and the target cannot say whether the effect happened"
+    assert record(journal, eid)[-1] == (
+        Kind.AMBIGUOUS,
+        ambiguity("stale_premise_at_recovery", ambiguous, changes),
+    )
+
+
+async def test_a_last_attempt_gives_up_on_a_record_that_keeps_moving(
+    connect: Any, journal: Journal, lease: str
+) -> None:
+    from interlock_temporal.core.errors import HeadConflict
+
+    target = Ledger()
+    call = refund(lease)
+    holder = await Gate(journal).begin(call, target)
+    assert isinstance(holder, Ticket)
+    other = connect()
+    appends: list[int] = []
+
+    async def always_moved(*args: Any, **kwargs: Any) -> Any:
+        appends.append(1)
+        raise HeadConflict(holder.effect_id, "", "")
+
+    other.append_async = always_moved  # type: ignore[method-assign]
+    with pytest.raises(InFlight) as waits:
+        await Gate(other).begin(dataclasses.replace(call, last_attempt=True), target)
+    assert waits.value.reason == "another live attempt holds it"
+    assert len(appends) == 3
+    holder.release()
