@@ -22,7 +22,7 @@ import pytest
 from interlock_temporal.core.errors import Ambiguous, Denied, InFlight, InvalidCall, Refused
 from interlock_temporal.core.journal import Journal
 from interlock_temporal.core.models import Change, Draft, Found, Kind
-from interlock_temporal.core.policy import Policy, PolicyGuard, deny_when
+from interlock_temporal.core.policy import Policy, PolicyGuard, block, deny_when, modify
 from interlock_temporal.core.protocol import (
     IN_FLIGHT_RETRY_S,
     NO_LEASE,
@@ -1345,3 +1345,215 @@ async def test_a_last_attempt_gives_up_on_a_record_that_keeps_moving(
     assert waits.value.reason == "another live attempt holds it"
     assert len(appends) == 3
     holder.release()
+
+
+# -- what the policy sees, once per attempt --------------------------------------------------------
+
+
+async def test_the_policy_sees_the_call_as_delivered_once_per_attempt(
+    journal: Journal, lease: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Its rules see who calls, in which session, namespace, workflow and attempt, and which
+    effect; an attempt that reads the record again (another writer moved it) is not decided,
+    or charged, twice."""
+    from interlock_temporal.core.errors import HeadConflict
+
+    seen: list[Any] = []
+
+    def watch(event: Any) -> None:
+        seen.append(event)
+
+    gate = Gate(journal, policy=PolicyGuard(Policy(rules=[watch]), journal.policy))
+    call = in_workflow(refund(lease), "wf-p", session="s-9", namespace="ns-1")
+    eid = Gate.identify(call)[0]
+    original = journal.append_async
+    moved: list[int] = []
+
+    async def moved_once(*args: Any, **kwargs: Any) -> Any:
+        if not moved:
+            moved.append(1)
+            raise HeadConflict(eid, "", "")
+        return await original(*args, **kwargs)
+
+    monkeypatch.setattr(journal, "append_async", moved_once)
+    ticket = await gate.begin(call, Ledger())
+    assert isinstance(ticket, Ticket) and moved == [1]
+    assert len(seen) == 1
+    (event,) = seen
+    assert (event.activity, event.args, event.effect_id) == (ACTIVITY, call.args, eid)
+    assert (event.principal, event.session, event.namespace) == (PRINCIPAL, "s-9", "ns-1")
+    assert (event.workflow_id, event.attempt) == ("wf-p", 2)
+    ticket.release()
+
+
+async def test_a_rewrite_is_recorded_with_the_policys_note(journal: Journal, lease: str) -> None:
+    def cap_at_10(event: Any) -> Any:
+        return modify({**event.input, "amount": 10})
+
+    policy = Policy(rules=[cap_at_10], policy_id="refunds")
+    gate = Gate(journal, policy=PolicyGuard(policy, journal.policy))
+    ticket = await gate.begin(refund(lease), Ledger())
+    assert isinstance(ticket, Ticket) and ticket.args[0]["amount"] == 10
+    authorized = record(journal, ticket.effect_id)[1][1]
+    assert authorized["decided_by"] == ["lease", "policy:refunds"]
+    assert authorized["checks"] == ["lease", "premises", "policy"]
+    assert authorized["policy"] == {
+        "verdict": "MODIFY",
+        "code": "MODIFIED",
+        "policy_id": "refunds",
+        "epoch": policy.epoch,
+        "observed": False,
+    }
+    ticket.release()
+
+
+async def test_what_a_monitored_rule_would_have_done_is_recorded_under_its_name(
+    journal: Journal, lease: str
+) -> None:
+    def no_refunds(event: Any) -> Any:
+        return block("NO_REFUNDS", "refunds are paused")
+
+    policy = Policy(rules=[no_refunds], mode="monitor", policy_id="refunds")
+    gate = Gate(journal, policy=PolicyGuard(policy, journal.policy))
+    ticket = await gate.begin(refund(lease), Ledger())
+    assert isinstance(ticket, Ticket)
+    authorized = record(journal, ticket.effect_id)[1][1]
+    assert authorized["decided_by"] == ["lease", "policy:no_refunds"]
+    assert authorized["policy"] == {
+        "verdict": "ALLOW",
+        "code": "NO_REFUNDS",
+        "policy_id": "no_refunds",
+        "epoch": policy.epoch,
+        "observed": True,
+    }
+    ticket.release()
+
+
+# -- premises only from an object, inputs of several arguments ------------------------------------
+
+
+@pytest.mark.parametrize("args", [(), ("just a string",)])
+async def test_decision_premises_come_only_from_a_first_argument_that_is_an_object(
+    journal: Journal, lease: str, args: tuple[Any, ...]
+) -> None:
+    target = MemTarget(tier=2)
+    call = Call(
+        effect_type="ping",
+        activity=ACTIVITY,
+        input=args[0] if args else (),
+        args=args,
+        premises_field="premises",
+        principal=PRINCIPAL,
+        lease_id=lease,
+        measure=lambda _: Measure(1),
+    )
+    ticket = await Gate(journal).begin(call, target)
+    assert isinstance(ticket, Ticket)
+    assert record(journal, ticket.effect_id)[0][1]["premises_source"] == "capture"
+    ticket.release()
+
+
+async def test_a_resend_of_several_arguments_hands_the_target_all_of_them(
+    journal: Journal, lease: str
+) -> None:
+    target = MemTarget(tier=2)
+    args = ({"order": ORDER, "amount": 20}, "note")
+    call = Call(
+        effect_type="refund",
+        activity=ACTIVITY,
+        input=args,
+        args=args,
+        principal=PRINCIPAL,
+        lease_id=lease,
+        measure=lambda a: Measure(a[0]["amount"]),
+    )
+    await dispatched(Gate(journal), call, target)  # type: ignore[arg-type]
+    again = await Gate(journal).begin(call, target)
+    assert isinstance(again, Ticket) and again.via == "recovery-reapply"
+    assert again.input == args and again.args == args
+    again.release()
+
+
+# -- late outcomes: another attempt recorded one first --------------------------------------------
+
+
+async def test_a_zombie_commit_after_recovery_committed_returns_what_was_recorded(
+    connect: Any, journal: Journal, lease: str
+) -> None:
+    target = Ledger(tier=2)
+    call = refund(lease)
+    zombie_gate = Gate(journal)
+    zombie = await zombie_gate.begin(call, target)
+    assert isinstance(zombie, Ticket)
+    result = await target.send(zombie)
+    zombie.release()  # it looks dead; it is only slow
+    recovered = await Gate(connect()).begin(call, target)
+    assert isinstance(recovered, Done) and recovered.via == "recovery-query"
+    done = await zombie_gate.commit(zombie, result)
+    assert (done.via, done.after, done.result) == ("recovery-query", Kind.COMMITTED, result)
+    assert [k for k, _ in record(journal, zombie.effect_id)].count(Kind.COMMITTED) == 1
+
+
+async def test_recovery_that_finds_the_effect_while_its_sender_commits_returns_the_record(
+    connect: Any, journal: Journal, lease: str
+) -> None:
+    target = Ledger(tier=2)
+    call = refund(lease)
+    sender_gate = Gate(journal)
+    sender = await sender_gate.begin(call, target)
+    assert isinstance(sender, Ticket)
+    result = await target.send(sender)
+    sender.release()
+    recovering = connect()
+    original = recovering.append_async
+
+    async def sender_commits_first(*args: Any, **kwargs: Any) -> Any:
+        await sender_gate.commit(sender, result)
+        return await original(*args, **kwargs)
+
+    recovering.append_async = sender_commits_first  # type: ignore[method-assign]
+    done = await Gate(recovering).begin(call, target)
+    assert isinstance(done, Done)
+    assert (done.result, done.via, done.after) == (result, "dispatch", Kind.COMMITTED)
+
+
+async def test_a_failed_last_send_after_another_attempt_called_it_ambiguous_adds_nothing(
+    connect: Any, journal: Journal, lease: str
+) -> None:
+    target = Ledger(tier=2)
+    call = refund(lease, last_attempt=True)
+    holder_gate = Gate(journal)
+    holder = await holder_gate.begin(call, target)
+    assert isinstance(holder, Ticket)
+    with pytest.raises(Ambiguous):  # another last attempt, while the holder's send hangs
+        await Gate(connect()).begin(call, target)
+    with pytest.raises(Ambiguous):
+        await holder_gate.fail(holder, TimedOut("?"), last_attempt=True)
+    assert [k for k, _ in record(journal, holder.effect_id)].count(Kind.AMBIGUOUS) == 1
+    assert record(journal, holder.effect_id)[-1][1]["code"] == "in_flight"
+
+
+async def test_a_commit_whose_record_keeps_moving_is_retried_later(
+    journal: Journal, lease: str
+) -> None:
+    from interlock_temporal.core.errors import HeadConflict
+
+    target = Ledger(tier=2)
+    gate = Gate(journal)
+    ticket = await gate.begin(refund(lease), target)
+    assert isinstance(ticket, Ticket)
+    result = await target.send(ticket)
+    appends: list[int] = []
+
+    async def always_moved(*args: Any, **kwargs: Any) -> Any:
+        appends.append(1)
+        raise HeadConflict(ticket.effect_id, "", "")
+
+    journal.append_async = always_moved  # type: ignore[method-assign]
+    with pytest.raises(InFlight) as later:
+        await gate.commit(ticket, result)
+    assert (later.value.reason, later.value.retry_after) == (
+        "could not record the outcome: the record keeps moving",
+        0.1,
+    )
+    assert len(appends) == 5 and ticket.released
