@@ -20,6 +20,7 @@ from typing import Any
 import pytest
 
 from interlock_temporal.core.errors import Ambiguous, Denied, InFlight, InvalidCall, Refused
+from interlock_temporal.core.identity import digest
 from interlock_temporal.core.journal import Journal
 from interlock_temporal.core.models import Change, Draft, Found, Kind
 from interlock_temporal.core.policy import Policy, PolicyGuard, block, deny_when, modify
@@ -1557,3 +1558,27 @@ async def test_a_commit_whose_record_keeps_moving_is_retried_later(
         0.1,
     )
     assert len(appends) == 5 and ticket.released
+
+
+async def test_a_reopened_effect_sends_what_the_policy_rewrote(
+    journal: Journal, lease: str
+) -> None:
+    """A rewrite applies to a reopened effect as to a first dispatch: the body receives the
+    rewritten input, and the journal records it as the approved input."""
+    target = Ledger()
+    eid = await refused_then_reopened(journal, target, refund(lease))
+
+    def cap_at_10(event: Any) -> Any:
+        return modify({**event.input, "amount": 10})
+
+    gate = Gate(journal, policy=PolicyGuard(Policy(rules=[cap_at_10]), journal.policy))
+    again = refund(journal.leases.issue(PRINCIPAL, activities=[ACTIVITY]))
+    ticket = await gate.begin(again, target)
+    assert isinstance(ticket, Ticket) and ticket.via == "reopened"
+    rewritten = {**again.input, "amount": 10}
+    assert (ticket.args, ticket.input) == ((rewritten,), rewritten)
+    assert journal.blob(eid, "approved") == [rewritten]
+    authorized = record(journal, eid)[-2][1]
+    assert authorized["approved_digest"] == digest([rewritten])
+    done = await gate.commit(ticket, await target.send(ticket))
+    assert done.result["amount"] == 10
