@@ -221,9 +221,15 @@ def test_an_effect_id_from_the_keys_canonical_bytes_is_the_same(
         "plain",
     ],
 )
-def test_the_prebuilt_encoder_writes_compact_sorted_json(data: object) -> None:
-    """The fast path's encoder is made once at import; made again, it writes what
-    ``json.dumps`` writes, sorted and without spaces or escapes of non-ASCII text."""
+@pytest.mark.parametrize("accelerated", [True, False], ids=["c-encoder", "pure-python"])
+def test_the_prebuilt_encoder_writes_compact_sorted_json(
+    data: object, accelerated: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The fast path's encoder is made once at import; made again, with or without the C
+    accelerator, it writes what ``json.dumps`` writes, sorted and without spaces or escapes of
+    non-ASCII text."""
+    if not accelerated:
+        monkeypatch.setattr(identity, "c_make_encoder", None)
     encode = identity._sorted_compact_encoder()
     expected = json.dumps(data, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
     assert encode(data) == expected
