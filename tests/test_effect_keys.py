@@ -170,7 +170,29 @@ async def test_the_first_effect_of_a_changed_key_is_settled_without_a_send(
     receipt = caught.value.receipt
     assert receipt is not None and (receipt.final, receipt.code) == (final, code)
     assert receipt.executed is (False if final == "REFUSED" else "unknown")
+    why = "its activity's effect key changed between attempts"
+    assert receipt.reason == (
+        f"{why}, and it never happened; nobody else may send it"
+        if final == "REFUSED"
+        else f"{why} while it was in doubt, and the target cannot say whether it happened"
+    )
     assert service.calls(ORDER) == 0
+
+
+async def test_a_first_attempt_that_reuses_an_activity_id_is_not_a_changed_key(
+    journal: Journal, payments: SimulatedPayments
+) -> None:
+    """Only a retry can change its key: a first attempt with the same activity id and input
+    (an id reused on purpose) names a new effect and dispatches it."""
+    lease = journal.leases.issue("refund-bot")
+    arg = {"order_id": ORDER, "amount_cents": 2_000}
+    first = await Gate(journal).begin(call_of(arg, key={"at": 1}, lease=lease), payments)
+    assert isinstance(first, Ticket)
+    first.release()
+    again = await Gate(journal).begin(call_of(arg, key={"at": 2}, lease=lease), payments)
+    assert isinstance(again, Ticket) and again.via == "dispatch"
+    assert again.effect_id != first.effect_id
+    again.release()
 
 
 async def test_a_changed_key_whose_first_effect_is_held_names_it_as_it_stands(

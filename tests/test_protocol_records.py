@@ -19,7 +19,14 @@ from typing import Any
 
 import pytest
 
-from interlock_temporal.core.errors import Ambiguous, Denied, InFlight, InvalidCall, Refused
+from interlock_temporal.core.errors import (
+    Ambiguous,
+    Denied,
+    InFlight,
+    InvalidCall,
+    Refused,
+    UnstableEffectKey,
+)
 from interlock_temporal.core.identity import digest
 from interlock_temporal.core.journal import Journal
 from interlock_temporal.core.models import Change, Draft, Found, Kind
@@ -1582,3 +1589,41 @@ async def test_a_reopened_effect_sends_what_the_policy_rewrote(
     assert authorized["approved_digest"] == digest([rewritten])
     done = await gate.commit(ticket, await target.send(ticket))
     assert done.result["amount"] == 10
+
+
+async def test_a_changed_key_settles_the_first_effect_querying_with_its_decoded_input(
+    journal: Journal, lease: str
+) -> None:
+    target = Ledger(tier=2)
+    delivery = Delivery(workflow_id="wf-k", run_id="run-1", activity_id="3", attempt=1)
+    first = refund(lease, key={"at": 1}, delivery=delivery)
+    await dispatched(Gate(journal), first, target)
+    retry = refund(
+        lease,
+        key={"at": 2},
+        delivery=dataclasses.replace(delivery, attempt=2),
+        decode_args=lambda blob: ({**blob[0], "decoded": True},),
+    )
+    with pytest.raises(UnstableEffectKey):
+        await Gate(journal).begin(retry, target)
+    assert target.queried_with == [{**first.input, "decoded": True}]
+    assert target.sends == 0
+
+
+async def test_a_rewrite_that_is_not_json_data_is_refused_naming_the_activity(
+    journal: Journal, lease: str
+) -> None:
+    class Opaque:
+        pass
+
+    def opaque(event: Any) -> Any:
+        return modify({**event.input, "note": Opaque()})
+
+    gate = Gate(journal, policy=PolicyGuard(Policy(rules=[opaque]), journal.policy))
+    call = refund(lease)
+    with pytest.raises(InvalidCall) as bad:
+        await gate.begin(call, Ledger())
+    assert str(bad.value).startswith(
+        f"a policy rule rewrote the input of {ACTIVITY} into one that is not JSON data: "
+    )
+    assert journal.read(Gate.identify(call)[0]) == []
