@@ -3,8 +3,11 @@ here by hand so the test does not trust the canonicaliser it checks."""
 
 from __future__ import annotations
 
+import decimal
+import enum
 import hashlib
 import json
+import math
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
@@ -12,7 +15,7 @@ import pytest
 import rfc8785
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from pydantic import BaseModel, SecretStr
+from pydantic import BaseModel, ConfigDict, SecretStr
 
 from interlock_temporal.core import identity
 from interlock_temporal.core.identity import (
@@ -21,6 +24,7 @@ from interlock_temporal.core.identity import (
     canonical_json,
     digest,
     effect_id,
+    unstable_part,
 )
 
 
@@ -233,3 +237,62 @@ def test_the_prebuilt_encoder_writes_compact_sorted_json(
     encode = identity._sorted_compact_encoder()
     expected = json.dumps(data, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
     assert encode(data) == expected
+
+
+# -- where a value has no single canonical form -------------------------------------------------
+
+
+class Color(enum.Enum):
+    RED = "red"
+
+
+@dataclass
+class Point:
+    x: float
+    tags: object = None
+
+
+class Open(BaseModel):
+    model_config = ConfigDict(extra="allow")
+    order: str
+
+
+SET = "which has no order: its JSON changes between processes (use a sorted list)"
+
+
+@pytest.mark.parametrize(
+    ("value", "message"),
+    [
+        # whatever the walk meets first, what comes after it is still looked at
+        ({"items": {"a", "b"}, "order": "o-1"}, f"key.items is a set, {SET}"),
+        ({"items": {"a"}, "n": 1}, f"key.items is a set, {SET}"),
+        ({"items": {"a"}, "x": 1.5}, f"key.items is a set, {SET}"),
+        ({"items": {"a"}, "none": None}, f"key.items is a set, {SET}"),
+        ([frozenset({"a"}), "b"], f"key[0] is a frozenset, {SET}"),
+        ({7: "x"}, "key has a key of type int, not a string"),
+        (Open(order="o-1", tags={"a"}), f"key.tags is a set, {SET}"),
+        (Point(x=1.0, tags={"a"}), f"key.tags is a set, {SET}"),
+        (Point(x=math.nan), "key.x is a float that is NaN or infinite"),
+        ({"at": decimal.Decimal("NaN")}, "key.at is a Decimal that is NaN or infinite"),
+        (
+            {"e": Color.RED, "n": 2**53},
+            "key.n is an integer outside the interoperable JSON range (2**53)",
+        ),
+    ],
+)
+def test_where_a_value_has_no_canonical_form_is_named(value: object, message: str) -> None:
+    assert unstable_part(value, "key") == message
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        {"e": Color.RED, "n": -(2**53 - 1)},
+        {"e": Color.RED, "n": 2**53 - 1},
+        {"e": Color.RED, "d": decimal.Decimal("1.5"), "f": 0.5, "s": "x", "b": True, "z": None},
+        Point(x=1.0, tags=["a", "b"]),
+        Open(order="o-1", tags=["a"]),
+    ],
+)
+def test_values_with_one_canonical_form_pass(value: object) -> None:
+    assert unstable_part(value, "key") is None
