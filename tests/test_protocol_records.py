@@ -24,13 +24,14 @@ from interlock_temporal.core.errors import (
     Denied,
     InFlight,
     InvalidCall,
+    NeedsApproval,
     Refused,
     UnstableEffectKey,
 )
 from interlock_temporal.core.identity import digest
 from interlock_temporal.core.journal import Journal
 from interlock_temporal.core.models import Change, Draft, Found, Kind
-from interlock_temporal.core.policy import Policy, PolicyGuard, block, deny_when, modify
+from interlock_temporal.core.policy import Limits, Policy, PolicyGuard, block, deny_when, modify
 from interlock_temporal.core.protocol import (
     IN_FLIGHT_RETRY_S,
     NO_LEASE,
@@ -1372,7 +1373,7 @@ async def test_the_policy_sees_the_call_as_delivered_once_per_attempt(
         seen.append(event)
 
     gate = Gate(journal, policy=PolicyGuard(Policy(rules=[watch]), journal.policy))
-    call = in_workflow(refund(lease), "wf-p", session="s-9", namespace="ns-1")
+    call = in_workflow(refund(lease), "wf-p", session="s-9", namespace="ns-1", param_names=("r",))
     eid = Gate.identify(call)[0]
     original = journal.append_async
     moved: list[int] = []
@@ -1390,7 +1391,8 @@ async def test_the_policy_sees_the_call_as_delivered_once_per_attempt(
     (event,) = seen
     assert (event.activity, event.args, event.effect_id) == (ACTIVITY, call.args, eid)
     assert (event.principal, event.session, event.namespace) == (PRINCIPAL, "s-9", "ns-1")
-    assert (event.workflow_id, event.attempt) == ("wf-p", 2)
+    assert (event.workflow_id, event.attempt, event.param_names) == ("wf-p", 2, ("r",))
+    assert event.argument("r") == call.input
     ticket.release()
 
 
@@ -1627,3 +1629,105 @@ async def test_a_rewrite_that_is_not_json_data_is_refused_naming_the_activity(
         f"a policy rule rewrote the input of {ACTIVITY} into one that is not JSON data: "
     )
     assert journal.read(Gate.identify(call)[0]) == []
+
+
+@pytest.mark.parametrize(("session", "denied_in"), [("s-1", "s-1"), (None, "wf-d")])
+async def test_a_denial_names_the_session_whose_circuit_it_trips(
+    journal: Journal, lease: str, session: str | None, denied_in: str
+) -> None:
+    deny = deny_when(lambda e: True, code="FROZEN")
+    gate = Gate(journal, policy=PolicyGuard(Policy(rules=[deny]), journal.policy))
+    with pytest.raises(Denied) as denied:
+        await gate.begin(in_workflow(refund(lease), "wf-d", session=session), Ledger())
+    assert denied.value.session == denied_in
+
+
+async def test_an_approval_is_bound_to_the_effect_and_names_its_approver(
+    journal: Journal, lease: str
+) -> None:
+    policy = Policy(Limits(hitl_activities=(ACTIVITY,)), policy_id="refunds")
+    gate = Gate(journal, policy=PolicyGuard(policy, journal.policy))
+    call = in_workflow(refund(lease), "wf-a")
+    eid = Gate.identify(call)[0]
+    with pytest.raises(NeedsApproval) as asked:
+        await gate.begin(call, Ledger())
+    assert asked.value.binding == eid
+    pending = journal.policy.approval(eid)
+    assert pending is not None and pending.status == "pending"
+    journal.policy.decide_approval(eid, approve=True, operators=["carol"])
+    retry = dataclasses.replace(
+        call, delivery=dataclasses.replace(call.delivery, attempt=3), admission={}
+    )
+    ticket = await gate.begin(retry, Ledger())
+    assert isinstance(ticket, Ticket)
+    assert record(journal, eid)[1][1]["decided_by"] == ["lease", "policy:refunds", "approver:carol"]
+    ticket.release()
+
+
+async def test_the_same_delivery_seen_again_is_a_replay(journal: Journal, lease: str) -> None:
+    """A Temporal retry is a new attempt; the very same delivery (run, activity, attempt) seen
+    again is a replay, and the policy denies its resend."""
+    gate = Gate(journal, policy=PolicyGuard(Policy(), journal.policy))
+    target = Ledger()
+    call = in_workflow(refund(lease), "wf-r")
+    await dispatched(gate, call, target)
+    with pytest.raises(Denied):
+        await gate.begin(dataclasses.replace(call, admission={}), target)
+    assert target.sends == 0
+
+
+async def test_an_outcome_a_person_attested_is_returned_as_resolved(
+    journal: Journal, lease: str
+) -> None:
+    target = Ledger(tier=3)
+    call = refund(lease, last_attempt=True)
+    eid = (await dispatched(Gate(journal), call, target)).effect_id
+    with pytest.raises(Ambiguous):
+        await Gate(journal).begin(call, target)
+    attested = {"ref": "bank-9", "amount": 20, "order": ORDER}
+    record_resolution(
+        journal, eid, kind="ambiguous", decision="happened", operators=["ann"], result=attested
+    )
+    done = await Gate(journal).begin(refund(lease), target)
+    assert isinstance(done, Done) and (done.result, done.via) == (attested, "resolved")
+    assert target.sends == 0
+
+
+async def test_decision_premises_are_recorded_as_the_decisions(
+    journal: Journal, lease: str
+) -> None:
+    decided = {"order": ORDER, "refundable_cents": 10_000}
+    call = refund(lease)
+    call = dataclasses.replace(call, input={**call.input, "premises": decided})
+    call = dataclasses.replace(call, args=(call.input,))
+    ticket = await Gate(journal).begin(call, Ledger())
+    assert isinstance(ticket, Ticket)
+    proposed = record(journal, ticket.effect_id)[0][1]
+    assert (proposed["premises"], proposed["premises_source"]) == (decided, "decision")
+    ticket.release()
+
+
+def test_every_argument_after_the_first_is_part_of_the_payload() -> None:
+    def call_with(second: str, third: str) -> Call:
+        first = {"order": ORDER, "amount": 20, "premises": {"order": ORDER}}
+        return Call(
+            effect_type="refund",
+            activity=ACTIVITY,
+            input=(first, second, third),
+            args=(first, second, third),
+            premises_field="premises",
+        )
+
+    base = Gate.identify(call_with("b", "c"))
+    assert Gate.identify(call_with("b", "x")) != base
+    assert Gate.identify(call_with("x", "c")) != base
+
+
+def test_a_key_that_is_not_valid_unicode_is_refused_naming_the_activity() -> None:
+    call = refund(None, key={"name": "\ud800"})
+    with pytest.raises(InvalidCall) as bad:
+        Gate.identify(call)
+    assert str(bad.value) == (
+        f"the effect key or input of {ACTIVITY} is not JSON data: "
+        "a value with no canonical JSON form"
+    )
