@@ -296,3 +296,85 @@ def test_where_a_value_has_no_canonical_form_is_named(value: object, message: st
 )
 def test_values_with_one_canonical_form_pass(value: object) -> None:
     assert unstable_part(value, "key") is None
+
+
+# -- the fast paths answer for exactly what they claim ---------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("data", "plain"),
+    [
+        ({"a": ["b", 1, 0.5, True, None]}, True),
+        (2**53 - 1, True),
+        (-(2**53 - 1), True),
+        (2**53, False),
+        (-(2**53), False),
+        (1e-4, True),
+        (-1e-4, True),
+        (123456789012.5, True),
+        (-0.5, True),
+        (0.5e-4, False),
+        (1e16, False),
+        (2.0, False),  # integral floats: 2.0 is written 2 by ECMAScript
+        (float("nan"), False),
+        ("caf\u00e9", False),
+        ({"caf\u00e9": 1}, False),
+        ({1: "a"}, False),
+        ((1, 2), False),
+        (True, True),
+        (None, True),
+    ],
+)
+def test_json_dumps_is_trusted_only_where_it_writes_rfc8785(data: object, plain: bool) -> None:
+    """``_json_module_is_canonical`` admits exactly the data its docstring names; the rest goes
+    through the reference implementation."""
+    assert identity._json_module_is_canonical(data) is plain
+
+
+@pytest.mark.parametrize(
+    ("data", "plain"),
+    [
+        ({"a": ["b", 1, 0.5, True, None]}, True),
+        (2**53 - 1, True),
+        (-(2**53 - 1), True),
+        (2**53, False),
+        (-(2**53), False),
+        (True, True),
+        (False, True),
+        (None, True),
+        (Line(sku="s", qty=1), True),
+        (Open(order="o", tags=["a"]), True),
+        (Open(order="o", tags={"a"}), False),
+        ({1: "a"}, False),
+        (float("inf"), False),
+        (datetime(2024, 1, 1, tzinfo=UTC), True),
+        ({"s"}, False),
+    ],
+)
+def test_the_plain_data_shortcut_answers_only_for_plain_data(data: object, plain: bool) -> None:
+    assert identity._plainly_stable(data) is plain
+
+
+def test_a_lone_surrogate_is_refused_as_having_no_canonical_form() -> None:
+    for data in ("\ud800", {"a": "caf\u00e9\ud800"}, ["x", "\udfff"]):
+        with pytest.raises(UnserializableInput):
+            canonical_json(data)
+
+
+def test_refusals_say_what_is_wrong_in_words_that_name_no_value() -> None:
+    with pytest.raises(UnserializableInput) as big:
+        canonical_json({"n": 2**60})
+    assert str(big.value) == "an integer outside the interoperable JSON range (2**53)"
+    with pytest.raises(UnserializableInput) as opaque:
+        identity.jsonable(object())
+    assert str(opaque.value) == "value of type object is not JSON data"
+    with pytest.raises(ValueError) as empty:
+        effect_id("", {"order": 1})
+    assert str(empty.value) == "effect_type must be a non-empty string"
+
+
+def test_an_origin_needs_the_whole_temporal_activity() -> None:
+    d = "ab" * 32
+    assert identity.origin_of("wf", "run", "7", d) == sha(f"wf\x00run\x007\x00{d}".encode())
+    for missing in [(None, "run", "7"), ("wf", None, "7"), ("wf", "run", None), (None, None, "7")]:
+        assert identity.origin_of(*missing, d) is None
