@@ -120,6 +120,16 @@ def is_last_attempt(info: temporalio.activity.Info, now: datetime | None = None)
     return False
 
 
+def delivery_nonce(info: temporalio.activity.Info) -> str:
+    """The policy's nonce for this delivery of an activity: its run, activity id and attempt,
+    and the time the attempt was scheduled. Delivered twice, one attempt is a replay; but an
+    operator's ``temporal activity reset`` starts the attempts again at 1, and that new
+    attempt 1 (scheduled anew) is not a replay of the first."""
+    scheduled = info.current_attempt_scheduled_time
+    stamp = f"@{round(scheduled.timestamp() * 1_000_000)}" if scheduled is not None else ""
+    return f"{info.workflow_run_id}/{info.activity_id}/{info.attempt}{stamp}"
+
+
 def _non_retryable(error: BaseException, info: temporalio.activity.Info) -> bool:
     if isinstance(error, ApplicationError) and error.non_retryable:
         return True
@@ -321,9 +331,7 @@ class _ActivityInbound(temporalio.worker.ActivityInboundInterceptor):
             scopes, binding=call_binding(event.activity, digest, scopes.principal)
         )
         with self._root.telemetry.policy_span(event.activity) as span, _as_temporal_errors():
-            checked = guard.check(
-                event, scopes, delivery=f"{scopes.execution}/{info.attempt}", digest=digest
-            )
+            checked = guard.check(event, scopes, delivery=delivery_nonce(info), digest=digest)
             span.set_attributes({VERDICT: checked.verdict.value, REASON: checked.code or "-"})
             decision = enforce(checked, session=scopes.session, binding=scopes.binding)
         if decision.verdict is Verdict.MODIFY and decision.args is not None:

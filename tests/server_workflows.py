@@ -74,8 +74,8 @@ class RunCalls:
         options: dict[str, Any] = {
             "start_to_close_timeout": timedelta(seconds=10),
             "retry_policy": RetryPolicy(
-                initial_interval=timedelta(milliseconds=100),
-                maximum_interval=timedelta(milliseconds=500),
+                initial_interval=timedelta(seconds=spec.get("retry_interval_s", 0.1)),
+                maximum_interval=timedelta(seconds=max(0.5, spec.get("retry_interval_s", 0.1))),
                 maximum_attempts=spec.get("maximum_attempts", 3),
             ),
         }

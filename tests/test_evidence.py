@@ -11,6 +11,8 @@ import pytest
 from interlock_temporal.core import protocol
 from workers import model_check, sweep
 
+from . import planted_bugs
+
 
 @pytest.fixture
 def gate_that_never_asks(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -36,12 +38,52 @@ async def test_the_sweep_catches_a_gate_that_never_asks(gate_that_never_asks: No
 
 
 def test_the_exhaustive_check_finds_no_violation() -> None:
-    result = model_check.explore(3)
+    result = model_check.explore(3, "last", ("revoke_lease",))
     assert result.states > 300 and result.terminal > 100
     assert result.violations == []
     assert {"COMMITTED", "AMBIGUOUS", "REFUSED"} <= set(result.finals)
 
 
 def test_the_exhaustive_check_catches_a_gate_that_never_asks(gate_that_never_asks: None) -> None:
-    result = model_check.explore(2)
+    result = model_check.explore(2, "retry", (), stop_at_first=True)
     assert result.violations, "a planted bug went unnoticed"
+
+
+# -- every planted bug is caught by the sweep --------------------------------------------------
+
+
+def seeds_showing(bug: planted_bugs.Bug, limit: int) -> list[int]:
+    """Seeds among the sweep's first 2,000 whose cases can show ``bug``."""
+    seeds = [s for s in range(1, 2001) if bug.shows_in(sweep.Case.draw(s))]
+    assert seeds, f"the 2,000-case sweep draws no case that can show {bug.name}"
+    return seeds[:limit]
+
+
+@pytest.mark.parametrize("bug", planted_bugs.BUGS, ids=lambda b: b.name.replace(" ", "-"))
+async def test_the_sweep_catches_the_planted_bug(bug: planted_bugs.Bug, tmp_path: Any) -> None:
+    caught: list[sweep.Story] = []
+    for seed in seeds_showing(bug, 12):
+        workdir = tmp_path / str(seed)
+        workdir.mkdir()
+        with planted_bugs.planted(bug):
+            story = await sweep.run_case(sweep.Case.draw(seed), workdir)
+        if story.problems:
+            caught.append(story)
+            break
+    assert caught, f"the sweep did not catch {bug.name}"
+
+
+@pytest.mark.parametrize("bug", planted_bugs.BUGS, ids=lambda b: b.name.replace(" ", "-"))
+def test_the_model_check_catches_the_planted_bug(bug: planted_bugs.Bug) -> None:
+    tier, variant, events = bug.model
+    assert set(events) <= set(model_check.scope(tier, variant))  # make faults explores it
+    assert variant in model_check.VARIANTS
+    with planted_bugs.planted(bug):
+        result = model_check.explore(tier, variant, events, stop_at_first=True)
+    assert result.violations, f"the model check did not catch {bug.name}"
+
+
+def test_the_model_check_of_a_planted_scope_holds_on_the_real_code() -> None:
+    tier, variant, events = planted_bugs.BUGS[0].model
+    result = model_check.explore(tier, variant, events)
+    assert result.violations == [] and result.states > 100

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 from typing import Any
 
@@ -15,6 +16,7 @@ from interlock_temporal.core.policy import (
     CallFacts,
     Circuit,
     Decision,
+    HitlMode,
     Limits,
     Policy,
     PolicyState,
@@ -34,20 +36,29 @@ from interlock_temporal.core.policy import (
 
 ACTIVITIES = ("search", "refund", "send_email")
 
-limits_st = st.builds(
-    Limits,
-    session_budget_usd=st.none() | st.sampled_from([0.5, 1.0, 5.0]),
-    principal_budget_usd=st.none() | st.sampled_from([1.0, 10.0]),
-    namespace_budget_usd=st.none() | st.sampled_from([2.0, 100.0]),
-    escalate_below_fraction=st.none() | st.sampled_from([0.1, 0.25]),
-    max_repeat_calls=st.none() | st.integers(1, 4),
-    error_amplification=st.booleans(),
-    window_s=st.none() | st.sampled_from([1.0, 60.0]),
-    window_max_calls=st.none() | st.integers(1, 5),
-    max_total_calls=st.none() | st.integers(1, 12),
-    probabilistic_deny=st.booleans(),
-    hitl_always=st.just(False),
-)
+
+@st.composite
+def limits_st(draw: Any) -> Limits:
+    """Limits with every layer of the breaker in play: consistent ones only (what ``Limits``
+    refuses is tested on its own)."""
+    mode = draw(st.sampled_from([None, *HitlMode]))
+    threshold = None
+    if mode is HitlMode.ON_THRESHOLD or (mode is None and draw(st.booleans())):
+        threshold = draw(st.sampled_from([0.0, 0.1, 0.25, 1.0]))
+    windowed = draw(st.booleans())
+    return Limits(
+        session_budget_usd=draw(st.none() | st.sampled_from([0.5, 1.0, 5.0])),
+        principal_budget_usd=draw(st.none() | st.sampled_from([1.0, 10.0])),
+        namespace_budget_usd=draw(st.none() | st.sampled_from([2.0, 100.0])),
+        hitl_mode=mode,
+        escalate_below_fraction=threshold,
+        max_repeat_calls=draw(st.none() | st.integers(1, 4)),
+        error_amplification=draw(st.booleans()),
+        window_s=draw(st.sampled_from([1.0, 60.0])) if windowed else None,
+        window_max_calls=draw(st.integers(1, 5)) if windowed else None,
+        max_total_calls=draw(st.none() | st.integers(1, 12)),
+        probabilistic_deny=draw(st.booleans()),
+    )
 
 
 @st.composite
@@ -93,11 +104,8 @@ def run(
     return out
 
 
-@settings(max_examples=500, deadline=None)
-@given(limits=limits_st, call=calls(n_max=1))
-def test_fresh_state_allows_the_first_call(limits: Limits, call: list[CallFacts]) -> None:
-    first = call[0]
-    budgets = [
+def budgets_of(limits: Limits) -> list[float]:
+    return [
         b
         for b in (
             limits.session_budget_usd,
@@ -106,17 +114,35 @@ def test_fresh_state_allows_the_first_call(limits: Limits, call: list[CallFacts]
         )
         if b is not None
     ]
-    if any(first.cost_usd > b for b in budgets):
-        first = dataclasses.replace(first, cost_usd=0.0)
-    d = decide(PolicyState(), first, limits, rng=0.99)
-    assert d.verdict is Verdict.ALLOW, d
+
+
+# -- SP/1.0's invariants P1-P9 (docs/shackle-conformance.md) ----------------------------------
 
 
 @settings(max_examples=500, deadline=None)
-@given(limits=limits_st, sequence=calls(), rngs=st.lists(st.floats(0, 1), min_size=1, max_size=5))
+@given(limits=limits_st(), call=calls(n_max=1))
+def test_fresh_state_allows_the_first_call(limits: Limits, call: list[CallFacts]) -> None:
+    """P6, where the configuration does not itself ask a person for every call (HITL always,
+    or a threshold of 1.0: a fresh budget's whole fraction is at it)."""
+    first = call[0]
+    if any(first.cost_usd > b for b in budgets_of(limits)):
+        first = dataclasses.replace(first, cost_usd=0.0)
+    d = decide(PolicyState(), first, limits, rng=0.99)
+    asks = limits.hitl is HitlMode.ALWAYS or (
+        limits.escalate_below_fraction == 1.0 and budgets_of(limits)
+    )
+    if asks and not first.approved:
+        assert d.verdict is Verdict.ESCALATE, d
+    else:
+        assert d.verdict is Verdict.ALLOW, d
+
+
+@settings(max_examples=500, deadline=None)
+@given(limits=limits_st(), sequence=calls(), rngs=st.lists(st.floats(0, 1), min_size=1, max_size=5))
 def test_once_tripped_every_call_is_denied_until_a_reset(
     limits: Limits, sequence: list[CallFacts], rngs: list[float]
 ) -> None:
+    """P3 (until a person's reset), and every DENY but a replay's trips the circuit."""
     tripped = False
     for _before, d in run(limits, sequence, rngs):
         if tripped:
@@ -136,22 +162,50 @@ def test_once_tripped_every_call_is_denied_until_a_reset(
 
 
 @settings(max_examples=500, deadline=None)
-@given(limits=limits_st, sequence=calls(), rngs=st.lists(st.floats(0, 1), min_size=1, max_size=5))
+@given(limits=limits_st(), sequence=calls(), rngs=st.lists(st.floats(0, 1), min_size=1, max_size=5))
 def test_the_budget_never_goes_negative_and_never_grows(
     limits: Limits, sequence: list[CallFacts], rngs: list[float]
 ) -> None:
+    """P1 and P4: what remains never grows, and never goes below zero unless a person approved
+    that very call over the budget (HITL on_deny or always); after it, nothing more runs."""
     previous = remaining(PolicyState(), limits)
-    for _, d in run(limits, sequence, rngs):
+    overspent = False
+    for (_, d), call in zip(run(limits, sequence, rngs), sequence, strict=True):
         assert d.state is not None
         now = remaining(d.state, limits)
-        assert all(r >= -1e-9 for r in now), now
         assert all(b <= a + 1e-12 for a, b in zip(previous, now, strict=True)), (previous, now)
+        if overspent:
+            assert d.verdict is Verdict.DENY, d
+        elif any(r < -1e-9 for r in now):
+            assert call.approved and limits.hitl in (HitlMode.ON_DENY, HitlMode.ALWAYS), d
+            assert d.verdict is Verdict.ALLOW
+            overspent = True
         previous = now
+
+
+@settings(max_examples=300, deadline=None)
+@given(limits=limits_st(), sequence=calls())
+def test_the_call_count_never_decreases_and_identical_calls_count_up(
+    limits: Limits, sequence: list[CallFacts]
+) -> None:
+    """P2 as this breaker reads it: a session's count of calls never decreases, and the streak
+    of identical calls grows by one with each identical call allowed (a different call starts
+    it again at one: SP/1.0 counts *consecutive* identical calls)."""
+    limits = limits.model_copy(update={"max_repeat_calls": None})
+    for before, d in run(limits, sequence):
+        assert d.state is not None
+        after = d.state.session
+        assert after.total >= before.session.total
+        if d.verdict is Verdict.ALLOW:
+            same = after.last_call == before.session.last_call
+            assert after.streak == (before.session.streak + 1 if same else 1)
+            assert after.total == before.session.total + 1
 
 
 @settings(max_examples=300, deadline=None)
 @given(limit=st.integers(1, 5), error=st.booleans(), amplify=st.booleans())
 def test_repeats_at_the_limit_deny(limit: int, error: bool, amplify: bool) -> None:
+    """P5, with SP/1.0's error amplification."""
     limits = Limits(max_repeat_calls=limit, error_amplification=amplify)
     effective = max(1, limit - 1) if (error and amplify) else limit
     state = PolicyState()
@@ -171,31 +225,35 @@ def test_repeats_at_the_limit_deny(limit: int, error: bool, amplify: bool) -> No
 
 
 @settings(max_examples=500, deadline=None)
-@given(limits=limits_st, sequence=calls(), rng=st.floats(0, 1))
+@given(limits=limits_st(), sequence=calls(), rng=st.floats(0, 1))
 def test_the_same_inputs_give_the_same_decision(
     limits: Limits, sequence: list[CallFacts], rng: float
 ) -> None:
+    """P7, and the state handed in is never changed (the store applies the state after)."""
     state = PolicyState()
     for call in sequence:
+        kept = copy.deepcopy(state)
         first = decide(state, call, limits, rng)
         again = decide(state, call, limits, rng)
         assert first == again
+        assert state == kept
         assert first.state is not None
         state = first.state
 
 
-@settings(max_examples=500, deadline=None)
-@given(limits=limits_st, sequence=calls(), tripped=st.booleans())
+@pytest.mark.parametrize("spelling", [{"hitl_mode": HitlMode.ALWAYS}, {"hitl_always": True}])
+@settings(max_examples=300, deadline=None)
+@given(limits=limits_st(), sequence=calls(), tripped=st.booleans())
 def test_hitl_always_escalates_unless_the_circuit_is_open_or_an_approval_matches(
-    limits: Limits, sequence: list[CallFacts], tripped: bool
+    spelling: dict[str, Any], limits: Limits, sequence: list[CallFacts], tripped: bool
 ) -> None:
-    limits = limits.model_copy(
-        update={
-            "hitl_always": True,
+    """P8, for both spellings of the mode. SP/1.0's own layers 3-7 deny before layer 8 can
+    ask (so P8 holds where none of them denies): such a denial is never HITL_REQUIRED."""
+    limits = Limits.model_validate(
+        {
+            **limits.model_dump(exclude={"hitl_mode", "escalate_below_fraction"}),
+            **spelling,
             "probabilistic_deny": False,
-            "session_budget_usd": None,
-            "principal_budget_usd": None,
-            "namespace_budget_usd": None,
         }
     )
     circuit = Circuit("MAX_REPEAT_EXCEEDED", "search", 0.0) if tripped else None
@@ -205,36 +263,41 @@ def test_hitl_always_escalates_unless_the_circuit_is_open_or_an_approval_matches
         if tripped:
             assert (d.verdict, d.code) == (Verdict.DENY, Reason.CIRCUIT_OPEN)
         elif d.verdict is Verdict.DENY:
-            # a breaker layer before the human one denied (repeats, window, cap): it trips
+            # a breaker layer before the human one denied (spent budget, repeats, window,
+            # cap; or a cost over what remains that a person approved: a DENY stays one)
             assert d.code != Reason.HITL_REQUIRED
             return
         elif call.approved:
             assert d.verdict is Verdict.ALLOW, d
         else:
-            assert (d.verdict, d.code) == (Verdict.ESCALATE, Reason.HITL_REQUIRED), d
+            assert d.verdict is Verdict.ESCALATE, d
+            assert d.code in (Reason.HITL_REQUIRED, Reason.BUDGET_EXHAUSTED), d
         assert d.state is not None
         state = d.state
 
 
 @settings(max_examples=300, deadline=None)
-@given(limits=limits_st, sequence=calls(n_max=8))
-def test_a_replayed_delivery_is_denied(limits: Limits, sequence: list[CallFacts]) -> None:
-    limits = limits.model_copy(update={"hitl_always": False})
-    state = PolicyState()
-    for call in sequence:
-        d = decide(state, call, limits, 0.99)
-        assert d.state is not None
-        if d.code == Reason.CIRCUIT_OPEN:
-            return
-        replay = decide(d.state, call, limits, 0.99)
-        assert (replay.verdict, replay.code) in {
-            (Verdict.DENY, Reason.REPLAY),
-            (Verdict.DENY, Reason.CIRCUIT_OPEN),
-        }
-        # a replay says nothing about the agent: it does not trip the circuit
-        assert replay.state is not None
-        assert replay.state.session.circuit == d.state.session.circuit
-        state = d.state
+@given(limits=limits_st(), sequence=calls(n_max=8), tripped=st.booleans())
+def test_a_replayed_delivery_is_denied(
+    limits: Limits, sequence: list[CallFacts], tripped: bool
+) -> None:
+    """P9: a delivery the store saw allowed before is denied, whatever else holds; a replay
+    counts nothing, and trips nothing (a delivery is Temporal's, never the agent's)."""
+    circuit = Circuit("GLOBAL_LIMIT", "search", 0.0) if tripped else None
+    for before, _ in run(limits, sequence):
+        state = dataclasses.replace(before, session=dataclasses.replace(before.session))
+        if tripped:
+            state.session = dataclasses.replace(state.session, circuit=circuit)
+        for call in sequence:
+            replay = decide(state, dataclasses.replace(call, replayed=True), limits, 0.0)
+            if tripped or state.session.circuit is not None:
+                assert (replay.verdict, replay.code) == (Verdict.DENY, Reason.CIRCUIT_OPEN)
+            else:
+                assert (replay.verdict, replay.code) == (Verdict.DENY, Reason.REPLAY), replay
+            assert replay.state == state
+
+
+# -- the layers: each one does its work, in SP/1.0's order ------------------------------------
 
 
 def test_a_retry_attempt_is_neither_a_repeat_nor_charged_again() -> None:
@@ -258,11 +321,226 @@ def test_a_cost_over_what_remains_is_denied_and_the_budget_is_untouched() -> Non
     limits = Limits(session_budget_usd=1.0)
     state = PolicyState(SessionState(spent_usd=0.9))
     d = decide(state, CallFacts("llm", "x", now=0.0, cost_usd=0.15), limits, 0.5)
-    assert (d.verdict, d.code) == (Verdict.DENY, Reason.BUDGET_EXCEEDED)
+    # SP/1.0 has one code for a spent budget and a cost over what remains
+    assert (d.verdict, d.code) == (Verdict.DENY, Reason.BUDGET_EXHAUSTED)
+    assert d.reason == "the call's cost exceeds what remains of the session budget"
     assert d.state is not None and d.state.session.spent_usd == pytest.approx(0.9)
+    assert d.state.session.circuit is not None
     ok = decide(state, CallFacts("llm", "y", now=0.0, cost_usd=0.05), limits, 0.5)
     assert ok.verdict is Verdict.ALLOW
     assert ok.state is not None and ok.state.session.spent_usd == pytest.approx(0.95)
+
+
+def test_the_window_denies_the_call_past_its_limit_per_activity_and_slides() -> None:
+    """Layer 5: a sliding window of ``window_s`` per activity type."""
+    limits = Limits(window_s=10.0, window_max_calls=2)
+    state = PolicyState()
+    for i, now in enumerate([0.0, 4.0]):
+        d = decide(state, CallFacts("search", f"q{i}", now=now), limits, 0.5)
+        assert d.verdict is Verdict.ALLOW and d.state is not None
+        state = d.state
+    # another activity has a window of its own
+    other = decide(state, CallFacts("refund", "r", now=5.0), limits, 0.5)
+    assert other.verdict is Verdict.ALLOW
+    third = decide(state, CallFacts("search", "q2", now=9.9), limits, 0.5)
+    assert (third.verdict, third.code) == (Verdict.DENY, Reason.WINDOW_EXCEEDED)
+    assert third.reason == "2 calls of search in 10 s"
+    assert third.state is not None and third.state.session.circuit is not None
+    # ten seconds after the first call, it has left the window
+    later = decide(state, CallFacts("search", "q3", now=10.0), limits, 0.5)
+    assert later.verdict is Verdict.ALLOW and later.state is not None
+    assert later.state.session.windows["search"] == (4.0, 10.0)
+
+
+@pytest.mark.parametrize(
+    ("spent", "rng", "denied"),
+    [
+        # below a fifth of the budget: denied with probability jitter * (1 - fraction)
+        (0.9, 0.449, True),  # fraction 0.1: probability 0.5 * 0.9 = 0.45
+        (0.9, 0.451, False),
+        (0.95, 0.47, True),  # fraction 0.05: probability 0.475
+        (0.95, 0.48, False),
+        # at a fifth or more of the budget: never
+        (0.75, 0.0, False),
+        (0.5, 0.0, False),
+    ],
+)
+def test_the_random_denial_fires_below_a_fifth_of_a_budget_with_its_probability(
+    spent: float, rng: float, denied: bool
+) -> None:
+    """Layer 7, and an agent cannot tell it from a real exhaustion: the same code, the same
+    words. Operators can (``probabilistic``, in the journal's note)."""
+    limits = Limits(session_budget_usd=1.0, probabilistic_deny=True, deny_jitter_ratio=0.5)
+    state = PolicyState(SessionState(spent_usd=spent))
+    call = CallFacts("llm", "x", now=0.0, cost_usd=0.01)
+    d = decide(state, call, limits, rng)
+    if denied:
+        real = decide(state, dataclasses.replace(call, cost_usd=0.5), limits, rng)
+        assert (d.verdict, d.code, d.reason) == (Verdict.DENY, real.code, real.reason)
+        assert d.probabilistic and not real.probabilistic
+        assert d.state is not None and d.state.session.circuit is not None
+    else:
+        assert d.verdict is Verdict.ALLOW, d
+    off = decide(state, call, limits.model_copy(update={"probabilistic_deny": False}), 0.0)
+    assert off.verdict is Verdict.ALLOW
+
+
+@pytest.mark.parametrize(
+    ("threshold", "spent", "escalates"),
+    [
+        (0.25, 0.74, False),
+        (0.25, 0.75, True),  # a quarter remains: at the threshold
+        (0.25, 0.9, True),
+        (1.0, 0.0, True),  # the whole range SP/1.0 allows: 1.0 asks for every call
+        (0.0, 0.99, False),  # and 0.0 never asks before the budget is spent
+    ],
+)
+def test_the_budget_threshold_escalates_and_an_approval_meets_it(
+    threshold: float, spent: float, escalates: bool
+) -> None:
+    """Layer 3's threshold (HITL on_threshold), at the edges of its range."""
+    limits = Limits(session_budget_usd=1.0, escalate_below_fraction=threshold)
+    assert limits.hitl is HitlMode.ON_THRESHOLD
+    state = PolicyState(SessionState(spent_usd=spent))
+    call = CallFacts("llm", "x", now=0.0, cost_usd=0.001)
+    d = decide(state, call, limits, 0.5)
+    if escalates:
+        assert (d.verdict, d.code) == (Verdict.ESCALATE, Reason.BUDGET_THRESHOLD), d
+        assert d.state == state  # an escalation counts nothing and records nothing
+        approved = decide(state, dataclasses.replace(call, approved=True), limits, 0.5)
+        assert approved.verdict is Verdict.ALLOW
+    else:
+        assert d.verdict is Verdict.ALLOW, d
+
+
+@pytest.mark.parametrize(
+    ("mode", "verdict"),
+    [
+        (HitlMode.NEVER, Verdict.DENY),
+        (HitlMode.ON_THRESHOLD, Verdict.DENY),
+        (HitlMode.ON_DENY, Verdict.ESCALATE),
+        (HitlMode.ALWAYS, Verdict.ESCALATE),
+    ],
+    ids=[mode.value for mode in HitlMode],
+)
+def test_a_cost_over_what_remains_escalates_with_hitl_on_deny_or_always(
+    mode: HitlMode, verdict: Verdict
+) -> None:
+    threshold = 0.01 if mode is HitlMode.ON_THRESHOLD else None
+    limits = Limits(session_budget_usd=1.0, hitl_mode=mode, escalate_below_fraction=threshold)
+    state = PolicyState(SessionState(spent_usd=0.9))
+    call = CallFacts("llm", "x", now=0.0, cost_usd=0.15)
+    d = decide(state, call, limits, 0.5)
+    assert (d.verdict, d.code) == (verdict, Reason.BUDGET_EXHAUSTED), d
+    assert d.reason == "the call's cost exceeds what remains of the session budget"
+    approved = decide(state, dataclasses.replace(call, approved=True), limits, 0.5)
+    if verdict is Verdict.ESCALATE:
+        # a person let it run over the budget: charged in full, and the budget is spent
+        assert approved.verdict is Verdict.ALLOW and approved.state is not None
+        assert approved.state.session.spent_usd == pytest.approx(1.05)
+        after = decide(approved.state, CallFacts("llm", "y", now=1.0), limits, 0.5)
+        assert (after.verdict, after.code) == (Verdict.DENY, Reason.BUDGET_EXHAUSTED)
+        assert after.reason == "the session budget is spent"
+    else:
+        # an approval meets an escalation, never a denial
+        assert (approved.verdict, approved.code) == (Verdict.DENY, Reason.BUDGET_EXHAUSTED)
+    # a budget already spent is denied in every mode
+    spent = PolicyState(SessionState(spent_usd=1.0))
+    for approval in (False, True):
+        gone = decide(spent, dataclasses.replace(call, approved=approval), limits, 0.5)
+        assert (gone.verdict, gone.code) == (Verdict.DENY, Reason.BUDGET_EXHAUSTED)
+
+
+def _ordered(layer: str) -> tuple[PolicyState, CallFacts, Limits, float]:
+    """A state, call, limits and rng where ``layer`` and the next layer both fire."""
+    s = SessionState
+    call = CallFacts("search", "q", now=100.0, cost_usd=0.1)
+    spent_budget = {"session_budget_usd": 1.0}
+    if layer == "circuit":  # and a replay
+        state = s(circuit=Circuit("GLOBAL_LIMIT", "search", 0.0))
+        return PolicyState(state), dataclasses.replace(call, replayed=True), Limits(), 0.5
+    if layer == "replay":  # and a spent budget
+        return (
+            PolicyState(s(spent_usd=1.0)),
+            dataclasses.replace(call, replayed=True),
+            Limits(**spent_budget),
+            0.5,
+        )
+    if layer == "spent":  # and the threshold
+        limits = Limits(**spent_budget, escalate_below_fraction=0.5)
+        return PolicyState(s(spent_usd=1.0)), call, limits, 0.5
+    if layer == "threshold":  # and a cost over what remains
+        limits = Limits(**spent_budget, escalate_below_fraction=0.5)
+        return PolicyState(s(spent_usd=0.95)), call, limits, 0.5
+    if layer == "over":  # and a repeat
+        limits = Limits(**spent_budget, max_repeat_calls=1)
+        state = s(spent_usd=0.95, last_call=call.signature, streak=1)
+        return PolicyState(state), call, limits, 0.5
+    repeat = {"last_call": call.signature, "streak": 1}
+    full_window = {"windows": {"search": (99.0,)}, "total": 1}
+    if layer == "repeat":  # and the window
+        limits = Limits(max_repeat_calls=1, window_s=10.0, window_max_calls=1)
+        return PolicyState(s(**repeat, **full_window)), call, limits, 0.5
+    if layer == "window":  # and the global cap
+        limits = Limits(window_s=10.0, window_max_calls=1, max_total_calls=1)
+        return PolicyState(s(**full_window)), call, limits, 0.5
+    near_end = {"session_budget_usd": 1.0, "probabilistic_deny": True}
+    if layer == "global":  # and the random denial
+        limits = Limits(**near_end, max_total_calls=1)
+        return PolicyState(s(total=1, spent_usd=0.85)), call, limits, 0.0
+    assert layer == "random"  # and HITL always
+    limits = Limits(**near_end, hitl_mode=HitlMode.ALWAYS)
+    return PolicyState(s(spent_usd=0.85)), call, limits, 0.0
+
+
+LAYERS = [
+    ("circuit", Verdict.DENY, Reason.CIRCUIT_OPEN),
+    ("replay", Verdict.DENY, Reason.REPLAY),
+    ("spent", Verdict.DENY, Reason.BUDGET_EXHAUSTED),
+    ("threshold", Verdict.ESCALATE, Reason.BUDGET_THRESHOLD),
+    ("over", Verdict.DENY, Reason.BUDGET_EXHAUSTED),
+    ("repeat", Verdict.DENY, Reason.MAX_REPEAT_EXCEEDED),
+    ("window", Verdict.DENY, Reason.WINDOW_EXCEEDED),
+    ("global", Verdict.DENY, Reason.GLOBAL_LIMIT),
+    ("random", Verdict.DENY, Reason.BUDGET_EXHAUSTED),
+]
+
+
+@pytest.mark.parametrize(("layer", "verdict", "code"), LAYERS, ids=[row[0] for row in LAYERS])
+def test_the_layers_run_in_the_specs_order(layer: str, verdict: Verdict, code: Reason) -> None:
+    """SP/1.0 section 3.2: where a layer and the one after it both fire, the earlier decides.
+    (The threshold comes before a cost over what remains, as the spec and DESIGN section 6
+    order them.)"""
+    state, call, limits, rng = _ordered(layer)
+    d = decide(state, call, limits, rng)
+    assert (d.verdict, d.code) == (verdict, code), d
+
+
+def test_hitl_modes_follow_the_older_settings_and_contradictions_are_refused() -> None:
+    assert Limits().hitl is HitlMode.NEVER
+    assert Limits(hitl_always=True).hitl is HitlMode.ALWAYS
+    assert Limits(escalate_below_fraction=0.2).hitl is HitlMode.ON_THRESHOLD
+    assert Limits(hitl_mode="on_deny").hitl is HitlMode.ON_DENY  # type: ignore[arg-type]
+    # a policy written before hitl_mode existed keeps its epoch (and its approvals)
+    assert Policy(Limits(max_repeat_calls=3)).epoch == "b97e07af4e32b0c7"
+    assert Policy(Limits(hitl_mode="never")).epoch != Policy().epoch  # type: ignore[arg-type]
+    refused = {
+        "hitl_always": {"hitl_always": True, "hitl_mode": "on_deny"},
+        "needs escalate_below_fraction": {"hitl_mode": "on_threshold"},
+        "escalate_below_fraction is read only": {
+            "hitl_mode": "always",
+            "escalate_below_fraction": 0.2,
+        },
+        "needs both window_s and window_max_calls: window_max_calls": {"window_s": 5},
+        "needs both window_s and window_max_calls: window_s": {"window_max_calls": 5},
+        "hitl_mode": {"hitl_mode": "sometimes"},
+        "escalate_below_fraction\n  Input should be less than or equal to 1": {
+            "escalate_below_fraction": 1.01
+        },
+    }
+    for words, data in refused.items():
+        with pytest.raises(ValueError, match=words):
+            Limits.model_validate(data)
 
 
 def test_error_signals_are_found_without_regular_expressions() -> None:

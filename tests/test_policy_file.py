@@ -11,7 +11,16 @@ from pathlib import Path
 import pytest
 from pydantic import BaseModel
 
-from interlock_temporal.core.policy import CallEvent, Verdict, evaluate_rules
+from interlock_temporal.core.policy import (
+    CallEvent,
+    CallFacts,
+    HitlMode,
+    PolicyState,
+    SessionState,
+    Verdict,
+    decide,
+    evaluate_rules,
+)
 from interlock_temporal.core.policy_file import (
     PolicyError,
     PolicySource,
@@ -177,3 +186,43 @@ def test_a_followed_file_reloads_and_a_broken_edit_keeps_the_last_good_policy(
     os.utime(path, ns=(time.time_ns(), time.time_ns() + 3_000_000))
     assert source.current(time.time()) is second
     assert source.last_error == "refused by the worker's check"
+
+
+def test_every_hitl_mode_of_sp1_can_be_written(tmp_path: Path) -> None:
+    """SP/1.0's HITL modes in a file: ``on_deny`` escalates a cost over what remains; the
+    threshold takes SP/1.0's whole range, 1.0 included."""
+    on_deny = "limits:\n  session_budget_usd: 1.0\n  hitl_mode: on_deny\n"
+    policy = load_policy(write(tmp_path, on_deny))
+    assert policy.limits.hitl is HitlMode.ON_DENY
+    state = PolicyState(SessionState(spent_usd=0.9))
+    d = decide(state, CallFacts("llm", "x", now=0.0, cost_usd=0.5), policy.limits, 0.5)
+    assert (d.verdict, d.code) == (Verdict.ESCALATE, "BUDGET_EXHAUSTED")
+    for mode in HitlMode:
+        text = f"limits:\n  hitl_mode: {mode.value}\n"
+        if mode is HitlMode.ON_THRESHOLD:
+            text += "  escalate_below_fraction: 1.0\n"
+        assert load_policy(write(tmp_path, text)).limits.hitl is mode
+
+
+@pytest.mark.parametrize(
+    ("limits", "says"),
+    [
+        ("  hitl_mode: sometimes\n", ":2: limits.hitl_mode: Input should be 'never'"),
+        ("  hitl_mode: on_threshold\n", ":1: limits: Value error, hitl_mode on_threshold needs"),
+        (
+            "  hitl_mode: on_deny\n  escalate_below_fraction: 0.2\n",
+            ":1: limits: Value error, escalate_below_fraction is read only with hitl_mode "
+            "on_threshold, not on_deny",
+        ),
+        ("  escalate_below_fraction: 1.5\n", ":2: limits.escalate_below_fraction: Input should"),
+        ("  window_s: 60\n", ":1: limits: Value error, a time window needs both"),
+        # SP/1.0 writes "off" as 0; here a limit of 0 is refused (leave the key out for off)
+        ("  max_total_calls: 0\n", ":2: limits.max_total_calls: Input should be greater"),
+        ("  session_budget_usd: 0\n", ":2: limits.session_budget_usd: Input should be greater"),
+    ],
+)
+def test_settings_that_cannot_work_are_refused(tmp_path: Path, limits: str, says: str) -> None:
+    path = write(tmp_path, "limits:\n" + limits)
+    with pytest.raises(PolicyError) as refused:
+        load_policy(path)
+    assert says in str(refused.value), refused.value

@@ -23,6 +23,7 @@ from interlock_temporal.core.models import Found
 from interlock_temporal.core.policy import (
     CallEvent,
     Decision,
+    HitlMode,
     Limits,
     Policy,
     block,
@@ -35,7 +36,7 @@ from interlock_temporal.core.policy import (
 from interlock_temporal.core.policy_file import PolicyError
 from interlock_temporal.core.review import review_id
 from interlock_temporal.targets.payments import RefundResult, SimulatedPayments
-from interlock_temporal.testing import DevServer
+from interlock_temporal.testing import DevServer, temporal_cli
 from workers.scenarios import ORDER
 
 from .server_workflows import ApprovedCall, RunCalls
@@ -76,7 +77,21 @@ async def flaky(query: str) -> str:
     return "done"
 
 
-EXTRA = [search, llm, flaky]
+#: how many times ``fails_once`` ran, by workflow
+FAILS_ONCE: dict[str, int] = {}
+
+
+@activity.defn
+async def fails_once(query: str) -> str:
+    _ran("fails_once", query)
+    wf = activity.info().workflow_id
+    FAILS_ONCE[wf] = FAILS_ONCE.get(wf, 0) + 1
+    if FAILS_ONCE[wf] == 1:
+        raise RuntimeError("the first run fails")
+    return "done"
+
+
+EXTRA = [search, llm, flaky, fails_once]
 
 
 def ran(workflow_id: str, name: str | None = None) -> list[Any]:
@@ -192,11 +207,107 @@ async def test_a_call_over_the_remaining_budget_is_denied_and_its_body_never_run
                 ("llm", {"prompt": "polish it", "cost_usd": 0.15}),
             ],
         )
-        assert codes(outcomes) == ["ok", "InterlockDenied:BUDGET_EXCEEDED"]
+        assert codes(outcomes) == ["ok", "InterlockDenied:BUDGET_EXHAUSTED"]
         assert ran(wf) == ["draft the reply"]
         state = r.journal.policy.session(wf)
         assert state is not None and state.spent_usd == pytest.approx(0.90)
-        assert state.circuit is not None and state.circuit.code == "BUDGET_EXCEEDED"
+        assert state.circuit is not None and state.circuit.code == "BUDGET_EXHAUSTED"
+
+
+async def test_an_operators_activity_reset_is_not_a_replay(
+    dev_server: DevServer, tmp_path: Path
+) -> None:
+    """``temporal activity reset`` starts an activity's attempts again at 1: the delivery
+    (run, activity id, attempt) repeats, but it is a person's retry, not a replay. It runs, is
+    charged once, and trips nothing (SP/1.0 would deny it: docs/shackle-conformance.md)."""
+    policy = Policy(Limits(session_budget_usd=1.0, costs={"fails_once": 0.30}))
+    async with policy_rig(dev_server, tmp_path, policy) as r:
+        workflow_id = f"agent-{uuid.uuid4().hex[:8]}"
+        handle = await r.client.start_workflow(
+            RunCalls.run,
+            {
+                "principal": "support-agent",
+                "calls": [{"activity": "fails_once", "arg": "q"}],
+                # the next attempt would wait an hour: only the reset runs it again
+                "retry_interval_s": 3600,
+            },
+            id=workflow_id,
+            task_queue=r.task_queue,
+        )
+
+        async def failed_once() -> bool:
+            return FAILS_ONCE.get(workflow_id) == 1
+
+        await until(failed_once)
+        await asyncio.sleep(0.5)  # the failure reaches the server: the retry is scheduled
+        process = await asyncio.create_subprocess_exec(
+            temporal_cli(),
+            *("activity", "reset", "--address", dev_server.target),
+            *("--workflow-id", workflow_id, "--activity-id", "1"),
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.STDOUT,
+        )
+        out, _ = await process.communicate()
+        assert process.returncode == 0, out.decode()
+        outcomes = await asyncio.wait_for(handle.result(), 60)
+        assert codes(outcomes) == ["ok"]
+        assert ran(workflow_id) == ["q", "q"]
+        state = r.journal.policy.session(workflow_id)
+        assert state is not None
+        assert (state.total, state.circuit) == (1, None)
+        assert state.spent_usd == pytest.approx(0.30)
+        assert r.journal.policy.events() == []
+
+
+async def test_hitl_on_deny_asks_a_person_before_a_call_over_the_budget(
+    dev_server: DevServer, tmp_path: Path
+) -> None:
+    """SP/1.0's HITL on_deny: a call that costs more than what remains of the session's budget
+    waits for a person instead of opening the circuit; approved, it runs once, and the spent
+    budget then denies the next call."""
+    policy = Policy(Limits(session_budget_usd=1.00, hitl_mode=HitlMode.ON_DENY))
+    async with policy_rig(dev_server, tmp_path, policy) as r:
+        session_id = f"s-{uuid.uuid4().hex[:6]}"
+        _, outcomes = await session(
+            r, [("llm", {"prompt": "draft", "cost_usd": 0.90})], session=session_id
+        )
+        assert codes(outcomes) == ["ok"]
+        request = {"prompt": "polish", "cost_usd": 0.15}
+        case = await r.client.start_workflow(
+            ApprovedCall.run,
+            {
+                "principal": "support-agent",
+                "activity": "llm",
+                "arg": request,
+                "session": session_id,
+            },
+            id=f"over-{uuid.uuid4().hex[:8]}",
+            task_queue=r.task_queue,
+        )
+        binding = call_binding("llm", input_digest((request,)), "support-agent")
+        review = r.client.get_workflow_handle(review_id("approval", binding))
+
+        async def open_() -> bool:
+            try:
+                return (await review.query("status"))["state"] == "open"
+            except Exception:
+                return False
+
+        await until(open_)
+        assert ran(case.id) == []
+        state = r.journal.policy.session(session_id)
+        assert state is not None and state.circuit is None
+        pending = r.journal.policy.approval(binding)
+        assert pending is not None and pending.code == "BUDGET_EXHAUSTED"
+        await review.signal("resolve", {"decision": "approve", "operator": "carol"})
+        assert await case.result() == {"ok": {"text": "ok"}}
+        assert ran(case.id) == ["polish"]
+        state = r.journal.policy.session(session_id)
+        assert state is not None and state.spent_usd == pytest.approx(1.05)
+        _, after = await session(
+            r, [("llm", {"prompt": "more", "cost_usd": 0.01})], session=session_id
+        )
+        assert codes(after) == ["InterlockDenied:BUDGET_EXHAUSTED"]
 
 
 async def test_the_budget_is_settled_once_with_the_reported_cost(

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import sqlite3
 import subprocess
 import sys
 import textwrap
@@ -20,11 +21,12 @@ from pydantic import BaseModel
 
 from interlock_temporal import gated
 from interlock_temporal._gated import spec_of
-from interlock_temporal.core.errors import Denied, InvalidCall, NeedsApproval
+from interlock_temporal.core.errors import Denied, InvalidCall, JournalUnavailable, NeedsApproval
 from interlock_temporal.core.journal import Journal, open_journal, policy_chain
 from interlock_temporal.core.models import Kind
 from interlock_temporal.core.policy import (
     CallEvent,
+    Decision,
     Limits,
     Policy,
     PolicyGuard,
@@ -33,6 +35,8 @@ from interlock_temporal.core.policy import (
     Verdict,
     call_binding,
     deny_when,
+    dump_session,
+    enforce,
     input_digest,
     modify,
 )
@@ -40,6 +44,7 @@ from interlock_temporal.core.protocol import Done, Gate, Ticket
 from interlock_temporal.core.receipts import fold, receipt_of
 from interlock_temporal.testing import PostgresServer
 
+from .refund_story import Store, store  # noqa: F401 (a fixture)
 from .test_protocol import KEY, NOTE, MemTarget, make_call, payload
 
 
@@ -99,6 +104,132 @@ def test_a_replayed_delivery_is_denied_and_journaled(journal: Journal) -> None:
     (entry,) = journal.read(policy_chain("wf-1"))
     assert entry.kind is Kind.POLICY and entry.data["code"] == "REPLAY"
     assert entry.data["tripped"] is False
+
+
+def test_a_replay_is_denied_for_the_whole_session(journal: Journal) -> None:
+    """SP/1.0 layer 2 and P9: a session remembers every delivery it allowed, not only its
+    recent ones, and a replay trips nothing (a delivery is Temporal's, not the agent's)."""
+    guard = PolicyGuard(Policy(Limits(max_total_calls=100)), journal.policy)
+    for i in range(40):
+        event, scopes = search(f"q{i}", execution=f"run/{i}")
+        assert guard.check(event, scopes, delivery=f"run/{i}/1").verdict is Verdict.ALLOW
+    first, scopes = search("q0", execution="run/0")
+    replay = guard.check(first, scopes, delivery="run/0/1")
+    assert (replay.verdict, replay.code) == (Verdict.DENY, Reason.REPLAY)
+    state = journal.policy.session("wf-1")
+    assert state is not None and state.circuit is None and state.total == 40
+    # another session has nonces of its own
+    other, other_scopes = search("q0", session="wf-2", execution="run/0")
+    assert guard.check(other, other_scopes, delivery="run/0/1").verdict is Verdict.ALLOW
+    # the session's document does not grow with the deliveries it has seen
+    assert "run/" not in dump_session(state).decode()
+    # nor does a person's reset of the circuit forget them
+    capped = PolicyGuard(Policy(Limits(max_total_calls=40)), journal.policy)
+    event, scopes = search("q40", execution="run/40")
+    assert capped.check(event, scopes, delivery="run/40/1").code == Reason.GLOBAL_LIMIT
+    assert journal.policy.reset("wf-1", operator="carol") is True
+    assert guard.check(first, Scopes.of(first, "run/0"), delivery="run/0/1").code == "REPLAY"
+
+
+def test_a_random_denial_reads_as_a_real_one_to_the_agent_but_not_to_operators(
+    journal: Journal,
+) -> None:
+    """SP/1.0 section 3.7: the agent cannot tell a random denial from a cost over the budget;
+    the journal's note tells the operator which it was."""
+    limits = Limits(session_budget_usd=1.0, probabilistic_deny=True)
+    guard = PolicyGuard(Policy(limits), journal.policy, rng=lambda: 0.0)
+
+    def llm(session: str, n: int, cost: float) -> Decision:
+        event = CallEvent("llm", ({"n": n, "cost_usd": cost},), principal="bot", session=session)
+        return guard.check(event, Scopes.of(event, f"{session}/{n}"), delivery=f"{session}/{n}/1")
+
+    seen = []
+    # a tenth of the budget left: the small call is denied at random, the large one for real
+    for session, cost in (("random", 0.01), ("real", 0.5)):
+        assert llm(session, 1, 0.9).verdict is Verdict.ALLOW
+        with pytest.raises(Denied) as denied:
+            enforce(llm(session, 2, cost), session=session, binding="")
+        seen.append((denied.value.code, str(denied.value), denied.value.circuit_open))
+    assert seen[0] == seen[1]
+    notes = {e.data["session"]: e.data for e in journal.policy.events()}
+    assert (notes["random"]["probabilistic"], notes["real"]["probabilistic"]) == (True, False)
+
+
+def test_a_check_the_store_cannot_record_fails_closed(tmp_path: Path) -> None:
+    """SP/1.0's fail-closed principle: when the shared state cannot be read and written, the
+    check raises (the activity's body never runs) and nothing is counted."""
+    db = tmp_path / "journal.db"
+    with open_journal(f"sqlite:///{db}?busy_timeout=0.2", signing_key=KEY) as j:
+        guard = PolicyGuard(Policy(Limits(max_total_calls=5)), j.policy)
+        event, scopes = search("q")
+        locker = sqlite3.connect(db, isolation_level=None)
+        locker.execute("BEGIN EXCLUSIVE")
+        try:
+            with pytest.raises(JournalUnavailable):
+                guard.check(event, scopes, delivery="run/1/1")
+        finally:
+            locker.execute("ROLLBACK")
+            locker.close()
+        assert j.policy.session("wf-1") is None
+        assert guard.check(event, scopes, delivery="run/1/1").verdict is Verdict.ALLOW
+
+
+def test_only_a_call_that_runs_records_its_delivery(journal: Journal) -> None:
+    """SP/1.0 section 5: only an ALLOW records the nonce. A delivery that was escalated, or
+    denied, and is checked again after a person acted, is not a replay."""
+    guard, _ = ask_and_grant(journal, hitl(), 6000)
+    asked = [e.data for e in journal.policy.events() if e.data["event"] == "escalate"]
+    (delivery,) = [e["delivery"] for e in asked]
+    event, scopes = wire_call(6000, execution=delivery.rsplit("/", 1)[0])
+    again = guard.check(event, scopes, delivery=delivery)
+    assert (again.verdict, again.code) == (Verdict.ALLOW, "APPROVED")
+    assert guard.check(event, scopes, delivery=delivery).code == Reason.REPLAY
+
+    capped = PolicyGuard(Policy(Limits(max_total_calls=1)), journal.policy)
+    for i in (1, 2):
+        event, scopes = search(f"q{i}", session="capped", execution=f"run/c{i}")
+        capped.check(event, scopes, delivery=f"run/c{i}/1")
+    assert journal.policy.reset("capped", operator="carol") is True
+    again = capped.check(event, scopes, delivery="run/c2/1")
+    assert (again.verdict, again.code) == (Verdict.ALLOW, "")
+
+
+def test_a_store_of_the_previous_schema_keeps_its_sessions_and_their_deliveries(
+    store: Store,  # noqa: F811 (the fixture)
+) -> None:
+    """A session's document of schema 4 (with its recent ``deliveries``) still loads, and the
+    migration moves those deliveries into the store's table, so their replays stay denied."""
+    with open_journal(store.url, signing_key=KEY) as j:
+        guard = PolicyGuard(Policy(Limits(max_repeat_calls=5)), j.policy)
+        event, scopes = search("q", execution="run/old")
+        assert guard.check(event, scopes, delivery="run/old/1").verdict is Verdict.ALLOW
+    old_doc = json.dumps(
+        {
+            "circuit": None,
+            "last_call": "search\x00digest",
+            "streak": 2,
+            "total": 7,
+            "spent_usd": 0.5,
+            "windows": {"search": [1.0, 2.0]},
+            "deliveries": ["run/a/1", "run/b/2"],
+        }
+    )
+    store.sql("DROP TABLE policy_nonces")
+    store.sql("UPDATE policy_sessions SET doc = ? WHERE session = ?", old_doc, "wf-1")
+    store.sql("UPDATE meta SET value = '4' WHERE key = 'schema_version'")
+    with open_journal(store.url, signing_key=KEY) as j:
+        assert j.schema_version() == 5
+        state = j.policy.session("wf-1")
+        assert state is not None
+        assert (state.total, state.streak, state.spent_usd) == (7, 2, 0.5)
+        assert state.windows == {"search": (1.0, 2.0)}
+        guard = PolicyGuard(Policy(Limits(max_repeat_calls=5)), j.policy)
+        for delivery in ("run/a/1", "run/b/2"):
+            event, scopes = search("q", execution=delivery.rsplit("/", 1)[0])
+            assert guard.check(event, scopes, delivery=delivery).code == Reason.REPLAY
+        event, scopes = search("q", execution="run/c")
+        assert guard.check(event, scopes, delivery="run/c/1").verdict is Verdict.ALLOW
+        assert j.verify().ok
 
 
 def test_denials_trip_the_circuit_and_only_a_journaled_reset_closes_it(journal: Journal) -> None:

@@ -658,6 +658,28 @@ async def test_tier_one_resends_until_window_less_settle_time_less_margin(
         assert err.value.receipt.code == "unknowable"
 
 
+async def test_the_window_is_judged_again_as_the_resend_is_recorded(
+    journal: Journal, lease: str
+) -> None:
+    """Inside the window when the recovery decides, past it (less margin) by the time its
+    dispatch is recorded: the resend relies on the window no more. The model check found the
+    window judged once, before the dispatch transaction."""
+    target = MemTarget(tier=1)
+    del target.query  # dedupe only: past the window nobody can know
+    call = make_call(lease)
+    await died_before_send(Gate(journal), call, target)
+
+    def the_clock_moves(point: str, eid: str) -> None:
+        if point == "before_recovery_tx":
+            target.offset = (WINDOW - timedelta(minutes=2)).total_seconds()
+
+    with pytest.raises(Ambiguous) as err:
+        await Gate(journal, clock=target.clock, on_point=the_clock_moves).begin(call, target)
+    assert err.value.receipt.code == "unknowable"
+    dispatched = [e for e in journal.read(eid_of(call)) if e.kind is Kind.DISPATCHED]
+    assert [e.data["via"] for e in dispatched] == ["dispatch"]
+
+
 def test_a_window_too_short_for_settle_time_and_margin_is_refused_when_gated() -> None:
     from interlock_temporal import gated
     from interlock_temporal.core.targets import TargetDeclarationError

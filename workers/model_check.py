@@ -6,41 +6,110 @@ The attempts are the real ``Gate`` (one per attempt, each with its own journal c
 claims, as two worker processes have), run in threads that pause at every step: each of the
 gate's named points (the journal-write boundaries) and every call into the target. A scheduler
 lets exactly one attempt move to its next pause, kills a paused attempt (it unwinds there,
-recording nothing more, its claim released, as a SIGKILL leaves it), or applies the world event
-(the lease revoked, or the order made ineligible). A state is what both attempts have done and
-where each stands, the journal's record of the effect, what the target holds, and whether the
-event happened; each is reached by replaying its choices from scratch on fresh stores, and a
-state seen before is not expanded again.
+recording nothing more, its claim released, as a SIGKILL leaves it), or applies the world event.
+An attempt paused at ``send`` is a request still on its way: the other attempt, or the event,
+can go first, and its response arrives late. A state is what both attempts have done and where
+each stands, the journal's record of the effect, what the target holds, the world's clock, and
+the event; each is reached by replaying its choices from scratch on fresh stores, and a state
+seen before is not expanded again.
 
-    python -m workers.model_check [--tiers 1,2,3]
+The first attempt is the owning workflow's. The second, by ``variant``: its retry (``retry``),
+its retry on the last attempt Temporal will make (``last``), the same effect submitted by
+another workflow (``other``), or the agent re-deciding another amount (``redecide``). The world
+events: the lease revoked, or past its expiry; the order made ineligible, or refunded by hand;
+the clock moved to just short of the dedupe window's end (past its end less settle time and
+margin); another effect taking the lease's budget; the journal edited by its operator; the
+owning workflow cancelled (its attempts stop where they stand, and the reconciler may run).
+
+    python -m workers.model_check [--tiers 1,2,3] [--variants retry,other,...]
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import hashlib
+import json
 import shutil
+import sqlite3
 import sys
 import tempfile
 import threading
 import time
 from collections import deque
 from collections.abc import Sequence
+from contextlib import closing, suppress
 from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
-from interlock_temporal.core.errors import GateOutcome
+import rfc8785
+
+from interlock_temporal.core.errors import GateOutcome, JournalCorrupt
 from interlock_temporal.core.journal import Journal, open_journal
 from interlock_temporal.core.models import Change, Found, Kind
 from interlock_temporal.core.protocol import Call, Delivery, Gate, Measure, Ticket
 from interlock_temporal.core.receipts import fold, receipt_of
 
+from . import invariants
+
 KEY = "4d" * 32
-EVENTS = ("revoke_lease", "ineligible")
+OWNER = "wf"
+#: the events a tier's check draws from (near the window's end matters only with a window)
+ALL_EVENTS = (
+    "revoke_lease",
+    "expire_lease",
+    "ineligible",
+    "manual_refund",
+    "near_window_end",
+    "budget_taken",
+    "tamper",
+    "owner_cancelled",
+)
+VARIANTS = ("retry", "last", "other", "redecide")
+AMOUNT = 20
+#: the lease's budget: this effect fits, it and another do not
+BUDGET = 30
+#: the lease lives past the dedupe window, so the window's end is not also the lease's
+LEASE_TTL = timedelta(hours=30)
 #: the shared memory where each state's stores live (fsync is free there)
 SHM = Path("/dev/shm") if Path("/dev/shm").is_dir() else Path(tempfile.gettempdir())
+
+
+#: the pauses an attempt reaches only after it has read the effect's journal
+_READ_THE_JOURNAL = frozenset(
+    {"query", "capture", "before_dispatch_tx", "before_recovery_tx", "after_dispatch_tx", "send"}
+)
+_TEMPLATE: list[Path] = []
+
+
+def _template() -> Path:
+    """An empty journal, migrated: each replay starts from a copy instead of migrating."""
+    if not _TEMPLATE:
+        where = Path(tempfile.mkdtemp(prefix="interlock-mc-template-", dir=SHM)) / "j.db"
+        open_journal(f"sqlite:///{where}", signing_key=KEY).close()
+        _TEMPLATE.append(where)
+    return _TEMPLATE[0]
+
+
+def events_for(tier: int) -> tuple[str, ...]:
+    return tuple(e for e in ALL_EVENTS if e != "near_window_end" or tier == 1)
+
+
+def scope(tier: int, variant: str) -> tuple[str, ...]:
+    """The events a (tier, second attempt) check explores, within ``make faults``' five
+    minutes: all of the tier's for the owner's own retry; for its last attempt, the lease or
+    the facts gone and the owner cancelled; for another workflow's submission, the owner
+    cancelled or the facts gone; for a re-decided amount, whose conflict is caught before
+    anything else, one."""
+    if variant == "retry":
+        return events_for(tier)
+    if variant == "last":
+        return ("revoke_lease", "ineligible", "owner_cancelled")
+    if variant == "other":
+        return ("owner_cancelled", "ineligible")
+    return ("revoke_lease",)
 
 
 class Killed(BaseException):
@@ -48,7 +117,8 @@ class Killed(BaseException):
 
 
 class Target:
-    """In memory, at a tier: the effect lands at most as often as it is sent."""
+    """In memory, at a tier: the effect lands at most as often as it is sent. Its clock is the
+    world's (``offset`` seconds ahead of real time)."""
 
     name = "model"
     settle_time = timedelta(0)
@@ -57,19 +127,33 @@ class Target:
         self.tier = tier
         self.dedupe_window = timedelta(hours=24) if tier == 1 else None
         self.landed: dict[str, int] = {}
+        self.first_seen: dict[str, float] = {}
         self.eligible = True
+        self.refunded_by_hand = 0
+        self.offset = 0.0
+        self.sends_after_tamper = 0
+        self.tampered = False
+        #: the attempts whose send was decided (their dispatch recorded) before the edit
+        self.sent_before_tamper: set[str] = set()
         self._pause = pause
+        self._who: Any = lambda: None
         if tier <= 2:
             self.query = self._query
 
+    def clock(self) -> float:
+        return time.time() + self.offset
+
     def capture(self, args: Any, effect_id: str) -> dict[str, Any]:
         self._pause("capture")
-        return {"eligible": self.eligible}
+        return {"eligible": self.eligible, "refunded_by_hand": self.refunded_by_hand}
 
     def validate(self, recorded: Any, current: Any, payload: Any) -> list[Change]:
+        changes = []
         if not current.get("eligible"):
-            return [Change(fact="eligible", recorded=True, current=False)]
-        return []
+            changes.append(Change(fact="eligible", recorded=True, current=False))
+        if current.get("refunded_by_hand") != recorded.get("refunded_by_hand", 0):
+            changes.append(Change(fact="refunded_by_hand"))
+        return changes
 
     def _query(self, effect_id: str) -> Found | None:
         self._pause("query")
@@ -77,7 +161,12 @@ class Target:
 
     def send(self, effect_id: str) -> dict[str, Any]:
         self._pause("send")
-        if self.tier == 1 and self.landed.get(effect_id):
+        if self.tampered and self._who() not in self.sent_before_tamper:
+            self.sends_after_tamper += 1
+        now = self.clock()
+        seen = self.first_seen.setdefault(effect_id, now)
+        window = self.dedupe_window
+        if window and self.landed.get(effect_id) and now < seen + window.total_seconds():
             return {"ok": True}  # deduplicated by key
         self.landed[effect_id] = self.landed.get(effect_id, 0) + 1
         return {"ok": True}
@@ -88,9 +177,14 @@ class Runner:
     """One attempt in a thread, pausing at every step until the scheduler lets it go on."""
 
     name: str
+    workflow_id: str = OWNER
     go: threading.Event = field(default_factory=threading.Event)
     paused: threading.Event = field(default_factory=threading.Event)
     at: str = "start"
+    #: every pause so far: where an attempt stands is its path through the code, not only its
+    #: last pause (one pause name can be reached on two paths, e.g. ``capture`` on a first
+    #: dispatch and on a recovery)
+    trace: tuple[str, ...] = ()
     kill: bool = False
     done: bool = False
     outcome: str = ""
@@ -98,6 +192,7 @@ class Runner:
 
     def pause(self, where: str) -> None:
         self.at = where
+        self.trace = (*self.trace, where)
         self.paused.set()
         self.go.wait()
         self.go.clear()
@@ -113,19 +208,57 @@ class Runner:
             raise RuntimeError(f"attempt {self.name} did not pause or end")
 
 
+def _payload(amount: int = AMOUNT, order: str = "o-1") -> dict[str, Any]:
+    return {"order": order, "amount": amount}
+
+
+def _call(
+    lease: str, amount: int, workflow_id: str, attempt: int, last: bool, order: str = "o-1"
+) -> Call:
+    p = _payload(amount, order)
+    return Call(
+        effect_type="refund",
+        activity="refund",
+        input=p,
+        args=(p,),
+        key={"order": order},
+        principal="bot",
+        lease_id=lease,
+        measure=lambda args: Measure(args[0]["amount"]),
+        delivery=Delivery(workflow_id=workflow_id, activity_id="1", attempt=attempt),
+        last_attempt=last,
+    )
+
+
 class World:
     """The stores and the two attempts of one replay."""
 
-    def __init__(self, tier: int, directory: Path) -> None:
+    def __init__(self, tier: int, variant: str, events: Sequence[str], directory: Path) -> None:
         self.directory = directory
+        self.variant = variant
+        self.events = tuple(events)
         self.journals: list[Journal] = []
+        shutil.copyfile(_template(), directory / "j.db")  # created and migrated once
         setup = open_journal(f"sqlite:///{directory / 'j.db'}", signing_key=KEY)
         self.journals.append(setup)
-        self.lease = setup.leases.issue("bot", activities=["refund"], max_amount_cents=5_000)
-        self.current: Runner | None = None
+        self.lease = setup.leases.issue(
+            "bot",
+            activities=["refund"],
+            max_amount_cents=50,
+            budget_cents=BUDGET,
+            ttl=LEASE_TTL,
+        )
         self.target = Target(tier, self._pause)
-        self.runners = [Runner("A"), Runner("B")]
+        self.target._who = lambda: getattr(getattr(self._local, "runner", None), "name", None)
+        self.runners = [
+            Runner("A"),
+            Runner("B", workflow_id="wf-other" if variant == "other" else OWNER),
+        ]
         self.event: str | None = None
+        self.event_at: tuple[int, ...] = ()
+        self.offsets: list[tuple[float, float]] = [(0.0, 0.0)]
+        self.cancelled_at: float | None = None
+        self.reconciled = False
         for runner in self.runners:
             runner.thread = threading.Thread(target=self._attempt, args=(runner,), daemon=True)
             runner.thread.start()
@@ -142,17 +275,16 @@ class World:
         self._local.runner = runner
         journal = open_journal(f"sqlite:///{self.directory / 'j.db'}", signing_key=KEY)
         self.journals.append(journal)
-        gate = Gate(journal, on_point=lambda point, eid: runner.pause(point))
-        call = Call(
-            effect_type="refund",
-            activity="refund",
-            input={"order": "o-1", "amount": 20},
-            args=({"order": "o-1", "amount": 20},),
-            key={"order": "o-1"},
-            principal="bot",
-            lease_id=self.lease,
-            measure=lambda args: Measure(20),
-            delivery=Delivery(workflow_id="wf", activity_id=runner.name, attempt=1),
+        gate = Gate(
+            journal, on_point=lambda point, eid: runner.pause(point), clock=self.target.clock
+        )
+        second = runner.name == "B"
+        call = _call(
+            self.lease,
+            AMOUNT + 10 if second and self.variant == "redecide" else AMOUNT,
+            runner.workflow_id,
+            attempt=2 if second and self.variant in ("retry", "last") else 1,
+            last=second and self.variant == "last",
         )
 
         async def send(ticket: Ticket) -> dict[str, Any]:
@@ -166,6 +298,8 @@ class World:
             runner.outcome = f"died at {k}"
         except GateOutcome as g:
             runner.outcome = type(g).__name__
+        except JournalCorrupt:
+            runner.outcome = "JournalCorrupt"
         except Exception as err:  # an attempt that fails otherwise is a finding
             runner.outcome = f"ERROR {type(err).__name__}: {err}"
         runner.done = True
@@ -178,43 +312,142 @@ class World:
             if not r.done:
                 out += [f"step {i}", f"kill {i}"]
         if self.event is None:
-            out += [f"event {e}" for e in EVENTS]
+            out += [f"event {e}" for e in self.events]
+        if self.cancelled_at is not None and not self.reconciled:
+            out.append("reconcile")
         return out
 
     def apply(self, choice: str) -> None:
+        if choice == "reconcile":
+            self._reconcile()
+            return
         verb, arg = choice.split(" ", 1)
         if verb == "event":
             self.event = arg
-            if arg == "revoke_lease":
-                self.journals[0].leases.revoke(self.lease)
-            else:
-                self.target.eligible = False
+            # where each attempt stood when it happened: what each has read of the world
+            self.event_at = tuple(len(r.trace) for r in self.runners)
+            self._happen(arg)
             return
         runner = self.runners[int(arg)]
         if verb == "kill":
             runner.kill = True
         runner.step()
 
-    def effect_id(self) -> str:
-        return Gate.identify(
-            Call(
-                effect_type="refund",
-                activity="refund",
-                input={"order": "o-1", "amount": 20},
-                args=({"order": "o-1", "amount": 20},),
-                key={"order": "o-1"},
+    def _happen(self, event: str) -> None:
+        if event == "revoke_lease":
+            self.journals[0].leases.revoke(self.lease)
+        elif event == "expire_lease":
+            self._advance(LEASE_TTL + timedelta(hours=1))
+        elif event == "ineligible":
+            self.target.eligible = False
+        elif event == "manual_refund":
+            self.target.refunded_by_hand += AMOUNT
+        elif event == "near_window_end":
+            self._advance(timedelta(hours=24) - timedelta(minutes=2))
+        elif event == "budget_taken":
+            self._another_effect()
+        elif event == "tamper":
+            self._tamper()
+        elif event == "owner_cancelled":
+            self.cancelled_at = time.time()
+            for r in self.runners:  # the cancellation reaches the owner's attempts
+                if r.workflow_id == OWNER and not r.done:
+                    r.kill = True
+                    r.step()
+
+    def _advance(self, by: timedelta) -> None:
+        self.target.offset += by.total_seconds()
+        self.offsets.append((time.time(), self.target.offset))
+
+    def offset_at(self, ts: float) -> float:
+        return max((o for at, o in self.offsets if at <= ts), default=0.0)
+
+    def _another_effect(self) -> None:
+        """Another effect under the same lease, run to its end at once."""
+
+        async def send(ticket: Ticket) -> dict[str, Any]:
+            return {"ok": True}
+
+        gate = Gate(self.journals[0], clock=self.target.clock)
+        other = _call(self.lease, AMOUNT, "wf-budget", 1, False, "o-2")
+        with suppress(GateOutcome):
+            asyncio.run(gate.run(other, self.target, send))
+
+    def _tamper(self) -> None:
+        """The operator raises the approved amount stored beside the dispatch, and the digest
+        the AUTHORIZED entry signed, to match."""
+        eid = self.effect_id()
+        with closing(sqlite3.connect(self.directory / "j.db")) as db, db:
+            rows = db.execute(
+                "SELECT seq, kind, body, vals FROM entries WHERE effect_id = ? ORDER BY seq", (eid,)
+            ).fetchall()
+            dispatched = [(q, v) for q, k, _, v in rows if k == "DISPATCHED" and v]
+            authorized = [(q, b) for q, k, b, _ in rows if k == "AUTHORIZED"]
+            if not dispatched or not authorized:
+                return
+            edited = json.loads(dispatched[0][1])
+            edited["approved"][0]["amount"] = AMOUNT + 5
+            db.execute(
+                "UPDATE entries SET vals = ? WHERE seq = ?",
+                (rfc8785.dumps(edited).decode(), dispatched[0][0]),
             )
-        )[0]
+            # an attempt past its first step read the journal before the edit: what it
+            # sends was decided on verified entries
+            self.target.sent_before_tamper = {
+                r.name for r in self.runners if set(r.trace) & _READ_THE_JOURNAL
+            }
+            doc = json.loads(authorized[0][1])
+            doc["data"]["approved_digest"] = hashlib.sha256(
+                rfc8785.dumps(edited["approved"])
+            ).hexdigest()
+            db.execute(
+                "UPDATE entries SET body = ? WHERE seq = ?", (rfc8785.dumps(doc), authorized[0][0])
+            )
+        self.target.tampered = True
+
+    def _reconcile(self) -> None:
+        """The reconciler, once the owner is cancelled: settle without a send, in one step."""
+        self.reconciled = True
+        eid = self.effect_id()
+        if self.target.tampered or not self.journals[0].read(eid):
+            return
+        gate = Gate(self.journals[0], clock=self.target.clock)
+        try:
+            asyncio.run(gate.settle(eid, self.target, owner_ended="cancelled"))
+        except GateOutcome:
+            self.reconciled = False  # a live attempt held it: the next run tries again
+
+    def effect_id(self) -> str:
+        return Gate.identify(_call(self.lease, AMOUNT, OWNER, 1, False))[0]
+
+    def _entries(self) -> list[Any] | None:
+        """The effect's entries; None once the journal was edited (they cannot be trusted)."""
+        if self.target.tampered:
+            return None
+        return self.journals[0].read(self.effect_id())
 
     def state(self) -> tuple[Any, ...]:
-        eid = self.effect_id()
-        entries = self.journals[0].read(eid)
-        record = tuple((e.kind.value, e.data.get("via"), e.data.get("code")) for e in entries)
+        entries = self._entries()
+        record = (
+            ("edited",)
+            if entries is None
+            else tuple(
+                (
+                    e.kind.value,
+                    e.data.get("via"),
+                    e.data.get("code"),
+                    str(e.data.get("premises_now")),
+                )
+                for e in entries
+            )
+        )
         return (
             record,
-            self.target.landed.get(eid, 0),
-            tuple((r.at, r.done, r.outcome) for r in self.runners),
+            self.target.landed.get(self.effect_id(), 0),
+            tuple((r.trace, r.done, r.outcome) for r in self.runners),
             self.event,
+            self.event_at,
+            self.reconciled,
         )
 
     def check(self) -> list[str]:
@@ -224,10 +457,21 @@ class World:
         landed = self.target.landed.get(eid, 0)
         if landed > 1:
             problems.append(f"the effect landed {landed} times")
-        entries = self.journals[0].read(eid)
+        if self.variant == "redecide" and all(r.outcome == "returned" for r in self.runners):
+            problems.append("two different payloads were both accepted under one effect id")
         for r in self.runners:
             if r.outcome.startswith("ERROR"):
                 problems.append(f"attempt {r.name}: {r.outcome}")
+            if r.outcome == "JournalCorrupt" and not self.target.tampered:
+                problems.append(f"attempt {r.name}: JournalCorrupt on an unedited journal")
+        lease = self.journals[0].leases.get(self.lease)
+        assert lease is not None
+        problems += invariants.budget_problems(lease)
+        if self.target.tampered:
+            if self.target.sends_after_tamper:
+                problems.append("the target was sent to after the journal was edited")
+            return problems
+        entries = self.journals[0].read(eid)
         if entries:
             view = fold(eid, entries)
             shown = receipt_of(view)
@@ -237,8 +481,29 @@ class World:
                 problems.append("REFUSED but the effect landed")
             if view.status is Kind.REFUSED and shown.executed is not False:
                 problems.append("REFUSED with executed not false")
-            if view.status is Kind.AMBIGUOUS and self.target.tier != 3:
-                problems.append(f"AMBIGUOUS at tier {self.target.tier}")
+            if (
+                view.status is Kind.AMBIGUOUS
+                and self.target.tier != 3
+                and view.code not in ("in_flight", "not_owner")
+            ):
+                problems.append(f"AMBIGUOUS at tier {self.target.tier} ({view.code})")
+            if any(r.outcome == "returned" for r in self.runners) and view.status not in (
+                Kind.COMMITTED,
+                Kind.RESOLVED,
+            ):
+                problems.append(
+                    f"an attempt returned its result, and the journal says {view.status}"
+                )
+            if (
+                self.reconciled
+                and view.status is Kind.DISPATCHED
+                and view.owner == OWNER
+                and all(r.done for r in self.runners)
+            ):
+                problems.append("left DISPATCHED after the reconciler ran")
+            world = invariants.World(lease, self.offset_at, self.cancelled_at, OWNER)
+            payload = self.journals[0].blob(eid, "approved")[0]
+            problems += invariants.dispatch_problems(entries, world, self.target, payload)
         elif landed:
             problems.append("the effect landed with nothing in the journal")
         if all(r.done for r in self.runners):
@@ -266,16 +531,28 @@ class Result:
     seconds: float
     violations: list[tuple[Sequence[str], list[str]]]
     finals: dict[str, int]
+    variant: str = "retry"
 
 
-def replay(tier: int, choices: Sequence[str]) -> World:
-    world = World(tier, Path(tempfile.mkdtemp(prefix="interlock-mc-", dir=SHM)))
+def replay(tier: int, variant: str, events: Sequence[str], choices: Sequence[str]) -> World:
+    world = World(tier, variant, events, Path(tempfile.mkdtemp(prefix="interlock-mc-", dir=SHM)))
     for choice in choices:
         world.apply(choice)
     return world
 
 
-def explore(tier: int, limit: int = 200_000) -> Result:
+def explore(
+    tier: int,
+    variant: str = "retry",
+    events: Sequence[str] | None = None,
+    *,
+    limit: int = 200_000,
+    stop_at_first: bool = False,
+) -> Result:
+    """Every state two attempts (the owner's, and the second ``variant``) and one of
+    ``events`` (default: every event of the tier) reach; ``stop_at_first`` ends at the first
+    violation (for a planted bug)."""
+    events = scope(tier, variant) if events is None else tuple(events)
     started = time.monotonic()
     seen: set[tuple[Any, ...]] = set()
     frontier: deque[tuple[str, ...]] = deque([()])
@@ -284,7 +561,7 @@ def explore(tier: int, limit: int = 200_000) -> Result:
     finals: dict[str, int] = {}
     while frontier and len(seen) < limit:
         path = frontier.popleft()
-        world = replay(tier, path)
+        world = replay(tier, variant, events, path)
         try:
             state = world.state()
             if state in seen:
@@ -293,11 +570,17 @@ def explore(tier: int, limit: int = 200_000) -> Result:
             problems = world.check()
             if problems:
                 violations.append((path, problems))
+                if stop_at_first:
+                    break
             options = world.choices()
             if not any(c.startswith(("step", "kill")) for c in options):
                 terminal += 1
                 record = state[0]
-                final = record[-1][0] if record else "nothing recorded"
+                final = (
+                    record[-1][0]
+                    if record and record != ("edited",)
+                    else ("edited" if record == ("edited",) else "nothing recorded")
+                )
                 finals[final] = finals.get(final, 0) + 1
             for choice in options:
                 transitions += 1
@@ -312,6 +595,31 @@ def explore(tier: int, limit: int = 200_000) -> Result:
         seconds=time.monotonic() - started,
         violations=violations,
         finals=finals,
+        variant=variant,
+    )
+
+
+def _explore(job: tuple[int, str]) -> Result:
+    return explore(*job)
+
+
+def explore_all(
+    tiers: Sequence[int], variants: Sequence[str] = VARIANTS, jobs: int = 2
+) -> list[Result]:
+    """Every (tier, second attempt) check in its scope, ``jobs`` processes at a time (each
+    check is independent; the machines have two cores)."""
+    from concurrent.futures import ProcessPoolExecutor
+
+    work = [(t, v) for t in tiers for v in variants]
+    with ProcessPoolExecutor(max_workers=jobs) as pool:
+        return list(pool.map(_explore, work))
+
+
+def describe(r: Result) -> str:
+    finals = ", ".join(f"{k} {v}" for k, v in sorted(r.finals.items()))
+    return (
+        f"tier {r.tier}, {r.variant}: {r.states} states, {r.transitions} transitions, "
+        f"{r.terminal} end states ({finals}), {len(r.violations)} violations, {r.seconds:.1f} s"
     )
 
 
@@ -322,18 +630,22 @@ def main(argv: list[str] | None = None) -> int:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("--tiers", default="1,2,3")
+    p.add_argument("--variants", default=",".join(VARIANTS))
+    p.add_argument("--jobs", type=int, default=2)
     args = p.parse_args(argv)
-    bad = 0
-    for tier in (int(t) for t in args.tiers.split(",")):
-        r = explore(tier)
-        bad += len(r.violations)
-        print(
-            f"tier {tier}: {r.states} states, {r.transitions} transitions, {r.terminal} end "
-            f"states ({', '.join(f'{k} {v}' for k, v in sorted(r.finals.items()))}), "
-            f"{len(r.violations)} violations, {r.seconds:.1f} s"
-        )
+    started = time.monotonic()
+    results = explore_all(
+        [int(t) for t in args.tiers.split(",")], args.variants.split(","), args.jobs
+    )
+    for r in results:
+        print(describe(r))
         for path, problems in r.violations[:5]:
             print(f"  VIOLATION {problems} after {list(path)}")
+    bad = sum(len(r.violations) for r in results)
+    print(
+        f"model check: {sum(r.states for r in results):,} states, {bad} violations, "
+        f"{time.monotonic() - started:.0f} s"
+    )
     return 1 if bad else 0
 
 

@@ -22,7 +22,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 from interlock_temporal.core.identity import effect_id
 from interlock_temporal.core.journal import Journal, open_journal
@@ -45,6 +45,8 @@ REDECIDED_CENTS = 3_000
 LEASE_MAX_CENTS = 5_000
 OPERATOR = "carol"
 
+T = TypeVar("T")
+
 
 @dataclass(frozen=True)
 class Expect:
@@ -55,8 +57,54 @@ class Expect:
     records: int = 1
 
 
-def _same(e: Expect) -> dict[int, Expect]:
+def _same(e: T) -> dict[int, T]:
     return {1: e, 2: e, 3: e}
+
+
+#: what Temporal users do without the gate: retries with no idempotency key, and a key made of
+#: the workflow and activity ids (stable across one activity's retries, not across a re-run)
+BASELINES: tuple[Mode, ...] = ("naive", "activity_key")
+#: how a baseline workflow that had not ended when the runner stopped waiting is reported: it
+#: retries for ever (a refusal from the service is just another retryable error to it)
+RETRYING = "still retrying"
+
+#: the harms a baseline can show, each a departure from the row's unharmed money
+DOUBLE_REFUND = "double refund"
+REDECIDED_REFUND = "second refund after the re-decision"
+REVOKED_LEASE = "refund under a revoked lease"
+STALE_FACTS = "refund on stale facts"
+
+
+@dataclass(frozen=True)
+class Baseline:
+    """What one baseline cell (the row without the gate) must show: the money the payments
+    service holds, how the workflow ends, and the harm that money is. ``harm=None`` is a cell
+    clean by nature; ``why`` says why, either way."""
+
+    harm: str | None
+    why: str
+    refunded_cents: int = REFUND_CENTS
+    records: int = 1
+    ends: str = "REFUNDED"
+
+
+def _clean(why: str, **kw: Any) -> Baseline:
+    return Baseline(None, why, **kw)
+
+
+def _harm(harm: str, why: str, cents: int, records: int, **kw: Any) -> Baseline:
+    return Baseline(harm, why, refunded_cents=cents, records=records, **kw)
+
+
+def _both(
+    e: Baseline, activity_key: dict[int, Baseline] | None = None
+) -> dict[str, dict[int, Baseline]]:
+    """The naive baseline shows ``e`` at every tier; the activity-id key too, unless given."""
+    return {"naive": _same(e), "activity_key": activity_key or _same(e)}
+
+
+class WorkflowStillRunning(TimeoutError):
+    """The workflow had not ended when the runner stopped waiting for it."""
 
 
 @dataclass
@@ -211,8 +259,10 @@ async def lease_revoked(w: World) -> Observed:
 
 
 async def stale_premise(w: World) -> Observed:
-    # the order stops being eligible after the agent decided, before the gate dispatches
-    w.payments.arm("capture", "make_ineligible")
+    """The order stops being eligible after the agent decided, before the gate dispatches: at
+    the gate's capture of the premises. A baseline captures nothing: there it happens at the
+    same moment of the story, after the decision, as the send starts."""
+    w.payments.arm("capture" if w.mode == "gated" else "before_send", "make_ineligible")
     return Observed(await w.submit(w.case()))
 
 
@@ -282,13 +332,27 @@ class Scenario:
     expect: dict[int, Expect]
     script: Callable[[World], Awaitable[Observed]]
     crash: bool = False
+    #: what each baseline must show, by baseline and tier (rows 13 and 14 have none: they need
+    #: a review, which only the gate opens)
+    baselines: dict[str, dict[int, Baseline]] = field(default_factory=dict)
+    #: the money a run that does no harm leaves in the service (a gate's, or a clean baseline's):
+    #: a baseline holding more, or more refund records, shows harm
+    unharmed_cents: int = REFUND_CENTS
+    unharmed_records: int = 1
 
 
 COMMITTED_FIRST = Expect("COMMITTED", frozenset({"dispatch"}))
 SCENARIOS: dict[str, Scenario] = {
     s.name: s
     for s in [
-        Scenario(1, "happy_path", "none", _same(COMMITTED_FIRST), happy_path),
+        Scenario(
+            1,
+            "happy_path",
+            "none",
+            _same(COMMITTED_FIRST),
+            happy_path,
+            baselines=_both(_clean("no fault: one send, one refund")),
+        ),
         Scenario(
             2,
             "crash_before_send",
@@ -300,6 +364,9 @@ SCENARIOS: dict[str, Scenario] = {
             },
             crash_before_send,
             crash=True,
+            baselines=_both(
+                _clean("the worker died before the send: the retry's send is the only one")
+            ),
         ),
         Scenario(
             3,
@@ -312,6 +379,24 @@ SCENARIOS: dict[str, Scenario] = {
             },
             crash_before_ack,
             crash=True,
+            baselines=_both(
+                _harm(DOUBLE_REFUND, "the refund landed; the retry sends it again", 4_000, 2),
+                {
+                    1: _clean("the retry carries the same key, and the service dedupes it"),
+                    2: _harm(
+                        DOUBLE_REFUND,
+                        "the retry's key is the same; the service ignores it",
+                        4_000,
+                        2,
+                    ),
+                    3: _harm(
+                        DOUBLE_REFUND,
+                        "the retry's key is the same; the service ignores it",
+                        4_000,
+                        2,
+                    ),
+                },
+            ),
         ),
         Scenario(
             4,
@@ -319,6 +404,14 @@ SCENARIOS: dict[str, Scenario] = {
             "the same approved effect submitted twice",
             _same(COMMITTED_FIRST),
             duplicate_submit,
+            baselines=_both(
+                _harm(
+                    DOUBLE_REFUND,
+                    "a second workflow is a second send: nothing ties it to the first decision",
+                    4_000,
+                    2,
+                )
+            ),
         ),
         Scenario(
             5,
@@ -327,6 +420,34 @@ SCENARIOS: dict[str, Scenario] = {
             _same(Expect("REFUSED", code="conflicting_payload")),
             model_redecides,
             crash=True,
+            baselines=_both(
+                _harm(
+                    f"{DOUBLE_REFUND}, then a {REDECIDED_REFUND}",
+                    "row 3 refunds twice, then the $30 re-decision is sent as a new refund",
+                    7_000,
+                    3,
+                ),
+                {
+                    1: _harm(
+                        REDECIDED_REFUND,
+                        "row 3 dedupes; the $30 re-decision runs under a new workflow's key",
+                        5_000,
+                        2,
+                    ),
+                    2: _harm(
+                        f"{DOUBLE_REFUND}, then a {REDECIDED_REFUND}",
+                        "row 3 refunds twice, then the $30 re-decision is sent as a new refund",
+                        7_000,
+                        3,
+                    ),
+                    3: _harm(
+                        f"{DOUBLE_REFUND}, then a {REDECIDED_REFUND}",
+                        "row 3 refunds twice, then the $30 re-decision is sent as a new refund",
+                        7_000,
+                        3,
+                    ),
+                },
+            ),
         ),
         Scenario(
             6,
@@ -334,6 +455,11 @@ SCENARIOS: dict[str, Scenario] = {
             "lease revoked before dispatch",
             _same(Expect("REFUSED", code="lease", refunded_cents=0, records=0)),
             lease_revoked,
+            baselines=_both(
+                _harm(REVOKED_LEASE, "nothing reads the lease: the refund is sent", 2_000, 1)
+            ),
+            unharmed_cents=0,
+            unharmed_records=0,
         ),
         Scenario(
             7,
@@ -341,6 +467,17 @@ SCENARIOS: dict[str, Scenario] = {
             "the order stops being eligible before dispatch",
             _same(Expect("REFUSED", code="stale_premise", refunded_cents=0, records=0)),
             stale_premise,
+            baselines=_both(
+                _clean(
+                    "the service itself refuses a refund on an ineligible order, so no money "
+                    "moves; the workflow retries the refusal for ever",
+                    refunded_cents=0,
+                    records=0,
+                    ends=RETRYING,
+                )
+            ),
+            unharmed_cents=0,
+            unharmed_records=0,
         ),
         Scenario(
             8,
@@ -353,6 +490,15 @@ SCENARIOS: dict[str, Scenario] = {
             },
             refund_during_outage,
             crash=True,
+            baselines=_both(
+                _harm(
+                    STALE_FACTS,
+                    "the retry sends the $20 support already refunded by hand (no key had "
+                    "reached the service, so nothing dedupes it)",
+                    4_000,
+                    2,
+                )
+            ),
         ),
         Scenario(
             9,
@@ -365,6 +511,11 @@ SCENARIOS: dict[str, Scenario] = {
             },
             lease_revoked_during_outage,
             crash=True,
+            baselines=_both(
+                _harm(REVOKED_LEASE, "the retry sends with no lease to check", 2_000, 1)
+            ),
+            unharmed_cents=0,
+            unharmed_records=0,
         ),
         Scenario(
             10,
@@ -377,6 +528,29 @@ SCENARIOS: dict[str, Scenario] = {
             },
             key_expired,
             crash=True,
+            baselines=_both(
+                _harm(DOUBLE_REFUND, "the refund landed; the retry sends it again", 4_000, 2),
+                {
+                    1: _harm(
+                        DOUBLE_REFUND,
+                        "the retry's key is the same, but past the service's dedupe window",
+                        4_000,
+                        2,
+                    ),
+                    2: _harm(
+                        DOUBLE_REFUND,
+                        "the retry's key is the same; the service ignores it",
+                        4_000,
+                        2,
+                    ),
+                    3: _harm(
+                        DOUBLE_REFUND,
+                        "the retry's key is the same; the service ignores it",
+                        4_000,
+                        2,
+                    ),
+                },
+            ),
         ),
         Scenario(
             11,
@@ -384,6 +558,29 @@ SCENARIOS: dict[str, Scenario] = {
             "attempt 1 stalls past its timeout; attempt 2 on another worker",
             _same(COMMITTED_FIRST),
             in_flight_race,
+            baselines=_both(
+                _harm(
+                    DOUBLE_REFUND,
+                    "attempt 2 refunds while attempt 1 is stalled; attempt 1 then sends too",
+                    4_000,
+                    2,
+                ),
+                {
+                    1: _clean("both attempts carry the same key, and the service dedupes it"),
+                    2: _harm(
+                        DOUBLE_REFUND,
+                        "both attempts send the same key; the service ignores it",
+                        4_000,
+                        2,
+                    ),
+                    3: _harm(
+                        DOUBLE_REFUND,
+                        "both attempts send the same key; the service ignores it",
+                        4_000,
+                        2,
+                    ),
+                },
+            ),
         ),
         Scenario(
             12,
@@ -391,6 +588,16 @@ SCENARIOS: dict[str, Scenario] = {
             "8 workflows submit the same effect across 2 workers",
             _same(COMMITTED_FIRST),
             concurrent_submit,
+            baselines=_both(
+                _harm(
+                    DOUBLE_REFUND,
+                    "each workflow sends its own refund until the order's $100 is used up; "
+                    "the service refuses the other 3, which retry for ever",
+                    10_000,
+                    5,
+                    ends=RETRYING,
+                )
+            ),
         ),
         Scenario(
             13,
@@ -455,8 +662,8 @@ def judge(s: Scenario, tier: int, w: World, seen: Observed) -> dict[str, Any]:
         "extra": seen.extra,
     }
     if w.mode != "gated":
-        result["ok"] = None
-        return result
+        result["ended"] = seen.outcome.status
+        return judge_baseline(s, result)
     e = s.expect[tier]
     problems = []
     if result["final"] != e.final:
@@ -497,6 +704,76 @@ def judge(s: Scenario, tier: int, w: World, seen: Observed) -> dict[str, Any]:
     }
     result["problems"] = problems
     result["ok"] = not problems
+    return result
+
+
+def _money(cents: int | None, records: int | None) -> str:
+    return f"${(cents or 0) / 100:.0f} in {records or 0} refund record(s)"
+
+
+def judge_baseline(s: Scenario, result: dict[str, Any]) -> dict[str, Any]:
+    """Judge a baseline cell against what the row must show without the gate.
+
+    Harm is money the row's unharmed run would not leave. A cell that must show harm and comes
+    out clean proves nothing about the gate; a cell clean by nature that shows harm means the
+    fault or the baseline is not what the table says. Either fails, as do money or an ending
+    other than the ones written down, and a cell that never sent.
+
+    ``result`` carries ``mode``, ``tier``, ``refunded_cents``, ``refund_records`` and ``calls``
+    (read from the payments service), ``ended`` (the workflow's status, or ``RETRYING``) and
+    ``kills``; this adds ``expected``, ``harm_shown``, ``verdict``, ``problems`` and ``ok``."""
+    mode, tier = result["mode"], result["tier"]
+    e = s.baselines.get(mode, {}).get(tier)
+    problems: list[str] = list(result.get("problems", []))
+    cents, records = result.get("refunded_cents"), result.get("refund_records")
+    shown = (
+        cents is not None
+        and records is not None
+        and (cents > s.unharmed_cents or records > s.unharmed_records)
+    )
+    result["harm_shown"] = shown
+    if e is None:
+        problems.append(f"no expected outcome is written down for {mode} at tier {tier}")
+        result.update(problems=problems, ok=False, verdict="not judged", expected=None)
+        return result
+    if e.harm and not shown:
+        problems.append(
+            f"came out clean ({_money(cents, records)}): the {e.harm} it must show did not happen"
+        )
+    if not e.harm and shown:
+        problems.append(
+            f"clean by nature, but showed harm: {_money(cents, records)} where "
+            f"{_money(s.unharmed_cents, s.unharmed_records)} is right"
+        )
+    if (cents, records) != (e.refunded_cents, e.records):
+        problems.append(
+            f"the service holds {_money(cents, records)}, not the "
+            f"{_money(e.refunded_cents, e.records)} written down"
+        )
+    if result.get("ended") != e.ends:
+        problems.append(f"the workflow ended {result.get('ended')}, not {e.ends}")
+    if s.crash and not result.get("kills"):
+        problems.append("no worker died")
+    if not result.get("calls"):
+        # clean because nothing was tried is not clean by nature
+        problems.append("no refund request reached the service")
+    result["expected"] = {
+        "harm": e.harm,
+        "why": e.why,
+        "refunded_cents": e.refunded_cents,
+        "refund_records": e.records,
+        "ends": e.ends,
+    }
+    result["problems"] = problems
+    result["ok"] = not problems
+    if e.harm and not shown:
+        result["verdict"] = "came out clean"
+    elif not e.harm and shown:
+        result["verdict"] = "showed harm, though clean by nature"
+    elif problems:
+        result["verdict"] = "not as written down"
+    else:
+        result["verdict"] = "harm shown as expected" if e.harm else "clean as expected"
     return result
 
 

@@ -9,6 +9,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from temporalio.api.enums.v1 import PendingActivityState
 from temporalio.client import Client, WorkflowExecutionStatus, WorkflowHandle
 from temporalio.service import RPCError
 
@@ -19,10 +20,20 @@ from interlock_temporal.targets.payments import SimulatedPayments
 from interlock_temporal.testing import WorkerProcess
 from workflows.support_case import CaseFile, CaseOutcome, Mode
 
-from .scenarios import CASE, Observed, Payments, World, new_workflow_id, open_world_journal
+from .scenarios import (
+    CASE,
+    Observed,
+    Payments,
+    WorkflowStillRunning,
+    World,
+    new_workflow_id,
+    open_world_journal,
+)
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULT_TIMEOUT_S = 120.0
+#: row 11: how long attempt 1's send stalls (past its 2 s heartbeat and 2.5 s start-to-close)
+STALL_S = 5.0
 
 
 class ServerWorld(World):
@@ -134,7 +145,12 @@ class ServerWorld(World):
         await self.spawn()
 
     async def result(self, run: WorkflowHandle[Any, CaseOutcome]) -> CaseOutcome:
-        outcome = await asyncio.wait_for(run.result(), self.result_timeout_s)
+        try:
+            outcome = await asyncio.wait_for(run.result(), self.result_timeout_s)
+        except TimeoutError:
+            raise WorkflowStillRunning(
+                f"the workflow had not ended after {self.result_timeout_s:.0f} s"
+            ) from None
         if self._killed_at is not None and self.crash_to_completion_s is None:
             self.crash_to_completion_s = round(time.monotonic() - self._killed_at, 3)
         return outcome
@@ -165,9 +181,11 @@ class ServerWorld(World):
     async def in_flight_race(self) -> Observed:
         """Attempt 1 stalls inside the send on worker-1 (one activity slot, so it stays busy),
         times out, and attempt 2 runs on worker-2 while attempt 1 still holds the effect."""
-        self.payments.arm("before_send", "stall", arg=5.0)
+        self.payments.arm("before_send", "stall", arg=STALL_S)
         stalled = await self.spawn("--max-concurrent-activities", "1")
         handle = await self.start(self.case(start_to_close_s=2.5, heartbeat_s=2.0))
+        if self.mode != "gated":
+            return await self._ungated_race(handle)
         eid = self.effect_id
 
         def dispatched() -> bool:
@@ -191,6 +209,36 @@ class ServerWorld(World):
         seen["stalled_worker"] = "worker-1" if stalled is self.workers[0] else "?"
         seen["other_worker"] = f"worker-{self.workers.index(other) + 1}"
         return Observed(await result_task, seen)
+
+    async def _ungated_race(self, handle: WorkflowHandle[Any, CaseOutcome]) -> Observed:
+        """The race without the gate (no journal to watch): once attempt 1 has started on the
+        stalled worker, another worker joins to take attempt 2; after the workflow's result,
+        the stalled attempt is waited for until its send reaches the service too."""
+
+        async def refund_started() -> bool:
+            description = await handle.describe()
+            return any(
+                p.activity_type.name.startswith("refund")
+                and p.state == PendingActivityState.PENDING_ACTIVITY_STATE_STARTED
+                for p in description.raw_description.pending_activities
+            )
+
+        deadline = time.monotonic() + 30
+        while not await refund_started():
+            if time.monotonic() > deadline:
+                raise TimeoutError("the refund's first attempt never started")
+            await asyncio.sleep(0.05)
+        other = await self.spawn()
+        outcome = await self.result(handle)
+        # both attempts' sends: the stalled one arrives STALL_S after it started
+        await self._until(lambda: self.payments.calls(self.order_id) >= 2, STALL_S + 30)
+        return Observed(
+            outcome,
+            {
+                "stalled_worker": "worker-1",
+                "other_worker": f"worker-{self.workers.index(other) + 1}",
+            },
+        )
 
     async def concurrent_submit(self, n: int) -> list[CaseOutcome]:
         while len(self._live()) < 2:

@@ -2,9 +2,13 @@
 the invariants that must hold whatever happens.
 
 A case draws, from its seed: the target's tier; where the first attempt dies (any of the
-gate's journal-write boundaries, or not at all); whether a second attempt dies too, and where;
-a world event while nobody holds the effect (the lease revoked, the order made ineligible, a
-manual refund, the dedupe window passing); the next attempts (a retry, a duplicate submission,
+gate's journal-write boundaries, or not at all), or whether it hangs on instead, alive, holding
+its claim, its send landed and its result not yet recorded (a zombie, which records it at the
+very end); whether a second attempt dies too, and where; a world event while nobody holds the
+effect (the lease revoked or expired, the order made ineligible, a manual refund, the clock
+moved just short of the dedupe window's end or past it, another effect taking the lease's
+budget, the journal edited by its operator, the owning workflow cancelled and the reconciler
+run); the next attempts (a retry, a duplicate submission from the same workflow or another,
 the agent re-deciding another amount) and whether two of them recover at once. A death is an
 attempt unwinding at that point without recording anything more, its claim released, as a
 killed process leaves it; the next attempt runs on a fresh ``Gate``.
@@ -12,42 +16,72 @@ killed process leaves it; the next attempt runs on a fresh ``Gate``.
     python -m workers.sweep [--cases 2000] [--seed 1]
     python -m workers.sweep --replay SEED        # one case, its story printed
 
-The invariants, read from the payments service and the journal, never from what the gate
-returned: the effect landed at most once; COMMITTED means it landed, REFUSED that it did not;
-a receipt's ``executed`` is the truth or "unknown"; AMBIGUOUS only where the target can neither
-dedupe nor be asked; a re-decided payload sends nothing; every chain verifies; and once the
-last attempt is done, nothing is left in doubt.
+The invariants, read from the payments service, the lease store and the journal, never from
+what the gate returned (``judge``): the effect landed at most once; COMMITTED means it landed,
+REFUSED that it did not; a receipt's ``executed`` is the truth or "unknown"; AMBIGUOUS only
+where the target can neither dedupe nor be asked; a re-decided payload sends nothing; no
+DISPATCHED after its lease was revoked or had expired; no DISPATCHED on facts that no longer
+held when they were captured; a resend only where the target dedupes it (inside the window,
+less settle time and margin) or was asked, or after a confirmed absence (a send that never
+left, a person's not_happened, a reopen); no DISPATCHED by anyone but the owning workflow, and
+none after it was cancelled; nothing sent once the journal was edited; a late result never
+lost; the lease's budget never exceeded; every chain verifies; and once the last attempt (and
+the reconciler) is done, nothing is left in doubt.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import hashlib
+import json
 import random
+import sqlite3
 import sys
 import tempfile
 import time
+from contextlib import closing, suppress
 from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
+import rfc8785
+
 from interlock_temporal.core.errors import Ambiguous, GateOutcome, InFlight, Refused
 from interlock_temporal.core.journal import Journal, open_journal
 from interlock_temporal.core.models import Kind
-from interlock_temporal.core.protocol import POINTS, Gate, Ticket
+from interlock_temporal.core.protocol import POINTS, Call, Gate, Ticket
 from interlock_temporal.core.receipts import fold, receipt_of
 from interlock_temporal.targets.payments import RefundRequest, RefundResult, SimulatedPayments
 from workflows.support_case import CaseFile
 
+from . import invariants
 from .inprocess_world import refund_call
 
 ORDER = "A-7731"
+#: the order of another case that shares the lease's budget
+OTHER_ORDER = "B-5512"
 PAID_CENTS = 10_000
 AMOUNT = 2_000
-EVENTS = ("none", "revoke_lease", "ineligible", "manual_refund", "window_passes")
-NEXT = ("retry", "duplicate", "redecide")
+#: the lease's cumulative budget: this refund fits, this one and another do not
+BUDGET_CENTS = 3_000
+EVENTS = (
+    "none",
+    "revoke_lease",
+    "expire_lease",
+    "ineligible",
+    "manual_refund",
+    "window_passes",
+    "near_window_end",
+    "budget_taken",
+    "tamper",
+    "owner_cancelled",
+)
+NEXT = ("retry", "duplicate", "duplicate_other", "redecide")
 KEY = "5e" * 32
+OWNER = "wf-sweep"
+OTHER_WORKFLOW = "wf-other"
 
 
 class Killed(BaseException):
@@ -63,19 +97,32 @@ class Case:
     event: str
     then: str
     concurrent: bool
+    #: the first attempt hangs on, alive, holding its claim, and records its result last;
+    #: ``stalled``: its request has not reached the target yet (it lands late), else it has
+    zombie: bool = False
+    stalled: bool = False
 
     @classmethod
     def draw(cls, seed: int) -> Case:
         rng = random.Random(seed)
         points: list[str | None] = [*POINTS, None]
+        first = rng.choice(points)
+        second = rng.choice([None, None, *POINTS])
+        event = rng.choice(EVENTS)
+        then = rng.choice(NEXT)
+        concurrent = rng.random() < 0.3
+        zombie = rng.random() < 0.12
+        stalled = rng.random() < 0.5
         return cls(
             seed=seed,
             tier=rng.choice((1, 2, 3)),
-            first_dies_at=rng.choice(points),
-            second_dies_at=rng.choice([None, None, *POINTS]),
-            event=rng.choice(EVENTS),
-            then=rng.choice(NEXT),
-            concurrent=rng.random() < 0.3,
+            first_dies_at=None if zombie else first,
+            second_dies_at=second,
+            event=event,
+            then=then,
+            concurrent=concurrent,
+            zombie=zombie,
+            stalled=zombie and stalled,
         )
 
 
@@ -93,8 +140,34 @@ class Story:
             self.problems.append(problem)
 
 
+@dataclass
+class Ledger:
+    """What the world did, and when (real time, and the world clock's offset then): what the
+    judge compares the journal against."""
+
+    lease: str
+    #: (real time it took effect, the world clock's offset from then on)
+    offsets: list[tuple[float, float]] = field(default_factory=lambda: [(0.0, 0.0)])
+    #: when the owning workflow was cancelled (its attempts stop; the reconciler runs)
+    cancelled_at: float | None = None
+    #: when the operator edited the journal, and the service's calls then
+    tampered_at: float | None = None
+    calls_at_tamper: int = 0
+    #: the zombie attempt recorded its (late) result
+    zombie_committed: bool = False
+    #: the zombie's stalled request reached the service at the very end (dispatched before
+    #: anything the world did after it)
+    zombie_sent_late: bool = False
+    #: a late COMMITTED after a refusal charges the budget again, whatever it holds
+    reconciled: bool = False
+
+    def offset_at(self, ts: float) -> float:
+        return max((o for at, o in self.offsets if at <= ts), default=0.0)
+
+
 class Attempt:
-    """One attempt at the refund on a fresh gate, dying at ``dies_at`` if given."""
+    """One attempt at the refund on a fresh gate (whose clock is the world's), dying at
+    ``dies_at`` if given."""
 
     def __init__(
         self,
@@ -106,12 +179,13 @@ class Attempt:
         *,
         dies_at: str | None = None,
         last: bool = False,
+        workflow_id: str = OWNER,
     ) -> None:
         self.payments = payments
         self.dies_at = dies_at
-        self.gate = Gate(journal, on_point=self._point)
-        call = refund_call(request, case, "wf-sweep", number)
-        self.call = call if not last else type(call)(**{**call.__dict__, "last_attempt": True})
+        self.gate = Gate(journal, on_point=self._point, clock=payments.clock)
+        call = refund_call(request, case, workflow_id, number)
+        self.call = call if not last else Call(**{**call.__dict__, "last_attempt": True})
 
     def _point(self, name: str, effect_id: str) -> None:
         if name == self.dies_at:
@@ -137,8 +211,31 @@ class Attempt:
             return "ambiguous"
         except GateOutcome as g:
             return f"outcome {type(g).__name__}"
+        except Exception as err:  # JournalCorrupt and its kin: the attempt stops there
+            return f"error {type(err).__name__}"
         refund = result if isinstance(result, dict) else result.model_dump()
         return f"result {refund.get('refund_id')}"
+
+    async def hang_on(self, stalled: bool) -> tuple[Ticket, RefundResult | None] | str:
+        """The zombie: dispatch, send (unless its request is ``stalled`` on its way), then
+        hold the claim without recording anything."""
+        try:
+            step = await self.gate.begin(self.call, self.payments)
+        except GateOutcome as g:
+            return f"outcome {type(g).__name__}"
+        if not isinstance(step, Ticket):
+            return "done"
+        return step, None if stalled else await self._send(step)
+
+
+def _lease_for(case: Case, journal: Journal) -> str:
+    return journal.leases.issue(
+        "refund-bot",
+        activities=["refund"],
+        max_amount_cents=5_000,
+        budget_cents=BUDGET_CENTS,
+        ttl=timedelta(hours=1) if case.event == "expire_lease" else None,
+    )
 
 
 async def run_case(case: Case, workdir: Path) -> Story:
@@ -147,7 +244,9 @@ async def run_case(case: Case, workdir: Path) -> Story:
     payments = SimulatedPayments(workdir / "payments.db", tier=case.tier)
     try:
         payments.open_order(ORDER, PAID_CENTS)
-        lease = journal.leases.issue("refund-bot", activities=["refund"], max_amount_cents=5_000)
+        payments.open_order(OTHER_ORDER, PAID_CENTS)
+        lease = _lease_for(case, journal)
+        ledger = Ledger(lease)
         case_file = CaseFile(case_id="sweep", order_id=ORDER, amount_cents=AMOUNT, lease_id=lease)
         request = RefundRequest(
             case_id="sweep",
@@ -159,46 +258,95 @@ async def run_case(case: Case, workdir: Path) -> Story:
         n = 0
 
         def attempt(
-            dies_at: str | None = None, *, last: bool = False, amount: int = AMOUNT
+            dies_at: str | None = None,
+            *,
+            last: bool = False,
+            amount: int = AMOUNT,
+            workflow_id: str = OWNER,
         ) -> Attempt:
             nonlocal n
             n += 1
             req = (
                 request if amount == AMOUNT else request.model_copy(update={"amount_cents": amount})
             )
-            return Attempt(journal, payments, req, case_file, n, dies_at=dies_at, last=last)
+            return Attempt(
+                journal,
+                payments,
+                req,
+                case_file,
+                n,
+                dies_at=dies_at,
+                last=last,
+                workflow_id=workflow_id,
+            )
 
-        story.say(f"attempt 1: {await attempt(case.first_dies_at).run()}")
+        zombie: tuple[Ticket, RefundResult | None] | None = None
+        if case.zombie:
+            held = await attempt().hang_on(case.stalled)
+            what = held if isinstance(held, str) else "stalled" if case.stalled else "sent"
+            story.say(f"attempt 1: hangs on ({what})")
+            zombie = None if isinstance(held, str) else held
+        else:
+            story.say(f"attempt 1: {await attempt(case.first_dies_at).run()}")
         if case.second_dies_at:
             story.say(f"attempt 2: {await attempt(case.second_dies_at).run()}")
-        await world_event(case.event, payments, journal, lease, story)
-        if case.then == "redecide":
+        await world_event(case.event, payments, journal, ledger, story, request)
+        owner_runs = ledger.cancelled_at is None
+        if case.then == "redecide" and owner_runs:
             before = payments.calls(ORDER)
-            effect_known = journal.read(effect_of(request))
+            effect_known = journal.read(effect_of(request)) if not ledger.tampered_at else [1]
             outcome = await attempt(amount=AMOUNT + 1_000).run()
             story.say(f"re-decided $30: {outcome}")
             if effect_known:
+                # refused; or, while a live attempt holds the effect, told to wait
                 story.check(
-                    outcome == "refused conflicting_payload",
+                    outcome == "refused conflicting_payload"
+                    or (outcome == "in_flight" and zombie is not None)
+                    or (outcome == "error JournalCorrupt" and ledger.tampered_at is not None),
                     f"a re-decided payload was not refused: {outcome}",
                 )
                 story.check(payments.calls(ORDER) == before, "a re-decided payload was sent")
-        if case.concurrent:
+        if case.then == "duplicate_other":
+            # another workflow submits the same effect: it may settle it by asking, never send
+            other = await attempt(workflow_id=OTHER_WORKFLOW).run()
+            story.say(f"another workflow: {other}")
+        if case.concurrent and owner_runs:
             outcomes = await asyncio.gather(attempt().run(), attempt().run())
             story.say(f"two at once: {list(outcomes)}")
-        for _ in range(3):
+        for _ in range(3 if owner_runs else 0):
             outcome = await attempt().run()
             story.say(f"recovery: {outcome}")
             if outcome != "in_flight":
                 break
-        final = await attempt(last=True).run()
-        story.say(f"last attempt: {final}")
-        if case.then == "duplicate":
+        if owner_runs:
+            story.say(f"last attempt: {await attempt(last=True).run()}")
+        if case.then == "duplicate" and owner_runs:
             before = payments.calls(ORDER)
             again = await attempt().run()
             story.say(f"duplicate: {again}")
             story.check(payments.calls(ORDER) == before, "a duplicate reached the service")
-        judge(story, journal, payments, effect_of(request))
+        if zombie is not None:
+            ticket, result = zombie
+            late = Gate(journal, clock=payments.clock)
+            try:
+                if result is None:  # the stalled request reaches the target at last
+                    ledger.zombie_sent_late = True
+                    try:
+                        result = await payments.refund(
+                            ORDER, ticket.input.amount_cents, idempotency_key=ticket.effect_id
+                        )
+                    except Exception as err:  # what the adapter does with a failed send
+                        story.say(f"the zombie's request fails: {type(err).__name__}")
+                        await late.fail(ticket, err, last_attempt=True)
+                if result is not None:
+                    done = await late.commit(ticket, result)
+                    ledger.zombie_committed = True
+                    story.say(f"the zombie records its result: {done.via}, after {done.after}")
+            except Exception as err:
+                story.say(f"the zombie's outcome: {type(err).__name__}")
+        if ledger.cancelled_at is not None:
+            await reconcile(journal, payments, ledger, story, request)
+        judge(story, journal, payments, effect_of(request), ledger)
     finally:
         journal.close()
         payments.close()
@@ -212,31 +360,151 @@ def effect_of(request: RefundRequest) -> str:
     return effect_id("refund", refund_key(request))
 
 
+async def reconcile(
+    journal: Journal,
+    payments: SimulatedPayments,
+    ledger: Ledger,
+    story: Story,
+    request: RefundRequest,
+) -> None:
+    """What the reconciler does once the owning workflow is cancelled: settle, never send."""
+    eid = effect_of(request)
+    if not journal.read(eid):
+        return
+    gate = Gate(journal, clock=payments.clock)
+    try:
+        shown = await gate.settle(
+            eid,
+            payments,
+            owner_ended="cancelled",
+            decode_args=lambda blob: (RefundRequest.model_validate(blob[0]),),
+        )
+        story.say(f"reconciler: {shown.final} ({shown.via or shown.code})")
+    except Exception as err:
+        story.say(f"reconciler: {type(err).__name__}")
+    ledger.reconciled = True
+
+
 async def world_event(
-    event: str, payments: SimulatedPayments, journal: Journal, lease: str, story: Story
+    event: str,
+    payments: SimulatedPayments,
+    journal: Journal,
+    ledger: Ledger,
+    story: Story,
+    request: RefundRequest | None = None,
 ) -> None:
     if event == "revoke_lease":
-        journal.leases.revoke(lease)
+        journal.leases.revoke(ledger.lease)
+    elif event == "expire_lease":
+        _advance(payments, ledger, timedelta(hours=2))
     elif event == "ineligible":
         payments.set_eligible(ORDER, False)
     elif event == "manual_refund":
         payments.manual_refund(ORDER, AMOUNT)
     elif event == "window_passes":
-        payments.advance_clock(timedelta(hours=25).total_seconds())
+        _advance(payments, ledger, timedelta(hours=25))
+    elif event == "near_window_end":
+        # inside the 24-hour window, but past its end less settle time and the margin
+        _advance(payments, ledger, timedelta(hours=24) - timedelta(minutes=2))
+    elif event == "budget_taken" and request is not None:
+        await _another_refund(journal, payments, ledger, request)
+    elif event == "tamper" and request is not None:
+        ledger.calls_at_tamper = payments.calls(ORDER)
+        if _tamper(journal, effect_of(request)):
+            ledger.tampered_at = time.time()
+    elif event == "owner_cancelled":
+        ledger.cancelled_at = time.time()
     story.say(f"world: {event}")
 
 
-def judge(story: Story, journal: Journal, payments: SimulatedPayments, eid: str) -> None:
+def _advance(payments: SimulatedPayments, ledger: Ledger, by: timedelta) -> None:
+    payments.advance_clock(by.total_seconds())
+    ledger.offsets.append((time.time(), ledger.offsets[-1][1] + by.total_seconds()))
+
+
+async def _another_refund(
+    journal: Journal, payments: SimulatedPayments, ledger: Ledger, request: RefundRequest
+) -> None:
+    """Another case refunds another order under the same lease: its reservation leaves less
+    of the budget than this refund needs."""
+    other = request.model_copy(
+        update={
+            "case_id": "other",
+            "order_id": OTHER_ORDER,
+            "premises": payments.order_facts(OTHER_ORDER),
+        }
+    )
+    case = CaseFile(
+        case_id="other", order_id=OTHER_ORDER, amount_cents=AMOUNT, lease_id=ledger.lease
+    )
+
+    async def send(ticket: Ticket) -> RefundResult:
+        r = ticket.input
+        return await payments.refund(r.order_id, r.amount_cents, idempotency_key=ticket.effect_id)
+
+    with suppress(GateOutcome):
+        await Gate(journal, clock=payments.clock).run(
+            refund_call(other, case, "wf-budget", 1), payments, send
+        )
+
+
+def _tamper(journal: Journal, eid: str) -> bool:
+    """The operator raises the approved amount stored beside the effect's dispatch, and the
+    digest its AUTHORIZED entry signed, to match (he has no key to sign them again)."""
+    path = Path(journal.url.removeprefix("sqlite:///"))
+    with closing(sqlite3.connect(path)) as db, db:
+        rows = db.execute(
+            "SELECT seq, kind, body, vals FROM entries WHERE effect_id = ? ORDER BY seq", (eid,)
+        ).fetchall()
+        dispatched = [(seq, vals) for seq, kind, _, vals in rows if kind == "DISPATCHED" and vals]
+        authorized = [(seq, body) for seq, kind, body, _ in rows if kind == "AUTHORIZED"]
+        if not dispatched or not authorized:
+            return False
+        seq_d, vals = dispatched[0]
+        edited = json.loads(vals)
+        edited["approved"][0]["amount_cents"] = AMOUNT + 900  # within the lease and its budget
+        db.execute(
+            "UPDATE entries SET vals = ? WHERE seq = ?",
+            (rfc8785.dumps(edited).decode(), seq_d),
+        )
+        seq_a, body = authorized[0]
+        doc = json.loads(body)
+        doc["data"]["approved_digest"] = hashlib.sha256(
+            rfc8785.dumps(edited["approved"])
+        ).hexdigest()
+        db.execute("UPDATE entries SET body = ? WHERE seq = ?", (rfc8785.dumps(doc), seq_a))
+    return True
+
+
+def judge(
+    story: Story,
+    journal: Journal,
+    payments: SimulatedPayments,
+    eid: str,
+    ledger: Ledger | None = None,
+) -> None:
+    """The invariants, read from the service, the lease store and the journal."""
     records = payments.refund_records(ORDER)
-    # the one effect of the case is the only refund sent through the API (a tier-3 service
-    # keeps no key to tell it by)
+    # the one effect of the case is the only refund sent through the API for its order (a
+    # tier-3 service keeps no key to tell it by)
     ours = [r for r in records if r.source == "api"]
     manual = [r for r in records if r.source != "api"]
-    entries = journal.read(eid)
     story.check(len(ours) <= 1, f"the effect landed {len(ours)} times")
     story.check(sum(r.amount_cents for r in records) <= PAID_CENTS, "more was refunded than paid")
+    tampered = ledger is not None and ledger.tampered_at is not None
+    if tampered:
+        assert ledger is not None
+        story.check(
+            payments.calls(ORDER) == ledger.calls_at_tamper + ledger.zombie_sent_late,
+            "the service was called after the journal was edited",
+        )
+        story.check(not journal.verify().ok, "an edited journal verifies")
+        return  # nothing may be decided on it: what it says cannot be trusted
     report = journal.verify()
     story.check(report.ok, f"the journal does not verify: {report}")
+    if ledger is not None:
+        _judge_the_lease_budget(story, journal, ledger)
+    entries = journal.read(eid)
     if not entries:
         story.check(not ours, "the effect landed with nothing in the journal")
         return
@@ -250,6 +518,11 @@ def judge(story: Story, journal: Journal, payments: SimulatedPayments, eid: str)
         status in (Kind.COMMITTED, Kind.REFUSED, Kind.AMBIGUOUS),
         f"left {status} after the last attempt",
     )
+    approved = RefundRequest.model_validate(journal.blob(eid, "approved")[0])
+    story.check(
+        all(r.amount_cents == approved.amount_cents for r in ours),
+        "the amount sent is not the one the journal approved",
+    )
     if status is Kind.COMMITTED:
         story.check(len(ours) == 1, "COMMITTED, but the service has no such refund")
         story.check(shown.executed is True, "COMMITTED with executed not true")
@@ -261,6 +534,34 @@ def judge(story: Story, journal: Journal, payments: SimulatedPayments, eid: str)
         story.check(
             story.case.tier == 3, f"AMBIGUOUS at tier {story.case.tier}, which can be asked"
         )
+    if ledger is None:
+        return
+    if ledger.zombie_committed:
+        story.check(status is Kind.COMMITTED, f"the late result was lost: left {status}")
+    _judge_the_dispatches(story, journal, payments, view, entries, ledger)
+
+
+def _judge_the_lease_budget(story: Story, journal: Journal, ledger: Ledger) -> None:
+    lease = journal.leases.get(ledger.lease)
+    assert lease is not None
+    for problem in invariants.budget_problems(lease):
+        story.check(False, problem)
+
+
+def _judge_the_dispatches(
+    story: Story,
+    journal: Journal,
+    payments: SimulatedPayments,
+    view: Any,
+    entries: list[Any],
+    ledger: Ledger,
+) -> None:
+    lease = journal.leases.get(ledger.lease)
+    assert lease is not None
+    approved = RefundRequest.model_validate(journal.blob(view.effect_id, "approved")[0])
+    world = invariants.World(lease, ledger.offset_at, ledger.cancelled_at, OWNER)
+    for problem in invariants.dispatch_problems(entries, world, payments, approved):
+        story.check(False, problem)
 
 
 def replay_command(seed: int, server: bool = False) -> str:
@@ -277,6 +578,11 @@ SERVER_POINTS = (
 )
 
 
+#: the world events a server case draws (the others need the world's clock in the gate, or a
+#: second effect, which the server's worker processes do not share)
+SERVER_EVENTS = ("none", "revoke_lease", "ineligible", "manual_refund", "window_passes")
+
+
 def server_case(seed: int) -> Case:
     """A case for the real server: its first attempt always dies, by a real SIGKILL."""
     case = Case.draw(seed)
@@ -286,7 +592,7 @@ def server_case(seed: int) -> Case:
         tier=case.tier,
         first_dies_at=rng.choice(SERVER_POINTS),
         second_dies_at=None,
-        event=case.event,
+        event=case.event if case.event in SERVER_EVENTS else rng.choice(SERVER_EVENTS),
         then="duplicate" if case.then == "duplicate" else "retry",
         concurrent=False,
     )
@@ -308,7 +614,8 @@ async def run_on_server(case: Case, client: Any, workdir: Path) -> Story:
         run = await world.start(world.case(amount_cents=AMOUNT))
         await world.crashed(run)
         story.say(f"attempt 1: killed at {case.first_dies_at} (SIGKILL)")
-        await world_event(case.event, world.simulated, world.journal, world.lease_id, story)
+        ledger = Ledger(world.lease_id)
+        await world_event(case.event, world.simulated, world.journal, ledger, story)
         await world.restart()
         outcome = await world.result(run)
         story.say(f"workflow: {outcome.status}")
@@ -318,7 +625,7 @@ async def run_on_server(case: Case, client: Any, workdir: Path) -> Story:
             story.say(f"duplicate: {again.status}")
             story.check(world.simulated.calls(ORDER) == before, "a duplicate reached the service")
         story.check(world.kills == 1, f"{world.kills} workers died, expected 1")
-        judge(story, world.journal, world.simulated, world.effect_id)
+        judge(story, world.journal, world.simulated, world.effect_id, ledger)
     finally:
         await world.close()
     return story

@@ -47,7 +47,7 @@ from .signing import (
     parse_key,
 )
 
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 #: the effect type of policy chains (``policy:<session>``)
 POLICY_CHAIN_TYPE = "interlock.policy"
 #: 2: the signed bytes hold the digest of the values stored beside the entry (``vals``)

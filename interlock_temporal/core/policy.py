@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any, Literal, Protocol
 
-from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, model_validator
 
 from .errors import Denied, NeedsApproval
 from .identity import UnserializableInput, canonical_json, jsonable
@@ -52,8 +52,9 @@ class Reason(StrEnum):
 
     CIRCUIT_OPEN = "CIRCUIT_OPEN"
     REPLAY = "REPLAY"
+    #: a budget is spent, or the call costs more than what remains of it (SP/1.0 has one code
+    #: for both; the reason text names the budget)
     BUDGET_EXHAUSTED = "BUDGET_EXHAUSTED"
-    BUDGET_EXCEEDED = "BUDGET_EXCEEDED"
     BUDGET_THRESHOLD = "BUDGET_THRESHOLD"
     MAX_REPEAT_EXCEEDED = "MAX_REPEAT_EXCEEDED"
     WINDOW_EXCEEDED = "WINDOW_EXCEEDED"
@@ -63,8 +64,27 @@ class Reason(StrEnum):
 
 
 #: denials that say nothing about the agent's behaviour, so they do not trip the circuit: it is
-#: open already, or Temporal delivered the same attempt twice
+#: open already, or the same Temporal delivery was checked twice (the delivery is Temporal's,
+#: never the agent's: see docs/shackle-conformance.md, layer 2)
 _NO_TRIP = frozenset({Reason.CIRCUIT_OPEN, Reason.REPLAY})
+
+
+class HitlMode(StrEnum):
+    """When the breaker asks a person (SP/1.0's HITL modes).
+
+    - ``never``: the breaker never asks (rules and ``hitl_activities`` still may);
+    - ``on_deny``: a call that costs more than what remains of a budget is escalated instead of
+      denied (a spent budget is still denied);
+    - ``on_threshold``: a call is escalated once a budget's remaining fraction is at or below
+      ``escalate_below_fraction``;
+    - ``always``: every call is escalated, and a cost over what remains too, as with ``on_deny``.
+    """
+
+    NEVER = "never"
+    ON_DENY = "on_deny"
+    ON_THRESHOLD = "on_threshold"
+    ALWAYS = "always"
+
 
 #: SHACKLE's list of error signals, matched without regular expressions (no ReDoS surface)
 ERROR_SIGNALS = (
@@ -103,7 +123,9 @@ class Limits(BaseModel):
     principal_budget_usd: float | None = Field(default=None, gt=0)
     namespace_budget_usd: float | None = Field(default=None, gt=0)
     #: escalate once the smallest remaining fraction of a budget falls to this or below
-    escalate_below_fraction: float | None = Field(default=None, gt=0, lt=1)
+    #: (SP/1.0's ``hitl_budget_threshold``, 0.0-1.0). Read with ``hitl_mode`` ``on_threshold``,
+    #: which setting it alone selects.
+    escalate_below_fraction: float | None = Field(default=None, ge=0, le=1)
     #: consecutive identical calls (activity and canonical input) allowed in a session
     max_repeat_calls: int | None = Field(default=None, ge=1)
     #: an error signal in the input lowers the repeat limit by one
@@ -117,11 +139,41 @@ class Limits(BaseModel):
     #: so an agent cannot probe the exact edge
     probabilistic_deny: bool = False
     deny_jitter_ratio: float = Field(default=0.5, ge=0, le=1)
-    #: every call (True), or calls of these activities (globs), need a person's approval
+    #: when the breaker asks a person; unset: ``always`` with ``hitl_always``, ``on_threshold``
+    #: with ``escalate_below_fraction``, else ``never`` (see ``HitlMode``)
+    hitl_mode: HitlMode | None = None
+    #: deprecated: ``hitl_mode: always``
     hitl_always: bool = False
+    #: calls of these activities (globs) always need a person's approval, whatever the mode
     hitl_activities: tuple[str, ...] = ()
     #: the estimated cost of one call, by activity name (globs); charged when allowed
     costs: dict[str, float] = Field(default_factory=dict)
+
+    @model_validator(mode="after")
+    def _consistent(self) -> Limits:
+        """Refuse settings that contradict each other or would be silently ignored."""
+        if self.hitl_always and self.hitl_mode not in (None, HitlMode.ALWAYS):
+            raise ValueError(
+                f"hitl_always (deprecated) means hitl_mode always, not {self.hitl_mode.value}: "
+                "set only hitl_mode"
+            )
+        mode = self.hitl
+        if mode is HitlMode.ON_THRESHOLD and self.escalate_below_fraction is None:
+            raise ValueError("hitl_mode on_threshold needs escalate_below_fraction")
+        if self.escalate_below_fraction is not None and mode is not HitlMode.ON_THRESHOLD:
+            raise ValueError(
+                f"escalate_below_fraction is read only with hitl_mode on_threshold, not "
+                f"{mode.value}"
+            )
+        if (self.window_s is None) != (self.window_max_calls is None):
+            missing = "window_s" if self.window_s is None else "window_max_calls"
+            raise ValueError(f"a time window needs both window_s and window_max_calls: {missing}")
+        return self
+
+    @property
+    def hitl(self) -> HitlMode:
+        """The HITL mode in force (``hitl_mode``, or what the older settings mean)."""
+        return hitl_mode_of(self)
 
     def cost_of(self, activity: str) -> float:
         exact = self.costs.get(activity)
@@ -133,11 +185,23 @@ class Limits(BaseModel):
         return 0.0
 
     def needs_person(self, activity: str) -> bool:
-        if self.hitl_always:
+        """Whether a call of ``activity`` always needs a person (the last layer)."""
+        if self.hitl_always or self.hitl_mode is HitlMode.ALWAYS:
             return True
         return bool(self.hitl_activities) and any(
             fnmatch.fnmatchcase(activity, p) for p in self.hitl_activities
         )
+
+
+def hitl_mode_of(limits: Limits) -> HitlMode:
+    mode = limits.hitl_mode
+    if mode is not None:
+        return mode
+    if limits.hitl_always:
+        return HitlMode.ALWAYS
+    if limits.escalate_below_fraction is not None:
+        return HitlMode.ON_THRESHOLD
+    return HitlMode.NEVER
 
 
 @dataclass(frozen=True, slots=True)
@@ -161,8 +225,11 @@ class SessionState:
     spent_usd: float = 0.0
     #: per activity type, the times of the calls inside the current window
     windows: Mapping[str, tuple[float, ...]] = field(default_factory=dict)
-    #: the most recent deliveries (workflow run, activity id, attempt): a replay repeats one
-    deliveries: tuple[str, ...] = ()
+    # The deliveries a session has seen (its nonces) are not kept here: the store keeps them in
+    # an indexed table and tells ``decide`` whether this one was seen (``CallFacts.replayed``),
+    # so the document and ``decide`` stay the same size however long the session runs. A
+    # document of an older release may still carry ``deliveries``: it is ignored when loaded
+    # (the schema-5 migration moved them into the store's table).
 
 
 @dataclass(slots=True)
@@ -174,10 +241,6 @@ class PolicyState:
     namespace_spent_usd: float = 0.0
 
 
-#: how many recent deliveries a session remembers for replay detection
-RECENT_DELIVERIES = 32
-
-
 @dataclass(frozen=True, slots=True)
 class CallFacts:
     """What the breaker knows of one call. Built by the adapter, never from model output."""
@@ -187,8 +250,12 @@ class CallFacts:
     digest: str
     now: float
     cost_usd: float = 0.0
-    #: ``run_id/activity_id/attempt``; empty when not delivered by Temporal
+    #: the call's nonce: ``run_id/activity_id/attempt`` (with the attempt's scheduled time for
+    #: an ungated activity); empty when not delivered by Temporal. Recorded by the store when
+    #: the call is allowed, and only then.
     delivery: str = ""
+    #: the store has seen ``delivery`` allowed before in this session: a replay
+    replayed: bool = False
     #: this execution (or effect) was admitted before: a retry attempt, neither a repeat nor
     #: charged again
     admitted: bool = False
@@ -223,6 +290,9 @@ class Decision:
     approvers: tuple[str, ...] = ()
     #: the epoch of the policy that decided
     epoch: str | None = None
+    #: a random denial near the end of a budget: told to operators (the journal's note), never
+    #: to the agent, to whom it reads as a real exhaustion
+    probabilistic: bool = False
 
     @property
     def denies(self) -> bool:
@@ -238,38 +308,22 @@ class Decision:
         )
 
 
-def _deny(state: PolicyState, call: CallFacts, code: Reason, reason: str) -> Decision:
-    session = state.session
-    if code not in _NO_TRIP:
-        session = dataclasses.replace(session, circuit=Circuit(code.value, call.activity, call.now))
-    return Decision(
-        Verdict.DENY, code.value, reason, state=_remember_delivery(state, session, call)
+def _deny(
+    state: PolicyState, call: CallFacts, code: Reason, reason: str, probabilistic: bool = False
+) -> Decision:
+    if code in _NO_TRIP:
+        return Decision(Verdict.DENY, code.value, reason, state=state)
+    s = state.session
+    session = SessionState(
+        Circuit(code.value, call.activity, call.now),
+        s.last_call,
+        s.streak,
+        s.total,
+        s.spent_usd,
+        s.windows,
     )
-
-
-def _recent(deliveries: tuple[str, ...], delivery: str) -> tuple[str, ...]:
-    if not delivery:
-        return deliveries
-    if len(deliveries) < RECENT_DELIVERIES:
-        return (*deliveries, delivery)
-    return (*deliveries[1 - RECENT_DELIVERIES :], delivery)
-
-
-def _remember_delivery(state: PolicyState, session: SessionState, call: CallFacts) -> PolicyState:
-    if call.delivery:
-        s = session
-        session = SessionState(
-            s.circuit,
-            s.last_call,
-            s.streak,
-            s.total,
-            s.spent_usd,
-            s.windows,
-            _recent(s.deliveries, call.delivery),
-        )
-    if session is state.session:
-        return state
-    return PolicyState(session, state.principal_spent_usd, state.namespace_spent_usd)
+    after = PolicyState(session, state.principal_spent_usd, state.namespace_spent_usd)
+    return Decision(Verdict.DENY, code.value, reason, state=after, probabilistic=probabilistic)
 
 
 def _budgets(state: PolicyState, limits: Limits) -> list[tuple[str, float, float]]:
@@ -288,7 +342,7 @@ def admit(state: PolicyState, call: CallFacts, limits: Limits) -> PolicyState:
     """The state after ``call`` is allowed: counted, and charged its estimated cost."""
     s = state.session
     if call.admitted:
-        return _remember_delivery(state, s, call)
+        return state
     signature = call.signature
     windows = s.windows
     if limits.window_s is not None:
@@ -306,7 +360,6 @@ def admit(state: PolicyState, call: CallFacts, limits: Limits) -> PolicyState:
         s.total + 1,
         s.spent_usd + call.cost_usd,
         windows,
-        _recent(s.deliveries, call.delivery),
     )
     return PolicyState(
         session,
@@ -318,7 +371,10 @@ def admit(state: PolicyState, call: CallFacts, limits: Limits) -> PolicyState:
 def decide(state: PolicyState, call: CallFacts, limits: Limits, rng: float) -> Decision:
     """The circuit breaker's verdict on ``call``, and the state after it.
 
-    Pure: the same (state, call, limits, rng) always give the same decision. A DENY opens the
+    Pure: the same (state, call, limits, rng) always give the same decision, and ``state`` is
+    never changed. The layers run in SP/1.0's order (docs/shackle-conformance.md names each
+    and the tests that check it): circuit, replay, budget (spent, threshold, cost over what
+    remains), repeats, window, global cap, random denial, a person always. A DENY opens the
     session's circuit (except a replay, and a call the open circuit denied), and nothing but a
     person's reset closes it. A retry attempt of an admitted execution is neither a repeat nor
     charged again. An approval satisfies an ESCALATE, never a DENY.
@@ -331,36 +387,46 @@ def decide(state: PolicyState, call: CallFacts, limits: Limits, rng: float) -> D
             Reason.CIRCUIT_OPEN,
             f"the session's circuit opened on {s.circuit.code} and only a person resets it",
         )
-    if call.delivery and call.delivery in s.deliveries:
-        return _deny(state, call, Reason.REPLAY, "this delivery was already checked once")
+    if call.replayed:
+        return _deny(state, call, Reason.REPLAY, "this delivery was already allowed once")
     if call.admitted:
-        return Decision(Verdict.ALLOW, "RETRY", state=admit(state, call, limits))
+        return Decision(Verdict.ALLOW, "RETRY", state=state)
 
+    mode = hitl_mode_of(limits)
     budgets = _budgets(state, limits)
     lowest = 1.0
+    lowest_scope = ""
+    over = ""
     for scope, limit, spent in budgets:
-        remaining = max(0.0, limit - spent)
+        remaining = limit - spent
         if remaining <= 0:
             return _deny(state, call, Reason.BUDGET_EXHAUSTED, f"the {scope} budget is spent")
-        if call.cost_usd > remaining:
-            return _deny(
-                state,
-                call,
-                Reason.BUDGET_EXCEEDED,
-                f"the call's cost exceeds what remains of the {scope} budget",
+        if not over and call.cost_usd > remaining:
+            over = scope
+        fraction = remaining / limit
+        if fraction < lowest or not lowest_scope:
+            lowest, lowest_scope = fraction, scope
+    if budgets and not call.approved:
+        if mode is HitlMode.ON_THRESHOLD and lowest <= (limits.escalate_below_fraction or 0.0):
+            return Decision(
+                Verdict.ESCALATE,
+                Reason.BUDGET_THRESHOLD.value,
+                f"the {lowest_scope} budget fell to its escalation threshold",
+                state=state,
             )
-        lowest = min(lowest, remaining / limit)
-    if (
-        limits.escalate_below_fraction is not None
-        and budgets
-        and lowest <= limits.escalate_below_fraction
-        and not call.approved
-    ):
-        return Decision(
-            Verdict.ESCALATE,
-            Reason.BUDGET_THRESHOLD.value,
-            "a budget fell below its escalation threshold",
-            state=_remember_delivery(state, s, call),
+        if over and mode in (HitlMode.ON_DENY, HitlMode.ALWAYS):
+            return Decision(
+                Verdict.ESCALATE,
+                Reason.BUDGET_EXHAUSTED.value,
+                f"the call's cost exceeds what remains of the {over} budget",
+                state=state,
+            )
+    if over and not (call.approved and mode in (HitlMode.ON_DENY, HitlMode.ALWAYS)):
+        return _deny(
+            state,
+            call,
+            Reason.BUDGET_EXHAUSTED,
+            f"the call's cost exceeds what remains of the {over} budget",
         )
 
     if limits.max_repeat_calls is not None and call.signature == s.last_call:
@@ -395,15 +461,21 @@ def decide(state: PolicyState, call: CallFacts, limits: Limits, rng: float) -> D
         and lowest < 0.2
         and rng < limits.deny_jitter_ratio * (1.0 - lowest)
     ):
-        # indistinguishable from a real exhaustion on purpose
-        return _deny(state, call, Reason.BUDGET_EXHAUSTED, "the budget is nearly spent")
+        # worded as a real over-budget denial on purpose: the agent cannot tell them apart
+        return _deny(
+            state,
+            call,
+            Reason.BUDGET_EXHAUSTED,
+            f"the call's cost exceeds what remains of the {lowest_scope} budget",
+            probabilistic=True,
+        )
 
     if (call.escalate or limits.needs_person(call.activity)) and not call.approved:
         return Decision(
             Verdict.ESCALATE,
             Reason.HITL_REQUIRED.value,
             "a person must approve this call",
-            state=_remember_delivery(state, s, call),
+            state=state,
         )
     return Decision(Verdict.ALLOW, state=admit(state, call, limits))
 
@@ -427,7 +499,7 @@ def enforce(decision: Decision, *, session: str | None, binding: str) -> Decisio
 
 def reset_circuit(state: SessionState) -> SessionState:
     """A person closed the circuit: the session starts counting afresh (its spend stays)."""
-    return SessionState(spent_usd=state.spent_usd, deliveries=state.deliveries)
+    return SessionState(spent_usd=state.spent_usd)
 
 
 def _mentions(text: str, signal: str) -> bool:
@@ -688,8 +760,11 @@ class Policy:
         self.epoch = epoch or self._epoch()
 
     def _epoch(self) -> str:
+        # a setting added later is left out while unset, so an upgrade keeps a policy's epoch
+        # (and the approvals granted under it)
+        unset_later = {"hitl_mode"} if self.limits.hitl_mode is None else set()
         doc = {
-            "limits": self.limits.model_dump(mode="json"),
+            "limits": self.limits.model_dump(mode="json", exclude=unset_later),
             "rules": [rule_name(r) for r in self.rules],
             "result_rules": [rule_name(r) for r in self.result_rules],
             "mode": self.mode,
@@ -795,13 +870,19 @@ class PolicyStore(ABC):
 
     @abstractmethod
     def evaluate(
-        self, scopes: Scopes, fn: Callable[[PolicyState, bool, Approval | None], Outcome]
+        self,
+        scopes: Scopes,
+        fn: Callable[[PolicyState, bool, Approval | None, bool], Outcome],
+        *,
+        nonce: str = "",
     ) -> Decision:
         """In one transaction: read the state of ``scopes``, whether ``scopes.execution`` was
-        admitted before and the approval of ``scopes.binding``; call ``fn(state, admitted,
-        approval)``; write the state after it, admit the execution at ``charge`` (when not
-        None), record the approval request or consumption, and sign ``note`` into the session's
-        policy chain in the journal. Returns the outcome's decision."""
+        admitted before, the approval of ``scopes.binding`` and whether ``nonce`` (a delivery)
+        was recorded in the session before; call ``fn(state, admitted, approval, replayed)``;
+        write the state after it, admit the execution at ``charge`` (when not None), record the
+        outcome's ``nonce`` for the session (for as long as the session's state is kept), record
+        the approval request or consumption, and sign ``note`` into the session's policy chain
+        in the journal. Returns the outcome's decision."""
 
     @abstractmethod
     def approval(self, binding: str) -> Approval | None: ...
@@ -922,6 +1003,8 @@ class Outcome:
     request: Approval | None = None
     #: the approval this call used up (only a once-approval is consumed)
     consumed: Approval | None = None
+    #: the delivery to record as seen in the session (only a call that runs records its own)
+    nonce: str | None = None
 
 
 class PolicyGuard:
@@ -1015,6 +1098,7 @@ class PolicyGuard:
                 "delivery": delivery,
                 "approvers": list(d.approvers),
                 "tripped": d.state is not None and d.state.session.circuit is not None,
+                "probabilistic": d.probabilistic,
             }
 
         def request(d: Decision) -> Approval:
@@ -1032,7 +1116,12 @@ class PolicyGuard:
                 requested_at=facts.now,
             )
 
-        def evaluate(state: PolicyState, admitted: bool, approval: Approval | None) -> Outcome:
+        # the nonce is recorded only for a call that runs (SP/1.0: only an ALLOW records it)
+        nonce = delivery or None
+
+        def evaluate(
+            state: PolicyState, admitted: bool, approval: Approval | None, replayed: bool
+        ) -> Outcome:
             covered = approval is not None and (
                 approval.covers(
                     digest=facts.digest,
@@ -1043,7 +1132,7 @@ class PolicyGuard:
                 )
                 is None
             )
-            f = dataclasses.replace(facts, admitted=admitted, approved=covered)
+            f = dataclasses.replace(facts, admitted=admitted, approved=covered, replayed=replayed)
             charge = None if admitted else f.cost_usd
             if monitor:
                 d = decide(state, f, policy.limits, rng)
@@ -1059,16 +1148,11 @@ class PolicyGuard:
                         argument=seen.argument,
                         observed=True,
                     )
-                    return Outcome(observed, after, charge, note(seen, "observed"))
-                return Outcome(Decision(Verdict.ALLOW), after, charge)
+                    return Outcome(observed, after, charge, note(seen, "observed"), nonce=nonce)
+                return Outcome(Decision(Verdict.ALLOW), after, charge, nonce=nonce)
             if ruled.denies:
                 blocked = dataclasses.replace(ruled, state=state)
-                return Outcome(
-                    blocked,
-                    _remember_delivery(state, state.session, f),
-                    None,
-                    note(ruled, "deny"),
-                )
+                return Outcome(blocked, state, None, note(ruled, "deny"))
             d = decide(state, f, policy.limits, rng)
             after = d.state or state
             if d.verdict is not Verdict.ALLOW:
@@ -1104,10 +1188,13 @@ class PolicyGuard:
                     policy_id=ruled.policy_id if consumed is None else d.policy_id,
                 )
             if consumed is not None:
-                return Outcome(d, after, charge, note(d, "approval_used"), consumed=consumed)
-            return Outcome(d, after, charge)
+                return Outcome(
+                    d, after, charge, note(d, "approval_used"), consumed=consumed, nonce=nonce
+                )
+            return Outcome(d, after, charge, nonce=nonce)
 
-        decision = dataclasses.replace(self.store.evaluate(scopes, evaluate), epoch=policy.epoch)
+        decided = self.store.evaluate(scopes, evaluate, nonce=delivery)
+        decision = dataclasses.replace(decided, epoch=policy.epoch)
         if self.on_decision is not None:
             self.on_decision(decision, event.activity)
         return decision

@@ -138,6 +138,23 @@ _MIGRATIONS: list[str] = [
         active    INTEGER NOT NULL
     );
     """,
+    # 5: every delivery (nonce) a session allowed (as in the embedded journal). A session's
+    # document holds the escape \u0000 (in its last call's signature), which PostgreSQL's JSON
+    # functions refuse: it is dropped from the text that is read here (never from the document)
+    """
+    CREATE TABLE policy_nonces (
+        session TEXT NOT NULL,
+        nonce   TEXT NOT NULL,
+        PRIMARY KEY (session, nonce)
+    );
+    INSERT INTO policy_nonces (session, nonce)
+        SELECT s.session, d.nonce
+        FROM policy_sessions s,
+             json_array_elements_text(replace(s.doc, '\\u0000', '')::json -> 'deliveries')
+                 AS d(nonce)
+        WHERE json_typeof(replace(s.doc, '\\u0000', '')::json -> 'deliveries') = 'array'
+        ON CONFLICT DO NOTHING;
+    """,
 ]
 assert len(_MIGRATIONS) == SCHEMA_VERSION
 

@@ -663,10 +663,18 @@ class Gate:
                         code, f"{reason}, and the target cannot say whether the effect happened", ch
                     )
                 ]
-            if in_window:
+            # the window is judged again as the dispatch is recorded, as the lease is: the
+            # capture before it may have taken long enough to carry the resend past its end
+            deduped = in_window and caps.resend_deduped(
+                view.first_dispatch_ts, target_clock(target)
+            )
+            if deduped:
                 via = "retry-idempotent"
             elif absent:
                 via = "recovery-reapply"
+            elif not settled and not call.last_attempt:
+                outcome["kind"] = "unsettled"
+                return []
             else:
                 outcome["kind"] = "ambiguous"
                 return [

@@ -886,7 +886,11 @@ class SqlPolicy(PolicyStore):
         )
 
     def evaluate(
-        self, scopes: Scopes, fn: Callable[[PolicyState, bool, Approval | None], Outcome]
+        self,
+        scopes: Scopes,
+        fn: Callable[[PolicyState, bool, Approval | None, bool], Outcome],
+        *,
+        nonce: str = "",
     ) -> Decision:
         j = self._j
 
@@ -901,7 +905,17 @@ class SqlPolicy(PolicyStore):
                 is not None
             )
             approval = self._approval(db, scopes.binding, lock=True)
-            out = fn(PolicyState(session, principal, namespace), admitted, approval)
+            # the session's row is locked (above): no other check of this session can record
+            # the nonce between this read and the write below
+            replayed = bool(nonce) and (
+                j._x(
+                    db,
+                    "SELECT 1 FROM policy_nonces WHERE session = ? AND nonce = ?",
+                    (scopes.session, nonce),
+                ).fetchone()
+                is not None
+            )
+            out = fn(PolicyState(session, principal, namespace), admitted, approval, replayed)
             after = out.state
             if after.session != session:
                 self._save(db, scopes.session, after.session)
@@ -936,6 +950,13 @@ class SqlPolicy(PolicyStore):
                 self._put_approval(db, out.request)
             if out.consumed is not None and out.consumed.scope == "once":
                 self._put_approval(db, out.consumed.model_copy(update={"status": "consumed"}))
+            if out.nonce:
+                j._x(
+                    db,
+                    "INSERT INTO policy_nonces (session, nonce) VALUES (?, ?) "
+                    "ON CONFLICT (session, nonce) DO NOTHING",
+                    (scopes.session, out.nonce),
+                )
             if out.note is not None:
                 self._note(db, scopes.session, out.note)
             return out.decision

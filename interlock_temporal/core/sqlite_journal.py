@@ -123,6 +123,20 @@ _MIGRATIONS: list[str] = [
         active    INTEGER NOT NULL
     ) WITHOUT ROWID;
     """,
+    # 5: the deliveries (nonces) each session has allowed, all of them: a replay is denied for
+    # the session's whole life, found by this key rather than by a list in the session's
+    # document that every check would read and write. The recent deliveries that documents of
+    # schema 4 kept move here.
+    """
+    CREATE TABLE policy_nonces (
+        session TEXT NOT NULL,
+        nonce   TEXT NOT NULL,
+        PRIMARY KEY (session, nonce)
+    ) WITHOUT ROWID;
+    INSERT OR IGNORE INTO policy_nonces (session, nonce)
+        SELECT s.session, d.value FROM policy_sessions s, json_each(s.doc, '$.deliveries') d
+        WHERE json_type(s.doc, '$.deliveries') = 'array';
+    """,
 ]
 assert len(_MIGRATIONS) == SCHEMA_VERSION
 

@@ -1,0 +1,248 @@
+"""Bugs planted in the gate, one at a time, to prove the evidence catches them: each is a
+context manager that breaks one guarantee of the real code (through pytest's monkeypatch)
+and says which sweep cases can show it."""
+
+from __future__ import annotations
+
+import contextvars
+import dataclasses
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+
+from interlock_temporal.core import protocol, sql_journal, sqlite_journal
+from interlock_temporal.core.models import Lease
+from interlock_temporal.core.protocol import Call, Delivery, Gate, Measure
+from interlock_temporal.core.receipts import EffectView, fold
+from interlock_temporal.core.targets import Capabilities
+from workers.sweep import Case
+
+Plant = Callable[[pytest.MonkeyPatch], None]
+
+
+@dataclass(frozen=True)
+class Bug:
+    name: str
+    plant: Plant
+    #: the sweep cases that can show it (the sweep's first 2,000 seeds hold such cases)
+    shows_in: Callable[[Case], bool]
+    #: the model check's scope that shows it: (tier, the second attempt, the world's events)
+    model: tuple[int, str, tuple[str, ...]] = (2, "retry", ())
+
+
+_recovering: contextvars.ContextVar[bool] = contextvars.ContextVar("recovering", default=False)
+
+
+def _lease_ignored_at_recovery(mp: pytest.MonkeyPatch) -> None:
+    real_recover, real_check = Gate._recover, protocol.check_lease
+
+    async def recover(self: Gate, *args: Any) -> Any:
+        token = _recovering.set(True)
+        try:
+            return await real_recover(self, *args)
+        finally:
+            _recovering.reset(token)
+
+    def check(lease: Lease | None, demand: Any, now: float) -> Any:
+        return None if _recovering.get() else real_check(lease, demand, now)
+
+    mp.setattr(Gate, "_recover", recover)
+    mp.setattr(protocol, "check_lease", check)
+
+
+def _premises_never_revalidated(mp: pytest.MonkeyPatch) -> None:
+    async def validate(*args: Any) -> list[Any]:
+        return []
+
+    mp.setattr(protocol.premise, "validate", validate)
+
+
+def _tier_3_resends(mp: pytest.MonkeyPatch) -> None:
+    real = protocol.capabilities
+    mp.setattr(protocol, "capabilities", lambda t: dataclasses.replace(real(t), queryable=True))
+
+
+def _dedupe_margin_ignored(mp: pytest.MonkeyPatch) -> None:
+    def resend_deduped(self: Capabilities, first: float | None, now: float) -> bool:
+        window = self.dedupe_window
+        return window is not None and first is not None and now < first + window.total_seconds()
+
+    mp.setattr(Capabilities, "resend_deduped", resend_deduped)
+
+
+def _a_duplicate_submitter_sends(mp: pytest.MonkeyPatch) -> None:
+    real = Gate._recover
+
+    async def recover(self: Gate, call: Call, target: Any, view: EffectView, claim: Any) -> Any:
+        view.owner_delivery = {"workflow_id": call.delivery.workflow_id}  # anyone owns it
+        return await real(self, call, target, view, claim)
+
+    mp.setattr(Gate, "_recover", recover)
+
+
+def _amount_of(arg: Any) -> int:
+    amount = arg.get("amount", arg.get("amount_cents")) if isinstance(arg, dict) else None
+    return int(amount if amount is not None else arg.amount_cents)
+
+
+async def _send_to(target: Any, eid: str, ticket: Any) -> Any:
+    """What the world's activity sends: the payments service's refund, or the model's send."""
+    if hasattr(target, "refund"):
+        r = ticket.input
+        return await target.refund(r.order_id, r.amount_cents, idempotency_key=eid)
+    return target.send(eid)
+
+
+def _the_reconciler_sends(mp: pytest.MonkeyPatch) -> None:
+    """The reconciler of old: it resends an effect in doubt as its owner would."""
+
+    async def settle(self: Gate, eid: str, target: Any, **kw: Any) -> Any:
+        claim = self.journal.claim(eid)
+        assert claim is not None
+        try:
+            view = fold(eid, self.journal.read(eid))
+            decode = kw.get("decode_args") or tuple
+            args = tuple(decode(self.journal.blob(eid, "approved")))
+            call = Call(
+                effect_type=view.effect_type or "refund",
+                activity=view.activity or "refund",
+                input=args[0],
+                args=args,
+                principal=view.principal,
+                lease_id=view.lease_id,
+                measure=lambda a: Measure(_amount_of(a[0])),
+                delivery=Delivery(workflow_id=view.owner, activity_id="reconciler"),
+                last_attempt=True,
+                decode_args=decode,
+            )
+            step = await self._recover(call, target, view, claim)
+        except BaseException:
+            claim.release()
+            raise
+        if isinstance(step, protocol.Ticket):
+            await self.commit(step, await _send_to(target, eid, step))
+        else:
+            claim.release()
+        return self.receipt(eid)
+
+    mp.setattr(Gate, "settle", settle)
+
+
+class _NoClaim:
+    def release(self) -> None:
+        pass
+
+
+def _claim_skipped(mp: pytest.MonkeyPatch) -> None:
+    mp.setattr(sqlite_journal.SqliteJournal, "claim", lambda self, eid: _NoClaim())
+    mp.setattr(sqlite_journal.SqliteJournal, "is_claimed", lambda self, eid: False)
+
+
+def _conflicting_payload_skipped(mp: pytest.MonkeyPatch) -> None:
+    async def accept(self: Gate, view: Any, pdigest: str, call: Call) -> None:
+        return None
+
+    mp.setattr(Gate, "_reject_conflict", accept)
+
+
+def _journal_read_unverified(mp: pytest.MonkeyPatch) -> None:
+    mp.setattr(sql_journal, "check_chain", lambda *args: None)
+
+
+def _lease_budget_overspent(mp: pytest.MonkeyPatch) -> None:
+    real = protocol.check_lease
+
+    def check(lease: Lease | None, demand: Any, now: float) -> Any:
+        if lease is not None and lease.budget_cents is not None:
+            lease = lease.model_copy(update={"reserved_cents": 0})
+        return real(lease, demand, now)
+
+    mp.setattr(protocol, "check_lease", check)
+
+
+def _recovers(case: Case) -> bool:
+    """The effect is left in doubt for a later attempt to recover."""
+    return case.first_dies_at in ("after_dispatch_tx", "after_send") and not case.zombie
+
+
+BUGS = [
+    Bug(
+        "the lease ignored at recovery",
+        _lease_ignored_at_recovery,
+        lambda c: _recovers(c) and c.event in ("revoke_lease", "expire_lease"),
+        (2, "retry", ("revoke_lease", "expire_lease")),
+    ),
+    Bug(
+        "premises never re-validated",
+        _premises_never_revalidated,
+        lambda c: _recovers(c) and c.event in ("ineligible", "manual_refund"),
+        (2, "retry", ("ineligible", "manual_refund")),
+    ),
+    Bug(
+        "tier 3 resends",
+        _tier_3_resends,
+        lambda c: _recovers(c) and c.tier == 3 and c.event == "none",
+        (3, "retry", ()),
+    ),
+    Bug(
+        "the dedupe margin ignored",
+        _dedupe_margin_ignored,
+        lambda c: _recovers(c) and c.tier == 1 and c.event == "near_window_end",
+        (1, "retry", ("near_window_end",)),
+    ),
+    Bug(
+        "a duplicate submitter sends",
+        _a_duplicate_submitter_sends,
+        lambda c: (
+            c.first_dies_at == "after_dispatch_tx"
+            and not c.zombie
+            and c.event == "owner_cancelled"
+            and c.then == "duplicate_other"
+        ),
+        (2, "other", ()),
+    ),
+    Bug(
+        "the reconciler sends",
+        _the_reconciler_sends,
+        lambda c: (
+            c.first_dies_at == "after_dispatch_tx" and not c.zombie and c.event == "owner_cancelled"
+        ),
+        (2, "retry", ("owner_cancelled",)),
+    ),
+    Bug(
+        "the claim skipped",
+        _claim_skipped,
+        lambda c: c.zombie and c.stalled and c.tier == 2,
+        (2, "retry", ()),
+    ),
+    Bug(
+        "the conflicting-payload check skipped",
+        _conflicting_payload_skipped,
+        lambda c: c.then == "redecide" and c.first_dies_at is None,
+        (2, "redecide", ()),
+    ),
+    Bug(
+        "a journal read not verified",
+        _journal_read_unverified,
+        lambda c: _recovers(c) and c.event == "tamper" and c.tier <= 2,
+        (2, "retry", ("tamper",)),
+    ),
+    Bug(
+        "a lease budget overspent",
+        _lease_budget_overspent,
+        lambda c: (
+            c.first_dies_at in ("claimed", "before_dispatch_tx") and c.event == "budget_taken"
+        ),
+        (2, "retry", ("budget_taken",)),
+    ),
+]
+
+
+@contextmanager
+def planted(bug: Bug) -> Iterator[None]:
+    with pytest.MonkeyPatch.context() as mp:
+        bug.plant(mp)
+        yield
