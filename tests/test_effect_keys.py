@@ -170,7 +170,52 @@ async def test_the_first_effect_of_a_changed_key_is_settled_without_a_send(
     receipt = caught.value.receipt
     assert receipt is not None and (receipt.final, receipt.code) == (final, code)
     assert receipt.executed is (False if final == "REFUSED" else "unknown")
+    why = "its activity's effect key changed between attempts"
+    assert receipt.reason == (
+        f"{why}, and it never happened; nobody else may send it"
+        if final == "REFUSED"
+        else f"{why} while it was in doubt, and the target cannot say whether it happened"
+    )
     assert service.calls(ORDER) == 0
+
+
+async def test_a_first_attempt_that_reuses_an_activity_id_is_not_a_changed_key(
+    journal: Journal, payments: SimulatedPayments
+) -> None:
+    """Only a retry can change its key: a first attempt with the same activity id and input
+    (an id reused on purpose) names a new effect and dispatches it."""
+    lease = journal.leases.issue("refund-bot")
+    arg = {"order_id": ORDER, "amount_cents": 2_000}
+    first = await Gate(journal).begin(call_of(arg, key={"at": 1}, lease=lease), payments)
+    assert isinstance(first, Ticket)
+    first.release()
+    again = await Gate(journal).begin(call_of(arg, key={"at": 2}, lease=lease), payments)
+    assert isinstance(again, Ticket) and again.via == "dispatch"
+    assert again.effect_id != first.effect_id
+    again.release()
+
+
+async def test_a_changed_key_whose_first_effect_is_held_names_it_as_it_stands(
+    journal: Journal, payments: SimulatedPayments, tmp_path: Path
+) -> None:
+    """The first effect's own attempt is still live (it holds the claim): it cannot be settled
+    now, so the retry's error carries its receipt as it stands, in doubt, and sends nothing."""
+    lease = journal.leases.issue("refund-bot")
+    arg = {"order_id": ORDER, "amount_cents": 2_000}
+    ticket = await Gate(journal).begin(call_of(arg, key={"at": 1}, lease=lease), payments)
+    assert isinstance(ticket, Ticket)
+    retry = call_of(arg, key={"at": 2}, lease=lease, attempt=2)
+    with (
+        open_journal(tmp_path / "journal.db", signing_key=KEY) as other_worker,
+        pytest.raises(UnstableEffectKey) as caught,
+    ):
+        await Gate(other_worker).begin(retry, payments)
+    receipt = caught.value.receipt
+    assert receipt is not None and receipt.effect_id == ticket.effect_id
+    assert (receipt.final, receipt.executed) == ("DISPATCHED", "unknown")
+    assert caught.value.first_effect_id == ticket.effect_id
+    assert payments.calls(ORDER) == 0
+    ticket.release()
 
 
 async def test_an_activity_id_reused_for_another_input_is_not_a_changed_key(

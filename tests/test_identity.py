@@ -3,7 +3,11 @@ here by hand so the test does not trust the canonicaliser it checks."""
 
 from __future__ import annotations
 
+import decimal
+import enum
 import hashlib
+import json
+import math
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
@@ -11,14 +15,16 @@ import pytest
 import rfc8785
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from pydantic import BaseModel, SecretStr
+from pydantic import BaseModel, ConfigDict, SecretStr
 
+from interlock_temporal.core import identity
 from interlock_temporal.core.identity import (
     UnserializableInput,
     canonical,
     canonical_json,
     digest,
     effect_id,
+    unstable_part,
 )
 
 
@@ -209,3 +215,166 @@ def test_an_effect_id_from_the_keys_canonical_bytes_is_the_same(
     except UnserializableInput:
         return
     assert effect_id(effect_type, key, key_json=key_json) == effect_id(effect_type, key)
+
+
+@pytest.mark.parametrize(
+    "data",
+    [
+        {"b": [1, 2.5, None, True], "a": {"z": "\u00e9", "y": ""}},
+        ["x", {"k": -1}],
+        "plain",
+    ],
+)
+@pytest.mark.parametrize("accelerated", [True, False], ids=["c-encoder", "pure-python"])
+def test_the_prebuilt_encoder_writes_compact_sorted_json(
+    data: object, accelerated: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The fast path's encoder is made once at import; made again, with or without the C
+    accelerator, it writes what ``json.dumps`` writes, sorted and without spaces or escapes of
+    non-ASCII text."""
+    if not accelerated:
+        monkeypatch.setattr(identity, "c_make_encoder", None)
+    encode = identity._sorted_compact_encoder()
+    expected = json.dumps(data, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    assert encode(data) == expected
+
+
+# -- where a value has no single canonical form -------------------------------------------------
+
+
+class Color(enum.Enum):
+    RED = "red"
+
+
+@dataclass
+class Point:
+    x: float
+    tags: object = None
+
+
+class Open(BaseModel):
+    model_config = ConfigDict(extra="allow")
+    order: str
+
+
+SET = "which has no order: its JSON changes between processes (use a sorted list)"
+
+
+@pytest.mark.parametrize(
+    ("value", "message"),
+    [
+        # whatever the walk meets first, what comes after it is still looked at
+        ({"items": {"a", "b"}, "order": "o-1"}, f"key.items is a set, {SET}"),
+        ({"items": {"a"}, "n": 1}, f"key.items is a set, {SET}"),
+        ({"items": {"a"}, "x": 1.5}, f"key.items is a set, {SET}"),
+        ({"items": {"a"}, "none": None}, f"key.items is a set, {SET}"),
+        ([frozenset({"a"}), "b"], f"key[0] is a frozenset, {SET}"),
+        ({7: "x"}, "key has a key of type int, not a string"),
+        (Open(order="o-1", tags={"a"}), f"key.tags is a set, {SET}"),
+        (Point(x=1.0, tags={"a"}), f"key.tags is a set, {SET}"),
+        (Point(x=math.nan), "key.x is a float that is NaN or infinite"),
+        ({"at": decimal.Decimal("NaN")}, "key.at is a Decimal that is NaN or infinite"),
+        (
+            {"e": Color.RED, "n": 2**53},
+            "key.n is an integer outside the interoperable JSON range (2**53)",
+        ),
+    ],
+)
+def test_where_a_value_has_no_canonical_form_is_named(value: object, message: str) -> None:
+    assert unstable_part(value, "key") == message
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        {"e": Color.RED, "n": -(2**53 - 1)},
+        {"e": Color.RED, "n": 2**53 - 1},
+        {"e": Color.RED, "d": decimal.Decimal("1.5"), "f": 0.5, "s": "x", "b": True, "z": None},
+        Point(x=1.0, tags=["a", "b"]),
+        Open(order="o-1", tags=["a"]),
+    ],
+)
+def test_values_with_one_canonical_form_pass(value: object) -> None:
+    assert unstable_part(value, "key") is None
+
+
+# -- the fast paths answer for exactly what they claim ---------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("data", "plain"),
+    [
+        ({"a": ["b", 1, 0.5, True, None]}, True),
+        (2**53 - 1, True),
+        (-(2**53 - 1), True),
+        (2**53, False),
+        (-(2**53), False),
+        (1e-4, True),
+        (-1e-4, True),
+        (123456789012.5, True),
+        (-0.5, True),
+        (0.5e-4, False),
+        (1e16, False),
+        (2.0, False),  # integral floats: 2.0 is written 2 by ECMAScript
+        (float("nan"), False),
+        ("caf\u00e9", False),
+        ({"caf\u00e9": 1}, False),
+        ({1: "a"}, False),
+        ((1, 2), False),
+        (True, True),
+        (None, True),
+    ],
+)
+def test_json_dumps_is_trusted_only_where_it_writes_rfc8785(data: object, plain: bool) -> None:
+    """``_json_module_is_canonical`` admits exactly the data its docstring names; the rest goes
+    through the reference implementation."""
+    assert identity._json_module_is_canonical(data) is plain
+
+
+@pytest.mark.parametrize(
+    ("data", "plain"),
+    [
+        ({"a": ["b", 1, 0.5, True, None]}, True),
+        (2**53 - 1, True),
+        (-(2**53 - 1), True),
+        (2**53, False),
+        (-(2**53), False),
+        (True, True),
+        (False, True),
+        (None, True),
+        (Line(sku="s", qty=1), True),
+        (Open(order="o", tags=["a"]), True),
+        (Open(order="o", tags={"a"}), False),
+        ({1: "a"}, False),
+        (float("inf"), False),
+        (datetime(2024, 1, 1, tzinfo=UTC), True),
+        ({"s"}, False),
+    ],
+)
+def test_the_plain_data_shortcut_answers_only_for_plain_data(data: object, plain: bool) -> None:
+    assert identity._plainly_stable(data) is plain
+
+
+def test_a_lone_surrogate_is_refused_as_having_no_canonical_form() -> None:
+    for data in ("\ud800", {"a": "caf\u00e9\ud800"}, ["x", "\udfff"]):
+        with pytest.raises(UnserializableInput):
+            canonical_json(data)
+
+
+def test_refusals_say_what_is_wrong_in_words_that_name_no_value() -> None:
+    with pytest.raises(UnserializableInput) as big:
+        canonical_json({"n": 2**60})
+    assert str(big.value) == "an integer outside the interoperable JSON range (2**53)"
+    with pytest.raises(UnserializableInput) as opaque:
+        identity.jsonable(object())
+    assert str(opaque.value) == "value of type object is not JSON data"
+    with pytest.raises(ValueError) as empty:
+        effect_id("", {"order": 1})
+    assert str(empty.value) == "effect_type must be a non-empty string"
+
+
+def test_an_origin_needs_the_whole_temporal_activity() -> None:
+    d = "ab" * 32
+    assert identity.origin_of("wf", "run", "7", d) == sha(f"wf\x00run\x007\x00{d}".encode())
+    for missing in [(None, "run", "7"), ("wf", None, "7"), ("wf", "run", None), (None, None, "7")]:
+        assert identity.origin_of(*missing, d) is None

@@ -127,6 +127,27 @@ async def test_a_late_commit_after_the_reservation_was_given_back_is_charged_aga
     assert journal.read(refund.effect_id)[-1].data["alarm"] == "executed_after_refused"
 
 
+async def test_each_dispatch_records_its_reservation_and_what_the_lease_then_holds(
+    journal: Journal, payments: SimulatedPayments
+) -> None:
+    """The signed DISPATCHED entry says what it reserved and what the lease held reserved with
+    it, so an auditor can follow a budget entry by entry."""
+    lease = budget_lease(journal, 5_000)
+    first = Refund(journal, payments, case_id="c-1", lease=lease)
+    await first.run()
+    second = Refund(journal, payments, 1_000, case_id="c-2", lease=lease)
+    await second.run()
+
+    def reservation(effect_id: str) -> Any:
+        (note,) = [e.data["budget"] for e in journal.read(effect_id) if e.kind is Kind.DISPATCHED]
+        return note
+
+    held = {"lease_id": lease, "budget_cents": 5_000}
+    assert reservation(first.effect_id) == {**held, "cents": 2_000, "reserved_cents": 2_000}
+    assert reservation(second.effect_id) == {**held, "cents": 1_000, "reserved_cents": 3_000}
+    assert reserved(journal, lease) == 3_000
+
+
 async def test_a_budget_needs_the_activity_to_declare_its_amount(
     journal: Journal, payments: SimulatedPayments
 ) -> None:

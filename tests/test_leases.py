@@ -1,11 +1,19 @@
-"""check_lease: whether a lease authorises a call, and why not, never quoting argument values."""
+"""Leases: whether one authorises a call, and why not, never quoting argument values; what the
+store keeps when one is issued, and what it refuses to issue."""
 
 from __future__ import annotations
 
+import re
+import time
+from collections.abc import Iterator
+from datetime import timedelta
+from pathlib import Path
+
 import pytest
 
-from interlock_temporal.core.leases import Demand, LeaseProblem, check_lease
+from interlock_temporal.core.leases import Demand, LeaseProblem, LeaseStore, check_lease
 from interlock_temporal.core.models import Lease
+from interlock_temporal.testing import throwaway_journal
 
 NOW = 1_700_000_000.0
 
@@ -173,3 +181,137 @@ def test_each_problem_names_its_own_reason() -> None:
     }
     assert None not in details
     assert len(details) == 8
+
+
+@pytest.mark.parametrize(
+    ("lease_", "demand_", "detail", "code"),
+    [
+        (None, demand(), "no live lease with that id", "lease"),
+        (lease(revoked_at=NOW), demand(), "lease revoked", "lease"),
+        (lease(expires_at=NOW), demand(), "lease expired", "lease"),
+        (lease(), demand(principal="other"), "lease held by another principal", "lease"),
+        (lease(activities=["charge"]), demand(), "activity outside the lease's scope", "lease"),
+        (
+            lease(),
+            demand(amount_cents=None),
+            "the lease caps the amount but the activity declares no amount",
+            "lease",
+        ),
+        (lease(max_amount_cents=1), demand(), "amount over the lease's maximum", "lease"),
+        (lease(resources=["a/*"]), demand(), "resource outside the lease's scope", "lease"),
+        (
+            lease(max_amount_cents=None, budget_cents=5),
+            demand(amount_cents=None),
+            "the lease has a budget but the activity declares no amount",
+            "lease",
+        ),
+        (
+            lease(budget_cents=AMOUNT * 2, reserved_cents=AMOUNT + 1),
+            demand(),
+            "the lease's budget does not cover this amount",
+            "lease_budget",
+        ),
+    ],
+)
+def test_each_problem_is_worded_for_the_receipt(
+    lease_: Lease | None, demand_: Demand, detail: str, code: str
+) -> None:
+    """The detail is the refusal's reason in the receipt and the error a person reads; the
+    code is what callers match on (only a short budget is ``lease_budget``)."""
+    assert check_lease(lease_, demand_, NOW) == LeaseProblem(detail, code)
+
+
+def test_a_budget_counts_what_its_other_effects_hold_reserved() -> None:
+    exactly = lease(budget_cents=AMOUNT * 2, reserved_cents=AMOUNT)
+    assert check_lease(exactly, demand(), NOW) is None
+    assert check_lease(lease(budget_cents=AMOUNT), demand(), NOW) is None  # nothing reserved
+    over = check_lease(lease(budget_cents=AMOUNT - 1), demand(), NOW)
+    assert over is not None and over.code == "lease_budget"
+
+
+# -- issuing: what the store keeps, and what it refuses ------------------------------------------
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> Iterator[LeaseStore]:
+    journal = throwaway_journal(tmp_path)
+    try:
+        yield journal.leases
+    finally:
+        journal.close()
+
+
+def test_an_issued_lease_reads_back_as_issued(store: LeaseStore) -> None:
+    before = time.time()
+    lease_id = store.issue(
+        PRINCIPAL,
+        activities=["refund_*"],
+        max_amount_cents=5_000,
+        budget_cents=20_000,
+        resources=["order/*"],
+        ttl=timedelta(hours=1),
+    )
+    found = store.get(lease_id)
+    assert found is not None
+    assert (found.lease_id, found.principal) == (lease_id, PRINCIPAL)
+    assert (found.activities, found.resources) == (["refund_*"], ["order/*"])
+    assert (found.max_amount_cents, found.budget_cents) == (5_000, 20_000)
+    assert before <= found.issued_at <= time.time()
+    assert found.expires_at == pytest.approx(found.issued_at + 3_600)
+    assert found.revoked_at is None
+    # what it authorises follows from what was kept
+    assert check_lease(found, demand(amount_cents=5_000), found.issued_at + 3_599) is None
+    assert check_lease(found, demand(amount_cents=5_000), found.issued_at + 3_600) is not None
+    assert check_lease(found, demand(activity="charge_card"), found.issued_at) is not None
+    assert check_lease(found, demand(resource="customer/c-1"), found.issued_at) is not None
+
+
+def test_an_unscoped_lease_without_a_ttl_never_expires(store: LeaseStore) -> None:
+    found = store.get(store.issue(PRINCIPAL))
+    assert found is not None
+    assert (found.activities, found.resources, found.expires_at) == (None, None, None)
+    assert (found.max_amount_cents, found.budget_cents) == (None, None)
+    assert check_lease(found, demand(amount_cents=None), found.issued_at + 10**9) is None
+
+
+def test_issued_ids_are_named_leases_and_never_repeat(store: LeaseStore) -> None:
+    ids = {store.issue(PRINCIPAL) for _ in range(5)}
+    assert len(ids) == 5
+    for lease_id in ids:
+        assert re.fullmatch(r"lease_[0-9a-f]{24,}", lease_id), lease_id
+    assert store.issue(PRINCIPAL, lease_id="lease_chosen") == "lease_chosen"
+
+
+@pytest.mark.parametrize("ttl", [timedelta(0), timedelta(seconds=-1)])
+def test_a_ttl_must_be_positive(store: LeaseStore, ttl: timedelta) -> None:
+    with pytest.raises(ValueError, match=r"^ttl must be positive$"):
+        store.issue(PRINCIPAL, ttl=ttl)
+    assert store.list() == []
+
+
+def test_a_short_ttl_is_kept(store: LeaseStore) -> None:
+    found = store.get(store.issue(PRINCIPAL, ttl=timedelta(seconds=1)))
+    assert found is not None and found.expires_at == pytest.approx(found.issued_at + 1)
+
+
+def test_a_lease_needs_a_principal(store: LeaseStore) -> None:
+    with pytest.raises(ValueError, match=r"^principal must be a non-empty string$"):
+        store.issue("")
+    assert store.list() == []
+
+
+@pytest.mark.parametrize("field", ["max_amount_cents", "budget_cents"])
+@pytest.mark.parametrize("value", [True, 12.5, "100"])
+def test_amounts_are_whole_cents(store: LeaseStore, field: str, value: object) -> None:
+    with pytest.raises(ValueError, match=rf"^{field} must be a whole number of cents$"):
+        store.issue(PRINCIPAL, **{field: value})  # type: ignore[arg-type]
+    assert store.list() == []
+
+
+@pytest.mark.parametrize("field", ["max_amount_cents", "budget_cents"])
+def test_amounts_are_never_negative_but_may_be_zero(store: LeaseStore, field: str) -> None:
+    with pytest.raises(ValueError, match=rf"^{field} must not be negative$"):
+        store.issue(PRINCIPAL, **{field: -1})  # type: ignore[arg-type]
+    assert store.list() == []
+    zero = store.get(store.issue(PRINCIPAL, **{field: 0}))  # type: ignore[arg-type]
+    assert zero is not None and getattr(zero, field) == 0

@@ -278,6 +278,20 @@ class Gate:
                 f"take: {err}"
             ) from None
 
+    def _approved(self, call: Call, admitted: Decision | None) -> tuple[tuple[Any, ...], bytes]:
+        """What a dispatch sends, and its canonical JSON: the input as proposed, or the
+        policy's rewrite of it."""
+        if admitted is None or admitted.verdict is not Verdict.MODIFY or not admitted.args:
+            return call.args, call.args_canonical
+        approved = self._rewritten_args(call, admitted.args)
+        try:
+            return approved, canonical_json(jsonable(list(approved)))
+        except UnserializableInput as err:
+            raise InvalidCall(
+                f"a policy rule rewrote the input of {call.activity} into one that is not "
+                f"JSON data: {err}"
+            ) from None
+
     def _policy_note(self, decision: Decision | None) -> dict[str, Any]:
         if decision is None:
             return {}
@@ -419,17 +433,7 @@ class Gate:
         decided = decision_premises(call)
         recorded = decided if decided is not None else current
         changes = await premise.validate(target, recorded, current, call.input)
-        approved = call.args
-        approved_json = call.args_canonical
-        if admitted is not None and admitted.verdict is Verdict.MODIFY and admitted.args:
-            approved = self._rewritten_args(call, admitted.args)
-            try:
-                approved_json = canonical_json(jsonable(list(approved)))
-            except UnserializableInput as err:
-                raise InvalidCall(
-                    f"a policy rule rewrote the input of {call.activity} into one that is not "
-                    f"JSON data: {err}"
-                ) from None
+        approved, approved_json = self._approved(call, admitted)
         approved_digest = hashlib.sha256(approved_json).hexdigest()
         proposed = Draft(
             kind=Kind.PROPOSED,
@@ -501,9 +505,9 @@ class Gate:
         recorded = decided if decided is not None else current
         changes = await premise.validate(target, recorded, current, call.input)
         admitted = self._police(call, eid, view.payload_digest or "", call.args)
-        measured = call.measure(call.args) if call.measure else Measure()
+        approved, approved_json = self._approved(call, admitted)
+        measured = call.measure(approved) if call.measure else Measure()
         demand = Demand(call.principal, call.activity, measured.amount_cents, measured.resource)
-        approved_json = call.args_canonical
 
         def build(lease: Lease | None) -> list[Draft]:
             found = check_lease(lease, demand, self.clock()) if call.lease_id else None
@@ -543,8 +547,8 @@ class Gate:
             eid,
             written[-1].hash,
             "reopened",
-            call.args,
-            call.input,
+            approved,
+            _as_input(approved),
             view.dispatches + 1,
             target,
             call,
