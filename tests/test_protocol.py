@@ -680,6 +680,36 @@ async def test_the_window_is_judged_again_as_the_resend_is_recorded(
     assert [e.data["via"] for e in dispatched] == ["dispatch"]
 
 
+@pytest.mark.parametrize("last_attempt", [False, True])
+async def test_a_window_that_closes_before_the_target_settled_waits_or_is_ambiguous(
+    journal: Journal, lease: str, last_attempt: bool
+) -> None:
+    """Inside the window when the recovery decides, before the target settled; past the window
+    by the time its dispatch is recorded. "Not found" does not yet prove absence: an attempt
+    that will be retried waits for the target to settle (nothing recorded); the last one
+    says AMBIGUOUS."""
+    target = MemTarget(tier=1, settle_time=timedelta(minutes=1))
+    del target.query
+    call = make_call(lease)
+    await died_before_send(Gate(journal), call, target)
+    before = journal.read(eid_of(call))
+
+    def the_clock_moves(point: str, eid: str) -> None:
+        if point == "before_recovery_tx":
+            target.offset = (WINDOW - timedelta(minutes=2)).total_seconds()
+
+    retry = make_call(lease, last_attempt=last_attempt)
+    gate = Gate(journal, clock=target.clock, on_point=the_clock_moves)
+    if last_attempt:
+        with pytest.raises(Ambiguous) as err:
+            await gate.begin(retry, target)
+        assert err.value.receipt.code == "unknowable"
+    else:
+        with pytest.raises(InFlight):
+            await gate.begin(retry, target)
+        assert journal.read(eid_of(call)) == before
+
+
 def test_a_window_too_short_for_settle_time_and_margin_is_refused_when_gated() -> None:
     from interlock_temporal import gated
     from interlock_temporal.core.targets import TargetDeclarationError
