@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import functools
 import hashlib
 import json
 import shutil
@@ -88,15 +89,24 @@ SHM = Path("/dev/shm") if Path("/dev/shm").is_dir() else Path(tempfile.gettempdi
 _READ_THE_JOURNAL = frozenset(
     {"query", "capture", "before_dispatch_tx", "before_recovery_tx", "after_dispatch_tx", "send"}
 )
-_TEMPLATE: list[Path] = []
+_TEMPLATE: list[tuple[Path, str]] = []
 
 
-def _template() -> Path:
-    """An empty journal, migrated: each replay starts from a copy instead of migrating."""
+def _template() -> tuple[Path, str]:
+    """A journal, migrated, holding the lease and nothing else: each replay starts from a
+    copy instead of migrating and issuing."""
     if not _TEMPLATE:
         where = Path(tempfile.mkdtemp(prefix="interlock-mc-template-", dir=SHM)) / "j.db"
-        open_journal(f"sqlite:///{where}", signing_key=KEY).close()
-        _TEMPLATE.append(where)
+        journal = open_journal(f"sqlite:///{where}", signing_key=KEY)
+        lease = journal.leases.issue(
+            "bot",
+            activities=["refund"],
+            max_amount_cents=50,
+            budget_cents=BUDGET,
+            ttl=LEASE_TTL,
+        )
+        journal.close()
+        _TEMPLATE.append((where, lease))
     return _TEMPLATE[0]
 
 
@@ -246,6 +256,11 @@ def _call(
     )
 
 
+@functools.cache
+def _effect_id(lease: str) -> str:
+    return Gate.identify(_call(lease, AMOUNT, OWNER, 1, False))[0]
+
+
 class World:
     """The stores and the two attempts of one replay."""
 
@@ -254,16 +269,13 @@ class World:
         self.variant = variant
         self.events = tuple(events)
         self.journals: list[Journal] = []
-        shutil.copyfile(_template(), directory / "j.db")  # created and migrated once
-        setup = open_journal(f"sqlite:///{directory / 'j.db'}", signing_key=KEY)
-        self.journals.append(setup)
-        self.lease = setup.leases.issue(
-            "bot",
-            activities=["refund"],
-            max_amount_cents=50,
-            budget_cents=BUDGET,
-            ttl=LEASE_TTL,
-        )
+        template, self.lease = _template()
+        shutil.copyfile(template, directory / "j.db")
+        # the setup's, then each attempt's, opened now (before any event): a worker's journal
+        # was opened when it started
+        self.journals += [
+            open_journal(f"sqlite:///{directory / 'j.db'}", signing_key=KEY) for _ in range(3)
+        ]
         self.target = Target(
             tier, self._pause, SETTLE_TIME if variant == "settling" else timedelta(0)
         )
@@ -279,10 +291,18 @@ class World:
         self.reconciled = False
         #: a request whose sender was killed as it left: it may land until the target settles
         self.in_flight: str = ""
-        for runner in self.runners:
-            runner.thread = threading.Thread(target=self._attempt, args=(runner,), daemon=True)
+
+    def _started(self, runner: Runner) -> Runner:
+        """An attempt's thread starts at its first step: most states never reach one of the
+        two, and a thread's start is most of a replay's cost."""
+        if runner.thread is None:
+            journal = self.journals[1 + self.runners.index(runner)]
+            runner.thread = threading.Thread(
+                target=self._attempt, args=(runner, journal), daemon=True
+            )
             runner.thread.start()
             runner.paused.wait(timeout=30)
+        return runner
 
     def _pause(self, where: str) -> None:
         runner = getattr(self._local, "runner", None)
@@ -291,10 +311,8 @@ class World:
 
     _local = threading.local()
 
-    def _attempt(self, runner: Runner) -> None:
+    def _attempt(self, runner: Runner, journal: Journal) -> None:
         self._local.runner = runner
-        journal = open_journal(f"sqlite:///{self.directory / 'j.db'}", signing_key=KEY)
-        self.journals.append(journal)
         gate = Gate(
             journal, on_point=lambda point, eid: runner.pause(point), clock=self.target.clock
         )
@@ -351,10 +369,11 @@ class World:
         if verb == "event":
             self.event = arg
             # where each attempt stood when it happened: what each has read of the world
-            self.event_at = tuple(len(r.trace) for r in self.runners)
+            # (an attempt not yet started stands at its start, as one paused there does)
+            self.event_at = tuple(len(r.trace) or 1 for r in self.runners)
             self._happen(arg)
             return
-        runner = self.runners[int(arg)]
+        runner = self._started(self.runners[int(arg)])
         if verb == "kill":
             runner.kill = True
             if runner.at == "send" and self.target.settle_time:
@@ -382,7 +401,7 @@ class World:
             self.cancelled_at = time.time()
             for r in self.runners:  # the cancellation reaches the owner's attempts
                 if r.workflow_id == OWNER and not r.done:
-                    r.kill = True
+                    self._started(r).kill = True
                     r.step()
 
     def _advance(self, by: timedelta) -> None:
@@ -448,7 +467,7 @@ class World:
             self.reconciled = False  # a live attempt held it: the next run tries again
 
     def effect_id(self) -> str:
-        return Gate.identify(_call(self.lease, AMOUNT, OWNER, 1, False))[0]
+        return _effect_id(self.lease)
 
     def _entries(self) -> list[Any] | None:
         """The effect's entries; None once the journal was edited (they cannot be trusted)."""
@@ -545,7 +564,7 @@ class World:
 
     def close(self) -> None:
         for r in self.runners:
-            while not r.done:
+            while r.thread is not None and not r.done:
                 r.kill = True
                 r.step()
         for j in self.journals:
