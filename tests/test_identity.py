@@ -349,6 +349,10 @@ def test_json_dumps_is_trusted_only_where_it_writes_rfc8785(data: object, plain:
         (float("inf"), False),
         (datetime(2024, 1, 1, tzinfo=UTC), True),
         ({"s"}, False),
+        # a plain value met first does not end the walk: what is behind it is still looked at
+        ([float("nan"), "x"], False),
+        ([{"s"}, True], False),
+        ([2**60, None], False),
     ],
 )
 def test_the_plain_data_shortcut_answers_only_for_plain_data(data: object, plain: bool) -> None:
@@ -365,6 +369,13 @@ def test_refusals_say_what_is_wrong_in_words_that_name_no_value() -> None:
     with pytest.raises(UnserializableInput) as big:
         canonical_json({"n": 2**60})
     assert str(big.value) == "an integer outside the interoperable JSON range (2**53)"
+    with pytest.raises(UnserializableInput) as nan:
+        canonical_json({"x": float("nan")})
+    assert str(nan.value) == "a float that is NaN or infinite"
+    for lone in ({"x": "\ud800"}, {"\ud800": 1}):  # in a value, or in a key
+        with pytest.raises(UnserializableInput) as surrogate:
+            canonical_json(lone)
+        assert str(surrogate.value) == "a string that is not valid Unicode (a lone surrogate)"
     with pytest.raises(UnserializableInput) as opaque:
         identity.jsonable(object())
     assert str(opaque.value) == "value of type object is not JSON data"

@@ -1729,5 +1729,5 @@ def test_a_key_that_is_not_valid_unicode_is_refused_naming_the_activity() -> Non
         Gate.identify(call)
     assert str(bad.value) == (
         f"the effect key or input of {ACTIVITY} is not JSON data: "
-        "a value with no canonical JSON form"
+        "a string that is not valid Unicode (a lone surrogate)"
     )

@@ -203,10 +203,14 @@ def canonical_json(data: Any) -> bytes:
         ) from None
     except rfc8785.FloatDomainError:
         raise UnserializableInput("a float that is NaN or infinite") from None
-    except rfc8785.CanonicalizationError:
+    except rfc8785.CanonicalizationError as err:
         # the library's message can quote the value; never echo argument values
+        if isinstance(err.__cause__, UnicodeError):
+            raise UnserializableInput(
+                "a string that is not valid Unicode (a lone surrogate)"
+            ) from None
         raise UnserializableInput("a value with no canonical JSON form") from None
-    except UnicodeError:
+    except UnicodeError:  # a lone surrogate in a key: met while sorting the keys
         raise UnserializableInput("a string that is not valid Unicode (a lone surrogate)") from None
 
 
