@@ -2,9 +2,11 @@
 
 ``make mutants`` pipes mutmut's verdicts here. A mutant counts as caught when a test killed
 it, when it ran out of time (the suite notices a hang), or when mypy, as strict as ``make lint``
-runs it, rejected it (such a change can never be merged). The survivors judged equivalent (no
-observable behaviour changes) are listed in ``tools/mutants-equivalent.txt``, one name a line
-with its reason after ``#``; they are shown apart and never counted as caught.
+runs it, rejected it (such a change can never be merged). ``by tests %`` is the share the tests
+catch among the mutants mypy accepts; ``equiv %`` the share judged equivalent. The survivors
+judged equivalent (no observable behaviour changes) are listed in
+``tools/mutants-equivalent.txt``, one name a line with its reason after ``#``; they are shown
+apart and never counted as caught.
 """
 
 from __future__ import annotations
@@ -46,7 +48,8 @@ def main() -> int:
         return 1
     print(
         f"{'module':40} {'total':>6} {'killed':>6} {'mypy':>5} {'timeout':>7} "
-        f"{'equiv':>5} {'survived':>8} {'no test':>7} {'caught %':>8}"
+        f"{'equiv':>5} {'survived':>8} {'no test':>7} {'caught %':>8} {'by tests %':>10} "
+        f"{'equiv %':>7}"
     )
     unjudged: list[str] = []
     stale: list[str] = []
@@ -61,11 +64,15 @@ def main() -> int:
         if total == 0:
             print(f"{module:40} not run")
             continue
+        # of the mutants mypy accepts, the share the tests catch (killed, or out of time)
+        typed = max(total - counts["caught by type check"], 1)
+        by_tests = counts["killed"] + counts["timeout"]
         print(
             f"{module:40} {total:6} {counts['killed']:6} {counts['caught by type check']:5} "
             f"{counts['timeout']:7} {len(equivalent):5} "
             f"{counts['survived'] - len(equivalent):8} {counts['no tests']:7} "
-            f"{100 * caught / total:7.1f}%"
+            f"{100 * caught / total:7.1f}% {100 * by_tests / typed:9.1f}% "
+            f"{100 * len(equivalent) / total:6.1f}%"
         )
     if unjudged:
         print(f"\nsurvivors not judged equivalent ({len(unjudged)}): `mutmut show NAME` shows one")
