@@ -96,6 +96,10 @@ def _harm(harm: str, why: str, cents: int, records: int, **kw: Any) -> Baseline:
     return Baseline(harm, why, refunded_cents=cents, records=records, **kw)
 
 
+#: a key the service does not honour: the ungated retry refunds again
+_KEY_IGNORED = _harm(DOUBLE_REFUND, "the retry's key is the same; the service ignores it", 4_000, 2)
+
+
 def _both(
     e: Baseline, activity_key: dict[int, Baseline] | None = None
 ) -> dict[str, dict[int, Baseline]]:
@@ -383,18 +387,8 @@ SCENARIOS: dict[str, Scenario] = {
                 _harm(DOUBLE_REFUND, "the refund landed; the retry sends it again", 4_000, 2),
                 {
                     1: _clean("the retry carries the same key, and the service dedupes it"),
-                    2: _harm(
-                        DOUBLE_REFUND,
-                        "the retry's key is the same; the service ignores it",
-                        4_000,
-                        2,
-                    ),
-                    3: _harm(
-                        DOUBLE_REFUND,
-                        "the retry's key is the same; the service ignores it",
-                        4_000,
-                        2,
-                    ),
+                    2: _KEY_IGNORED,
+                    3: _KEY_IGNORED,
                 },
             ),
         ),
@@ -537,18 +531,8 @@ SCENARIOS: dict[str, Scenario] = {
                         4_000,
                         2,
                     ),
-                    2: _harm(
-                        DOUBLE_REFUND,
-                        "the retry's key is the same; the service ignores it",
-                        4_000,
-                        2,
-                    ),
-                    3: _harm(
-                        DOUBLE_REFUND,
-                        "the retry's key is the same; the service ignores it",
-                        4_000,
-                        2,
-                    ),
+                    2: _KEY_IGNORED,
+                    3: _KEY_IGNORED,
                 },
             ),
         ),
