@@ -192,10 +192,11 @@ def test_monitor_mode_records_what_would_have_happened_and_still_counts(journal:
     first = guard.check(*wire(1, "run/1"), delivery="run/1/1")
     assert first == Decision(Verdict.ALLOW, epoch=policy.epoch)
     second = guard.check(*wire(2, "run/2"), delivery="run/2/1")
-    assert (second.verdict, second.observed, second.code, second.policy_id) == (
+    assert (second.verdict, second.observed, second.code, second.reason, second.policy_id) == (
         Verdict.ALLOW,
         True,
         Reason.GLOBAL_LIMIT,
+        "1 calls in this session",
         "shadow",
     )
     ruled = guard.check(*wire(5000, "run/3"), delivery="run/3/1")
