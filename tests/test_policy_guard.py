@@ -294,3 +294,16 @@ def test_result_rules_decide_on_what_an_activity_returned(journal: Journal) -> N
     assert (seen.verdict, seen.code, seen.observed) == (Verdict.ALLOW, "PII", True)
     clean = CallEvent("lookup", ("c-1",), phase="result", result={"name": "x"})
     assert PolicyGuard(shadow, journal.policy).check_result(clean) == Decision(Verdict.ALLOW)
+
+
+def test_monitor_mode_admits_each_execution_once(journal: Journal) -> None:
+    """A Temporal retry of a call monitor mode let run is not charged again, whether the first
+    attempt was plainly allowed or observed over a limit."""
+    policy = Policy(Limits(max_total_calls=1, costs={"wire": 0.5}), mode="monitor")
+    guard = PolicyGuard(policy, journal.policy)
+    for run in ("run/1", "run/2"):
+        for attempt in (1, 2):
+            guard.check(*wire(1, run), delivery=f"{run}/{attempt}")
+        assert journal.policy.spent("principal:bot") == pytest.approx(
+            0.5 if run == "run/1" else 1.0
+        )
