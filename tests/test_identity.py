@@ -279,6 +279,7 @@ SET = "which has no order: its JSON changes between processes (use a sorted list
             "key.n is an integer outside the interoperable JSON range (2**53)",
         ),
     ],
+    ids=lambda v: type(v).__name__ if not isinstance(v, str) else "",
 )
 def test_where_a_value_has_no_canonical_form_is_named(value: object, message: str) -> None:
     assert unstable_part(value, "key") == message
@@ -372,6 +373,9 @@ def test_refusals_say_what_is_wrong_in_words_that_name_no_value() -> None:
     with pytest.raises(UnserializableInput) as nan:
         canonical_json({"x": float("nan")})
     assert str(nan.value) == "a float that is NaN or infinite"
+    with pytest.raises(UnserializableInput) as not_json:
+        canonical_json({1: "a"})
+    assert str(not_json.value) == "a value with no canonical JSON form"
     for lone in ({"x": "\ud800"}, {"\ud800": 1}):  # in a value, or in a key
         with pytest.raises(UnserializableInput) as surrogate:
             canonical_json(lone)

@@ -1676,6 +1676,21 @@ async def test_the_same_delivery_seen_again_is_a_replay(journal: Journal, lease:
     assert target.sends == 0
 
 
+async def test_a_call_with_no_temporal_delivery_is_never_taken_for_a_replay(
+    journal: Journal, lease: str
+) -> None:
+    """Called outside an activity (no activity id), two attempts cannot be told apart by their
+    delivery: neither is a replay of the other."""
+    gate = Gate(journal, policy=PolicyGuard(Policy(), journal.policy))
+    target = Ledger()
+    call = refund(lease)
+    assert call.delivery.activity_id is None
+    await dispatched(gate, call, target)
+    ticket = await gate.begin(dataclasses.replace(call, admission={}), target)
+    assert isinstance(ticket, Ticket)
+    ticket.release()
+
+
 async def test_an_outcome_a_person_attested_is_returned_as_resolved(
     journal: Journal, lease: str
 ) -> None:
