@@ -54,8 +54,7 @@ from pydantic import (
 )
 
 from ..core.models import Change, Found
-from ..core.premises import default_validate
-from ..core.targets import Classification
+from ..core.targets import BaseTarget, Classification, default_validate
 
 __all__ = [
     "ABSENT",
@@ -443,13 +442,14 @@ _GIT_ENV_DROP = ("GIT_DIR", "GIT_WORK_TREE", "GIT_INDEX_FILE", "GIT_OBJECT_DIREC
 _LOG_FORMAT = f"%H%x1f%P%x1f%(trailers:key={TRAILER},valueonly,separator=%x2c)%x1e"
 
 
-class GitRepo:
+class GitRepo(BaseTarget):
     """A branch of a local git repository, as an effect target (tier 2) and as the send.
 
     ``on_point(point, effect_id)`` is called at ``"before_ref_update"`` and
     ``"after_ref_update"`` (tests raise ``SimulatedCrash`` there, as a dying worker would).
     """
 
+    tier = 2
     dedupe_window: timedelta | None = None
 
     def __init__(
@@ -663,8 +663,9 @@ class GitRepo:
             k: before[k] if now[k] == at_own[k] and at_own[k] != before[k] else now[k] for k in keys
         }
 
-    def query(self, effect_id: str) -> Found | None:
-        """Tier 2: the commit on the branch whose trailer names this effect."""
+    def query(self, effect_id: str, args: Any) -> Found | None:
+        """Tier 2: the commit on the branch whose trailer names this effect (found by the
+        effect id alone: ``args`` is not needed)."""
         own = self._own(effect_id, self.ref)
         if not own:
             return None
