@@ -70,7 +70,7 @@ class NullTarget:
     def capture(self, args: Any, effect_id: str) -> dict[str, Any]:
         return {"open": True}
 
-    def query(self, effect_id: str) -> Found | None:
+    def query(self, effect_id: str, args: Any) -> Found | None:
         found = self.sent.get(effect_id)
         return None if found is None else Found(result=found)
 

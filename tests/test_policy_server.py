@@ -689,7 +689,7 @@ class Ledger:
     def capture(self, args: Any, effect_id: str) -> dict[str, Any]:
         return {"open": True}
 
-    def query(self, effect_id: str) -> Found | None:
+    def query(self, effect_id: str, args: Any) -> Found | None:
         amount = self.charged.get(effect_id)
         return None if amount is None else Found(result={"charged": amount})
 

@@ -105,7 +105,7 @@ class MemTarget:
             await self.capture_gate.wait()
         return dict(self.facts)
 
-    def _query(self, effect_id: str) -> Found | None:
+    def _query(self, effect_id: str, args: Any) -> Found | None:
         got = self.landed.get(effect_id)
         return None if got is None else Found(result=got, confirmation=got["ref"])
 

@@ -76,7 +76,7 @@ class Ledger(MemTarget):
         super().__init__(tier, **kwargs)
         self.balance = {ORDER: 10_000, "o-2": 500}
         if tier <= 2:
-            self.query = self._by_order  # type: ignore[assignment]
+            self.query = self._by_order
         self.queried_with: list[Any] = []
 
     async def capture(self, args: Any, effect_id: str) -> dict[str, Any]:

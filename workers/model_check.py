@@ -178,7 +178,7 @@ class Target:
             changes.append(Change(fact="refunded_by_hand"))
         return changes
 
-    def _query(self, effect_id: str) -> Found | None:
+    def _query(self, effect_id: str, args: Any) -> Found | None:
         self._pause("query")
         return Found(result={"ok": True}) if self.landed.get(effect_id) else None
 

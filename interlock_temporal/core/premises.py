@@ -8,22 +8,13 @@ from typing import Any
 
 from .identity import jsonable
 from .models import Change
-from .targets import EffectTarget, resolve
+from .targets import EffectTarget, default_validate, resolve
 
 
 async def capture(target: EffectTarget, args: Any, effect_id: str) -> dict[str, Any]:
     """The target's facts now, as JSON data (so they compare equal to what the journal holds)."""
     facts: Mapping[str, Any] = await resolve(target.capture(args, effect_id))
     return dict(jsonable(dict(facts)))
-
-
-def default_validate(recorded: Mapping[str, Any], current: Mapping[str, Any]) -> list[Change]:
-    """Field-by-field equality over every fact either side knows."""
-    return [
-        Change(fact=name, recorded=recorded.get(name), current=current.get(name))
-        for name in sorted(set(recorded) | set(current))
-        if recorded.get(name) != current.get(name)
-    ]
 
 
 async def validate(

@@ -2,7 +2,10 @@
 
 Tier 1: dedupes a resend that carries the effect id as its idempotency key, inside a window.
 Tier 2: can be asked whether an effect happened (``query``). Tier 3: neither.
-Methods may be sync or async; the gate awaits coroutines.
+A target declares its tier (``tier = 1 | 2 | 3``) and ``gated`` checks the declaration against
+what the target can do when it is applied (``check_declaration``); a duck-typed target that
+declares none has its tier derived from what it can do. ``BaseTarget`` gives the optional
+methods their defaults. Methods may be sync or async; the gate awaits coroutines.
 
 A tier-1 resend is only as safe as the window is long: the resend may still be processed up to
 ``settle_time`` after it leaves (a request in a queue, the client library's own retries), and
@@ -19,23 +22,28 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any, Literal, Protocol, TypeVar, runtime_checkable
 
-from .models import Found
+from .models import Change, Found
 
 Classification = Literal["not_sent", "rejected", "in_doubt"]
 CLASSIFICATIONS: frozenset[str] = frozenset({"not_sent", "rejected", "in_doubt"})
 #: how long before a dedupe window's end (less ``settle_time``) the gate stops resending into it
 DEFAULT_DEDUPE_MARGIN = timedelta(minutes=5)
+#: the one signature of ``query`` (what a refusal tells the author to write)
+QUERY_SIGNATURE = "def query(self, effect_id: str, args: Any) -> Found | None"
+CAPTURE_SIGNATURE = "def capture(self, args: Any, effect_id: str) -> Mapping[str, Any]"
 
 T = TypeVar("T")
 
 
 @runtime_checkable
 class EffectTarget(Protocol):
-    """The required part of a target adapter. Optional methods:
+    """The required part of a target adapter (for duck typing; ``BaseTarget`` is the class to
+    subclass). Optional members:
 
-    - ``query(effect_id[, args]) -> Found | None``: tier 2, does the effect exist, and its
-      result (``args``: the effect's approved input, for targets that look effects up through
-      it).
+    - ``tier: 1 | 2 | 3``: what the target promises, checked when ``gated`` is applied (without
+      it the tier is derived: 1 with a dedupe window, else 2 with ``query``, else 3).
+    - ``query(effect_id, args) -> Found | None``: tier 2, does the effect exist, and its result
+      (``args``: the effect's approved input, for targets that look effects up through it).
     - ``validate(recorded, current, payload) -> list[Change]``: premise comparison (default:
       field-by-field equality). Prefer predicates ("refundable remainder >= amount") where
       equality is too strict.
@@ -44,7 +52,7 @@ class EffectTarget(Protocol):
     - ``dedupe_margin: timedelta``: how long before the window's end, less ``settle_time``, a
       resend stops relying on the window (default 5 minutes).
     - ``confirmation(result) -> str | None``: the target's reference for what it did (a refund
-      id), cited by the receipt.
+      id), cited by the receipt (default: none).
     """
 
     @property
@@ -61,6 +69,102 @@ class EffectTarget(Protocol):
     ) -> Mapping[str, Any] | Awaitable[Mapping[str, Any]]:
         """The facts the effect relies on, excluding this effect's own contribution."""
         ...
+
+
+def default_validate(recorded: Mapping[str, Any], current: Mapping[str, Any]) -> list[Change]:
+    """Field-by-field equality over every fact either side knows."""
+    return [
+        Change(fact=name, recorded=recorded.get(name), current=current.get(name))
+        for name in sorted(set(recorded) | set(current))
+        if recorded.get(name) != current.get(name)
+    ]
+
+
+class BaseTarget:
+    """A target adapter to subclass: declare what it can promise, write ``capture`` (and
+    ``query`` for tier 2), and override the rest only where the defaults do not fit.
+
+    The gate asks a target four things about one effect: what the world looks like now (the
+    premises the effect relies on), whether a send it lost track of happened, what a failed send
+    means, and what the target calls what it did. It asks only what the declared tier allows.
+
+    Declare (class attributes, or set in ``__init__``):
+
+    - ``name: str``: recorded with every effect and shown on its receipt (``"payments"``).
+    - ``tier: 1 | 2 | 3``, required, checked when ``@gated`` is applied (a declaration that does
+      not match the target raises ``TargetDeclarationError`` there, naming what is missing):
+
+      * 1, the target dedupes a resend carrying the effect id as its idempotency key inside
+        ``dedupe_window`` (Stripe: 24 hours). Needs ``dedupe_window``; ``query`` is optional
+        and is asked once the window can no longer be relied on.
+      * 2, the target can be asked whether the effect happened. Needs ``query``, and no
+        ``dedupe_window``.
+      * 3, neither: an effect in doubt after a crash becomes AMBIGUOUS, for a person to decide.
+        Has neither ``dedupe_window`` nor ``query``.
+
+    - ``dedupe_window: timedelta | None`` (default None), ``settle_time: timedelta`` (default
+      0: how long a request the gate handed over may still land, e.g. the client library's
+      own retries; "not found" is believed only after it), ``dedupe_margin: timedelta``
+      (default 5 minutes: how long before the window's end, less ``settle_time``, a resend
+      stops relying on the window).
+
+    Write:
+
+    - ``capture(self, args, effect_id) -> Mapping[str, Any]``, required: the facts the effect
+      relies on, now, as JSON data, leaving out this effect's own contribution where the target
+      can tell (a refund tagged with this effect id is not a changed world).
+    - ``query(self, effect_id: str, args: Any) -> Found | None``, tier 2 (optional at tier 1):
+      the effect if it happened (its result and the target's reference for it), else None.
+      ``args`` is the effect's approved input, for a target that looks effects up through it
+      (Stripe finds a refund through its charge); ignore it if the effect id is enough. This is
+      the only signature: a ``query`` that cannot be called with both is refused by ``gated``.
+
+    Override where the default is not what the target means (the defaults are what the gate
+    does for a duck-typed target without the method):
+
+    - ``classify(error)``: what a failed send means. ``"rejected"``: the target refused it
+      and nothing happened (the effect is REFUSED); ``"not_sent"``: it never left (the next
+      attempt sends again); ``"in_doubt"``: nobody knows (recovery finds out, by the window or
+      by ``query``, or a person decides). Default: ``"in_doubt"``, the only safe guess. A
+      classifier that raises or answers anything else counts as ``"in_doubt"``.
+    - ``confirmation(result)``: the target's own reference for what the send did (a refund
+      id), cited by the receipt. Default: None.
+    - ``validate(recorded, current, payload) -> list[Change]``: the premises that no longer
+      hold. Default: ``default_validate``, field-by-field equality over every fact either side
+      knows. Extend it (``super().validate(...)``) with predicates ("the refundable remainder
+      still covers the amount"). A validator that raises counts as a changed premise.
+    - ``clock()``: the target's clock, which a tier-1 dedupe window is measured on. Default:
+      ``time.time()``.
+
+    Methods may be ``async``. Subclassing is optional: any object with the same members works
+    (``EffectTarget`` is the protocol), and one that declares no ``tier`` has it derived from
+    what it has.
+    """
+
+    name: str
+    #: 1, 2 or 3 (see above)
+    tier: int
+    dedupe_window: timedelta | None = None
+    settle_time: timedelta = timedelta(0)
+    dedupe_margin: timedelta = DEFAULT_DEDUPE_MARGIN
+
+    def classify(self, error: BaseException) -> Classification:
+        """What a failed send means (default: nobody knows)."""
+        return "in_doubt"
+
+    def confirmation(self, result: Any) -> str | None:
+        """The target's reference for what the send did (default: none)."""
+        return None
+
+    def validate(
+        self, recorded: Mapping[str, Any], current: Mapping[str, Any], payload: Any
+    ) -> list[Change]:
+        """The premises that no longer hold (default: field-by-field equality)."""
+        return default_validate(recorded, current)
+
+    def clock(self) -> float:
+        """The clock the dedupe window is measured on (default: this machine's)."""
+        return time.time()
 
 
 @dataclass(frozen=True)
@@ -87,7 +191,9 @@ class Capabilities:
 
 
 class TargetDeclarationError(ValueError):
-    """A target declares what it cannot honestly promise (raised when ``gated`` is applied)."""
+    """A target declares what it cannot honestly promise, or lacks what the gate needs (raised
+    when ``gated`` is applied). The message names the target and what is wrong, never a
+    value."""
 
 
 def capabilities(target: EffectTarget) -> Capabilities:
@@ -102,9 +208,44 @@ def capabilities(target: EffectTarget) -> Capabilities:
 
 
 def check_declaration(target: EffectTarget) -> Capabilities:
-    """The target's capabilities, refused when they do not add up: durations that are not
-    ``timedelta`` or are negative, or a dedupe window too short to rely on at all."""
-    name = getattr(target, "name", type(target).__name__)
+    """The target's capabilities, refused (``TargetDeclarationError``) when the target lacks
+    what the gate needs (a ``name``, ``capture``), when its durations are not non-negative
+    ``timedelta``, when its declared ``tier`` does not match what it can do, when its
+    ``query`` cannot be called as ``query(effect_id, args)``, or when its dedupe window is too
+    short to rely on at all."""
+    name = _checked_name(target)
+    if not callable(getattr(target, "capture", None)):
+        raise TargetDeclarationError(
+            f"target {name}: has no capture method; write `{CAPTURE_SIGNATURE}` (the facts the "
+            "effect relies on)"
+        )
+    _check_durations(target, name)
+    caps = capabilities(target)
+    _check_tier(target, name, caps)
+    if caps.queryable:
+        _check_query(getattr(target, "query", None), name)
+    margin = caps.dedupe_margin
+    if caps.dedupe_window is not None and caps.dedupe_window <= caps.settle_time + margin:
+        raise TargetDeclarationError(
+            f"target {name}: dedupe_window must exceed settle_time + dedupe_margin "
+            f"({caps.settle_time + margin}): a resend near the window's end could be processed "
+            "after the target forgot its key. Lower dedupe_margin or settle_time, or declare "
+            "no dedupe_window"
+        )
+    return caps
+
+
+def _checked_name(target: object) -> str:
+    name = getattr(target, "name", None)
+    if not isinstance(name, str) or not name:
+        raise TargetDeclarationError(
+            f"target of type {type(target).__name__}: name must be a non-empty str (it is "
+            "recorded with every effect)"
+        )
+    return name
+
+
+def _check_durations(target: object, name: str) -> None:
     for attr, optional in (("dedupe_window", True), ("settle_time", False)):
         value = getattr(target, attr, None if optional else timedelta(0))
         if value is None and optional:
@@ -119,46 +260,79 @@ def check_declaration(target: EffectTarget) -> Capabilities:
         raise TargetDeclarationError(
             f"target {name}: dedupe_margin must be a non-negative timedelta"
         )
-    caps = capabilities(target)
-    if caps.dedupe_window is not None and caps.dedupe_window <= caps.settle_time + margin:
-        raise TargetDeclarationError(
-            f"target {name}: dedupe_window must exceed settle_time + dedupe_margin "
-            f"({caps.settle_time + margin}): a resend near the window's end could be processed "
-            "after the target forgot its key. Lower dedupe_margin or settle_time, or declare "
-            "no dedupe_window"
+
+
+def _check_tier(target: object, name: str, caps: Capabilities) -> None:
+    """A declared tier must be what the target can do; a duck-typed target that declares none
+    has its tier derived (``Capabilities.tier``), as before tiers were declared."""
+    tier = getattr(target, "tier", None)
+    if tier is None:
+        if isinstance(target, BaseTarget):
+            raise TargetDeclarationError(
+                f"target {name}: declares no tier; a BaseTarget sets tier = 1, 2 or 3"
+            )
+        return
+    if isinstance(tier, bool) or not isinstance(tier, int) or tier not in (1, 2, 3):
+        raise TargetDeclarationError(f"target {name}: tier must be 1, 2 or 3")
+    window = caps.dedupe_window is not None
+    problem = None
+    if tier == 1 and not window:
+        problem = (
+            "declares tier 1 but has no dedupe_window: declare how long it dedupes a resend "
+            "by key (a positive timedelta), or declare tier 2 or 3"
         )
-    return caps
+    elif tier > 1 and window:
+        problem = (
+            f"declares tier {tier} but has a dedupe_window: declare tier 1, or dedupe_window = None"
+        )
+    elif tier == 2 and not caps.queryable:
+        problem = (
+            f"declares tier 2 but has no query method: write `{QUERY_SIGNATURE}`, or declare tier 3"
+        )
+    elif tier == 3 and caps.queryable:
+        problem = (
+            "declares tier 3 but has a query method, which the gate would ask: declare tier 2, "
+            "or remove query"
+        )
+    if problem is not None:
+        raise TargetDeclarationError(f"target {name}: {problem}")
+
+
+def _check_query(fn: Any, name: str) -> None:
+    """``query`` is called as ``query(effect_id, args)``, nothing else."""
+    try:
+        inspect.signature(fn).bind("effect_id", None)
+    except (TypeError, ValueError):
+        raise TargetDeclarationError(
+            f"target {name}: query must take the effect id and the effect's approved input; "
+            f"write `{QUERY_SIGNATURE}` (ignore args if the effect id is enough)"
+        ) from None
 
 
 async def resolve(value: T | Any) -> T:
     return await value if inspect.isawaitable(value) else value  # type: ignore[no-any-return]
 
 
-def _takes_input(fn: Any) -> bool:
-    try:
-        params = list(inspect.signature(fn).parameters.values())
-    except (TypeError, ValueError):
-        return False
-    positional = [p for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
-    return len(positional) >= 2 or any(p.kind is p.VAR_POSITIONAL for p in params)
-
-
-async def query(target: EffectTarget, effect_id: str, args: Any = None) -> Found | None:
-    """Ask a queryable target whether the effect happened. A ``query(effect_id, args)`` is
-    given the effect's approved input too (Stripe finds refunds through their charge)."""
+async def query(target: EffectTarget, effect_id: str, args: Any) -> Found | None:
+    """Ask a queryable target whether the effect happened: ``query(effect_id, args)``, with
+    the effect's approved input (Stripe finds refunds through their charge)."""
     fn = getattr(target, "query", None)
     if not callable(fn):
         return None
-    found = await resolve(fn(effect_id, args) if _takes_input(fn) else fn(effect_id))
+    found = await resolve(fn(effect_id, args))
     if found is None or isinstance(found, Found):
         return found
     return Found.model_validate(found)
 
 
+#: the defaults of the optional methods, for a duck-typed target that lacks one
+_DEFAULTS = BaseTarget()
+
+
 def classify(target: EffectTarget, error: BaseException) -> Classification:
     fn = getattr(target, "classify", None)
     if not callable(fn):
-        return "in_doubt"
+        return _DEFAULTS.classify(error)
     try:
         verdict = fn(error)
     except Exception:
@@ -170,7 +344,7 @@ def confirmation_of(target: EffectTarget, result: Any) -> str | None:
     """The target's own reference for what it did (a refund id), if it names one."""
     fn = getattr(target, "confirmation", None)
     if not callable(fn):
-        return None
+        return _DEFAULTS.confirmation(result)
     try:
         value = fn(result)
     except Exception:
@@ -180,4 +354,4 @@ def confirmation_of(target: EffectTarget, result: Any) -> str | None:
 
 def target_clock(target: EffectTarget) -> float:
     fn = getattr(target, "clock", None)
-    return float(fn()) if callable(fn) else time.time()
+    return float(fn()) if callable(fn) else _DEFAULTS.clock()

@@ -1,6 +1,23 @@
-"""Target adapters. Each declares what it can honestly promise (its tier)."""
+"""Target adapters. Each declares what it can honestly promise (its tier); ``BaseTarget`` is
+the class to start a new one from."""
 
 from ..core.models import Change, Found
-from ..core.targets import Capabilities, EffectTarget, capabilities
+from ..core.targets import (
+    BaseTarget,
+    Capabilities,
+    EffectTarget,
+    TargetDeclarationError,
+    capabilities,
+    default_validate,
+)
 
-__all__ = ["Capabilities", "Change", "EffectTarget", "Found", "capabilities"]
+__all__ = [
+    "BaseTarget",
+    "Capabilities",
+    "Change",
+    "EffectTarget",
+    "Found",
+    "TargetDeclarationError",
+    "capabilities",
+    "default_validate",
+]

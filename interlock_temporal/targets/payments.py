@@ -29,7 +29,7 @@ from pydantic import BaseModel, ConfigDict
 
 from ..core.identity import digest
 from ..core.models import Change, Found
-from ..core.premises import default_validate
+from ..core.targets import BaseTarget, Classification, default_validate
 from ._faults import FaultAction, FaultPlan, FaultPoint, SimulatedCrash
 
 __all__ = [
@@ -104,8 +104,9 @@ CREATE TABLE IF NOT EXISTS settings (key TEXT PRIMARY KEY, value TEXT NOT NULL);
 """
 
 
-class SimulatedPayments:
-    """The service and its target adapter in one object (a real adapter wraps a client)."""
+class SimulatedPayments(BaseTarget):
+    """The service and its target adapter in one object (a real adapter wraps a client). Its
+    declared ``tier`` is the one it is configured to."""
 
     def __init__(
         self,
@@ -413,7 +414,7 @@ class SimulatedPayments:
                 )
         return changes
 
-    def _query(self, effect_id: str) -> Found | None:
+    def _query(self, effect_id: str, args: Any) -> Found | None:
         rows = self._read(
             "SELECT refund_id, order_id, amount_cents FROM refunds WHERE effect_id = ? "
             "ORDER BY created_at LIMIT 1",
@@ -434,7 +435,7 @@ class SimulatedPayments:
         refund_id = getattr(result, "refund_id", None)
         return refund_id if isinstance(refund_id, str) else None
 
-    def classify(self, error: BaseException) -> str:
+    def classify(self, error: BaseException) -> Classification:
         if isinstance(error, RefundRejected):
             return "rejected"
         if isinstance(error, PaymentsUnavailable):

@@ -32,8 +32,7 @@ from pydantic import BaseModel, Field
 from ..core.errors import HeadConflict
 from ..core.journal import Journal
 from ..core.models import Change, Draft, Found, Kind
-from ..core.premises import default_validate
-from ..core.targets import Classification
+from ..core.targets import BaseTarget, Classification, default_validate
 
 log = logging.getLogger("interlock_temporal.stripe")
 
@@ -81,7 +80,7 @@ def _plain(obj: Any) -> dict[str, Any]:
     return dict(to_dict() if callable(to_dict) else obj or {})
 
 
-class StripeRefunds:
+class StripeRefunds(BaseTarget):
     """The target adapter for refunds on Stripe charges.
 
     ``charge`` and ``amount`` read the charge id and the amount (cents) from the activity's
@@ -91,6 +90,7 @@ class StripeRefunds:
     """
 
     name = "stripe-refunds"
+    tier = 1
 
     def __init__(
         self,
