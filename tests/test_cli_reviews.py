@@ -33,7 +33,8 @@ from interlock_temporal._render import (
     render_reviews,
 )
 from interlock_temporal._review import ReconcileOutcome, ReconcileReport, ReviewStatus
-from interlock_temporal.cli import _age, main, settled
+from interlock_temporal.cli import main, settled
+from interlock_temporal.cli._args import parse_age as _age
 from interlock_temporal.core import Call, Gate, Journal, Kind, open_journal, receipt
 from interlock_temporal.core.review import review_id
 from interlock_temporal.targets.payments import RefundRequest, SimulatedCrash, SimulatedPayments

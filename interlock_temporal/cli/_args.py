@@ -1,0 +1,124 @@
+"""Argument types and the parser's pieces: usage errors exit 2, with one line."""
+
+from __future__ import annotations
+
+import argparse
+import re
+import sys
+from datetime import timedelta
+from typing import Any, NoReturn
+
+from ._shared import DEFAULT_ADDRESS, DEFAULT_NAMESPACE, EPILOG, EXIT_USAGE, Handler
+
+_DURATION = re.compile(r"(?:(\d+)d)?(?:(\d+)h)?(?:(\d+)m)?(?:(\d+)s)?")
+
+
+def parse_duration(text: str) -> timedelta:
+    """``90s``, ``30m``, ``1h``, ``2d``, combinations (``1h30m``) or plain seconds; positive."""
+    value = text.strip().lower()
+    if value.isdigit():
+        duration = timedelta(seconds=int(value))
+    else:
+        match = _DURATION.fullmatch(value)
+        if not value or match is None:
+            raise argparse.ArgumentTypeError(
+                f"invalid duration {text!r}: use e.g. 90s, 30m, 1h, 2d or 1h30m"
+            )
+        days, hours, minutes, seconds = (int(g) if g else 0 for g in match.groups())
+        duration = timedelta(days=days, hours=hours, minutes=minutes, seconds=seconds)
+    if duration <= timedelta(0):
+        raise argparse.ArgumentTypeError(f"invalid duration {text!r}: must be positive")
+    return duration
+
+
+def non_negative(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"invalid number {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"invalid number {text!r}: must not be negative")
+    return value
+
+
+def positive(text: str) -> int:
+    value = non_negative(text)
+    if value == 0:
+        raise argparse.ArgumentTypeError(f"invalid number {text!r}: must be at least 1")
+    return value
+
+
+def parse_age(text: str) -> timedelta:
+    """Like ``parse_duration``, and zero is allowed (``0s``: no minimum age)."""
+    value = text.strip().lower()
+    match = _DURATION.fullmatch(value)
+    if value and (value.isdigit() or match is not None):
+        numbers = [value] if value.isdigit() else [g for g in match.groups() if g] if match else []
+        if numbers and all(int(n) == 0 for n in numbers):
+            return timedelta(0)
+    return parse_duration(text)
+
+
+# -- the parser ------------------------------------------------------------------------------
+
+
+class Parser(argparse.ArgumentParser):
+    """Usage errors print the usage and one line, and exit 2 (argparse's own convention)."""
+
+    def error(self, message: str) -> NoReturn:
+        self.print_usage(sys.stderr)
+        self.exit(EXIT_USAGE, f"interlock: error: {message}\n")
+
+
+def temporal_options(parser: argparse.ArgumentParser, *, top: bool) -> None:
+    # like the journal options: accepted on the group and on the subcommand
+    default = None if top else argparse.SUPPRESS
+    parser.add_argument(
+        "--address",
+        metavar="HOST:PORT",
+        default=default,
+        help=f"the Temporal frontend (default: $TEMPORAL_ADDRESS, else {DEFAULT_ADDRESS})",
+    )
+    parser.add_argument(
+        "--namespace",
+        metavar="NS",
+        default=default,
+        help=f"the Temporal namespace (default: $TEMPORAL_NAMESPACE, else {DEFAULT_NAMESPACE})",
+    )
+
+
+def journal_options(parser: argparse.ArgumentParser, *, top: bool) -> None:
+    # on subcommands the options default to SUPPRESS, so `interlock journal verify --journal X`
+    # and `interlock --journal X journal verify` both work and neither resets the other
+    default = None if top else argparse.SUPPRESS
+    parser.add_argument(
+        "--journal",
+        metavar="URL",
+        default=default,
+        help="the journal (default: $INTERLOCK_JOURNAL, else sqlite:///interlock.db)",
+    )
+    parser.add_argument(
+        "--signing-key",
+        metavar="KEY",
+        default=default,
+        help="the journal's signing key, hex or text (prefer $INTERLOCK_SIGNING_KEY: "
+        "arguments are visible to other users in the process list)",
+    )
+
+
+def command(sub: Any, name: str, handler: Handler, help_text: str) -> argparse.ArgumentParser:
+    """A subcommand that takes the journal options, runs ``handler`` and shows the exit codes."""
+    cmd: argparse.ArgumentParser = sub.add_parser(
+        name,
+        help=help_text,
+        description=help_text,
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    journal_options(cmd, top=False)
+    cmd.set_defaults(handler=handler)
+    return cmd
+
+
+def json_flag(cmd: argparse.ArgumentParser) -> None:
+    cmd.add_argument("--json", action="store_true", help="print JSON for machines")

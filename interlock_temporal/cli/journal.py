@@ -1,0 +1,206 @@
+"""``interlock journal``: verify, export, keygen, public-key, head."""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import sys
+from pathlib import Path
+from typing import Any
+
+from .._render import render_verify as _render_verify
+from ..core.errors import JournalConfigError, JournalCorrupt
+from ..core.journal import export_line, keyring_for, read_export, verify_entries
+from ..core.models import JournalHead
+from ..core.signing import ED25519_PREFIX, ED25519_PUBLIC_PREFIX, Ed25519Key, Keyring
+from ._args import command, journal_options, json_flag
+from ._shared import (
+    EXIT_FAILED,
+    EXIT_OK,
+    EXIT_USAGE,
+    CliError,
+    emit,
+    emit_json,
+    open_for,
+    open_for_verify,
+    warn,
+)
+
+
+def _head(text: str) -> JournalHead:
+    try:
+        return JournalHead.parse(text.strip())
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"invalid head {text!r}: use SEQ:HASH as printed by `interlock journal head`"
+        ) from None
+
+
+def _public_keys(args: argparse.Namespace) -> list[str]:
+    """``--public-key``: a key as text, or a file holding one."""
+    keys = []
+    for given in getattr(args, "public_key", None) or []:
+        path = Path(given)
+        text = given
+        if path.is_file():
+            try:
+                text = path.read_text().strip()
+            except OSError as err:
+                raise CliError(EXIT_USAGE, f"{given}: cannot be read: {err.strerror}") from None
+        if not text.startswith(ED25519_PUBLIC_PREFIX):
+            raise CliError(
+                EXIT_USAGE,
+                f"--public-key {given}: expected {ED25519_PUBLIC_PREFIX}<64 hex> (as `interlock "
+                "journal public-key` prints it), or a file holding it",
+            )
+        keys.append(text)
+    return keys
+
+
+def cmd_journal_verify(args: argparse.Namespace) -> int:
+    public = _public_keys(args)
+    if args.export is not None:
+        keyring = _verify_keyring(args, public)
+        try:
+            with open(args.export, encoding="utf-8") as lines:
+                report = verify_entries(read_export(lines), keyring, args.head)
+        except OSError as err:
+            raise CliError(EXIT_USAGE, f"{args.export}: cannot be read: {err.strerror}") from None
+        except JournalCorrupt as err:
+            raise CliError(EXIT_FAILED, f"{args.export}: {err}") from None
+        where = str(args.export)
+    else:
+        with open_for_verify(args, public_keys=public) as journal:
+            report = journal.verify(args.head)
+            where = journal.url
+    if args.json:
+        emit_json(report.model_dump(mode="json"))
+    else:
+        emit(_render_verify(report, journal=where))
+    return EXIT_OK if report.ok else EXIT_FAILED
+
+
+def _verify_keyring(args: argparse.Namespace, public: list[str]) -> Keyring:
+    """The keys to verify an export with: the public keys given, else the configured key."""
+    try:
+        return keyring_for(None, args.signing_key or None, public_keys=public)
+    except JournalConfigError as err:
+        raise CliError(
+            EXIT_USAGE, f"{err}: give --public-key (Ed25519) or the HMAC key to verify an export"
+        ) from None
+
+
+def cmd_journal_export(args: argparse.Namespace) -> int:
+    with open_for_verify(args) as journal, contextlib.ExitStack() as stack:
+        out: Any = sys.stdout
+        if args.output is not None:
+            try:
+                out = stack.enter_context(open(args.output, "w", encoding="utf-8"))
+            except OSError as err:
+                raise CliError(
+                    EXIT_USAGE, f"{args.output}: cannot be written: {err.strerror}"
+                ) from None
+        count = 0
+        for raw in journal.iter_raw():
+            out.write(export_line(raw) + "\n")
+            count += 1
+    if args.output is not None:
+        warn(f"exported {count} entries to {args.output}")
+    return EXIT_OK
+
+
+def cmd_journal_keygen(args: argparse.Namespace) -> int:
+    key = Ed25519Key.generate()
+    private = ED25519_PREFIX + key.seed_hex()
+    if args.json:
+        emit_json({"signing_key": private, "public_key": key.public_text, "key_id": key.key_id})
+    else:
+        emit(f"signing key (secret: INTERLOCK_SIGNING_KEY or the key file): {private}")
+        emit(f"public key (give it to auditors: journal verify --public-key): {key.public_text}")
+    return EXIT_OK
+
+
+def cmd_journal_public_key(args: argparse.Namespace) -> int:
+    with open_for(args) as journal:
+        key = journal.keyring.signing
+    if not isinstance(key, Ed25519Key):
+        warn(
+            f"the journal signs with {key.key_id} (HMAC): it has no public key; sign with an "
+            "Ed25519 key (`interlock journal keygen`) so auditors can verify without the secret"
+        )
+        return EXIT_FAILED
+    emit(key.public_text)
+    return EXIT_OK
+
+
+def cmd_journal_head(args: argparse.Namespace) -> int:
+    with open_for(args) as journal:
+        head = journal.head()
+        if head is None:
+            warn(f"journal {journal.url} is empty: it has no head yet")
+            return EXIT_FAILED
+        if args.json:
+            emit_json(head.model_dump(mode="json"))
+        else:
+            emit(str(head))
+    return EXIT_OK
+
+
+def register(groups: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    journal = groups.add_parser("journal", help="verify the journal, print its head")
+    journal_options(journal, top=False)
+    journal_sub = journal.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    verify = command(
+        journal_sub,
+        "verify",
+        cmd_journal_verify,
+        "check every entry's hash, signature and place in its chain; exit 1 if any fails",
+    )
+    verify.add_argument(
+        "--head",
+        type=_head,
+        metavar="SEQ:HASH",
+        help="a head recorded earlier (`interlock journal head`): also detects a cut tail",
+    )
+    verify.add_argument(
+        "--public-key",
+        action="append",
+        metavar="K",
+        help="verify with this Ed25519 public key alone (ed25519-public:<hex>, or a file "
+        "holding it); repeat for rotated keys. No secret is needed",
+    )
+    verify.add_argument(
+        "--export",
+        type=Path,
+        metavar="FILE",
+        help="verify a `journal export` file instead of the database",
+    )
+    json_flag(verify)
+    export = command(
+        journal_sub,
+        "export",
+        cmd_journal_export,
+        "write every entry as one JSON line (its signed bytes, hash and signature), verifiable "
+        "alone with `journal verify --export FILE`",
+    )
+    export.add_argument("--output", "-o", metavar="FILE", help="write here (default: stdout)")
+    keygen = command(
+        journal_sub,
+        "keygen",
+        cmd_journal_keygen,
+        "print a new Ed25519 signing key and its public key (nothing is written)",
+    )
+    json_flag(keygen)
+    command(
+        journal_sub,
+        "public-key",
+        cmd_journal_public_key,
+        "print the public key of the journal's Ed25519 signing key, for auditors",
+    )
+    head = command(
+        journal_sub,
+        "head",
+        cmd_journal_head,
+        "print the last entry as SEQ:HASH, to record elsewhere",
+    )
+    json_flag(head)

@@ -1,0 +1,111 @@
+"""``interlock leases``: issue, revoke, list."""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+from .._render import lease_state, render_leases
+from ._args import command, journal_options, json_flag, non_negative, parse_duration
+from ._shared import EXIT_FAILED, EXIT_OK, EXIT_USAGE, CliError, emit, emit_json, open_for, warn
+
+
+def cmd_leases_issue(args: argparse.Namespace) -> int:
+    with open_for(args, create=True) as journal:
+        try:
+            lease_id = journal.leases.issue(
+                args.principal,
+                activities=args.activity,
+                max_amount_cents=args.max_amount_cents,
+                budget_cents=args.budget_cents,
+                resources=args.resource,
+                ttl=args.ttl,
+            )
+        except ValueError as err:
+            raise CliError(EXIT_USAGE, f"cannot issue the lease: {err}") from None
+    emit(lease_id)
+    return EXIT_OK
+
+
+def cmd_leases_revoke(args: argparse.Namespace) -> int:
+    with open_for(args) as journal:
+        lease = journal.leases.get(args.lease_id)
+        if lease is None:
+            raise CliError(EXIT_USAGE, f"no lease {args.lease_id} in {journal.url}")
+        state = lease_state(lease, time.time())
+        if state != "live":
+            warn(f"lease {args.lease_id} was not live ({state}): nothing revoked")
+            return EXIT_FAILED
+        if not journal.leases.revoke(args.lease_id):
+            warn(f"lease {args.lease_id} was revoked meanwhile: nothing revoked")
+            return EXIT_FAILED
+    emit(f"revoked {args.lease_id}")
+    return EXIT_OK
+
+
+def cmd_leases_list(args: argparse.Namespace) -> int:
+    with open_for(args) as journal:
+        leases = journal.leases.list()
+    now = time.time()
+    if args.json:
+        emit_json(
+            [
+                {**lease.model_dump(mode="json"), "state": lease_state(lease, now)}
+                for lease in leases
+            ]
+        )
+    elif leases:
+        emit(render_leases(leases, now))
+    else:
+        warn("no leases")
+    return EXIT_OK
+
+
+def register(groups: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    leases = groups.add_parser("leases", help="issue, revoke and list leases")
+    journal_options(leases, top=False)
+    leases_sub = leases.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    issue = command(
+        leases_sub, "issue", cmd_leases_issue, "issue a lease to a principal; print its id"
+    )
+    issue.add_argument("principal", metavar="PRINCIPAL", help="who may act under the lease")
+    issue.add_argument(
+        "--activity",
+        action="append",
+        metavar="A",
+        help="an activity (or glob) the lease allows; repeat for more (default: any)",
+    )
+    issue.add_argument(
+        "--max-amount-cents",
+        type=non_negative,
+        metavar="N",
+        help="the largest amount one effect may carry",
+    )
+    issue.add_argument(
+        "--budget-cents",
+        type=non_negative,
+        metavar="N",
+        help="the most all its effects together may carry: each reserves its amount when "
+        "dispatched, and gets it back only if it ends without executing",
+    )
+    issue.add_argument(
+        "--resource",
+        action="append",
+        metavar="R",
+        help="a resource (or glob) the lease allows; repeat for more (default: any)",
+    )
+    issue.add_argument(
+        "--ttl",
+        type=parse_duration,
+        metavar="AGE",
+        help="how long the lease lives: 90s, 30m, 1h, 2d (default: until revoked)",
+    )
+    revoke = command(
+        leases_sub,
+        "revoke",
+        cmd_leases_revoke,
+        "revoke a live lease now; exit 1 if it was not live",
+    )
+    revoke.add_argument("lease_id", metavar="LEASE_ID")
+    lease_list = command(leases_sub, "list", cmd_leases_list, "list leases and their state")
+    json_flag(lease_list)

@@ -1,0 +1,386 @@
+"""``interlock reviews`` (on Temporal): list the reviews people decide, and decide one."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import re
+from datetime import timedelta
+from typing import TYPE_CHECKING, Any
+
+from .._render import ReviewLine, render_review_status, render_reviews
+from ..core.journal import Journal
+from ..core.models import Kind
+from ..core.review import DECISIONS, review_id
+from ._args import (
+    command,
+    journal_options,
+    json_flag,
+    parse_duration,
+    positive,
+    temporal_options,
+)
+from ._shared import (
+    EXIT_FAILED,
+    EXIT_OK,
+    EXIT_USAGE,
+    MIN_PREFIX,
+    CliError,
+    emit,
+    emit_json,
+    resolve_effect,
+    try_open,
+    warn,
+)
+from ._temporal import failure_message, is_not_found, on_server, temporal_namespace
+
+if TYPE_CHECKING:
+    from temporalio.client import Client, WorkflowExecution
+
+    from .._review import ReviewStatus
+
+#: a full effect id: 256 bits, hex
+_FULL_ID = re.compile(r"[0-9a-f]{64}")
+#: how long ``reviews list`` waits for one review to answer its status query
+QUERY_TIMEOUT_S = 5.0
+#: how many reviews ``reviews list`` asks at once
+QUERY_CONCURRENCY = 16
+#: the visibility query for open reviews; ``--all`` drops the status filter
+REVIEWS_QUERY = "WorkflowType = 'EffectReview'"
+OPEN_REVIEWS_QUERY = f"{REVIEWS_QUERY} AND ExecutionStatus = 'Running'"
+
+
+def _result_json(text: str) -> Any:
+    try:
+        return json.loads(text)
+    except ValueError as err:
+        raise argparse.ArgumentTypeError(f"--result is not JSON: {err}") from None
+
+
+def review_of(workflow_id: str) -> tuple[str, str]:
+    """(kind, effect id) named by a review's workflow id (``?`` for a kind it does not name)."""
+    for kind in DECISIONS:
+        prefix = review_id(kind, "")
+        if workflow_id.startswith(prefix):
+            return kind, workflow_id[len(prefix) :]
+    return "?", workflow_id
+
+
+async def _review_line(
+    client: Client, execution: WorkflowExecution
+) -> tuple[ReviewLine, ReviewStatus | None]:
+    """Ask one review for its status (a running one by query, a finished one by its result)."""
+    from temporalio.client import WorkflowExecutionStatus
+    from temporalio.exceptions import TemporalError
+
+    from .._review import ReviewStatus
+
+    kind, effect_id = review_of(execution.id)
+    handle = client.get_workflow_handle(
+        execution.id, run_id=execution.run_id, result_type=ReviewStatus
+    )
+    running = execution.status == WorkflowExecutionStatus.RUNNING
+    timeout = timedelta(seconds=QUERY_TIMEOUT_S)
+    status: ReviewStatus | None = None
+    note = ""
+    try:
+        if running:
+            status = await handle.query("status", result_type=ReviewStatus, rpc_timeout=timeout)
+        elif execution.status == WorkflowExecutionStatus.COMPLETED:
+            status = await handle.result(follow_runs=False, rpc_timeout=timeout)
+    except (TemporalError, ValueError) as err:
+        note = (
+            "no worker answered its status query"
+            if running
+            else f"its result cannot be read ({type(err).__name__})"
+        )
+    if status is None:
+        state = "?" if running or execution.status is None else execution.status.name.lower()
+        return (
+            ReviewLine(
+                workflow_id=execution.id,
+                kind=kind,
+                effect_id=effect_id,
+                state=state,
+                started=execution.start_time,
+                note=note,
+            ),
+            None,
+        )
+    line = ReviewLine(
+        workflow_id=execution.id,
+        kind=status.kind,
+        effect_id=status.effect_id,
+        state=status.state,
+        votes=status.votes,
+        waiting=status.subscribers,
+        started=execution.start_time,
+    )
+    return line, status
+
+
+async def _is_running(client: Client, workflow_id: str) -> bool:
+    from temporalio.client import WorkflowExecutionStatus
+    from temporalio.service import RPCError
+
+    try:
+        description = await client.get_workflow_handle(workflow_id).describe()
+    except RPCError as err:
+        if is_not_found(err):
+            return False
+        raise
+    return description.status == WorkflowExecutionStatus.RUNNING
+
+
+async def _without_review(client: Client, journal: Journal, running: set[str]) -> list[str]:
+    """AMBIGUOUS effects with no running review. Visibility can lag a start: an effect whose
+    review the listing missed is checked directly before it is reported."""
+    missing = [
+        row.effect_id
+        for row in journal.effects(status=Kind.AMBIGUOUS)
+        if review_id("ambiguous", row.effect_id) not in running
+    ]
+    found = await asyncio.gather(
+        *(_is_running(client, review_id("ambiguous", eid)) for eid in missing)
+    )
+    return [eid for eid, is_running in zip(missing, found, strict=True) if not is_running]
+
+
+async def reviews_list(args: argparse.Namespace, client: Client) -> int:
+    journal, problem = try_open(args)
+    try:
+        query = REVIEWS_QUERY if args.all else OPEN_REVIEWS_QUERY
+        limit: int = args.limit
+        executions = [e async for e in client.list_workflows(query, limit=limit + 1)]
+        more = len(executions) > limit
+        executions = executions[:limit]
+        gate = asyncio.Semaphore(QUERY_CONCURRENCY)
+
+        async def one(e: WorkflowExecution) -> tuple[ReviewLine, ReviewStatus | None]:
+            async with gate:
+                return await _review_line(client, e)
+
+        found = await asyncio.gather(*(one(e) for e in executions))
+        orphans: list[str] | None = None
+        if journal is not None:
+            if args.all or more:  # the listing is not every open review: list those alone
+                running = {e.id async for e in client.list_workflows(OPEN_REVIEWS_QUERY)}
+            else:
+                running = {e.id for e in executions}
+            orphans = await _without_review(client, journal, running)
+    finally:
+        if journal is not None:
+            journal.close()
+    if args.json:
+        emit_json(
+            {
+                "reviews": [
+                    {
+                        "workflow_id": line.workflow_id,
+                        "kind": line.kind,
+                        "effect_id": line.effect_id,
+                        "state": line.state,
+                        "votes": list(line.votes),
+                        "waiting": line.waiting,
+                        "started": None if line.started is None else line.started.isoformat(),
+                        "note": line.note,
+                        "status": None if status is None else status.model_dump(mode="json"),
+                    }
+                    for line, status in found
+                ],
+                "ambiguous_without_review": orphans,
+            }
+        )
+    else:
+        if found:
+            emit(render_reviews([line for line, _ in found]))
+        else:
+            warn("no reviews" if args.all else "no open reviews")
+        if orphans:
+            if found:
+                emit("")
+            for eid in orphans:
+                emit(f"AMBIGUOUS with no open review: {eid}")
+    if more:
+        warn(f"showing the newest {limit} reviews; raise --limit to see more")
+    if journal is None:
+        warn(f"{problem}: listing reviews only, not AMBIGUOUS effects that have none")
+    elif orphans:
+        warn(
+            f"{len(orphans)} AMBIGUOUS effect(s) have no open review: no one is asked about "
+            "them; check the target and see `interlock effects show EFFECT_ID`"
+        )
+    return EXIT_OK
+
+
+def _effect_for_review(args: argparse.Namespace) -> str:
+    """A full effect id as given, or the one a prefix names in the journal."""
+    text: str = args.effect_id.strip()
+    if _FULL_ID.fullmatch(text.lower()):
+        return text.lower()
+    if text.startswith("call:") and _FULL_ID.fullmatch(text[5:].lower()):
+        return text.lower()  # an approval of an ungated call: named by the call's digest
+    journal, problem = try_open(args)
+    if journal is None:
+        raise CliError(
+            EXIT_USAGE,
+            f"give the full effect id (64 hex characters): a prefix is looked up in the "
+            f"journal, and {problem}",
+        )
+    with journal:
+        return resolve_effect(journal, text)
+
+
+async def _no_open_review(
+    client: Client, args: argparse.Namespace, workflow_id: str, effect_id: str
+) -> CliError:
+    """Why an Update found no review: none was ever started (2), or it has ended (1)."""
+    from temporalio.client import WorkflowExecutionStatus
+    from temporalio.exceptions import TemporalError
+    from temporalio.service import RPCError
+
+    from .._review import ReviewStatus
+
+    handle = client.get_workflow_handle(workflow_id, result_type=ReviewStatus)
+    try:
+        description = await handle.describe()
+    except RPCError as err:
+        if not is_not_found(err):
+            raise
+        return CliError(
+            EXIT_USAGE,
+            f"no open review for effect {effect_id} (no workflow {workflow_id} in namespace "
+            f"{temporal_namespace(args)})",
+        )
+    ended = description.status.name.lower() if description.status else "ended"
+    if description.status == WorkflowExecutionStatus.COMPLETED:
+        try:
+            status = await handle.result(follow_runs=False)
+        except (TemporalError, ValueError):
+            pass
+        else:
+            ended = status.state
+            if status.decision:
+                ended += f": {status.decision} by {', '.join(status.operators)}"
+    return CliError(
+        EXIT_FAILED, f"no open review for effect {effect_id[:16]}: its review is already {ended}"
+    )
+
+
+async def reviews_resolve(args: argparse.Namespace, client: Client) -> int:
+    from temporalio.client import WorkflowUpdateFailedError
+    from temporalio.service import RPCError
+
+    from .._review import ReviewStatus
+
+    effect_id = _effect_for_review(args)
+    workflow_id = review_id(args.kind, effect_id)
+    payload: dict[str, Any] = {
+        "decision": args.decision,
+        "operator": args.operator,
+        "note": args.note,
+    }
+    if args.result is not None:
+        payload["result"] = args.result
+    handle = client.get_workflow_handle(workflow_id)
+    timeout: timedelta = args.timeout
+    try:
+        status = await asyncio.wait_for(
+            handle.execute_update("decide", payload, result_type=ReviewStatus),
+            timeout.total_seconds(),
+        )
+    except WorkflowUpdateFailedError as err:
+        # the validator's refusal (or a decision the journal would not record): the reason
+        raise CliError(EXIT_FAILED, f"refused: {failure_message(err.cause)}") from None
+    except RPCError as err:
+        if is_not_found(err):
+            raise await _no_open_review(client, args, workflow_id, effect_id) from None
+        raise
+    except TimeoutError:
+        raise CliError(
+            EXIT_FAILED,
+            f"review {workflow_id} did not answer within {timeout}: is a worker with "
+            "InterlockPlugin polling its task queue? The decision may still be applied when one "
+            "does",
+        ) from None
+    if args.json:
+        emit_json({"workflow_id": workflow_id, **status.model_dump(mode="json")})
+    else:
+        emit(render_review_status(status, workflow_id))
+    if status.state == "open":
+        warn("vote counted: the review stays open until enough people agree")
+    elif status.state == "closed":
+        warn(f"not recorded: {status.reason or 'the effect was settled meanwhile'}")
+        return EXIT_FAILED
+    return EXIT_OK
+
+
+cmd_reviews_list = on_server(reviews_list)
+cmd_reviews_resolve = on_server(reviews_resolve)
+
+
+def register(groups: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    reviews = groups.add_parser(
+        "reviews", help="list the reviews people decide, and decide one (needs Temporal)"
+    )
+    journal_options(reviews, top=False)
+    temporal_options(reviews, top=True)
+    reviews_sub = reviews.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    review_list = command(
+        reviews_sub,
+        "list",
+        cmd_reviews_list,
+        "list open reviews (kind, effect, state, votes, workflows waiting, started) and, from "
+        "the journal, AMBIGUOUS effects that have no open review",
+    )
+    temporal_options(review_list, top=False)
+    review_list.add_argument(
+        "--all", action="store_true", help="also reviews that have ended (any status)"
+    )
+    review_list.add_argument(
+        "--limit", type=positive, default=100, metavar="N", help="at most N reviews (100)"
+    )
+    json_flag(review_list)
+    resolve = command(
+        reviews_sub,
+        "resolve",
+        cmd_reviews_resolve,
+        "decide an effect's review (the Update `decide`) and print its status; exit 1 if the "
+        "review refuses the decision, 2 if no review was ever opened for the effect",
+    )
+    temporal_options(resolve, top=False)
+    resolve.add_argument(
+        "effect_id",
+        metavar="EFFECT_ID",
+        help=f"the effect id, or a unique prefix of at least {MIN_PREFIX} characters when the "
+        "journal can be opened to look it up",
+    )
+    resolve.add_argument(
+        "--decision",
+        required=True,
+        metavar="D",
+        help="happened or not_happened (an ambiguous review); approve or reject (an approval)",
+    )
+    resolve.add_argument("--operator", required=True, metavar="O", help="who decides")
+    resolve.add_argument("--note", default="", metavar="N", help="why, for the record")
+    resolve.add_argument(
+        "--kind",
+        choices=list(DECISIONS),
+        default="ambiguous",
+        help="which review of the effect (default: ambiguous)",
+    )
+    resolve.add_argument(
+        "--result",
+        type=_result_json,
+        metavar="JSON",
+        help="with happened: what the effect returned, checked against the activity's return type",
+    )
+    resolve.add_argument(
+        "--timeout",
+        type=parse_duration,
+        default=timedelta(seconds=60),
+        metavar="AGE",
+        help="how long to wait for the review to answer (default: 60s)",
+    )
+    json_flag(resolve)
