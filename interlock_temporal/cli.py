@@ -67,11 +67,11 @@ from .core.journal import (
     read_export,
     verify_entries,
 )
+from .core.journal.signing import ED25519_PREFIX, ED25519_PUBLIC_PREFIX, Ed25519Key, Keyring
 from .core.models import ANNOTATIONS, JournalHead, Kind
 from .core.receipts import receipt
 from .core.report import build_report
 from .core.review import DECISIONS, ReviewError, reopen, review_id
-from .core.signing import ED25519_PREFIX, ED25519_PUBLIC_PREFIX, Ed25519Key, Keyring
 
 if TYPE_CHECKING:  # Temporal is imported by the commands that need a server, not at start
     from temporalio.client import Client, WorkflowExecution

@@ -27,11 +27,11 @@ from interlock_temporal.core.journal import (
     Journal,
     open_journal,
 )
+from interlock_temporal.core.journal.signing import HmacKey, parse_secret
+from interlock_temporal.core.journal.sqlite import IN_DOUBT_SQL
 from interlock_temporal.core.models import Kind, Lease
 from interlock_temporal.core.protocol import Gate, Ticket
 from interlock_temporal.core.receipts import receipt
-from interlock_temporal.core.signing import HmacKey, parse_secret
-from interlock_temporal.core.sqlite_journal import IN_DOUBT_SQL
 from interlock_temporal.targets.payments import SimulatedPayments
 
 from .fixtures import make_release_journal as release
