@@ -30,9 +30,9 @@ from pathlib import Path
 from typing import Any
 
 from interlock_temporal.core.journal import Journal, open_journal
+from interlock_temporal.core.journal.sqlite import SqliteJournal
 from interlock_temporal.core.models import VerifyReport
 from interlock_temporal.core.protocol import Call, Delivery, Gate, Measure, Ticket
-from interlock_temporal.core.sqlite_journal import SqliteJournal
 
 from . import ROOT, bench_dir
 from .machine import Filesystem, filesystem_of

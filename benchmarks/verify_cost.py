@@ -23,9 +23,9 @@ from pathlib import Path
 from typing import Any
 
 from interlock_temporal.core.journal import encode_entry, open_journal
+from interlock_temporal.core.journal.signing import Ed25519Key, HmacKey
 from interlock_temporal.core.models import Kind
 from interlock_temporal.core.protocol import Call, Gate, Measure
-from interlock_temporal.core.signing import Ed25519Key, HmacKey
 
 from . import bench_dir
 

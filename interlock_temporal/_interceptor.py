@@ -56,6 +56,7 @@ from .core.errors import (
     UnstableEffectKey,
 )
 from .core.journal import Journal, KeyLike, keyring_for, open_journal, parse_journal_url
+from .core.journal.signing import Keyring
 from .core.models import Kind
 from .core.policy import (
     CallEvent,
@@ -71,7 +72,6 @@ from .core.policy import (
 )
 from .core.protocol import Call, Delivery, Done, Gate, Ticket
 from .core.review import ReviewKind, ReviewRules
-from .core.signing import Keyring
 from .core.targets import capabilities
 
 log = logging.getLogger("interlock_temporal")

@@ -47,9 +47,9 @@ from interlock_temporal.core.journal import (
     as_key,
     encode_entry,
 )
+from interlock_temporal.core.journal.signing import Ed25519Key
 from interlock_temporal.core.leases import Demand, check_lease
 from interlock_temporal.core.models import Draft, Entry, JournalHead, Kind, Lease
-from interlock_temporal.core.signing import Ed25519Key
 
 KEY = "11" * 32
 OTHER_KEY = "22" * 32

@@ -13,7 +13,9 @@ from typing import Any
 
 import pytest
 
-from interlock_temporal.core import protocol, sql_journal, sqlite_journal
+from interlock_temporal.core import protocol
+from interlock_temporal.core.journal import sql as sql_journal
+from interlock_temporal.core.journal import sqlite as sqlite_journal
 from interlock_temporal.core.models import Lease
 from interlock_temporal.core.protocol import Call, Delivery, Gate, Measure
 from interlock_temporal.core.receipts import EffectView, fold

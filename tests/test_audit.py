@@ -24,8 +24,8 @@ from interlock_temporal.core.journal import (
     read_export,
     verify_entries,
 )
+from interlock_temporal.core.journal.signing import Ed25519Key, Keyring, parse_key
 from interlock_temporal.core.models import Draft, Kind
-from interlock_temporal.core.signing import Ed25519Key, Keyring, parse_key
 
 from .test_cli import CONSOLE_SCRIPT
 

@@ -25,8 +25,8 @@ from temporalio.worker import Replayer
 from interlock_temporal import InterlockPlugin, receipt
 from interlock_temporal.core.authority import Authority, AuthorityKeys, ContinueAsNewBinding
 from interlock_temporal.core.journal import Journal, open_journal
+from interlock_temporal.core.journal.signing import HmacKey, Keyring
 from interlock_temporal.core.models import Kind
-from interlock_temporal.core.signing import HmacKey, Keyring
 from interlock_temporal.targets.payments import SimulatedPayments
 from interlock_temporal.testing import DevServer, WorkerProcess, temporal_cli
 from workers.scenarios import the_effect_id

@@ -23,7 +23,7 @@ from interlock_temporal.core.authority import (
     hkdf_sha256,
     refused_header,
 )
-from interlock_temporal.core.signing import Ed25519Key, HmacKey, Keyring
+from interlock_temporal.core.journal.signing import Ed25519Key, HmacKey, Keyring
 
 SECRET_A = bytes.fromhex("a1" * 32)
 SECRET_B = bytes.fromhex("b2" * 32)

@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from interlock_temporal.core.claims import Claims, FileClaims, RangeClaims, host_claims
 from interlock_temporal.core.identity import effect_id
+from interlock_temporal.core.journal.claims import Claims, FileClaims, RangeClaims, host_claims
 
 EID = effect_id("claims.refund", {"case": 1})
 OTHER = effect_id("claims.refund", {"case": 2})
@@ -25,7 +25,7 @@ OTHER = effect_id("claims.refund", {"case": 2})
 HOLDER = """
 import os, sys, time
 from pathlib import Path
-from interlock_temporal.core import claims as kinds
+from interlock_temporal.core.journal import claims as kinds
 claims = getattr(kinds, sys.argv[4])(Path(sys.argv[1]))
 claim = claims.try_claim(sys.argv[2])
 if sys.argv[3] == "fork-then-hold":
@@ -279,7 +279,7 @@ def test_released_when_the_holder_is_sigkilled(
 CHURN = """
 import os, sys, time
 from pathlib import Path
-from interlock_temporal.core import claims as kinds
+from interlock_temporal.core.journal import claims as kinds
 directory, eid, log, go, seconds, kind = sys.argv[1:7]
 claims = getattr(kinds, kind)(Path(directory))
 fd = os.open(log, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)

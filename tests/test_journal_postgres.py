@@ -12,7 +12,7 @@ import psycopg
 import pytest
 
 from interlock_temporal.core.journal import Journal, open_journal
-from interlock_temporal.core.postgres_journal import _MIGRATIONS, PostgresJournal
+from interlock_temporal.core.journal.postgres import _MIGRATIONS, PostgresJournal
 from interlock_temporal.testing import PostgresServer
 
 from .journal_conformance import KEY, JournalConformance, SqlTamper, schema3_rows

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import json
 import os
 import shutil
 import sqlite3
@@ -26,10 +27,14 @@ from interlock_temporal.core.journal import (
     Journal,
     open_journal,
 )
+from interlock_temporal.core.journal.signing import HmacKey, parse_secret
+from interlock_temporal.core.journal.sqlite import IN_DOUBT_SQL
 from interlock_temporal.core.models import Kind, Lease
-from interlock_temporal.core.signing import HmacKey, parse_secret
-from interlock_temporal.core.sqlite_journal import IN_DOUBT_SQL
+from interlock_temporal.core.protocol import Gate, Ticket
+from interlock_temporal.core.receipts import receipt
+from interlock_temporal.targets.payments import SimulatedPayments
 
+from .fixtures import make_release_journal as release
 from .journal_conformance import (
     KEY,
     OTHER_KEY,
@@ -209,6 +214,56 @@ def test_schema_version_is_recorded_and_a_newer_one_is_refused(
     with pytest.raises(JournalConfigError) as caught:
         open_journal(db_path, signing_key=KEY)
     assert "upgrade" in str(caught.value)
+
+
+async def test_a_journal_the_previous_release_wrote_opens_verifies_and_recovers(
+    tmp_path: Path,
+) -> None:
+    """The journal of tests/fixtures/make_release_journal.py, as the release before the journal
+    became a package wrote it: this release reads from it exactly what that release read, and a
+    gate recovers the effect it left in doubt (sent once, as the payments service shows)."""
+    path = tmp_path / "release.db"
+    shutil.copyfile(release.TARGET, path)
+    before = json.loads(release.READ.read_text())
+    with open_journal(f"sqlite:///{path}", signing_key=release.KEY, create=False) as journal:
+        assert journal.schema_version() == SCHEMA_VERSION == 5
+        report = journal.verify()
+        assert report.ok, report
+        assert (report.entries, report.effects) == (22, 7)
+        assert release.what_it_reads(journal) == before
+        (in_doubt,) = before["in_doubt"]
+        assert before["receipts"][in_doubt]["final"] == "DISPATCHED"
+
+        payments = SimulatedPayments(tmp_path / "payments.db", tier=2)
+        payments.open_order(release.ORDER, release.PAID_CENTS)
+
+        async def send(ticket: Ticket) -> object:
+            r = ticket.input
+            return await payments.refund(
+                r.order_id, r.amount_cents, idempotency_key=ticket.effect_id
+            )
+
+        again = release.call(release.request("c-2", 1_500, payments), release.LEASE, "wf-2")
+        gate = Gate(journal)
+        ticket = await gate.begin(again, payments)
+        assert isinstance(ticket, Ticket) and ticket.effect_id == in_doubt
+        await gate.commit(ticket, await send(ticket))
+        (refund,) = payments.refund_records(release.ORDER)
+        assert (refund.effect_id, refund.amount_cents) == (in_doubt, 1_500)
+        assert payments.refunded_cents(release.ORDER) == 1_500
+        payments.close()
+
+        recovered = receipt(in_doubt, journal=journal)
+        assert (recovered.final, recovered.via) == ("COMMITTED", "recovery-reapply")
+        assert journal.blob(in_doubt, "result")["refund_id"] == refund.refund_id
+        assert journal.in_doubt() == []
+        assert journal.verify().ok
+        after = release.what_it_reads(journal)
+        # the recovery kept the reservation it held: the lease's budget is charged once
+        assert after["leases"] == before["leases"]
+        # and every other effect reads as it did
+        del after["receipts"][in_doubt], before["receipts"][in_doubt]
+        assert after["receipts"] == before["receipts"]
 
 
 def test_lookups_by_effect_and_the_in_doubt_list_use_indexes(journal: Journal) -> None:

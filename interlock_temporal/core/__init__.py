@@ -1,6 +1,5 @@
 """The effect protocol, the journal and its parts: plain Python, no Temporal import."""
 
-from .claims import Claim, Claims, FileClaims, RangeClaims, host_claims
 from .errors import (
     Ambiguous,
     GateOutcome,
@@ -15,6 +14,8 @@ from .errors import (
 )
 from .identity import canonical, digest, effect_id, jsonable
 from .journal import Journal, RawEntry, open_journal
+from .journal.claims import Claim, Claims, FileClaims, RangeClaims, host_claims
+from .journal.signing import Ed25519Key, HmacKey, Keyring
 from .leases import Demand, LeaseStore, check_lease
 from .models import (
     Change,
@@ -30,7 +31,6 @@ from .models import (
 )
 from .protocol import Call, Delivery, Done, Gate, Measure, Ticket
 from .receipts import EffectView, fold, receipt, receipt_of
-from .signing import Ed25519Key, HmacKey, Keyring
 from .targets import Capabilities, EffectTarget, capabilities
 
 __all__ = [

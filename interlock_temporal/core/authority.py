@@ -26,7 +26,7 @@ from typing import Annotated, Any, Literal, get_args
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from .identity import canonical_json
-from .signing import Ed25519Key, HmacKey, Keyring, SigningKey
+from .journal.signing import Ed25519Key, HmacKey, Keyring, SigningKey
 
 LABEL = b"interlock-authority-v1"
 

@@ -18,7 +18,6 @@ from functools import cached_property
 from typing import Any, Literal, get_args
 
 from . import premises as premise
-from .claims import Claim
 from .errors import Ambiguous, HeadConflict, InFlight, InvalidCall, Refused, UnstableEffectKey
 from .identity import (
     UnserializableInput,
@@ -31,6 +30,7 @@ from .identity import (
     unstable_part,
 )
 from .journal import Journal, value_of
+from .journal.claims import Claim
 from .leases import Charge, Demand, charge_for, check_lease
 from .models import Change, Draft, Entry, Kind, Lease, Receipt
 from .policy import CallEvent, Decision, PolicyGuard, Scopes, Verdict, enforce

@@ -25,11 +25,12 @@ import psycopg
 import psycopg.errors
 from psycopg_pool import ConnectionPool, PoolTimeout
 
+from ..errors import JournalUnavailable
 from .claims import Claim
-from .errors import JournalUnavailable
-from .journal import SCHEMA_VERSION, RawEntry
+from .entries import RawEntry
+from .interface import SCHEMA_VERSION
 from .signing import Keyring
-from .sql_journal import ENTRY_COLUMNS, SqlJournal, raw_entry
+from .sql import ENTRY_COLUMNS, SqlJournal, raw_entry
 
 T = TypeVar("T")
 
@@ -249,6 +250,9 @@ class PostgresJournal(SqlJournal):
     GREATEST = "GREATEST"
     FOR_UPDATE = " FOR UPDATE"
     FOR_SHARE = " FOR SHARE"
+    MIGRATIONS = _MIGRATIONS
+    _pool: ConnectionPool[Any]
+    _claims: _PgClaims
 
     def __init__(
         self,
@@ -262,43 +266,32 @@ class PostgresJournal(SqlJournal):
         self.url = redacted(url)
         self.keyring = keyring
         self._conninfo = with_keepalives(url.replace("postgres://", "postgresql://", 1))
-        try:
+
+        def connect() -> None:
             # one direct connection first: a server that refuses fails now, not after the
             # pool's patient retries
             psycopg.connect(self._conninfo).close()
-            self._pool = ConnectionPool(
-                self._conninfo,
-                min_size=1,
-                max_size=pool_size,
-                kwargs={"autocommit": True},
-                timeout=ACQUIRE_TIMEOUT_S,
-                open=False,
-                name="interlock-journal",
+            self._pool = self._opened(
+                ConnectionPool(
+                    self._conninfo,
+                    min_size=1,
+                    max_size=pool_size,
+                    kwargs={"autocommit": True},
+                    timeout=ACQUIRE_TIMEOUT_S,
+                    open=False,
+                    name="interlock-journal",
+                )
             )
             self._pool.open(wait=True, timeout=ACQUIRE_TIMEOUT_S)
             self._migrate()
-            self._claims = _PgClaims(self._conninfo)
-        except (psycopg.Error, PoolTimeout) as err:
-            self._close_quietly()
-            raise JournalUnavailable(f"journal {self.url} cannot be opened: {err}") from err
-        self._closed = threading.Event()
-        if check_tail:
-            try:
-                self.check_tail()
-            except BaseException:
-                self.close()
-                raise
+            self._claims = self._opened(_PgClaims(self._conninfo))
 
-    def _close_quietly(self) -> None:
-        for name in ("_claims", "_pool"):
-            pool = getattr(self, name, None)
-            if pool is not None:
-                pool.close()
+        self._open(connect, check_tail=check_tail)
 
-    def _migrate(self) -> None:
+    def _exclusively(self, fn: Callable[[psycopg.Connection[Any]], T]) -> T:
         with self._pool.connection() as conn, conn.transaction():
             conn.execute("SELECT pg_advisory_xact_lock(%s)", (_MIGRATION_LOCK,))
-            self._migrate_in(conn, _MIGRATIONS)
+            return fn(conn)
 
     # -- transactions ------------------------------------------------------------------------
 
@@ -372,7 +365,3 @@ class PostgresJournal(SqlJournal):
             ).fetchone()
         )
         return bool(row and row[0])
-
-    def close(self) -> None:
-        self._close_writer()
-        self._close_quietly()

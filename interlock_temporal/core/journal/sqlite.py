@@ -16,12 +16,14 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import TypeVar
 
-from .claims import Claim, host_claims
-from .errors import JournalUnavailable
-from .journal import SCHEMA_VERSION, RawEntry
-from .models import Entry
+from ..errors import JournalUnavailable
+from ..models import Entry
+from .claims import Claim, Claims, host_claims
+from .entries import RawEntry
+from .group_commit import AppendArgs
+from .interface import SCHEMA_VERSION
 from .signing import Keyring
-from .sql_journal import ENTRY_COLUMNS, IN_DOUBT_SQL, SqlJournal, _AppendArgs
+from .sql import ENTRY_COLUMNS, IN_DOUBT_SQL, SqlJournal
 
 __all__ = ["IN_DOUBT_SQL", "SqliteJournal"]
 
@@ -142,6 +144,12 @@ assert len(_MIGRATIONS) == SCHEMA_VERSION
 
 
 class SqliteJournal(SqlJournal):
+    MIGRATIONS = _MIGRATIONS
+    #: the writers' connection, the readers' and the host's claims
+    _db: sqlite3.Connection
+    _reader: sqlite3.Connection
+    _claims: Claims
+
     def __init__(
         self,
         path: Path,
@@ -159,27 +167,18 @@ class SqliteJournal(SqlJournal):
         self._flushed = threading.Event()
         self._flushed.set()
         self._reader_lock = threading.Lock()
-        try:
+
+        def connect() -> None:
             self.path.parent.mkdir(parents=True, exist_ok=True)
-            self._db = self._connect(busy_timeout_s)
+            self._db = self._opened(self._connect(busy_timeout_s))
             self._enter_wal(busy_timeout_s)
             self._db.execute("PRAGMA synchronous=FULL")
             self._migrate()
             # reads have their own connection: WAL lets them go on while a write is flushed
-            self._reader = self._connect(busy_timeout_s)
-        except sqlite3.Error as err:
-            self._close_quietly()
-            raise JournalUnavailable(f"journal {self.url} cannot be opened: {err}") from err
-        except BaseException:
-            self._close_quietly()
-            raise
-        self._claims = host_claims(self.path.with_name(self.path.name + ".claims"))
-        if check_tail:
-            try:
-                self.check_tail()
-            except BaseException:
-                self._close_quietly()
-                raise
+            self._reader = self._opened(self._connect(busy_timeout_s))
+            self._claims = host_claims(self.path.with_name(self.path.name + ".claims"))
+
+        self._open(connect, check_tail=check_tail)
 
     def _connect(self, busy_timeout_s: float) -> sqlite3.Connection:
         db = sqlite3.connect(
@@ -208,21 +207,16 @@ class SqliteJournal(SqlJournal):
                 raise JournalUnavailable(f"journal {self.url}: WAL mode is not available")
             return
 
-    def _close_quietly(self) -> None:
-        for name in ("_reader", "_db"):
-            db = getattr(self, name, None)
-            if db is not None:
-                db.close()
-
-    def _migrate(self) -> None:
+    def _exclusively(self, fn: Callable[[sqlite3.Connection], T]) -> T:
         db = self._db
         db.execute("BEGIN IMMEDIATE")
         try:
-            self._migrate_in(db, _MIGRATIONS)
+            result = fn(db)
             db.execute("COMMIT")
         except BaseException:
             db.execute("ROLLBACK")
             raise
+        return result
 
     # -- transactions ------------------------------------------------------------------------
 
@@ -270,7 +264,7 @@ class SqliteJournal(SqlJournal):
         self,
         loop: asyncio.AbstractEventLoop,
         writer: ThreadPoolExecutor,
-        batch: Sequence[_AppendArgs],
+        batch: Sequence[AppendArgs],
     ) -> asyncio.Future[list[list[Entry] | Exception]]:
         """The batch's statements run here, on the loop: they are CPU work, which on another
         thread would only contend for the interpreter. The COMMIT, the flush to disk, runs on

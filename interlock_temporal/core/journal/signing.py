@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .errors import JournalConfigError
+from ..errors import JournalConfigError
 
 
 @dataclass(frozen=True)
@@ -204,3 +204,13 @@ def load_or_create_key_file(path: Path) -> SigningKey:
             f"signing key file {path} is readable by others (mode {mode:o}); chmod 600 it"
         )
     return parse_key(path.read_text())
+
+
+KeyLike = str | bytes | SigningKey
+
+
+def as_key(k: KeyLike) -> SigningKey:
+    """A key object from configuration (see ``parse_key``); bytes are an HMAC secret."""
+    if isinstance(k, HmacKey | Ed25519Key):
+        return k
+    return parse_key(k) if isinstance(k, str) else HmacKey(k)

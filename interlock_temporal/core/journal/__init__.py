@@ -1,0 +1,66 @@
+"""The journal: append-only, one signed entry per transition, hash-chained per effect.
+
+``interface`` is what every backend implements (``Journal``); ``entries`` signs, checks and
+exports the entries; ``opening`` opens a journal by URL; ``sql`` is what the SQL backends share
+(``sqlite``, ``postgres``), with the leases and the policy's state kept in their database
+(``sql_leases``, ``sql_policy``); ``claims`` are the effects' exclusive claims and ``signing``
+the keys that sign entries.
+"""
+
+from .entries import (
+    ENTRY_VERSION,
+    UNBOUND,
+    ChainCheck,
+    RawEntry,
+    check_chain,
+    check_entry,
+    decode_entry,
+    encode_entry,
+    export_line,
+    origin_in,
+    read_export,
+    state_kind,
+    value_of,
+    values_digest,
+    verify_entries,
+)
+from .interface import (
+    DEFAULT_COMMIT_DELAY,
+    POLICY_CHAIN_TYPE,
+    SCHEMA_VERSION,
+    Build,
+    Journal,
+    policy_chain,
+)
+from .opening import JournalLocation, keyring_for, open_journal, parse_journal_url
+from .signing import KeyLike, as_key
+
+__all__ = [
+    "DEFAULT_COMMIT_DELAY",
+    "ENTRY_VERSION",
+    "POLICY_CHAIN_TYPE",
+    "SCHEMA_VERSION",
+    "UNBOUND",
+    "Build",
+    "ChainCheck",
+    "Journal",
+    "JournalLocation",
+    "KeyLike",
+    "RawEntry",
+    "as_key",
+    "check_chain",
+    "check_entry",
+    "decode_entry",
+    "encode_entry",
+    "export_line",
+    "keyring_for",
+    "open_journal",
+    "origin_in",
+    "parse_journal_url",
+    "policy_chain",
+    "read_export",
+    "state_kind",
+    "value_of",
+    "values_digest",
+    "verify_entries",
+]

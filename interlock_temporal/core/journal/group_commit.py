@@ -1,0 +1,124 @@
+"""Group commit: the appends of one event loop's coroutines written together, one transaction
+and one flush to disk for a batch (``SqlJournal.append_async``)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import functools
+import os
+from collections.abc import Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from typing import TYPE_CHECKING, Any
+
+from ..models import Entry
+from .interface import Build
+
+if TYPE_CHECKING:
+    from .sql import SqlJournal
+
+#: an append's arguments: effect id, expected head, build, effect type, lease id, values
+AppendArgs = tuple[str, str, Build, str | None, str | None, Mapping[str, Any] | None]
+
+
+@dataclasses.dataclass(slots=True)
+class _Queued:
+    args: AppendArgs
+    future: asyncio.Future[list[Entry]]
+
+
+class GroupCommit:
+    """Group commit of one event loop's appends. While one batch is being flushed to disk on
+    the journal's writer thread, the appends the loop's other coroutines start queue up; they
+    are written together as the next batch, in one transaction and one flush.
+
+    A batch costs far more than an append in it: a flush and two thread hand-offs. In process,
+    an effect whose appends go one per batch takes about three times the CPU of one whose
+    appends share batches of twenty. So when a batch is about to start while another effect of
+    this process holds its claim and has not queued its append, the batch first waits the
+    journal's ``commit_delay`` for it and for whatever else arrives meanwhile (PostgreSQL's
+    ``commit_delay`` with ``commit_siblings``). An append with no such company is written at
+    once (and one alone in its process, on a loop that runs nothing else, never comes here:
+    ``SqlJournal.append_async`` writes it itself)."""
+
+    def __init__(
+        self, journal: SqlJournal, loop: asyncio.AbstractEventLoop, writer: ThreadPoolExecutor
+    ) -> None:
+        self.journal = journal
+        self.loop = loop
+        self.writer = writer
+        self._queue: list[_Queued] = []
+        self._busy = False
+
+    @property
+    def idle(self) -> bool:
+        return not self._busy and not self._queue
+
+    def submit(self, args: AppendArgs) -> asyncio.Future[list[Entry]]:
+        future: asyncio.Future[list[Entry]] = self.loop.create_future()
+        self._queue.append(_Queued(args, future))
+        if not self._busy:
+            self._start()
+        return future
+
+    def _start(self) -> None:
+        delay = self.journal.commit_delay
+        if delay > 0 and 0 < len(self._queue) < self.journal._claims_held():
+            self._busy = True
+            self.loop.call_later(delay, self._next)
+        else:
+            self._next()
+
+    def _next(self) -> None:
+        while True:
+            # an append whose caller was cancelled before it was written is not written
+            batch = [q for q in self._queue if not q.future.cancelled()]
+            self._queue = []
+            self._busy = bool(batch)
+            if not batch:
+                return
+            try:
+                done = self.journal._write_batch(self.loop, self.writer, [q.args for q in batch])
+            except Exception as err:  # the transaction could not even begin
+                _resolve(batch, [err] * len(batch))
+                continue
+            done.add_done_callback(functools.partial(self._finish, batch))
+            return
+
+    def _finish(
+        self, batch: list[_Queued], done: asyncio.Future[list[list[Entry] | Exception]]
+    ) -> None:
+        outcomes: Sequence[list[Entry] | BaseException]
+        try:
+            outcomes = done.result()
+        except BaseException as err:
+            outcomes = [err] * len(batch)
+        _resolve(batch, outcomes)
+        self._start()
+
+
+def no_wakeup_preemption() -> None:
+    """Make the writer thread a batch thread (Linux's ``SCHED_BATCH``: same priority, but its
+    wake-ups never preempt the running thread). Handed a flush, a normal thread woken on the
+    loop's CPU preempts the loop's thread while that thread still holds the GIL, runs until it
+    needs the GIL, and hands the CPU back: two context switches per hand-off for nothing.
+    Measured in a worker, 64 activities in flight: about 0.4 ms less CPU per activity in the
+    worker and 8 fewer context switches. Where the policy is missing or refused the writer
+    stays a normal thread: slower, never wrong."""
+    policy = getattr(os, "SCHED_BATCH", None)
+    if policy is None:
+        return
+    with contextlib.suppress(OSError):
+        os.sched_setscheduler(0, policy, os.sched_param(0))
+
+
+def _resolve(batch: Sequence[_Queued], outcomes: Sequence[list[Entry] | BaseException]) -> None:
+    """Give each queued append its outcome: its entries, or its error."""
+    for queued, outcome in zip(batch, outcomes, strict=True):
+        if queued.future.done():
+            continue  # its caller was cancelled meanwhile; what was written stays written
+        if isinstance(outcome, BaseException):
+            queued.future.set_exception(outcome)
+        else:
+            queued.future.set_result(outcome)

@@ -1,0 +1,204 @@
+"""The journal's interface: what every backend implements and the conformance suite checks
+(tests/journal_conformance.py). How entries are signed and verified is ``entries``; the
+backends, and ``open_journal`` that picks one by URL (``opening``), are never imported here."""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from typing import Any
+
+from ..errors import JournalConfigError, JournalCorrupt
+from ..leases import LeaseStore
+from ..models import Draft, EffectRow, Entry, JournalHead, Kind, Lease, VerifyReport
+from ..policy import PolicyStore
+from .claims import Claim
+from .entries import RawEntry, check_entry, verify_entries
+from .signing import Keyring
+
+SCHEMA_VERSION = 5
+#: the effect type of policy chains (``policy:<session>``)
+POLICY_CHAIN_TYPE = "interlock.policy"
+
+
+def policy_chain(session: str) -> str:
+    """The journal chain that records a session's policy events."""
+    return f"policy:{session}"
+
+
+Build = Sequence[Draft] | Callable[[Lease | None], Sequence[Draft]]
+
+
+#: measured on a 2-core machine, 64 activities in flight on one worker: batches of 3.3 to 4.2
+#: appends without the wait, about 8 with 4 ms and 11 to 12 with 8 ms, and with 8 ms about 0.2
+#: to 0.4 ms less worker CPU per activity (docs/benchmarks.md sets it beside no wait each run)
+DEFAULT_COMMIT_DELAY = 0.008
+
+
+class Journal(ABC):
+    """The interface every backend implements, and the conformance suite checks."""
+
+    url: str
+    keyring: Keyring
+    #: the event loop of this journal's coroutines runs other work too (a Temporal worker's
+    #: pollers and workflows): ``append_async`` must never hold it for a flush to disk, even
+    #: for an append that has nothing to share the flush with
+    loop_shared: bool = False
+    #: seconds a batch of ``append_async`` waits, when other effects of this process are under
+    #: way and have not queued their appends, so they share its transaction and its flush. A
+    #: lone effect never waits; 0 turns the wait off (see ``open_journal``)
+    commit_delay: float = DEFAULT_COMMIT_DELAY
+
+    @property
+    @abstractmethod
+    def leases(self) -> LeaseStore: ...
+
+    @property
+    @abstractmethod
+    def policy(self) -> PolicyStore:
+        """The policy layer's shared state (sessions, spend, admitted executions)."""
+
+    @abstractmethod
+    def read(self, effect_id: str) -> list[Entry]:
+        """The effect's entries in order (empty if unknown)."""
+
+    @abstractmethod
+    def row(self, effect_id: str) -> EffectRow | None:
+        """The effect's index row: status and head, without reading its entries."""
+
+    @abstractmethod
+    def append(
+        self,
+        effect_id: str,
+        expected_head: str,
+        build: Build,
+        *,
+        effect_type: str | None = None,
+        lease_id: str | None = None,
+        blobs: Mapping[str, Any] | None = None,
+    ) -> list[Entry]:
+        """Append entries atomically, durably, if the effect's head is still ``expected_head``
+        ("" for a new effect); raise ``HeadConflict`` otherwise. A new effect's origin (see
+        ``by_origin``) is what its first entry signs of its delivery and input.
+
+        When ``build`` is callable it is called inside the transaction with the lease
+        ``lease_id`` as read there, and returns the drafts: authority is checked and the
+        dispatch recorded in one step. ``blobs`` (argument and result values; the signed entries
+        hold only their digests) are stored with the append's last entry, outside its signed
+        bytes, in the same transaction; a value given as ``bytes`` is taken to be its
+        canonical JSON already.
+        """
+
+    async def append_async(
+        self,
+        effect_id: str,
+        expected_head: str,
+        build: Build,
+        *,
+        effect_type: str | None = None,
+        lease_id: str | None = None,
+        blobs: Mapping[str, Any] | None = None,
+    ) -> list[Entry]:
+        """``append`` for a coroutine. A backend may commit the appends of concurrent
+        coroutines together, one transaction and one flush to disk for all of them; each call
+        still gets its own entries or its own error, exactly as ``append`` would give it, and
+        returns only once its entries are durable. A caller cancelled while its append is being
+        written may find it written, as after a crash at that point."""
+        write = functools.partial(
+            self.append,
+            effect_id,
+            expected_head,
+            build,
+            effect_type=effect_type,
+            lease_id=lease_id,
+            blobs=blobs,
+        )
+        return await asyncio.to_thread(write) if self.loop_shared else write()
+
+    @abstractmethod
+    def effects(
+        self,
+        *,
+        status: Kind | None = None,
+        in_doubt: bool = False,
+        older_than: float | None = None,
+        limit: int | None = None,
+        since: float | None = None,
+    ) -> list[EffectRow]:
+        """Index rows, newest first. ``in_doubt``: dispatched and never confirmed; ``since``:
+        updated at or after this time (epoch seconds)."""
+
+    def in_doubt(self, *, older_than: float | None = None) -> list[EffectRow]:
+        """What was started and never confirmed (an indexed query)."""
+        return self.effects(in_doubt=True, older_than=older_than)
+
+    @abstractmethod
+    def by_origin(self, origin: str) -> list[str]:
+        """The effects first proposed by this origin (an indexed query)."""
+
+    @abstractmethod
+    def blob(self, effect_id: str, name: str) -> Any:
+        """The value last stored under ``name`` with one of the effect's appends (``proposed``,
+        ``approved``, ``result``), or None."""
+
+    @abstractmethod
+    def claim(self, effect_id: str) -> Claim | None:
+        """The effect's exclusive claim, or None while a live holder has it."""
+
+    @abstractmethod
+    def is_claimed(self, effect_id: str) -> bool: ...
+
+    @abstractmethod
+    def iter_raw(self) -> Iterator[RawEntry]:
+        """Every stored entry in seq order, as stored."""
+
+    @abstractmethod
+    def iter_rows(self) -> Iterator[EffectRow]:
+        """Every effect's index row (policy chains included), for ``verify``."""
+
+    @abstractmethod
+    def head(self) -> JournalHead | None:
+        """The last entry's seq and hash."""
+
+    @abstractmethod
+    def schema_version(self) -> int: ...
+
+    @abstractmethod
+    def close(self) -> None: ...
+
+    def verify(self, head: JournalHead | str | None = None) -> VerifyReport:
+        """Check every entry's hash, signature, place in its chain and in the sequence, the
+        values stored beside it, and every effect's index row against its entries."""
+        if isinstance(head, str):
+            head = JournalHead.parse(head)
+        return verify_entries(self.iter_raw(), self.keyring, head, self.iter_rows())
+
+    def check_tail(self) -> None:
+        """Refuse to use a journal whose last entry is torn or not ours (checked at open)."""
+        raw = self.last_raw()
+        if raw is None:
+            return
+        if self.keyring.get(raw.key_id) is None:
+            raise JournalConfigError(
+                f"journal {self.url}: its last entry (seq {raw.seq}) is signed with key "
+                f"{raw.key_id}, which is not configured (keys: {', '.join(self.keyring.key_ids)}); "
+                "configure that key (INTERLOCK_SIGNING_KEY or the key file), or pass it as an "
+                "older key after a rotation"
+            )
+        problem = check_entry(raw, self.keyring)
+        if problem is not None:
+            raise JournalCorrupt(
+                f"journal {self.url}: the last entry (seq {raw.seq}) is unusable: {problem}. "
+                "Nothing was appended. Run `interlock journal verify` and restore from a copy."
+            )
+
+    @abstractmethod
+    def last_raw(self) -> RawEntry | None: ...
+
+    def __enter__(self) -> Journal:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

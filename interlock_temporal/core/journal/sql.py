@@ -1,0 +1,644 @@
+"""What the SQL journals share: the append, the reads, the schema's migration and the
+journal's lifecycle, written once in SQL both SQLite and PostgreSQL run; the leases and the
+policy's state (``sql_leases``, ``sql_policy``) reach the database only through the narrow
+API here (``SqlAccess``). A backend supplies its connections and transactions, its claims, its
+migrations, and the few words the two dialects spell differently."""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import threading
+import time
+import weakref
+from abc import abstractmethod
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from json.encoder import encode_basestring
+from typing import Any, ClassVar, Protocol, TypeVar
+
+from ..errors import HeadConflict, JournalConfigError, JournalUnavailable
+from ..identity import canonical
+from ..models import Draft, EffectRow, Entry, JournalHead, Kind
+from .entries import (
+    RawEntry,
+    check_chain,
+    decode_entry,
+    encode_entry,
+    origin_in,
+    state_kind,
+    value_of,
+    values_digest,
+)
+from .group_commit import AppendArgs, GroupCommit, no_wakeup_preemption
+from .interface import POLICY_CHAIN_TYPE, SCHEMA_VERSION, Build, Journal
+from .sql_leases import SqlLeases
+from .sql_policy import SqlPolicy
+
+T = TypeVar("T")
+C = TypeVar("C", bound="_Closable")
+
+
+class _Closable(Protocol):
+    def close(self) -> None: ...
+
+
+ROW_COLUMNS = (
+    "effect_id, effect_type, status, head, head_seq, updated_ts, first_dispatch_ts, "
+    "last_dispatch_ts, origin"
+)
+ENTRY_COLUMNS = "seq, effect_id, kind, prev, hash, key_id, sig, body, vals"
+_ENTRY_COLUMNS_E = ", ".join("e." + c.strip() for c in ENTRY_COLUMNS.split(","))
+_ROW_COLUMNS_F = ", ".join("f." + c.strip() for c in ROW_COLUMNS.split(","))
+_NO_ENTRY = ", ".join(["NULL"] * len(ENTRY_COLUMNS.split(",")))
+#: an effect's entries and its index row, in one statement (one snapshot): the entries with the
+#: row beside each, or the row alone when it has no entries
+READ_EFFECT_SQL = (
+    f"SELECT {_ENTRY_COLUMNS_E}, {_ROW_COLUMNS_F} FROM entries e "
+    "LEFT JOIN effects f ON f.effect_id = e.effect_id WHERE e.effect_id = ? "
+    f"UNION ALL SELECT {_NO_ENTRY}, {_ROW_COLUMNS_F} FROM effects f WHERE f.effect_id = ? "
+    "AND NOT EXISTS (SELECT 1 FROM entries WHERE effect_id = ?) ORDER BY 1"
+)
+
+
+def _values_json(values: Mapping[str, Any]) -> str:
+    """The JSON object of an append's values, each already canonical JSON bytes or made so."""
+    parts = [
+        encode_basestring(name) + ":" + (v if isinstance(v, bytes) else canonical(v)).decode()
+        for name, v in values.items()
+    ]
+    return "{" + ",".join(parts) + "}"
+
+
+def _signing_its_type(first: Draft, effect_type: str) -> Draft:
+    """A new effect's first entry, made to sign the effect's type, so that its index row can
+    be checked."""
+    if first.data.get("effect_type") == effect_type:
+        return first
+    if "effect_type" in first.data:
+        raise ValueError("the first entry's effect_type differs from the effect's")
+    return Draft(kind=first.kind, data={**first.data, "effect_type": effect_type})
+
+
+#: what was started and never confirmed, oldest send first; "older than" counts from the last
+#: send, so annotations appended since do not hide an effect (the literal status lets the
+#: database use its partial in-doubt index)
+IN_DOUBT_SQL = (
+    f"SELECT {ROW_COLUMNS} FROM effects WHERE status = 'DISPATCHED' AND last_dispatch_ts <= ? "
+    "ORDER BY last_dispatch_ts"
+)
+
+
+def effect_row(values: Sequence[Any]) -> EffectRow:
+    return EffectRow(
+        effect_id=values[0],
+        effect_type=values[1],
+        status=Kind(values[2]),
+        head=values[3],
+        head_seq=values[4],
+        updated_ts=values[5],
+        first_dispatch_ts=values[6],
+        last_dispatch_ts=values[7],
+        origin=values[8],
+    )
+
+
+def raw_entry(values: Sequence[Any]) -> RawEntry:
+    seq, eid, kind, prev, hash_, key_id, sig, body, vals = values
+    return RawEntry(seq, eid, kind, prev, hash_, key_id, sig, bytes(body), vals)
+
+
+class _ItemFailed(Exception):
+    """One append of a batch failed on its own (its head moved, its build raised): the batch's
+    transaction is rolled back and run again without it."""
+
+    def __init__(self, index: int, error: Exception) -> None:
+        super().__init__(index)
+        self.index = index
+        self.error = error
+
+
+class SqlJournal(Journal):
+    """A journal in SQL tables. SQL is written with ``?`` placeholders."""
+
+    #: the two-argument maximum
+    GREATEST = "max"
+    #: the suffix that locks the rows a transaction read (none where the transaction holds
+    #: the whole database, as SQLite's ``BEGIN IMMEDIATE`` does)
+    FOR_UPDATE = ""
+    #: the suffix that keeps rows a transaction read from changing until it ends (a lease read
+    #: by the dispatch transaction: a revoke waits for the dispatch to be recorded)
+    FOR_SHARE = ""
+    #: the schema's migrations in the backend's dialect: the n-th brings schema n to n + 1
+    MIGRATIONS: ClassVar[Sequence[str]] = ()
+
+    def __init__(self) -> None:
+        #: the thread that writes ``append_async``'s batches, and each event loop's queue
+        self._writer: ThreadPoolExecutor | None = None
+        self._writer_lock = threading.Lock()
+        self._groups: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, GroupCommit] = (
+            weakref.WeakKeyDictionary()
+        )
+        #: what the backend opened (connections, pools), closed with the journal
+        self._resources: list[_Closable] = []
+        access = _Access(self)
+        self._leases = SqlLeases(access)
+        self._policy = SqlPolicy(access)
+
+    # -- opening and closing ---------------------------------------------------------------------
+
+    def _open(self, connect: Callable[[], None], *, check_tail: bool) -> None:
+        """Open the journal: ``connect`` opens the backend's connections (each through
+        ``_opened``) and migrates the schema; if it fails, what it opened is closed again, and
+        an error of the database is ``JournalUnavailable``. Then the last entry is checked, and
+        the journal closed if it is unusable."""
+        try:
+            connect()
+        except BaseException as err:
+            self._close_quietly()
+            if self._is_database_error(err):
+                raise JournalUnavailable(f"journal {self.url} cannot be opened: {err}") from err
+            raise
+        if check_tail:
+            try:
+                self.check_tail()
+            except BaseException:
+                self.close()
+                raise
+
+    def _opened(self, resource: C) -> C:
+        """``resource``, a connection or a pool the backend opened, to close with the journal."""
+        self._resources.append(resource)
+        return resource
+
+    def _close_quietly(self) -> None:
+        """Close what the backend opened, the last opened first: after an open that failed,
+        and when the journal closes."""
+        while self._resources:
+            self._resources.pop().close()
+
+    def close(self) -> None:
+        self._close_writer()
+        self._close_quietly()
+
+    def _migrate(self) -> None:
+        """Bring the schema to ``SCHEMA_VERSION``, in one transaction that keeps every other
+        process out while it runs."""
+        self._exclusively(self._migrate_in)
+
+    @abstractmethod
+    def _exclusively(self, fn: Callable[[Any], T]) -> T:
+        """Run ``fn(connection)`` in one transaction no other process can run beside (the
+        migration's)."""
+
+    # -- the backend's transactions --------------------------------------------------------------
+
+    def _sql(self, text: str) -> str:
+        return text
+
+    def _x(self, db: Any, sql: str, params: Sequence[Any] = ()) -> Any:
+        return db.execute(self._sql(sql), tuple(params))
+
+    @abstractmethod
+    def _write(self, fn: Callable[[Any], T]) -> T:
+        """Run ``fn(connection)`` in one durable write transaction."""
+
+    @abstractmethod
+    def _read(self, fn: Callable[[Any], T]) -> T:
+        """Run ``fn(connection)`` for reads."""
+
+    @abstractmethod
+    def _seq_base(self, db: Any) -> int:
+        """Inside a write transaction: the last seq, held until the transaction ends so that
+        appends get dense seqs in commit order."""
+
+    def _seq_advance(self, db: Any, seq: int) -> None:
+        """Inside the same transaction: the new last seq (for backends that keep a counter)."""
+
+    def _migrate_in(self, db: Any) -> None:
+        """Bring the schema to ``SCHEMA_VERSION`` inside the caller's transaction (which keeps
+        other processes out while it runs)."""
+        self._x(db, "CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT)")
+        row = self._x(db, "SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
+        version = int(row[0]) if row else 0
+        if version > SCHEMA_VERSION:
+            raise JournalConfigError(
+                f"journal {self.url} has schema {version}; this release reads up to "
+                f"{SCHEMA_VERSION}: upgrade interlock-temporal"
+            )
+        for number in range(version, SCHEMA_VERSION):
+            for statement in self.MIGRATIONS[number].split(";"):
+                if statement.strip():
+                    db.execute(statement)
+            if number + 1 == 4:
+                self._bind_values(db)
+        self._x(
+            db,
+            "INSERT INTO meta (key, value) VALUES ('schema_version', ?) "
+            "ON CONFLICT (key) DO UPDATE SET value = excluded.value",
+            (str(SCHEMA_VERSION),),
+        )
+
+    def _bind_values(self, db: Any) -> None:
+        """Schema 4: entries sign the digest of the values stored beside them. Values stored
+        before (format-1 entries) are bound now, as they are, by one signed ``VALUES_BOUND``
+        entry per effect, so that from here on an edit of any of them is caught."""
+        rows = self._x(
+            db, "SELECT seq, effect_id, vals FROM entries WHERE vals IS NOT NULL ORDER BY seq"
+        ).fetchall()
+        unbound: dict[str, dict[str, str]] = {}
+        for seq, eid, vals in rows:
+            unbound.setdefault(eid, {})[str(seq)] = values_digest(vals)
+        if unbound and not self.keyring.can_sign:
+            raise JournalConfigError(
+                f"journal {self.url} must be upgraded to schema {SCHEMA_VERSION}, which signs "
+                "the values it stored before: open it once with its signing key"
+            )
+        for eid, values in unbound.items():
+            self._append_tx(db, eid, None, [Draft(kind=Kind.VALUES_BOUND, data={"values": values})])
+
+    # -- writing -------------------------------------------------------------------------------
+
+    def append(
+        self,
+        effect_id: str,
+        expected_head: str,
+        build: Build,
+        *,
+        effect_type: str | None = None,
+        lease_id: str | None = None,
+        blobs: Mapping[str, Any] | None = None,
+    ) -> list[Entry]:
+        args: AppendArgs = (effect_id, expected_head, build, effect_type, lease_id, blobs)
+        try:
+            return self._write(lambda db: self._append_tx(db, *args))
+        except HeadConflict:
+            raise
+        except Exception as err:
+            raise self._append_error(args, err) from err
+
+    async def append_async(
+        self,
+        effect_id: str,
+        expected_head: str,
+        build: Build,
+        *,
+        effect_type: str | None = None,
+        lease_id: str | None = None,
+        blobs: Mapping[str, Any] | None = None,
+    ) -> list[Entry]:
+        group = self._group_commit()
+        if group.idle and not self.loop_shared and self._claims_held() <= 1:
+            # alone in this process, and the loop has nothing else to do: no hand-off to pay
+            return self.append(
+                effect_id,
+                expected_head,
+                build,
+                effect_type=effect_type,
+                lease_id=lease_id,
+                blobs=blobs,
+            )
+        return await group.submit((effect_id, expected_head, build, effect_type, lease_id, blobs))
+
+    def _group_commit(self) -> GroupCommit:
+        loop = asyncio.get_running_loop()
+        with self._writer_lock:
+            if self._writer is None:
+                self._writer = ThreadPoolExecutor(
+                    1, thread_name_prefix="interlock-journal", initializer=no_wakeup_preemption
+                )
+            group = self._groups.get(loop)
+            if group is None:
+                group = self._groups[loop] = GroupCommit(self, loop, self._writer)
+            return group
+
+    def _close_writer(self) -> None:
+        """Wait for the batch being written, and stop the writer thread."""
+        with self._writer_lock:
+            writer, self._writer = self._writer, None
+        if writer is not None:
+            writer.shutdown(wait=True)
+
+    def _write_batch(
+        self,
+        loop: asyncio.AbstractEventLoop,
+        writer: ThreadPoolExecutor,
+        batch: Sequence[AppendArgs],
+    ) -> asyncio.Future[list[list[Entry] | Exception]]:
+        """Write a batch of appends in one transaction; the future resolves once it is durable.
+        Here the whole transaction runs on the writer thread, leaving the loop free while a
+        database server is asked."""
+        return loop.run_in_executor(writer, self._append_many, batch, self._write)
+
+    def _append_many(
+        self, batch: Sequence[AppendArgs], transaction: Callable[[Callable[[Any], Any]], Any]
+    ) -> list[list[Entry] | Exception]:
+        """Several appends in one ``transaction``, in order (a later append of one effect sees
+        an earlier one's head). An append that fails on its own gets its own error and the rest
+        are written again without it; an error of the database fails them all."""
+        outcomes: dict[int, list[Entry] | Exception] = {}
+        left = list(range(len(batch)))
+        while left:
+            try:
+                written = transaction(
+                    functools.partial(self._append_batch, [batch[i] for i in left])
+                )
+            except _ItemFailed as failed:
+                index = left.pop(failed.index)
+                outcomes[index] = self._append_error(batch[index], failed.error)
+                continue
+            except Exception as err:
+                outcomes.update(dict.fromkeys(left, err))
+                break
+            outcomes.update(zip(left, written, strict=True))
+            break
+        return [outcomes[i] for i in range(len(batch))]
+
+    def _append_error(self, args: AppendArgs, err: Exception) -> Exception:
+        """What a failed append raises: the UNIQUE (effect_id, prev) backstop is a moved head."""
+        if self._is_unique_violation(err):
+            return HeadConflict(args[0], args[1], "?")
+        return err
+
+    def _append_batch(self, batch: Sequence[AppendArgs], db: Any) -> list[list[Entry]]:
+        written = []
+        for index, args in enumerate(batch):
+            try:
+                written.append(self._append_tx(db, *args))
+            except Exception as err:
+                if self._is_database_error(err) and not self._is_unique_violation(err):
+                    raise
+                raise _ItemFailed(index, err) from err
+        return written
+
+    def _append_tx(
+        self,
+        db: Any,
+        effect_id: str,
+        expected_head: str | None,
+        build: Build,
+        effect_type: str | None = None,
+        lease_id: str | None = None,
+        blobs: Mapping[str, Any] | None = None,
+    ) -> list[Entry]:
+        """``append`` inside a transaction the caller holds. ``expected_head=None`` appends
+        after whatever the head is (for chains only this transaction writes)."""
+        seq = self._seq_base(db)
+        row = self._x(
+            db,
+            "SELECT effect_type, status, head, first_dispatch_ts, last_dispatch_ts "
+            f"FROM effects WHERE effect_id = ?{self.FOR_UPDATE}",
+            (effect_id,),
+        ).fetchone()
+        actual = row[2] if row else ""
+        if expected_head is not None and actual != expected_head:
+            raise HeadConflict(effect_id, expected_head, actual)
+        if callable(build):
+            lease = None if lease_id is None else self._leases.read_tx(db, lease_id, effect_id)
+            drafts = list(build(lease))
+        else:
+            drafts = list(build)
+        if not drafts:
+            return []
+        etype = row[0] if row else effect_type
+        if not etype:
+            raise ValueError("a new effect needs its effect_type")
+        if row is None:
+            drafts[0] = _signing_its_type(drafts[0], etype)
+        vals = _values_json(blobs) if blobs else None
+        now = time.time()
+        written = self._insert_entries(db, effect_id, seq, actual, drafts, vals, now)
+        self._keep_budgets(db, effect_id, drafts)
+        self._put_row(db, effect_id, etype, row, drafts, written[-1], now)
+        return written
+
+    def _insert_entries(
+        self,
+        db: Any,
+        effect_id: str,
+        seq: int,
+        prev: str,
+        drafts: Sequence[Draft],
+        vals: str | None,
+        now: float,
+    ) -> list[Entry]:
+        """Sign ``drafts`` as the entries after ``seq`` and ``prev``, and store them."""
+        written: list[Entry] = []
+        last_index = len(drafts) - 1
+        for index, draft in enumerate(drafts):
+            seq += 1
+            entry = encode_entry(
+                seq=seq,
+                ts=now,
+                effect_id=effect_id,
+                kind=draft.kind,
+                prev=prev,
+                key=self.keyring.signing,
+                data=draft.data,
+                # the append's values ride on its last entry, which signs their digest
+                vals=vals if index == last_index else None,
+            )
+            written.append(entry)
+            prev = entry.hash
+        last = written[-1]
+        rows = [
+            (e.seq, e.effect_id, e.kind.value, e.prev, e.hash, e.key_id, e.sig, e.body)
+            + ((vals,) if e is last else (None,))
+            for e in written
+        ]
+        db.cursor().executemany(
+            self._sql(f"INSERT INTO entries ({ENTRY_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)"),
+            rows,
+        )
+        self._seq_advance(db, seq)
+        return written
+
+    def _put_row(
+        self,
+        db: Any,
+        effect_id: str,
+        etype: str,
+        row: Sequence[Any] | None,
+        drafts: Sequence[Draft],
+        head: Entry,
+        now: float,
+    ) -> None:
+        """The effect's index row after ``drafts``, whose last entry is ``head``; ``row`` is
+        the one before them (status, dispatch times), None for a new effect."""
+        status = state_kind(drafts, Kind(row[1]) if row else None)
+        if status is None:
+            raise ValueError("a new effect must start with a state entry, not annotations")
+        dispatched = any(d.kind is Kind.DISPATCHED for d in drafts)
+        first_dispatch = row[3] if row and row[3] is not None else (now if dispatched else None)
+        last_dispatch = now if dispatched else (row[4] if row else None)
+        # a new effect's origin is what its first entry signs of it, and never changes
+        self._x(
+            db,
+            f"INSERT INTO effects ({ROW_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?) "
+            "ON CONFLICT (effect_id) DO UPDATE SET status = excluded.status, "
+            "head = excluded.head, head_seq = excluded.head_seq, "
+            "updated_ts = excluded.updated_ts, first_dispatch_ts = excluded.first_dispatch_ts, "
+            "last_dispatch_ts = excluded.last_dispatch_ts",
+            (
+                effect_id,
+                etype,
+                status.value,
+                head.hash,
+                head.seq,
+                now,
+                first_dispatch,
+                last_dispatch,
+                origin_in(drafts[0].data) if row is None else None,
+            ),
+        )
+
+    def _keep_budgets(self, db: Any, effect_id: str, drafts: Sequence[Draft]) -> None:
+        """Lease budgets move with the entries that change them, in their transaction: a
+        DISPATCHED that reserves (its ``budget`` note), a REFUSED (it never executed: give the
+        reservation back), a late COMMITTED after a REFUSED (it did: charge it again)."""
+        for draft in drafts:
+            if draft.kind is Kind.DISPATCHED:
+                note = draft.data.get("budget")
+                if note is not None:
+                    self._leases.charge_tx(db, effect_id, note["lease_id"], note["cents"])
+            elif draft.kind is Kind.REFUSED:
+                self._leases.release_tx(db, effect_id)
+            elif draft.kind is Kind.COMMITTED and draft.data.get("after") == Kind.REFUSED.value:
+                self._leases.recharge_tx(db, effect_id)
+
+    # -- reading -------------------------------------------------------------------------------
+
+    def read(self, effect_id: str) -> list[Entry]:
+        """The effect's entries, checked first (chain, signatures, value digests, index row):
+        ``JournalCorrupt`` names the entry when they do not hold."""
+        rows = self._read(
+            lambda db: self._x(db, READ_EFFECT_SQL, (effect_id, effect_id, effect_id)).fetchall()
+        )
+        width = len(ENTRY_COLUMNS.split(","))
+        index = None if not rows or rows[0][width] is None else effect_row(rows[0][width:])
+        raws = [raw_entry(r[:width]) for r in rows if r[0] is not None]
+        if raws or index is not None:
+            check_chain(effect_id, raws, self.keyring, index)
+        return [decode_entry(raw) for raw in raws]
+
+    def row(self, effect_id: str) -> EffectRow | None:
+        values = self._read(
+            lambda db: self._x(
+                db, f"SELECT {ROW_COLUMNS} FROM effects WHERE effect_id = ?", (effect_id,)
+            ).fetchone()
+        )
+        return None if values is None else effect_row(values)
+
+    def effects(
+        self,
+        *,
+        status: Kind | None = None,
+        in_doubt: bool = False,
+        older_than: float | None = None,
+        limit: int | None = None,
+        since: float | None = None,
+    ) -> list[EffectRow]:
+        if in_doubt:
+            sql = IN_DOUBT_SQL
+            params: list[Any] = [time.time() - (older_than or 0.0)]
+        else:
+            # policy chains are the policy layer's record, not effects
+            where: list[str] = ["effect_type <> ?"]
+            params = [POLICY_CHAIN_TYPE]
+            if status is not None:
+                where.append("status = ?")
+                params.append(status.value)
+            if older_than is not None:
+                where.append("updated_ts <= ?")
+                params.append(time.time() - older_than)
+            if since is not None:
+                where.append("updated_ts >= ?")
+                params.append(since)
+            sql = f"SELECT {ROW_COLUMNS} FROM effects WHERE " + " AND ".join(where)
+            sql += " ORDER BY updated_ts DESC"
+        if limit is not None:
+            sql += f" LIMIT {int(limit)}"
+        rows = self._read(lambda db: self._x(db, sql, params).fetchall())
+        return [effect_row(r) for r in rows]
+
+    def blob(self, effect_id: str, name: str) -> Any:
+        return value_of(self.read(effect_id), name)
+
+    def by_origin(self, origin: str) -> list[str]:
+        rows = self._read(
+            lambda db: self._x(
+                db, "SELECT effect_id FROM effects WHERE origin = ?", (origin,)
+            ).fetchall()
+        )
+        return [r[0] for r in rows]
+
+    def iter_rows(self) -> Iterator[EffectRow]:
+        rows = self._read(lambda db: self._x(db, f"SELECT {ROW_COLUMNS} FROM effects").fetchall())
+        return (effect_row(r) for r in rows)
+
+    def last_raw(self) -> RawEntry | None:
+        r = self._read(
+            lambda db: self._x(
+                db, f"SELECT {ENTRY_COLUMNS} FROM entries ORDER BY seq DESC LIMIT 1"
+            ).fetchone()
+        )
+        return None if r is None else raw_entry(r)
+
+    def head(self) -> JournalHead | None:
+        raw = self.last_raw()
+        return None if raw is None else JournalHead(seq=raw.seq, hash=raw.hash)
+
+    def schema_version(self) -> int:
+        row = self._read(
+            lambda db: self._x(db, "SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
+        )
+        return int(row[0])
+
+    @property
+    def leases(self) -> SqlLeases:
+        return self._leases
+
+    @property
+    def policy(self) -> SqlPolicy:
+        return self._policy
+
+    @abstractmethod
+    def _is_unique_violation(self, err: BaseException) -> bool: ...
+
+    @abstractmethod
+    def _claims_held(self) -> int:
+        """How many effects this process holds claims on: the effects in flight here."""
+
+    @abstractmethod
+    def _is_database_error(self, err: BaseException) -> bool:
+        """An error of the database itself (its driver's), not of one append's inputs."""
+
+
+class _Access:
+    """The SQL journal's narrow API (``SqlAccess``), as its lease and policy stores use it."""
+
+    def __init__(self, journal: SqlJournal) -> None:
+        self._journal = journal
+        self.for_update = journal.FOR_UPDATE
+        self.for_share = journal.FOR_SHARE
+        self.greatest = journal.GREATEST
+
+    def reading(self, fn: Callable[[Any], T]) -> T:
+        return self._journal._read(fn)
+
+    def writing(self, fn: Callable[[Any], T]) -> T:
+        return self._journal._write(fn)
+
+    def execute(self, db: Any, sql: str, params: Sequence[Any] = ()) -> Any:
+        return self._journal._x(db, sql, params)
+
+    def append_within(
+        self, db: Any, chain: str, drafts: Sequence[Draft], *, effect_type: str
+    ) -> list[Entry]:
+        return self._journal._append_tx(db, chain, None, drafts, effect_type=effect_type)
+
+    def is_unique_violation(self, err: BaseException) -> bool:
+        return self._journal._is_unique_violation(err)
+
+    def read(self, effect_id: str) -> list[Entry]:
+        return self._journal.read(effect_id)

@@ -1,0 +1,174 @@
+"""Leases and their budgets, kept in the journal's database (``SqlAccess``). The dispatch
+transaction checks a lease and reserves its budget through the ``*_tx`` methods, inside that
+transaction."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from ..leases import LeaseStore, lease_from_doc
+from ..models import Lease
+from .sql_access import SqlAccess
+
+
+def _lease_doc(lease: Lease) -> str:
+    """A lease as stored: its reservations live in ``lease_spend``, never in the document."""
+    return lease.model_dump_json(exclude={"reserved_cents"})
+
+
+class SqlLeases(LeaseStore):
+    """Leases, and their budgets: ``lease_spend`` holds what each budgeted lease has reserved,
+    ``lease_charges`` each effect's reservation (at most one per effect, active or given
+    back). The dispatch transaction calls the ``*_tx`` methods with its own connection."""
+
+    def __init__(self, access: SqlAccess) -> None:
+        self._access = access
+
+    def _insert(self, lease: Lease) -> None:
+        access = self._access
+
+        def run(db: Any) -> None:
+            access.execute(
+                db,
+                "INSERT INTO leases (lease_id, doc) VALUES (?, ?)",
+                (lease.lease_id, _lease_doc(lease)),
+            )
+            if lease.budget_cents is not None:
+                access.execute(
+                    db,
+                    "INSERT INTO lease_spend (lease_id, reserved_cents) VALUES (?, 0)",
+                    (lease.lease_id,),
+                )
+
+        try:
+            access.writing(run)
+        except Exception as err:
+            if access.is_unique_violation(err):
+                raise ValueError("a lease with this lease_id already exists") from None
+            raise
+
+    def revoke(self, lease_id: str) -> bool:
+        access = self._access
+
+        def run(db: Any) -> bool:
+            row = access.execute(
+                db, f"SELECT doc FROM leases WHERE lease_id = ?{access.for_update}", (lease_id,)
+            ).fetchone()
+            if row is None:
+                return False
+            lease = Lease.model_validate_json(row[0])
+            now = time.time()
+            if lease.revoked_at is not None or (
+                lease.expires_at is not None and lease.expires_at <= now
+            ):
+                return False
+            revoked = lease.model_copy(update={"revoked_at": now})
+            access.execute(
+                db, "UPDATE leases SET doc = ? WHERE lease_id = ?", (_lease_doc(revoked), lease_id)
+            )
+            return True
+
+        return access.writing(run)
+
+    def _with_reserved(self, db: Any, lease: Lease) -> Lease:
+        if lease.budget_cents is None:
+            return lease
+        row = self._access.execute(
+            db, "SELECT reserved_cents FROM lease_spend WHERE lease_id = ?", (lease.lease_id,)
+        ).fetchone()
+        return lease.model_copy(update={"reserved_cents": int(row[0]) if row else 0})
+
+    def get(self, lease_id: str) -> Lease | None:
+        def run(db: Any) -> Lease | None:
+            sql = "SELECT doc FROM leases WHERE lease_id = ?"
+            row = self._access.execute(db, sql, (lease_id,)).fetchone()
+            return None if row is None else self._with_reserved(db, lease_from_doc(row[0]))
+
+        return self._access.reading(run)
+
+    def list(self) -> list[Lease]:
+        def run(db: Any) -> list[Lease]:
+            rows = self._access.execute(db, "SELECT doc FROM leases ORDER BY lease_id").fetchall()
+            return [self._with_reserved(db, lease_from_doc(r[0])) for r in rows]
+
+        leases = self._access.reading(run)
+        return sorted(leases, key=lambda lease: (lease.issued_at, lease.lease_id))
+
+    # -- inside the journal's append transaction ------------------------------------------
+
+    def read_tx(self, db: Any, lease_id: str, effect_id: str) -> Lease | None:
+        """The lease as the dispatch transaction checks it. A budgeted lease's row in
+        ``lease_spend`` is locked until the transaction ends, and read with what its *other*
+        effects hold reserved, so concurrent dispatches under one budget take turns."""
+        access = self._access
+        doc = access.execute(
+            db, f"SELECT doc FROM leases WHERE lease_id = ?{access.for_share}", (lease_id,)
+        )
+        found = doc.fetchone()
+        lease = None if found is None else lease_from_doc(found[0])
+        if lease is None or lease.budget_cents is None:
+            return lease
+        (reserved,) = access.execute(
+            db,
+            f"SELECT reserved_cents FROM lease_spend WHERE lease_id = ?{access.for_update}",
+            (lease_id,),
+        ).fetchone() or (0,)
+        own = access.execute(
+            db,
+            "SELECT cents FROM lease_charges WHERE effect_id = ? AND active = 1",
+            (effect_id,),
+        ).fetchone()
+        others = int(reserved) - (int(own[0]) if own else 0)
+        return lease.model_copy(update={"reserved_cents": others})
+
+    def charge_tx(self, db: Any, effect_id: str, lease_id: str, cents: int) -> bool:
+        """Reserve ``cents`` of ``lease_id`` for ``effect_id``, once: an effect that holds a
+        reservation already keeps it. True when this reserved something."""
+        access = self._access
+        held = access.execute(
+            db, "SELECT active FROM lease_charges WHERE effect_id = ?", (effect_id,)
+        ).fetchone()
+        if held is not None and int(held[0]) == 1:
+            return False
+        access.execute(
+            db,
+            "INSERT INTO lease_charges (effect_id, lease_id, cents, active) VALUES (?, ?, ?, 1) "
+            "ON CONFLICT (effect_id) DO UPDATE SET lease_id = excluded.lease_id, "
+            "cents = excluded.cents, active = 1",
+            (effect_id, lease_id, cents),
+        )
+        access.execute(
+            db,
+            "UPDATE lease_spend SET reserved_cents = reserved_cents + ? WHERE lease_id = ?",
+            (cents, lease_id),
+        )
+        return True
+
+    def release_tx(self, db: Any, effect_id: str) -> None:
+        """Give back ``effect_id``'s reservation: it ended without executing."""
+        access = self._access
+        held = access.execute(
+            db,
+            f"SELECT lease_id, cents FROM lease_charges WHERE effect_id = ? AND active = 1"
+            f"{access.for_update}",
+            (effect_id,),
+        ).fetchone()
+        if held is None:
+            return
+        lease_id, cents = held
+        access.execute(db, "UPDATE lease_charges SET active = 0 WHERE effect_id = ?", (effect_id,))
+        access.execute(
+            db,
+            "UPDATE lease_spend SET reserved_cents = reserved_cents - ? WHERE lease_id = ?",
+            (cents, lease_id),
+        )
+
+    def recharge_tx(self, db: Any, effect_id: str) -> bool:
+        """A late COMMITTED of an effect that gave its reservation back: it executed after all,
+        so it is charged again, budget or not. True when it was."""
+        sql = "SELECT lease_id, cents, active FROM lease_charges WHERE effect_id = ?"
+        held = self._access.execute(db, sql, (effect_id,)).fetchone()
+        if held is None or int(held[2]) == 1:
+            return False
+        return self.charge_tx(db, effect_id, str(held[0]), int(held[1]))
