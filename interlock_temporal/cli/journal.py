@@ -11,8 +11,8 @@ from typing import Any
 from .._render import render_verify as _render_verify
 from ..core.errors import JournalConfigError, JournalCorrupt
 from ..core.journal import export_line, keyring_for, read_export, verify_entries
-from ..core.models import JournalHead
 from ..core.journal.signing import ED25519_PREFIX, ED25519_PUBLIC_PREFIX, Ed25519Key, Keyring
+from ..core.models import JournalHead
 from ._args import command, journal_options, json_flag
 from ._shared import (
     EXIT_FAILED,
