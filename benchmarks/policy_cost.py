@@ -84,7 +84,6 @@ def _decide_series(n: int) -> tuple[Dist, float]:
             f"d{i % 7}",
             now=now + i * 1e-6,
             cost_usd=0.001,
-            delivery=f"run/{i}/1",
         )
         for i in range(n)
     ]

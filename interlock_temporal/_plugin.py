@@ -22,7 +22,7 @@ from ._review import EffectReview, Reconciler, ReconcileRequest
 from ._telemetry import Telemetry
 from .core.journal import Journal, KeyLike
 from .core.policy import Policy
-from .core.policy_file import PolicySource, check_arguments
+from .core.policy.file import PolicySource, check_arguments
 from .core.review import ReviewRules
 
 PASSTHROUGH = ("interlock_temporal", "rfc8785", "pydantic", "pydantic_core")

@@ -35,6 +35,7 @@ from .core.policy import (
     allow,
     block,
     decide,
+    deny,
     deny_activity,
     deny_when,
     escalate,
@@ -43,7 +44,7 @@ from .core.policy import (
     modify,
     reset_circuit,
 )
-from .core.policy_file import PolicyError, PolicySource, load_policy, parse_policy
+from .core.policy.file import PolicyError, PolicySource, load_policy, parse_policy
 
 __all__ = [
     "ERROR_SIGNALS",
@@ -66,6 +67,7 @@ __all__ = [
     "allow",
     "block",
     "decide",
+    "deny",
     "deny_activity",
     "deny_when",
     "escalate",

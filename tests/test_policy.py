@@ -23,8 +23,8 @@ from interlock_temporal.core.policy import (
     Reason,
     SessionState,
     Verdict,
-    block,
     decide,
+    deny,
     deny_activity,
     deny_when,
     escalate,
@@ -72,7 +72,6 @@ def calls(draw: Any, n_max: int = 20) -> list[CallFacts]:
                 digest=draw(st.sampled_from(["d1", "d2"])),
                 now=float(i),
                 cost_usd=draw(st.sampled_from([0.0, 0.05, 0.15, 0.4])),
-                delivery=f"run/{i}/1",
                 error_signal=draw(st.booleans()),
                 approved=draw(st.booleans()),
             )
@@ -157,7 +156,7 @@ def test_once_tripped_every_call_is_denied_until_a_reset(
         after_reset = PolicyState(
             reset_circuit(state.session), state.principal_spent_usd, state.namespace_spent_usd
         )
-        fresh = CallFacts("search", "new", now=1e6, delivery="run/new/1")
+        fresh = CallFacts("search", "new", now=1e6)
         assert decide(after_reset, fresh, Limits(), 0.5).verdict is Verdict.ALLOW
 
 
@@ -210,13 +209,13 @@ def test_repeats_at_the_limit_deny(limit: int, error: bool, amplify: bool) -> No
     effective = max(1, limit - 1) if (error and amplify) else limit
     state = PolicyState()
     for i in range(effective):
-        call = CallFacts("search", "same", now=float(i), delivery=f"r/{i}/1", error_signal=error)
+        call = CallFacts("search", "same", now=float(i), error_signal=error)
         d = decide(state, call, limits, 0.5)
         assert d.verdict is Verdict.ALLOW, (i, d)
         assert d.state is not None
         state = d.state
     assert state.session.streak == effective
-    call = CallFacts("search", "same", now=99.0, delivery="r/last/1", error_signal=error)
+    call = CallFacts("search", "same", now=99.0, error_signal=error)
     d = decide(state, call, limits, 0.5)
     assert (d.verdict, d.code) == (Verdict.DENY, Reason.MAX_REPEAT_EXCEEDED)
     # a different input would have been allowed at the same point
@@ -302,17 +301,17 @@ def test_a_replayed_delivery_is_denied(
 
 def test_a_retry_attempt_is_neither_a_repeat_nor_charged_again() -> None:
     limits = Limits(max_repeat_calls=1, session_budget_usd=1.0)
-    first = CallFacts("search", "q", now=0.0, cost_usd=0.4, delivery="run/a1/1")
+    first = CallFacts("search", "q", now=0.0, cost_usd=0.4)
     d = decide(PolicyState(), first, limits, 0.5)
     assert d.verdict is Verdict.ALLOW and d.state is not None
-    retry = dataclasses.replace(first, delivery="run/a1/2", admitted=True)
+    retry = dataclasses.replace(first, admitted=True)
     again = decide(d.state, retry, limits, 0.5)
     assert (again.verdict, again.code) == (Verdict.ALLOW, "RETRY")
     assert again.state is not None
     assert again.state.session.spent_usd == pytest.approx(0.4)
     assert again.state.session.streak == 1
     # the same call as a new execution is a repeat past the limit
-    repeat = dataclasses.replace(first, delivery="run/a2/1")
+    repeat = dataclasses.replace(retry, admitted=False)
     denied = decide(again.state, repeat, limits, 0.5)
     assert (denied.verdict, denied.code) == (Verdict.DENY, Reason.MAX_REPEAT_EXCEEDED)
 
@@ -705,12 +704,12 @@ def test_a_modify_without_a_value_rewrites_nothing(caplog: pytest.LogCaptureFixt
     d, rewritten = evaluate_rules([lambda e: modify(None)], after)
     assert d.verdict is Verdict.MODIFY and rewritten.result is None
     assert "empty_modify returned MODIFY without a value" in caplog.text
-    # a value in a list rewrites, and the verdicts themselves are known (BLOCK is DENY)
+    # a value in a list rewrites, and the verdicts themselves are known
     listed = evaluate_rules(
         [lambda e: Decision(Verdict.MODIFY, args=[Refund(order_id="B", amount_cents=1)])], event()
     )
     assert listed[0].verdict is Verdict.MODIFY and listed[1].argument("order_id") == "B"
-    assert evaluate_rules([lambda e: Decision(Verdict.BLOCK, "B")], event())[0].code == "B"
+    assert evaluate_rules([lambda e: Decision(Verdict.DENY, "B")], event())[0].code == "B"
 
 
 def test_deny_activity_matches_globs_and_nothing_else() -> None:
@@ -731,7 +730,7 @@ def test_an_unknown_mode_enforces_and_the_epoch_follows_the_content() -> None:
     b = Policy(Limits(max_repeat_calls=3))
     c = Policy(Limits(max_repeat_calls=4))
     assert a.epoch == b.epoch != c.epoch
-    assert Policy(rules=[block.__call__]).epoch != Policy().epoch
+    assert Policy(rules=[deny.__call__]).epoch != Policy().epoch
 
 
 def test_limits_reject_unknown_keys() -> None:

@@ -21,7 +21,7 @@ from interlock_temporal.core.policy import (
     decide,
     evaluate_rules,
 )
-from interlock_temporal.core.policy_file import (
+from interlock_temporal.core.policy.file import (
     PolicyError,
     PolicySource,
     check_arguments,

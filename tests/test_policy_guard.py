@@ -253,12 +253,11 @@ def test_one_decision_uses_one_policy_even_when_the_file_changes_meanwhile(
     assert pending is not None and pending.proposal["card"] == MASK
 
 
-def test_facts_carry_the_delivery_the_cost_and_an_error_signal() -> None:
+def test_facts_carry_the_cost_and_an_error_signal() -> None:
     guard = PolicyGuard(Policy(Limits(costs={"llm": 0.5})), store=None)  # type: ignore[arg-type]
     e = CallEvent("llm", ({"prompt": "retry: upstream timeout"},))
-    facts = guard.facts(e, delivery="run/1/1")
-    assert (facts.delivery, facts.cost_usd, facts.error_signal) == ("run/1/1", 0.5, True)
-    assert guard.facts(CallEvent("llm", ({"prompt": "hi"},))).delivery == ""
+    facts = guard.facts(e)
+    assert (facts.cost_usd, facts.error_signal) == (0.5, True)
     assert not guard.facts(CallEvent("llm", ({"prompt": "hi"},))).error_signal
     assert not guard.facts(CallEvent("llm", (object(),))).error_signal
     assert guard.facts(CallEvent("llm", ({"cost_usd": 0.2},))).cost_usd == 0.2

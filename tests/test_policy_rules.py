@@ -27,10 +27,10 @@ from interlock_temporal.core.policy import (
     SessionState,
     Verdict,
     allow,
-    block,
     call_binding,
     cost_in,
     decide,
+    deny,
     deny_activity,
     deny_when,
     enforce,
@@ -84,8 +84,8 @@ def test_the_rule_helpers_say_their_code_and_reason_and_name_the_rule() -> None:
     )
     assert (d.code, d.reason) == ("NO_DROP", "never")
 
-    assert block("B") == Decision(Verdict.DENY, "B", "")
-    assert block("B", "why").reason == "why"
+    assert deny("B") == Decision(Verdict.DENY, "B", "")
+    assert deny("B", "why").reason == "why"
     assert escalate() == Decision(Verdict.ESCALATE, "RULE_ESCALATE", "")
     assert escalate("BIG", "a big refund").reason == "a big refund"
     assert modify(1) == Decision(Verdict.MODIFY, "MODIFIED", "", args=(1,))
@@ -94,15 +94,36 @@ def test_the_rule_helpers_say_their_code_and_reason_and_name_the_rule() -> None:
     assert evaluate_rules([lambda e: allow()], refund())[0].verdict is Verdict.ALLOW
 
 
+def test_a_denial_has_one_name_and_the_old_ones_still_work_with_a_warning() -> None:
+    """``Verdict.DENY`` is the verdict's only member (stored as "DENY"); ``Verdict.BLOCK``,
+    ``block()`` and ``CallFacts(delivery=...)``, which a user of ``interlock_temporal.policy``
+    could have written, still work and warn."""
+    from interlock_temporal import policy as public
+
+    assert list(Verdict.__members__) == ["ALLOW", "DENY", "MODIFY", "ESCALATE"]
+    assert Verdict("DENY") is Verdict.DENY
+    with pytest.warns(DeprecationWarning, match=r"Verdict\.BLOCK is deprecated: use Verdict\.DENY"):
+        assert public.Verdict.BLOCK is Verdict.DENY
+    with pytest.warns(DeprecationWarning, match=r"Verdict\.BLOCK is deprecated"):
+        assert Verdict["BLOCK"] is Verdict.DENY
+    with pytest.warns(DeprecationWarning, match=r"block\(\) is deprecated: use deny\(\)"):
+        assert public.block("B", "why", argument="x") == deny("B", "why", argument="x")
+    with pytest.warns(DeprecationWarning, match=r"CallFacts\(delivery=\.\.\.\) is deprecated"):
+        given = CallFacts("llm", "x", now=0.0, delivery="run/1/1")
+    assert given == CallFacts("llm", "x", now=0.0)
+    with pytest.raises(AttributeError, match="PERMIT"):
+        _ = Verdict.PERMIT  # type: ignore[attr-defined]
+
+
 def test_a_rule_is_named_by_its_policy_id_else_its_name_else_its_type() -> None:
     def named(e: CallEvent) -> Decision:
-        return block("NO")
+        return deny("NO")
 
     named.policy_id = "refund-cap"  # type: ignore[attr-defined]
 
     class Callable:
         def __call__(self, e: CallEvent) -> Decision:
-            return block("NO")
+            return deny("NO")
 
     assert evaluate_rules([named], refund())[0].policy_id == "refund-cap"
     assert evaluate_rules([Callable()], refund())[0].policy_id == "Callable"

@@ -26,14 +26,14 @@ from interlock_temporal.core.policy import (
     HitlMode,
     Limits,
     Policy,
-    block,
     call_binding,
+    deny,
     deny_when,
     escalate,
     input_digest,
     modify,
 )
-from interlock_temporal.core.policy_file import PolicyError
+from interlock_temporal.core.policy.file import PolicyError
 from interlock_temporal.core.review import review_id
 from interlock_temporal.targets.payments import RefundResult, SimulatedPayments
 from interlock_temporal.testing import DevServer, temporal_cli
@@ -822,7 +822,7 @@ def redact_ssn(e: CallEvent) -> Any:
 
 def no_leaks(e: CallEvent) -> Any:
     if isinstance(e.result, dict) and e.result.get("leaked"):
-        return block("LEAK", "the result carries data the agent must not see", argument="leaked")
+        return deny("LEAK", "the result carries data the agent must not see", argument="leaked")
     return None
 
 

@@ -38,9 +38,12 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from .errors import InterlockError
-from .identity import canonical_json
-from .policy import CallEvent, Decision, Limits, Policy, Verdict
+from ..errors import InterlockError
+from ..identity import canonical_json
+from .breaker import Limits
+from .call import CallEvent
+from .config import Policy
+from .verdicts import Decision, Verdict
 
 log = logging.getLogger("interlock_temporal.policy")
 

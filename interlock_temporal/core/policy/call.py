@@ -1,0 +1,85 @@
+"""One call as the policy sees it: ``CallEvent`` (the call as the activity would receive it,
+and who makes it: what the rules read), and what is derived from its input (its digest, the
+cost it reports, a masked copy for a person)."""
+
+from __future__ import annotations
+
+import hashlib
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from ..identity import UnserializableInput, canonical_json, jsonable
+
+
+@dataclass(frozen=True)
+class CallEvent:
+    """What a rule sees: the call as the activity would receive it, and who makes it."""
+
+    activity: str
+    args: tuple[Any, ...]
+    principal: str | None = None
+    session: str | None = None
+    namespace: str | None = None
+    attempt: int = 1
+    workflow_id: str | None = None
+    effect_id: str | None = None
+    #: "call" before the body runs; "result" after, with what it returned
+    phase: Literal["call", "result"] = "call"
+    result: Any = None
+    #: the activity's parameter names, when known
+    param_names: tuple[str, ...] = ()
+
+    @property
+    def input(self) -> Any:
+        """The single argument, or the tuple of them."""
+        return self.args[0] if len(self.args) == 1 else self.args
+
+    def argument(self, name: str, default: Any = None) -> Any:
+        """An argument by its parameter name, else a field of the single input (a model, a
+        dataclass or a mapping)."""
+        if name in self.param_names and len(self.param_names) == len(self.args):
+            return self.args[self.param_names.index(name)]
+        value = self.input
+        if isinstance(value, Mapping):
+            return value.get(name, default)
+        return getattr(value, name, default)
+
+
+def input_digest(args: Sequence[Any]) -> str:
+    """The digest of a call's input as proposed (argument values never leave as themselves)."""
+    try:
+        data = jsonable(list(args))
+        return hashlib.sha256(canonical_json(data)).hexdigest()
+    except (UnserializableInput, TypeError, ValueError):
+        # no canonical form: digest the types, so such calls still count as one kind of call
+        return hashlib.sha256(repr([type(a).__qualname__ for a in args]).encode()).hexdigest()
+
+
+MASK = "**********"
+
+
+def redact(data: Any, secret: frozenset[str]) -> Any:
+    """``data`` with the value of every field named in ``secret`` masked, at any depth."""
+    if not secret:
+        return data
+    if isinstance(data, dict):
+        return {k: MASK if k in secret else redact(v, secret) for k, v in data.items()}
+    if isinstance(data, list):
+        return [redact(v, secret) for v in data]
+    return data
+
+
+def cost_in(value: Any, field_name: str | None) -> float | None:
+    """A cost the input or result reports in ``field_name``: a finite, non-negative number."""
+    if field_name is None:
+        return None
+    if isinstance(value, Mapping):
+        found = value.get(field_name)
+    else:
+        found = getattr(value, field_name, None)
+    if isinstance(found, bool) or not isinstance(found, int | float):
+        return None
+    number = float(found)
+    return number if math.isfinite(number) and number >= 0 else None

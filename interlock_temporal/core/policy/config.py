@@ -1,0 +1,68 @@
+"""The policy: limits and rules under an id and an epoch, and what follows a changing one."""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+from collections.abc import Iterable, Sequence
+from typing import Literal, Protocol
+
+from ..identity import canonical_json
+from .breaker import Limits
+from .rules import Rule, rule_name
+
+log = logging.getLogger("interlock_temporal.policy")
+
+Mode = Literal["enforce", "monitor"]
+
+
+class Policy:
+    """Limits and rules, under an id and an epoch (a content hash that changes with them).
+
+    ``mode="monitor"`` records what would have happened (``observed=true``) and never blocks;
+    any other mode string enforces.
+    """
+
+    def __init__(
+        self,
+        limits: Limits | None = None,
+        rules: Sequence[Rule] = (),
+        *,
+        result_rules: Sequence[Rule] = (),
+        mode: str = "enforce",
+        policy_id: str = "interlock",
+        cost_field: str | None = "cost_usd",
+        secret_arguments: Iterable[str] = (),
+        epoch: str | None = None,
+    ) -> None:
+        self.limits = limits or Limits()
+        self.rules = tuple(rules)
+        self.result_rules = tuple(result_rules)
+        if mode not in ("enforce", "monitor"):
+            log.warning("policy %s: unknown mode %r: enforcing", policy_id, mode)
+        self.mode: Mode = "monitor" if mode == "monitor" else "enforce"
+        self.policy_id = policy_id
+        self.cost_field = cost_field
+        self.secret_arguments = frozenset(secret_arguments)
+        self.epoch = epoch or self._epoch()
+
+    def _epoch(self) -> str:
+        # a setting added later is left out while unset, so an upgrade keeps a policy's epoch
+        # (and the approvals granted under it)
+        unset_later = {"hitl_mode"} if self.limits.hitl_mode is None else set()
+        doc = {
+            "limits": self.limits.model_dump(mode="json", exclude=unset_later),
+            "rules": [rule_name(r) for r in self.rules],
+            "result_rules": [rule_name(r) for r in self.result_rules],
+            "mode": self.mode,
+            "policy_id": self.policy_id,
+            "cost_field": self.cost_field,
+            "secret_arguments": sorted(self.secret_arguments),
+        }
+        return hashlib.sha256(canonical_json(doc)).hexdigest()[:16]
+
+
+class PolicyFollower(Protocol):
+    """A policy that can change while a worker runs (``PolicySource`` follows a file)."""
+
+    def current(self, now: float) -> Policy: ...

@@ -1,0 +1,284 @@
+"""The guard: a call's rules, then the breaker, against the state a ``PolicyStore`` shares.
+
+``PolicyGuard.check`` runs the rules and gathers the call's facts outside the store's
+transaction; ``_Check.evaluate`` is what the store runs inside it (the breaker on the state it
+read, the approval that covers the call, what to write and journal). In monitor mode
+``_observe`` takes its place: every call runs, and what would have happened is recorded.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import random
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from ..identity import UnserializableInput, jsonable
+from .approvals import Approval, call_binding
+from .breaker import CallFacts, admit, decide, has_error_signal
+from .call import CallEvent, cost_in, input_digest, redact
+from .config import Policy, PolicyFollower
+from .rules import evaluate_rules
+from .state import PolicyState
+from .store import Outcome, PolicyStore, Scopes
+from .verdicts import Decision, Reason, Verdict
+
+
+def shown(event: CallEvent, secret: frozenset[str]) -> Any:
+    """The call's input as a person deciding sees it: the arguments named in ``secret``
+    masked."""
+    try:
+        data = jsonable(list(event.args))
+    except UnserializableInput:
+        return None
+    masked = redact(data, secret)
+    return masked[0] if len(masked) == 1 else masked
+
+
+@dataclass(frozen=True, slots=True)
+class _Check:
+    """One call under one policy: what the rules decided and the breaker's facts, gathered
+    before the store's transaction, and what the store asks inside it (``evaluate``)."""
+
+    policy: Policy
+    event: CallEvent
+    scopes: Scopes
+    facts: CallFacts
+    #: the Temporal delivery (the store's nonce), "" when there is none
+    delivery: str
+    ruled: Decision
+    rewritten: CallEvent
+    rng: float
+
+    @property
+    def nonce(self) -> str | None:
+        """What a call that runs records as seen (SP/1.0: only an ALLOW records it)."""
+        return self.delivery or None
+
+    def evaluate(
+        self, state: PolicyState, admitted: bool, approval: Approval | None, replayed: bool
+    ) -> Outcome:
+        """The outcome on the state the store read (``PolicyStore.evaluate``'s ``fn``)."""
+        facts = self.facts
+        covered = approval is not None and (
+            approval.covers(
+                digest=facts.digest,
+                principal=self.scopes.principal,
+                epoch=self.policy.epoch,
+                session=self.scopes.session,
+                now=facts.now,
+            )
+            is None
+        )
+        f = dataclasses.replace(facts, admitted=admitted, approved=covered, replayed=replayed)
+        charge = None if admitted else f.cost_usd
+        if self.policy.mode == "monitor":
+            return _observe(self, state, f, charge)
+        if self.ruled.denies:
+            denied = dataclasses.replace(self.ruled, state=state)
+            return Outcome(denied, state, None, self.note(self.ruled, "deny"))
+        d = decide(state, f, self.policy.limits, self.rng)
+        after = d.state or state
+        if d.verdict is not Verdict.ALLOW:
+            return self._refused(d, after)
+        d, consumed = self._allowed(d, state, f, approval)
+        if consumed is not None:
+            note = self.note(d, "approval_used")
+            return Outcome(d, after, charge, note, consumed=consumed, nonce=self.nonce)
+        return Outcome(d, after, charge, nonce=self.nonce)
+
+    def _refused(self, d: Decision, after: PolicyState) -> Outcome:
+        """The breaker's DENY or ESCALATE (a rule's escalation in its own words), journaled;
+        an escalation asks a person."""
+        policy, ruled = self.policy, self.ruled
+        d = dataclasses.replace(d, policy_id=d.policy_id or policy.policy_id)
+        if ruled.verdict is Verdict.ESCALATE and d.code == Reason.HITL_REQUIRED.value:
+            d = dataclasses.replace(
+                d, code=ruled.code, reason=ruled.reason, policy_id=ruled.policy_id
+            )
+        if d.verdict is Verdict.ESCALATE:
+            return Outcome(d, after, None, self.note(d, "escalate"), request=self.request(d))
+        return Outcome(d, after, None, self.note(d, "deny"))
+
+    def _allowed(
+        self, d: Decision, state: PolicyState, f: CallFacts, approval: Approval | None
+    ) -> tuple[Decision, Approval | None]:
+        """The breaker's ALLOW as an approval that met an escalation, and a rule's rewrite,
+        make it; and the approval it uses up (None: none)."""
+        consumed = None
+        if f.approved and not f.admitted:
+            unapproved = decide(
+                state, dataclasses.replace(f, approved=False), self.policy.limits, self.rng
+            )
+            if unapproved.verdict is Verdict.ESCALATE:
+                assert approval is not None
+                consumed = approval
+                d = dataclasses.replace(
+                    d,
+                    code="APPROVED",
+                    reason=f"{unapproved.code} met by an approval",
+                    policy_id=self.policy.policy_id,
+                    approvers=tuple(approval.operators),
+                )
+        ruled = self.ruled
+        if ruled.verdict is Verdict.MODIFY:
+            d = dataclasses.replace(
+                d,
+                verdict=Verdict.MODIFY,
+                code="MODIFIED" if consumed is None else d.code,
+                args=self.rewritten.args,
+                policy_id=ruled.policy_id if consumed is None else d.policy_id,
+            )
+        return d, consumed
+
+    def note(self, d: Decision, event_name: str) -> dict[str, Any]:
+        """What the journal signs of a decision."""
+        scopes = self.scopes
+        return {
+            "event": event_name,
+            "verdict": d.verdict.value,
+            "code": d.code,
+            "reason": d.reason,
+            "policy_id": d.policy_id or self.policy.policy_id,
+            "epoch": self.policy.epoch,
+            "argument": d.argument,
+            "activity": self.event.activity,
+            "digest": self.facts.digest,
+            "principal": self.event.principal,
+            "session": scopes.session,
+            "execution": scopes.execution,
+            "binding": scopes.binding,
+            "delivery": self.delivery,
+            "approvers": list(d.approvers),
+            "tripped": d.state is not None and d.state.session.circuit is not None,
+            "probabilistic": d.probabilistic,
+        }
+
+    def request(self, d: Decision) -> Approval:
+        """The approval an escalation asks a person for."""
+        scopes = self.scopes
+        return Approval(
+            binding=scopes.binding,
+            activity=self.event.activity,
+            principal=scopes.principal,
+            session=scopes.session,
+            payload_digest=self.facts.digest,
+            epoch=self.policy.epoch,
+            policy_id=d.policy_id,
+            code=d.code,
+            reason=d.reason,
+            proposal=shown(self.event, self.policy.secret_arguments),
+            requested_at=self.facts.now,
+        )
+
+
+def _observe(check: _Check, state: PolicyState, f: CallFacts, charge: float | None) -> Outcome:
+    """Monitor mode: the call runs and is counted and charged; what the rules or the breaker
+    would have done is recorded (``observed``) and never enforced."""
+    policy = check.policy
+    d = decide(state, f, policy.limits, check.rng)
+    would = check.ruled if check.ruled.denies else d
+    after = admit(state, f, policy.limits)
+    if would.verdict in (Verdict.DENY, Verdict.ESCALATE):
+        seen = dataclasses.replace(would, policy_id=would.policy_id or policy.policy_id)
+        observed = Decision(
+            Verdict.ALLOW,
+            seen.code,
+            seen.reason,
+            policy_id=seen.policy_id,
+            argument=seen.argument,
+            observed=True,
+        )
+        return Outcome(observed, after, charge, check.note(seen, "observed"), nonce=check.nonce)
+    return Outcome(Decision(Verdict.ALLOW), after, charge, nonce=check.nonce)
+
+
+class PolicyGuard:
+    """Checks calls against a ``Policy`` with state in a ``PolicyStore``."""
+
+    def __init__(
+        self,
+        policy: Policy | PolicyFollower,
+        store: PolicyStore,
+        *,
+        clock: Callable[[], float] | None = None,
+        rng: Callable[[], float] | None = None,
+        on_decision: Callable[[Decision, str], None] | None = None,
+    ) -> None:
+        #: told of every decision with the activity's name (telemetry counts them)
+        self.on_decision = on_decision
+        self._source = policy
+        self.store = store
+        self.clock = clock or time.time
+        self.rng = rng or random.random
+
+    @property
+    def policy(self) -> Policy:
+        """The policy in force now (a file-backed one is reloaded when its file changes)."""
+        source = self._source
+        return source if isinstance(source, Policy) else source.current(self.clock())
+
+    def facts(
+        self, event: CallEvent, *, digest: str | None = None, policy: Policy | None = None
+    ) -> CallFacts:
+        """What the breaker reads of ``event``: its digest, its time, its estimated cost and
+        whether its input carries an error signal."""
+        policy = policy or self.policy
+        try:
+            data = jsonable(list(event.args))
+        except UnserializableInput:
+            data = None
+        limits = policy.limits
+        estimate = cost_in(event.input, policy.cost_field) if len(event.args) == 1 else None
+        return CallFacts(
+            activity=event.activity,
+            digest=digest or input_digest(event.args),
+            now=self.clock(),
+            cost_usd=limits.cost_of(event.activity) if estimate is None else estimate,
+            error_signal=data is not None and has_error_signal(data),
+        )
+
+    def check(
+        self,
+        event: CallEvent,
+        scopes: Scopes,
+        *,
+        delivery: str = "",
+        digest: str | None = None,
+    ) -> Decision:
+        """The policy's decision on a call about to run (or an effect about to be sent). One
+        decision uses one policy from start to end, even if the file changes meanwhile."""
+        policy = self.policy
+        ruled, rewritten = evaluate_rules(policy.rules, event)
+        facts = self.facts(event, digest=digest, policy=policy)
+        if ruled.verdict is Verdict.ESCALATE:
+            facts = dataclasses.replace(facts, escalate=True)
+        if not scopes.binding:
+            binding = call_binding(event.activity, facts.digest, scopes.principal)
+            scopes = dataclasses.replace(scopes, binding=binding)
+        one = _Check(policy, event, scopes, facts, delivery, ruled, rewritten, self.rng())
+        decided = self.store.evaluate(scopes, one.evaluate, nonce=delivery)
+        decision = dataclasses.replace(decided, epoch=policy.epoch)
+        if self.on_decision is not None:
+            self.on_decision(decision, event.activity)
+        return decision
+
+    def shown(self, event: CallEvent, policy: Policy | None = None) -> Any:
+        """The call's input as a person deciding sees it: secrets masked."""
+        return shown(event, (policy or self.policy).secret_arguments)
+
+    def check_result(self, event: CallEvent) -> Decision:
+        """Result-phase rules on what an activity returned (no state)."""
+        if not self.policy.result_rules:
+            return Decision(Verdict.ALLOW)
+        d, rewritten = evaluate_rules(self.policy.result_rules, event)
+        if d.verdict is Verdict.MODIFY:
+            return dataclasses.replace(d, args=(rewritten.result,))
+        if self.policy.mode == "monitor" and d.verdict is not Verdict.ALLOW:
+            return dataclasses.replace(d, verdict=Verdict.ALLOW, observed=True)
+        return d
+
+    def settle(self, scopes: Scopes, actual_usd: float) -> bool:
+        return self.store.settle_cost(scopes, actual_usd)

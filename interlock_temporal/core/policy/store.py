@@ -1,0 +1,122 @@
+"""Where a call's policy state lives (``Scopes``), what one evaluation writes (``Outcome``) and
+the store that keeps it: the journal's database, so several worker processes share one view."""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from .approvals import Approval, ApprovalScope, ApprovalStatus
+from .call import CallEvent
+from .state import PolicyState, SessionState
+from .verdicts import Decision
+
+
+@dataclass(frozen=True, slots=True)
+class Scopes:
+    """Where a call's state lives."""
+
+    session: str
+    principal: str
+    namespace: str
+    #: the execution (``run_id/activity_id``) or the effect (``effect:<id>``) being admitted
+    execution: str
+    #: what an approval of this call names: the effect id, or ``call:<digest>`` when ungated
+    binding: str = ""
+
+    @classmethod
+    def of(cls, event: CallEvent, execution: str, binding: str = "") -> Scopes:
+        """The session defaults to the workflow id; "-" stands for an unknown principal."""
+        return cls(
+            session=event.session or event.workflow_id or "-",
+            principal=event.principal or "-",
+            namespace=event.namespace or "-",
+            execution=execution,
+            binding=binding,
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    """What one evaluation writes: the decision, the session's state after it, the charge
+    that admits the execution (None: not admitted now), and the journal note to sign."""
+
+    decision: Decision
+    state: PolicyState
+    charge: float | None = None
+    note: dict[str, Any] | None = None
+    #: an approval to ask a person for (kept while the same request is pending)
+    request: Approval | None = None
+    #: the approval this call used up (only a once-approval is consumed)
+    consumed: Approval | None = None
+    #: the delivery to record as seen in the session (only a call that runs records its own)
+    nonce: str | None = None
+
+
+class PolicyStore(ABC):
+    """Policy state in the journal's database, shared by every worker on it."""
+
+    @abstractmethod
+    def evaluate(
+        self,
+        scopes: Scopes,
+        fn: Callable[[PolicyState, bool, Approval | None, bool], Outcome],
+        *,
+        nonce: str = "",
+    ) -> Decision:
+        """In one transaction: read the state of ``scopes``, whether ``scopes.execution`` was
+        admitted before, the approval of ``scopes.binding`` and whether ``nonce`` (a delivery)
+        was recorded in the session before; call ``fn(state, admitted, approval, replayed)``;
+        write the state after it, admit the execution at ``charge`` (when not None), record the
+        outcome's ``nonce`` for the session (for as long as the session's state is kept), record
+        the approval request or consumption, and sign ``note`` into the session's policy chain
+        in the journal. Returns the outcome's decision."""
+
+    @abstractmethod
+    def approval(self, binding: str) -> Approval | None: ...
+
+    @abstractmethod
+    def decide_approval(
+        self,
+        binding: str,
+        *,
+        approve: bool,
+        operators: Sequence[str],
+        note: str = "",
+        scope: ApprovalScope = "once",
+        ttl_s: float | None = None,
+    ) -> tuple[bool, Approval]:
+        """Record a person's decision on a pending approval (journaled): (recorded, approval).
+        An approval already decided is returned unchanged with recorded False; an unknown
+        binding raises ``KeyError``."""
+
+    @abstractmethod
+    def settle_cost(self, scopes: Scopes, actual_usd: float) -> bool:
+        """Replace the execution's estimated charge with its actual cost, once. False when it
+        was settled already (or never admitted)."""
+
+    @abstractmethod
+    def session(self, session: str) -> SessionState | None: ...
+
+    @abstractmethod
+    def reset(self, session: str, *, operator: str, note: str = "") -> bool:
+        """A person closes the session's circuit (journaled). False if it was not open."""
+
+    @abstractmethod
+    def approvals(self, status: ApprovalStatus | None = None) -> list[Approval]:
+        """Approvals (requests and decisions), oldest request first."""
+
+    @abstractmethod
+    def open_circuits(self) -> dict[str, SessionState]:
+        """Every session whose circuit is open, by session."""
+
+    @abstractmethod
+    def spent(self, scope: str) -> float:
+        """The spend of ``principal:<name>`` or ``namespace:<name>``."""
+
+    @abstractmethod
+    def events(self, since: float | None = None) -> list[Any]:
+        """The signed policy entries (denials, escalations, observed verdicts, resets), in
+        journal order."""
