@@ -152,9 +152,9 @@ class Ticket:
     #: seconds the gate spent before the send (claim, reads, checks, the dispatch transaction)
     gate_s: float = 0.0
     #: the effect as the attempt read it before its dispatch (None: it had no entries)
-    prior: EffectView | None = field(default=None, repr=False)
+    prior: EffectView | None = field(default=None, repr=False, compare=False)
     #: the entries the dispatch transaction wrote, ending at ``head``
-    written: Sequence[Entry] = field(default=(), repr=False)
+    written: Sequence[Entry] = field(default=(), repr=False, compare=False)
 
     def release(self) -> None:
         if not self.released and self.claim is not None:
