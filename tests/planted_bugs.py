@@ -13,16 +13,28 @@ from typing import Any
 
 import pytest
 
-from interlock_temporal.core import protocol
+from interlock_temporal.core import premises, protocol
 from interlock_temporal.core.journal import sql as sql_journal
 from interlock_temporal.core.journal import sqlite as sqlite_journal
+from interlock_temporal.core.leases import check_lease
 from interlock_temporal.core.models import Lease
-from interlock_temporal.core.protocol import Call, Delivery, Gate, Measure
+from interlock_temporal.core.protocol import Call, Delivery, Gate, Measure, recovery
+from interlock_temporal.core.protocol import gate as attempt_path
 from interlock_temporal.core.receipts import EffectView, fold
-from interlock_temporal.core.targets import Capabilities
+from interlock_temporal.core.targets import Capabilities, capabilities
 from workers.sweep import Case
 
 Plant = Callable[[pytest.MonkeyPatch], None]
+
+#: the protocol's rooms that call the helpers a planted bug replaces
+ROOMS = (attempt_path, recovery)
+
+
+def in_the_gate(mp: pytest.MonkeyPatch, name: str, value: Any) -> None:
+    """Replace ``name`` wherever the protocol's rooms use it."""
+    for room in ROOMS:
+        if hasattr(room, name):
+            mp.setattr(room, name, value)
 
 
 @dataclass(frozen=True)
@@ -39,7 +51,7 @@ _recovering: contextvars.ContextVar[bool] = contextvars.ContextVar("recovering",
 
 
 def _lease_ignored_at_recovery(mp: pytest.MonkeyPatch) -> None:
-    real_recover, real_check = Gate._recover, protocol.check_lease
+    real_recover, real_check = Gate._recover, check_lease
 
     async def recover(self: Gate, *args: Any) -> Any:
         token = _recovering.set(True)
@@ -52,19 +64,18 @@ def _lease_ignored_at_recovery(mp: pytest.MonkeyPatch) -> None:
         return None if _recovering.get() else real_check(lease, demand, now)
 
     mp.setattr(Gate, "_recover", recover)
-    mp.setattr(protocol, "check_lease", check)
+    in_the_gate(mp, "check_lease", check)
 
 
 def _premises_never_revalidated(mp: pytest.MonkeyPatch) -> None:
     async def validate(*args: Any) -> list[Any]:
         return []
 
-    mp.setattr(protocol.premise, "validate", validate)
+    mp.setattr(premises, "validate", validate)
 
 
 def _tier_3_resends(mp: pytest.MonkeyPatch) -> None:
-    real = protocol.capabilities
-    mp.setattr(protocol, "capabilities", lambda t: dataclasses.replace(real(t), queryable=True))
+    in_the_gate(mp, "capabilities", lambda t: dataclasses.replace(capabilities(t), queryable=True))
 
 
 def _dedupe_margin_ignored(mp: pytest.MonkeyPatch) -> None:
@@ -155,14 +166,12 @@ def _journal_read_unverified(mp: pytest.MonkeyPatch) -> None:
 
 
 def _lease_budget_overspent(mp: pytest.MonkeyPatch) -> None:
-    real = protocol.check_lease
-
     def check(lease: Lease | None, demand: Any, now: float) -> Any:
         if lease is not None and lease.budget_cents is not None:
             lease = lease.model_copy(update={"reserved_cents": 0})
-        return real(lease, demand, now)
+        return check_lease(lease, demand, now)
 
-    mp.setattr(protocol, "check_lease", check)
+    in_the_gate(mp, "check_lease", check)
 
 
 def _recovers(case: Case) -> bool:

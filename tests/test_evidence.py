@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from interlock_temporal.core import protocol
+from interlock_temporal.core.targets import capabilities
 from workers import model_check, sweep
 
 from . import planted_bugs
@@ -17,12 +17,10 @@ from . import planted_bugs
 
 @pytest.fixture
 def gate_that_never_asks(monkeypatch: pytest.MonkeyPatch) -> None:
-    real = protocol.capabilities
-
     def forgetful(target: Any) -> Any:
-        return dataclasses.replace(real(target), queryable=False)
+        return dataclasses.replace(capabilities(target), queryable=False)
 
-    monkeypatch.setattr(protocol, "capabilities", forgetful)
+    planted_bugs.in_the_gate(monkeypatch, "capabilities", forgetful)
 
 
 async def test_the_sweep_holds_its_invariants() -> None:
@@ -47,12 +45,10 @@ def test_the_exhaustive_check_finds_no_violation() -> None:
 
 @pytest.fixture
 def gate_that_never_waits(monkeypatch: pytest.MonkeyPatch) -> None:
-    real = protocol.capabilities
-
     def hasty(target: Any) -> Any:
-        return dataclasses.replace(real(target), settle_time=timedelta(0))
+        return dataclasses.replace(capabilities(target), settle_time=timedelta(0))
 
-    monkeypatch.setattr(protocol, "capabilities", hasty)
+    planted_bugs.in_the_gate(monkeypatch, "capabilities", hasty)
 
 
 def test_the_exhaustive_check_holds_while_a_request_may_still_land() -> None:

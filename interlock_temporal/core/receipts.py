@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import copy
+import json
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -69,7 +71,37 @@ class EffectView:
 
 
 def fold(effect_id: str, entries: Sequence[Entry]) -> EffectView:
-    v = EffectView(effect_id=effect_id)
+    """The effect's view from its entries, in order (as ``Journal.read`` returns them)."""
+    return _fold_into(EffectView(effect_id=effect_id), entries)
+
+
+def fold_appended(view: EffectView, written: Sequence[Entry]) -> EffectView:
+    """``view`` with the entries an append after its head just wrote folded in: the view a
+    ``fold`` of the whole chain read again would give, without reading it again.
+
+    Safe without the read's verification: ``view`` was folded from a verified read (or is the
+    empty view of an effect with no entries), and ``written`` are the entries this process
+    encoded and signed itself, in the transaction that found the chain's head still at
+    ``view.head`` (anything else raises ``HeadConflict`` and is not folded here). They are taken
+    as a read would decode them, from their signed bytes, so a value whose JSON form differs
+    (a float like 2.0 reads back as 2) reads as it will be read. ``view`` is not changed."""
+    head = view.head
+    for e in written:
+        if e.effect_id != view.effect_id or e.prev != head:
+            raise ValueError(
+                f"effect {view.effect_id[:16]}: the appended entries do not follow the view's head"
+            )
+        head = e.hash
+    return _fold_into(copy.copy(view), [_as_read(e) for e in written])
+
+
+def _as_read(entry: Entry) -> Entry:
+    """An entry this process wrote, as a read decodes it from its stored bytes."""
+    doc = json.loads(entry.body)
+    return entry.model_copy(update={"ts": float(doc["ts"]), "data": doc["data"]})
+
+
+def _fold_into(v: EffectView, entries: Sequence[Entry]) -> EffectView:
     for e in entries:
         d = e.data
         v.head, v.head_seq = e.hash, e.seq

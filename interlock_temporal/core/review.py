@@ -16,7 +16,7 @@ from .identity import canonical, jsonable
 from .journal import Journal
 from .models import Draft, Kind, Receipt
 from .policy import Approval, SessionState
-from .receipts import EffectView, fold, receipt_of
+from .receipts import EffectView, fold, fold_appended, receipt_of
 
 ReviewKind = Literal["ambiguous", "approval", "circuit"]
 
@@ -166,8 +166,10 @@ def record_resolution(
         result_json = canonical(result)
         data["result_digest"] = hashlib.sha256(result_json).hexdigest()
         blobs["result"] = result_json
-    journal.append(effect_id, view.head, [Draft(kind=Kind.RESOLVED, data=data)], blobs=blobs)
-    after = fold(effect_id, journal.read(effect_id))
+    written = journal.append(
+        effect_id, view.head, [Draft(kind=Kind.RESOLVED, data=data)], blobs=blobs
+    )
+    after = fold_appended(view, written)
     return Recorded(recorded=True, state="resolved", receipt=receipt_of(after))
 
 
@@ -236,7 +238,7 @@ def reopen(journal: Journal, effect_id: str, *, operator: str, note: str = "") -
         raise ReviewError(
             f"effect {effect_id[:16]} is {view.status}: only a REFUSED effect can be reopened"
         )
-    journal.append(
+    written = journal.append(
         effect_id,
         view.head,
         [
@@ -247,9 +249,7 @@ def reopen(journal: Journal, effect_id: str, *, operator: str, note: str = "") -
         ],
     )
     return Recorded(
-        recorded=True,
-        state="reopened",
-        receipt=receipt_of(fold(effect_id, journal.read(effect_id))),
+        recorded=True, state="reopened", receipt=receipt_of(fold_appended(view, written))
     )
 
 

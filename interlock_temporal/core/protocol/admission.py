@@ -1,0 +1,124 @@
+"""What the gate asks before a dispatch or a resend: the policy's decision on the input (and its
+rewrite), and the ``DISPATCHED`` entry that records the send about to go out."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from ..errors import InvalidCall
+from ..identity import UnserializableInput, canonical_json, jsonable
+from ..leases import Charge
+from ..models import Draft, Kind, Lease
+from ..policy import CallEvent, Decision, Scopes, Verdict, enforce
+from .calls import Call, delivery_of
+from .outcomes import Outcomes
+
+
+class Admission(Outcomes):
+    """The policy's say on an attempt, and the record of a dispatch."""
+
+    @property
+    def policy_id(self) -> str:
+        return self.policy.policy.policy_id if self.policy else ""
+
+    def _police(self, call: Call, eid: str, pdigest: str, args: tuple[Any, ...]) -> Decision | None:
+        """The policy's decision on sending ``args`` for this effect, once per attempt. Raises
+        ``Denied`` or ``NeedsApproval``; nothing is journaled on the effect for either, so the
+        effect may be proposed again once the session's circuit is reset or a person approves."""
+        if self.policy is None:
+            return None
+        decision = call.admission.get(eid)
+        if decision is None:
+            d = call.delivery
+            event = CallEvent(
+                activity=call.activity,
+                args=args,
+                principal=call.principal,
+                session=call.session,
+                namespace=call.namespace,
+                attempt=d.attempt,
+                workflow_id=d.workflow_id,
+                effect_id=eid,
+                param_names=call.param_names,
+            )
+            decision = self.policy.check(
+                event,
+                Scopes.of(event, f"effect:{eid}", binding=eid),
+                delivery=f"{d.run_id}/{d.activity_id}/{d.attempt}" if d.activity_id else "",
+                digest=pdigest,
+            )
+            call.admission[eid] = decision
+        return enforce(decision, session=call.session or call.delivery.workflow_id, binding=eid)
+
+    @staticmethod
+    def _rewritten_args(call: Call, args: Sequence[Any]) -> tuple[Any, ...]:
+        """A policy rewrite as the body's argument types, before anything is recorded: the
+        approved input the journal records is these values' JSON, the body receives exactly
+        them, and recovery decodes the same types from the record. Validated from the values
+        rather than their JSON, so a secret the journal masks still reaches the body."""
+        if call.decode_args is None:
+            return tuple(args)
+        try:
+            return call.decode_args(list(args))
+        except Exception as err:
+            raise InvalidCall(
+                f"a policy rule rewrote the input of {call.activity} into one it does not "
+                f"take: {err}"
+            ) from None
+
+    def _approved(self, call: Call, admitted: Decision | None) -> tuple[tuple[Any, ...], bytes]:
+        """What a dispatch sends, and its canonical JSON: the input as proposed, or the
+        policy's rewrite of it."""
+        if admitted is None or admitted.verdict is not Verdict.MODIFY or not admitted.args:
+            return call.args, call.args_canonical
+        approved = self._rewritten_args(call, admitted.args)
+        try:
+            return approved, canonical_json(jsonable(list(approved)))
+        except UnserializableInput as err:
+            raise InvalidCall(
+                f"a policy rule rewrote the input of {call.activity} into one that is not "
+                f"JSON data: {err}"
+            ) from None
+
+    def _policy_note(self, decision: Decision | None) -> dict[str, Any]:
+        if decision is None:
+            return {}
+        return {
+            "policy": {
+                "verdict": decision.verdict.value,
+                "code": decision.code or None,
+                "policy_id": decision.policy_id or self.policy_id,
+                "epoch": decision.epoch,
+                "observed": decision.observed,
+            }
+        }
+
+    def _dispatched(
+        self,
+        via: str,
+        call: Call,
+        current: Mapping[str, Any],
+        lease: Lease | None,
+        charge: Charge | None = None,
+    ) -> Draft:
+        data: dict[str, Any] = {
+            "via": via,
+            "worker": self.worker,
+            "delivery": delivery_of(call),
+            "premises_now": dict(current),
+        }
+        if lease is not None:
+            data["lease"] = lease.snapshot()
+        if charge is not None:
+            # the journal reserves it in this transaction (once per effect)
+            data["budget"] = charge.as_data()
+        return Draft(kind=Kind.DISPATCHED, data=data)
+
+
+def policy_deciders(decision: Decision | None, policy_id: str) -> list[str]:
+    if decision is None:
+        return []
+    return [f"policy:{decision.policy_id or policy_id}"] + [
+        f"approver:{name}" for name in decision.approvers
+    ]

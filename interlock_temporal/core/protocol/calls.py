@@ -1,0 +1,230 @@
+"""One attempt at an effect as the adapter sees it (``Call``, its ``Delivery``), what a lease may
+cap of it (``Measure``), what the gate answers (``Done`` or a ``Ticket``), and how a call names
+its effect (``identify``)."""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from functools import cached_property
+from typing import Any, Literal
+
+from ..journal.claims import Claim
+from ..errors import InvalidCall
+from ..identity import (
+    UnserializableInput,
+    canonical_json,
+    effect_id,
+    jsonable,
+    origin_of,
+    unstable_part,
+)
+from ..models import Entry, Kind
+from ..policy import Decision
+from ..receipts import EffectView, fold_appended
+from ..targets import EffectTarget
+
+NO_LEASE = "no lease: run the activity under act_as(principal, lease)"
+#: how soon to try again when a live attempt holds the effect
+IN_FLIGHT_RETRY_S = 0.5
+#: how soon another workflow's attempt looks again at an effect in doubt that only its owner
+#: may send (each look may query the target)
+NOT_OWNER_RETRY_S = 2.0
+#: why the owner of an effect will never send it: the code of the refusal ``Gate.settle``
+#: records when the target confirms it never happened
+OwnerEnded = Literal["cancelled", "abandoned"]
+#: named points where the sweep injects crashes (see ``Gate(on_point=...)``)
+POINTS = (
+    "claimed",
+    "before_dispatch_tx",
+    "after_dispatch_tx",
+    "after_send",
+    "after_commit_tx",
+    "before_recovery_tx",
+)
+
+
+@dataclass(frozen=True)
+class Delivery:
+    """Which Temporal delivery carried the attempt: recorded, never part of the identity."""
+
+    workflow_id: str | None = None
+    run_id: str | None = None
+    activity_id: str | None = None
+    attempt: int = 1
+    task_queue: str | None = None
+
+
+@dataclass(frozen=True)
+class Call:
+    """One attempt at an effect, as the adapter saw it.
+
+    ``input`` is what targets and extractors see (the single argument, or the tuple);
+    ``args`` is what the body receives. ``key`` names the approved decision.
+    """
+
+    effect_type: str
+    activity: str
+    input: Any
+    args: tuple[Any, ...]
+    #: names the approved decision; None: the whole proposed payload is the key
+    key: Any = None
+    #: the field of the (single) input that carries the premises captured at decision time;
+    #: it is neither part of the payload digest nor of the default key
+    premises_field: str | None = None
+    principal: str | None = None
+    lease_id: str | None = None
+    session: str | None = None
+    namespace: str | None = None
+    #: what a lease may cap, read from the arguments the body will receive; recovery reads it
+    #: again from the recorded approved input, so a lease is checked against what is sent
+    measure: Callable[[tuple[Any, ...]], Measure] | None = None
+    delivery: Delivery = field(default_factory=Delivery)
+    last_attempt: bool = False
+    #: turns the recorded approved input (JSON data), or a policy's rewrite, into the body's
+    #: argument types; its errors name fields, never values
+    decode_args: Callable[[list[Any]], tuple[Any, ...]] | None = None
+    #: the body's parameter names (policy rules may name arguments by them)
+    param_names: tuple[str, ...] = ()
+    #: the policy's decision for this attempt, made once however often the attempt re-reads
+    admission: dict[str, Decision] = field(default_factory=dict, compare=False, repr=False)
+
+    @cached_property
+    def args_json(self) -> list[Any]:
+        """The arguments as JSON data, computed once per attempt."""
+        try:
+            data: list[Any] = jsonable(list(self.args))
+        except UnserializableInput as err:
+            raise InvalidCall(f"the input of {self.activity} is not JSON data: {err}") from None
+        return data
+
+    @cached_property
+    def args_canonical(self) -> bytes:
+        return canonical_json(self.args_json)
+
+    @cached_property
+    def input_digest(self) -> str:
+        """The digest of the whole input as delivered (premises included): the same for every
+        attempt of one activity."""
+        return hashlib.sha256(self.args_canonical).hexdigest()
+
+    @cached_property
+    def origin(self) -> str | None:
+        d = self.delivery
+        return origin_of(d.workflow_id, d.run_id, d.activity_id, self.input_digest)
+
+
+@dataclass(frozen=True)
+class Measure:
+    amount_cents: int | None = None
+    resource: str | None = None
+
+
+@dataclass
+class Done:
+    """The effect's recorded outcome: the body does not run (again)."""
+
+    effect_id: str
+    result: Any
+    via: str
+    #: set when this commit arrived after another outcome was recorded (a late writer): the
+    #: state it followed, e.g. AMBIGUOUS (the commit settles a review) or REFUSED (an alarm)
+    after: Kind | None = None
+    #: the gate's own time for this attempt (recorded as ``gate_ms`` in COMMITTED)
+    gate_s: float | None = None
+
+
+@dataclass
+class Ticket:
+    """A dispatch is durably recorded: the holder may send ``args``, then commit or fail."""
+
+    effect_id: str
+    head: str
+    via: str
+    args: tuple[Any, ...]
+    input: Any
+    dispatch_no: int
+    target: EffectTarget
+    call: Call
+    claim: Claim | None
+    released: bool = False
+    #: seconds the gate spent before the send (claim, reads, checks, the dispatch transaction)
+    gate_s: float = 0.0
+    #: the effect as the attempt read it before its dispatch (None: it had no entries)
+    prior: EffectView | None = field(default=None, repr=False, compare=False)
+    #: the entries the dispatch transaction wrote, ending at ``head``
+    written: Sequence[Entry] = field(default=(), repr=False, compare=False)
+
+    def release(self) -> None:
+        if not self.released and self.claim is not None:
+            self.released = True
+            self.claim.release()
+
+    def view(self) -> EffectView | None:
+        """The effect as of ``head``, from what the attempt read and wrote (no read); None when
+        the ticket does not hold them."""
+        if not self.written or self.written[-1].hash != self.head:
+            return None
+        return fold_appended(self.prior or EffectView(effect_id=self.effect_id), self.written)
+
+
+def identify(call: Call) -> tuple[str, str]:
+    """(effect id, proposed payload digest). The digest covers the input as proposed, without
+    the premises it carries. A key or input with no single canonical JSON form (a set, NaN,
+    bytes in a key, an unknown object) is refused, naming where."""
+    unstable = None if call.key is None else unstable_part(call.key, "key")
+    names = call.param_names
+    if len(names) != len(call.args):
+        names = tuple(f"args[{i}]" for i in range(len(call.args)))
+    for name, arg in zip(names, call.args, strict=True):
+        unstable = unstable or unstable_part(arg, name, allow_bytes=call.key is not None)
+    if unstable is not None:
+        raise InvalidCall(f"{call.activity}: the effect cannot be named: {unstable}")
+    try:
+        proposed = proposed_payload(call)
+        key = proposed if call.key is None else jsonable(call.key)
+        # without decision-time premises to leave out, the proposal is the input as sent
+        body = call.args_canonical if proposed is call.args_json else canonical_json(proposed)
+        eid = effect_id(call.effect_type, key, key_json=body if key is proposed else None)
+        return eid, hashlib.sha256(body).hexdigest()
+    except UnserializableInput as err:
+        raise InvalidCall(
+            f"the effect key or input of {call.activity} is not JSON data: {err}"
+        ) from None
+
+
+def proposed_payload(call: Call) -> list[Any]:
+    """The input as proposed, as JSON data, without the decision-time premises it carries
+    (``call.args_json`` itself when there are none: not to be modified)."""
+    data = call.args_json
+    field_name = call.premises_field
+    if field_name is not None and data and isinstance(data[0], dict) and field_name in data[0]:
+        data = [{k: v for k, v in data[0].items() if k != field_name}, *data[1:]]
+    return data
+
+
+def decision_premises(call: Call) -> dict[str, Any] | None:
+    """The premises the agent captured when it decided, if the input carries them."""
+    if call.premises_field is None or not call.args:
+        return None
+    first = call.args_json[0]
+    value = first.get(call.premises_field) if isinstance(first, dict) else None
+    return dict(value) if isinstance(value, dict) else None
+
+
+def as_input(args: tuple[Any, ...]) -> Any:
+    """What targets and extractors see: the single argument, or the tuple of them."""
+    return args[0] if len(args) == 1 else args
+
+
+def delivery_of(call: Call) -> dict[str, Any]:
+    """The call's delivery as the journal records it."""
+    d = call.delivery
+    return {
+        "namespace": call.namespace,
+        "workflow_id": d.workflow_id,
+        "run_id": d.run_id,
+        "activity_id": d.activity_id,
+        "attempt": d.attempt,
+    }

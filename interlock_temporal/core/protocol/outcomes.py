@@ -1,0 +1,302 @@
+"""What the gate records of an effect's outcome: the send's confirmation or failure, a
+refusal, an ambiguity, a conflicting proposal; and the receipts it answers with.
+
+An outcome the gate appends is folded into the view it already holds (``fold_appended``): the
+receipt it raises or returns is the one a fresh read of the chain gives, without that read.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import socket
+import time
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, NamedTuple
+
+from .. import premises as premise
+from ..errors import Ambiguous, HeadConflict, InFlight, Refused
+from ..identity import canonical, jsonable
+from ..journal import Journal
+from ..models import Change, Draft, Entry, Kind, Receipt
+from ..policy import PolicyGuard
+from ..receipts import EffectView, fold, fold_appended, receipt_of
+from ..targets import classify, confirmation_of
+from .calls import Call, Done, Ticket, delivery_of
+
+
+def _worker_id() -> str:
+    return f"{socket.gethostname()}:{os.getpid()}"
+
+
+class AfterSend(NamedTuple):
+    """What ``_record_after_send`` did: whether it recorded the outcome, the final state the
+    outcome followed when it arrived late, and the effect's view after it (when known)."""
+
+    recorded: bool
+    after: Kind | None
+    view: EffectView | None
+
+
+class Outcomes:
+    """The gate's journal, clock and crash points, and the recording of outcomes."""
+
+    def __init__(
+        self,
+        journal: Journal,
+        *,
+        clock: Callable[[], float] = time.time,
+        on_point: Callable[[str, str], None] | None = None,
+        policy: PolicyGuard | None = None,
+    ) -> None:
+        self.journal = journal
+        self.clock = clock
+        #: consulted when a new effect is about to be dispatched or one in doubt resent (a
+        #: duplicate of a recorded outcome never reaches it)
+        self.policy = policy
+        self._on_point = on_point
+        self.worker = _worker_id()
+
+    def _point(self, name: str, eid: str) -> None:
+        if self._on_point is not None:
+            self._on_point(name, eid)
+
+    # -- after the send ------------------------------------------------------------------------
+
+    async def commit(self, ticket: Ticket, result: Any, confirmation: str | None = None) -> Done:
+        """Record that the target confirmed the effect, then release the claim."""
+        started = time.perf_counter()
+        try:
+            self._point("after_send", ticket.effect_id)
+            gate_s = ticket.gate_s + time.perf_counter() - started
+            done = await self._record_commit(
+                ticket.effect_id,
+                ticket.head,
+                ticket.via,
+                jsonable(result),
+                confirmation or confirmation_of(ticket.target, result),
+                gate_s=gate_s,
+            )
+            done.gate_s = gate_s
+            self._point("after_commit_tx", ticket.effect_id)
+            done.result = result
+            return done
+        finally:
+            ticket.release()
+
+    async def fail(self, ticket: Ticket, error: BaseException, *, last_attempt: bool) -> None:
+        """Record what a failed send means, release the claim, and raise the outcome (or return,
+        so the caller re-raises ``error`` for Temporal to retry)."""
+        try:
+            verdict = classify(ticket.target, error)
+            kind = type(error).__name__
+            eid = ticket.effect_id
+            changes = [c for c in getattr(error, "changes", None) or [] if isinstance(c, Change)]
+            if verdict == "rejected" and changes:
+                # the target re-checked the facts as it sent (a compare-and-swap) and they moved
+                draft = refusal("stale_premise", premise.describe(changes), changes)
+            elif verdict == "rejected":
+                draft = refusal("target_rejected", f"the target rejected the request ({kind})")
+            elif verdict == "not_sent" and last_attempt:
+                # nothing happened and nothing will retry: say so, do not leave it pending
+                draft = refusal(
+                    "not_sent",
+                    f"the request never reached the target ({kind}) "
+                    "and Temporal will make no further attempt",
+                )
+            elif verdict == "not_sent":
+                draft = Draft(kind=Kind.NOT_SENT, data={"error": kind})
+            elif last_attempt:
+                draft = ambiguity(
+                    "send_failed",
+                    f"the send failed in doubt ({kind}) on the last attempt Temporal will make",
+                )
+            else:
+                return  # in doubt, and Temporal will retry: the next attempt recovers
+            sent = await self._record_after_send(eid, ticket.head, draft, view=ticket.view())
+            view = sent.view if sent.view is not None else fold(eid, self.journal.read(eid))
+            if view.status is Kind.REFUSED:
+                raise Refused(view.code or "refused", view.reason or "", receipt_of(view), changes)
+            if view.status is Kind.AMBIGUOUS:
+                raise Ambiguous(view.reason or "ambiguous", receipt_of(view))
+        finally:
+            ticket.release()
+
+    async def _record_after_send(
+        self,
+        eid: str,
+        head: str,
+        draft: Draft,
+        blobs: Mapping[str, Any] | None = None,
+        *,
+        view: EffectView | None = None,
+    ) -> AfterSend:
+        """Append the send's outcome after ``head``. If the chain moved meanwhile (a last attempt
+        elsewhere recorded AMBIGUOUS, a duplicate proposal was rejected), append after the new
+        head; an outcome that arrives after a final state is marked late. Not recorded when
+        there is nothing left to record (the outcome is already known); ``after`` is the final
+        state this outcome followed when it arrived late. ``view``: the effect as of ``head``,
+        when the caller holds it; the answer's view is the effect after this append."""
+        data = dict(draft.data)
+        after: Kind | None = None
+        for _ in range(5):
+            try:
+                written = await self.journal.append_async(
+                    eid, head, [Draft(kind=draft.kind, data=data)], blobs=blobs
+                )
+                return AfterSend(
+                    True, after, None if view is None else fold_appended(view, written)
+                )
+            except HeadConflict:
+                view = fold(eid, self.journal.read(eid))
+                head = view.head
+                if view.status in (Kind.DISPATCHED, Kind.NOT_SENT):
+                    continue  # only annotations or a re-dispatch moved it: not late
+                if view.status in (Kind.COMMITTED, Kind.RESOLVED):
+                    # known to have happened, or a person decided
+                    return AfterSend(False, view.status, view)
+                if view.status is Kind.REFUSED and draft.kind is not Kind.COMMITTED:
+                    # already refused; this attempt adds no execution
+                    return AfterSend(False, view.status, view)
+                if view.status is Kind.AMBIGUOUS and draft.kind is Kind.AMBIGUOUS:
+                    return AfterSend(False, view.status, view)
+                after = view.status
+                # what a zombie attempt learned settles an ambiguity, or contradicts a refusal
+                data = {
+                    **draft.data,
+                    "late": True,
+                    "after": view.status.value if view.status else None,
+                }
+                if view.status is Kind.REFUSED:
+                    data["alarm"] = "executed_after_refused"
+        raise InFlight(eid, "could not record the outcome: the record keeps moving", 0.1)
+
+    def _commit_draft(
+        self, via: str, result_json: bytes, confirmation: str | None, gate_s: float | None = None
+    ) -> Draft:
+        data: dict[str, Any] = {
+            "via": via,
+            "result_digest": hashlib.sha256(result_json).hexdigest(),
+            "confirmation": confirmation,
+            "worker": self.worker,
+        }
+        if gate_s is not None:
+            # the gate's own time for this effect: before the send, and the commit's checks
+            # (its own durable write, which records this, is the part not counted)
+            data["gate_ms"] = round(gate_s * 1000, 3)
+        return Draft(kind=Kind.COMMITTED, data=data)
+
+    async def _record_commit(
+        self,
+        eid: str,
+        head: str,
+        via: str,
+        result: Any,
+        confirmation: str | None,
+        *,
+        gate_s: float | None = None,
+    ) -> Done:
+        result_json = canonical(result)
+        draft = self._commit_draft(via, result_json, confirmation, gate_s)
+        sent = await self._record_after_send(eid, head, draft, blobs={"result": result_json})
+        if sent.recorded:
+            return Done(eid, result, via, sent.after)
+        view = sent.view if sent.view is not None else fold(eid, self.journal.read(eid))
+        return Done(eid, self.journal.blob(eid, "result"), view.via or via, sent.after)
+
+    # -- terminal records --------------------------------------------------------------------
+
+    async def _reject_conflict(self, view: EffectView, pdigest: str, call: Call) -> None:
+        eid = view.effect_id
+        try:
+            written = await self.journal.append_async(
+                eid,
+                view.head,
+                [
+                    Draft(
+                        kind=Kind.REJECTED_PROPOSAL,
+                        data={
+                            "code": "conflicting_payload",
+                            "payload_digest": pdigest,
+                            "delivery": delivery_of(call),
+                        },
+                    )
+                ],
+            )
+            seq, head = written[-1].seq, written[-1].hash
+        except HeadConflict:
+            seq, head = view.head_seq, view.head
+        base = receipt_of(view)
+        rejected = base.model_copy(
+            update={
+                "final": Kind.REFUSED.value,
+                "via": None,
+                "code": "conflicting_payload",
+                "reason": "a different payload was proposed under an effect id already decided",
+                "executed": False,
+                "recorded": True,
+                "payload_digest": pdigest,
+                "approved_digest": None,
+                "result_digest": None,
+                "confirmation": None,
+                "journal_seq": seq,
+                "journal_hash": head,
+                "changed_facts": [],
+            }
+        )
+        raise Refused("conflicting_payload", rejected.reason or "", rejected)
+
+    async def _ambiguous(self, view: EffectView, reason: str, code: str) -> None:
+        written = await self.journal.append_async(
+            view.effect_id, view.head, [ambiguity(code, reason)]
+        )
+        self._raise_ambiguous(fold_appended(view, written))
+
+    def _raise_ambiguous(self, view: EffectView) -> None:
+        raise Ambiguous(view.reason or "ambiguous", receipt_of(view))
+
+    def _raise_if_refused(
+        self, eid: str, written: Sequence[Entry], before: EffectView | None = None
+    ) -> None:
+        """Raise ``Refused`` when the append that wrote ``written`` after ``before`` (None: the
+        effect had no entries) ended in a refusal."""
+        last = written[-1]
+        if last.kind is Kind.REFUSED:
+            view = fold_appended(before or EffectView(effect_id=eid), written)
+            raise Refused(
+                last.data["code"],
+                last.data["reason"],
+                receipt_of(view),
+                [Change.model_validate(c) for c in last.data.get("changes", [])],
+            )
+
+    def receipt(self, eid: str) -> Receipt:
+        return receipt_of(fold(eid, self.journal.read(eid)))
+
+    def receipt_or_none(self, eid: str) -> Receipt | None:
+        entries = self.journal.read(eid)
+        return receipt_of(fold(eid, entries)) if entries else None
+
+
+def refusal(code: str, reason: str, changes: Sequence[Change] = ()) -> Draft:
+    return Draft(
+        kind=Kind.REFUSED,
+        data={
+            "code": code,
+            "reason": reason,
+            "executed": False,
+            "changes": [c.model_dump(mode="json") for c in changes],
+        },
+    )
+
+
+def ambiguity(code: str, reason: str, changes: Sequence[Change] = ()) -> Draft:
+    return Draft(
+        kind=Kind.AMBIGUOUS,
+        data={
+            "code": code,
+            "reason": reason,
+            "executed": "unknown",
+            "changes": [c.model_dump(mode="json") for c in changes],
+        },
+    )
