@@ -40,17 +40,17 @@ from interlock_temporal.testing import DevServer
 from workflows.activities import support_activities
 from workflows.support_case import PRINCIPAL, CaseFile, CaseOutcome, SupportCase
 
-from .scenarios import (
+from .scenarios import run_in
+from .server_world import ServerWorld
+from .world import (
     CASE,
     LEASE_MAX_CENTS,
     ORDER,
     PAID_CENTS,
     REFUND_CENTS,
     World,
-    run_in,
     the_effect_id,
 )
-from .server_world import ServerWorld
 
 ROOT = Path(__file__).resolve().parents[1]
 DEMO = ROOT / ".demo"

@@ -26,18 +26,11 @@ from temporalio.contrib.pydantic import pydantic_data_converter
 from interlock_temporal.core.journal import open_journal
 from interlock_temporal.testing import DevServer, PostgresServer
 
-from .scenarios import (
-    BASELINES,
-    RETRYING,
-    SCENARIOS,
-    Scenario,
-    WorkflowStillRunning,
-    World,
-    judge_baseline,
-    run_in,
-)
+from .judge import Scenario, judge_baseline
+from .scenarios import BASELINES, RETRYING, SCENARIOS, run_in
 from .server_world import ServerWorld
 from .stripe_harness import StripeServerWorld
+from .world import ORDER, WorkflowStillRunning, World
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -60,8 +53,6 @@ def baseline_unfinished(
     retries for ever), judged on what the payments service holds anyway. Any other error is
     a cell that did not run: judged too, and it fails."""
     from interlock_temporal.targets.payments import SimulatedPayments
-
-    from .scenarios import ORDER
 
     service = SimulatedPayments(cell_dir / "payments.db", tier=tier)
     try:
