@@ -18,7 +18,7 @@ from interlock_temporal.core.models import Lease
 from interlock_temporal.core.protocol import Call, Delivery, Gate, Measure
 from interlock_temporal.core.receipts import EffectView, fold
 from interlock_temporal.core.targets import Capabilities
-from workers.sweep import Case
+from workers.sweep_case import Case
 
 Plant = Callable[[pytest.MonkeyPatch], None]
 
