@@ -1,5 +1,6 @@
 """What each row of the fault table does to its world: the scripts. What a row must show,
-gated and without the gate, is written down beside its script in ``scenarios.SCENARIOS``."""
+gated and without the gate, is written down in ``scenarios.SCENARIOS``, where each row names
+its script."""
 
 from __future__ import annotations
 

@@ -45,7 +45,8 @@ from .world import World
 from .world import open_world_journal as open_world_journal
 from .world import the_effect_id as the_effect_id
 
-# (``name as name``: the world's names the tests import from here, re-exported)
+# ``ORDER``, ``REFUND_CENTS``, ``open_world_journal`` and ``the_effect_id`` live in ``world``;
+# imported as themselves, they stay importable from here, where tests import them
 
 T = TypeVar("T")
 
