@@ -22,7 +22,7 @@ from interlock_temporal.core.protocol import Call, Delivery, Gate, Measure, reco
 from interlock_temporal.core.protocol import gate as attempt_path
 from interlock_temporal.core.receipts import EffectView, fold
 from interlock_temporal.core.targets import Capabilities, capabilities
-from workers.sweep import Case
+from workers.sweep_case import Case
 
 Plant = Callable[[pytest.MonkeyPatch], None]
 

@@ -12,18 +12,9 @@ import pytest
 
 from interlock_temporal.targets.payments import RefundRejected, SimulatedPayments
 from workers.faults import baseline_unfinished, failed_cells, markdown
-from workers.scenarios import (
-    BASELINES,
-    ORDER,
-    PAID_CENTS,
-    REFUND_CENTS,
-    RETRYING,
-    SCENARIOS,
-    Baseline,
-    Scenario,
-    WorkflowStillRunning,
-    judge_baseline,
-)
+from workers.judge import Baseline, Scenario, judge_baseline
+from workers.scenarios import BASELINES, RETRYING, SCENARIOS
+from workers.world import ORDER, PAID_CENTS, REFUND_CENTS, WorkflowStillRunning
 
 TIERS = (1, 2, 3)
 BY_NUMBER = {s.number: s for s in SCENARIOS.values()}

@@ -9,8 +9,9 @@ from typing import Any
 
 import pytest
 
+from interlock_temporal.core import protocol
 from interlock_temporal.core.targets import capabilities
-from workers import model_check, sweep
+from workers import model_check, sweep, sweep_case
 
 from . import planted_bugs
 
@@ -75,19 +76,19 @@ def test_the_exhaustive_check_catches_a_gate_that_never_asks(gate_that_never_ask
 
 def seeds_showing(bug: planted_bugs.Bug, limit: int) -> list[int]:
     """Seeds among the sweep's first 2,000 whose cases can show ``bug``."""
-    seeds = [s for s in range(1, 2001) if bug.shows_in(sweep.Case.draw(s))]
+    seeds = [s for s in range(1, 2001) if bug.shows_in(sweep_case.Case.draw(s))]
     assert seeds, f"the 2,000-case sweep draws no case that can show {bug.name}"
     return seeds[:limit]
 
 
 @pytest.mark.parametrize("bug", planted_bugs.BUGS, ids=lambda b: b.name.replace(" ", "-"))
 async def test_the_sweep_catches_the_planted_bug(bug: planted_bugs.Bug, tmp_path: Any) -> None:
-    caught: list[sweep.Story] = []
+    caught: list[sweep_case.Story] = []
     for seed in seeds_showing(bug, 12):
         workdir = tmp_path / str(seed)
         workdir.mkdir()
         with planted_bugs.planted(bug):
-            story = await sweep.run_case(sweep.Case.draw(seed), workdir)
+            story = await sweep.run_case(sweep_case.Case.draw(seed), workdir)
         if story.problems:
             caught.append(story)
             break

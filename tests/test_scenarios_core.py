@@ -17,13 +17,8 @@ import pytest
 
 from interlock_temporal.core.models import Kind
 from interlock_temporal.targets.payments import SimulatedPayments
-from workers.scenarios import (
-    ORDER,
-    SCENARIOS,
-    open_world_journal,
-    run_in_process,
-    the_effect_id,
-)
+from workers.scenarios import SCENARIOS, run_in_process
+from workers.world import ORDER, open_world_journal, the_effect_id
 
 TIERS = (1, 2, 3)
 

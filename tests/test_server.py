@@ -35,8 +35,9 @@ from interlock_temporal.core.journal import Journal, open_journal
 from interlock_temporal.core.models import Kind
 from interlock_temporal.targets.payments import RefundRequest, RefundResult, SimulatedPayments
 from interlock_temporal.testing import DevServer
-from workers.scenarios import ORDER, SCENARIOS, run_in, the_effect_id
+from workers.scenarios import SCENARIOS, run_in
 from workers.server_world import ServerWorld
+from workers.world import ORDER, the_effect_id
 from workflows.activities import REFUND_EFFECT, support_activities
 from workflows.support_case import CaseFile, CaseOutcome, SupportCase
 

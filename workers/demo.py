@@ -40,17 +40,17 @@ from interlock_temporal.testing import DevServer
 from workflows.activities import support_activities
 from workflows.support_case import PRINCIPAL, CaseFile, CaseOutcome, SupportCase
 
-from .scenarios import (
+from .scenarios import run_in
+from .server_world import ServerWorld
+from .world import (
     CASE,
     LEASE_MAX_CENTS,
     ORDER,
     PAID_CENTS,
     REFUND_CENTS,
     World,
-    run_in,
     the_effect_id,
 )
-from .server_world import ServerWorld
 
 ROOT = Path(__file__).resolve().parents[1]
 DEMO = ROOT / ".demo"
@@ -253,6 +253,29 @@ class ChargeRefundService:
         )
 
 
+async def create_test_charge(client: stripe.StripeClient) -> str:
+    """A $100 test charge, paid by card; its id is the order the case refunds."""
+    charge = await asyncio.to_thread(
+        client.v1.charges.create,
+        params={
+            "amount": PAID_CENTS,
+            "currency": "usd",
+            "source": "tok_visa",
+            "description": "interlock-temporal demo",
+            "metadata": {"demo": "interlock-temporal"},
+        },
+    )
+    return str(charge.id)
+
+
+async def refunds_at_stripe(client: stripe.StripeClient, charge_id: str) -> list[Any]:
+    """Every refund Stripe holds on the charge, read back from Stripe itself."""
+    listed = await asyncio.to_thread(
+        client.v1.refunds.list, params={"charge": charge_id, "limit": 100}
+    )
+    return list(listed.auto_paging_iter())
+
+
 async def live_story(target: str, client: stripe.StripeClient, workdir: Path) -> dict[str, Any]:
     """Create a $100 test charge, refund $20 through the gate (a SupportCase workflow on an
     in-process worker with the plugin), submit the same case again, and read back from Stripe
@@ -264,17 +287,7 @@ async def live_story(target: str, client: stripe.StripeClient, workdir: Path) ->
             PRINCIPAL, activities=["refund"], max_amount_cents=LEASE_MAX_CENTS
         )
     refunds = ChargeRefunds(client)
-    charge = await asyncio.to_thread(
-        client.v1.charges.create,
-        params={
-            "amount": PAID_CENTS,
-            "currency": "usd",
-            "source": "tok_visa",
-            "description": "interlock-temporal demo",
-            "metadata": {"demo": "interlock-temporal"},
-        },
-    )
-    charge_id = str(charge.id)
+    charge_id = await create_test_charge(client)
     say(f"  a ${PAID_CENTS / 100:.0f} test charge: {charge_id}")
 
     case_id = f"{CASE}-live-{uuid.uuid4().hex[:8]}"
@@ -306,10 +319,7 @@ async def live_story(target: str, client: stripe.StripeClient, workdir: Path) ->
             got = outcome.refund.refund_id if outcome.refund else outcome.error
             say(f"  submitted {what}: {outcome.status}, refund {got}")
 
-    listed = await asyncio.to_thread(
-        client.v1.refunds.list, params={"charge": charge_id, "limit": 100}
-    )
-    at_stripe = list(listed.auto_paging_iter())
+    at_stripe = await refunds_at_stripe(client, charge_id)
     refunded = sum(int(r.amount) for r in at_stripe)
     say(
         f"  Stripe holds {len(at_stripe)} refund(s) on {charge_id}, "

@@ -26,18 +26,11 @@ from temporalio.contrib.pydantic import pydantic_data_converter
 from interlock_temporal.core.journal import open_journal
 from interlock_temporal.testing import DevServer, PostgresServer
 
-from .scenarios import (
-    BASELINES,
-    RETRYING,
-    SCENARIOS,
-    Scenario,
-    WorkflowStillRunning,
-    World,
-    judge_baseline,
-    run_in,
-)
+from .judge import Scenario, judge_baseline
+from .scenarios import BASELINES, RETRYING, SCENARIOS, run_in
 from .server_world import ServerWorld
 from .stripe_harness import StripeServerWorld
+from .world import ORDER, WorkflowStillRunning, World
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -60,8 +53,6 @@ def baseline_unfinished(
     retries for ever), judged on what the payments service holds anyway. Any other error is
     a cell that did not run: judged too, and it fails."""
     from interlock_temporal.targets.payments import SimulatedPayments
-
-    from .scenarios import ORDER
 
     service = SimulatedPayments(cell_dir / "payments.db", tier=tier)
     try:
@@ -560,6 +551,44 @@ def run_sweep(cases: int, server_cases: int, jobs: int) -> dict[str, Any] | None
     return summary
 
 
+def select_rows(wanted_rows: str | None) -> list[str]:
+    """The rows' names in the table's order: all, or those ``--rows`` names or numbers."""
+    ordered = sorted(SCENARIOS.values(), key=lambda s: s.number)
+    rows = [s.name for s in ordered]
+    if wanted_rows:
+        wanted = set(wanted_rows.split(","))
+        rows = [s.name for s in ordered if s.name in wanted or str(s.number) in wanted]
+    return rows
+
+
+def matrix_cells(
+    rows: list[str], tiers: list[int], targets: set[str]
+) -> list[tuple[str, int, str]]:
+    """Every (row, tier, against) cell of the matrix: the gated rows on the simulated service,
+    the Stripe rows at tier 1, both baselines of each row that has them, and the PostgreSQL
+    rows."""
+    cells = [
+        (n, t, "simulated")
+        for n in rows
+        for t in tiers
+        if "simulated" in targets and t in SCENARIOS[n].expect
+    ]
+    if "stripe" in targets and 1 in tiers:
+        cells += [(n, 1, "stripe") for n in rows if SCENARIOS[n].number in STRIPE_ROWS]
+    if "baselines" in targets:
+        cells += [
+            (n, t, b) for n in rows for t in tiers for b in BASELINES if SCENARIOS[n].baselines
+        ]
+    if "postgres" in targets:
+        cells += [
+            (n, t, "postgres")
+            for n in rows
+            for t in tiers
+            if SCENARIOS[n].number in POSTGRES_ROWS and t in SCENARIOS[n].expect
+        ]
+    return cells
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(
         prog="python -m workers.faults",
@@ -587,34 +616,10 @@ def main(argv: list[str] | None = None) -> int:
         help="any of simulated, stripe, postgres, baselines (comma-separated)",
     )
     args = p.parse_args(argv)
-    ordered = sorted(SCENARIOS.values(), key=lambda s: s.number)
-    rows = [s.name for s in ordered]
-    if args.rows:
-        wanted = set(args.rows.split(","))
-        rows = [s.name for s in ordered if s.name in wanted or str(s.number) in wanted]
     tiers = [int(t) for t in args.tiers.split(",")]
     started = time.monotonic()
     workdir = Path(tempfile.mkdtemp(prefix="interlock-faults-"))
-    targets = set(args.targets.split(","))
-    cells = [
-        (n, t, "simulated")
-        for n in rows
-        for t in tiers
-        if "simulated" in targets and t in SCENARIOS[n].expect
-    ]
-    if "stripe" in targets and 1 in tiers:
-        cells += [(n, 1, "stripe") for n in rows if SCENARIOS[n].number in STRIPE_ROWS]
-    if "baselines" in targets:
-        cells += [
-            (n, t, b) for n in rows for t in tiers for b in BASELINES if SCENARIOS[n].baselines
-        ]
-    if "postgres" in targets:
-        cells += [
-            (n, t, "postgres")
-            for n in rows
-            for t in tiers
-            if SCENARIOS[n].number in POSTGRES_ROWS and t in SCENARIOS[n].expect
-        ]
+    cells = matrix_cells(select_rows(args.rows), tiers, set(args.targets.split(",")))
     results = asyncio.run(run_matrix(cells, args.jobs, workdir))
     swept = run_sweep(args.sweep, args.sweep_server, args.jobs)
     checked = run_model_check(tiers) if args.model_check else []

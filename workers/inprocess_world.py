@@ -30,7 +30,7 @@ from workflows.activities import (
 )
 from workflows.support_case import PRINCIPAL, CaseFile, CaseOutcome
 
-from .scenarios import Observed, Payments, World, new_workflow_id, open_world_journal
+from .world import Observed, Payments, World, new_workflow_id, open_world_journal
 
 MAX_ATTEMPTS = 500
 

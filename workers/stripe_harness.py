@@ -24,8 +24,8 @@ from interlock_temporal.testing import STRIPE_TEST_KEY, StripeMock, StripeProxy
 from workflows.support_case import Mode
 
 from .inprocess_world import InProcessWorld
-from .scenarios import Payments
 from .server_world import ServerWorld
+from .world import Payments
 
 ELIGIBLE = "refund_eligible"
 

@@ -33,136 +33,48 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import hashlib
-import json
 import random
-import sqlite3
 import sys
 import tempfile
 import time
-from contextlib import closing, suppress
-from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
-import rfc8785
-
 from interlock_temporal.core.errors import Ambiguous, GateOutcome, InFlight, Refused
 from interlock_temporal.core.journal import Journal, open_journal
 from interlock_temporal.core.models import Kind
-from interlock_temporal.core.protocol import POINTS, Call, Gate, Ticket
+from interlock_temporal.core.protocol import Call, Gate, Ticket
 from interlock_temporal.core.receipts import fold, receipt_of
 from interlock_temporal.targets.payments import RefundRequest, RefundResult, SimulatedPayments
 from workflows.support_case import CaseFile
 
 from . import invariants
 from .inprocess_world import refund_call
-
-ORDER = "A-7731"
-#: the order of another case that shares the lease's budget
-OTHER_ORDER = "B-5512"
-PAID_CENTS = 10_000
-AMOUNT = 2_000
-#: the lease's cumulative budget: this refund fits, this one and another do not
-BUDGET_CENTS = 3_000
-EVENTS = (
-    "none",
-    "revoke_lease",
-    "expire_lease",
-    "ineligible",
-    "manual_refund",
-    "window_passes",
-    "near_window_end",
-    "budget_taken",
-    "tamper",
-    "owner_cancelled",
+from .sweep_case import (
+    AMOUNT,
+    BUDGET_CENTS,
+    ORDER,
+    OTHER_ORDER,
+    OTHER_WORKFLOW,
+    OWNER,
+    PAID_CENTS,
+    Case,
+    Ledger,
+    Story,
+    effect_of,
+    world_event,
 )
-NEXT = ("retry", "duplicate", "duplicate_other", "redecide")
+
 KEY = "5e" * 32
-OWNER = "wf-sweep"
-OTHER_WORKFLOW = "wf-other"
 
 
 class Killed(BaseException):
     """The attempt's process died here: nothing after this point runs or is recorded."""
 
 
-@dataclass(frozen=True)
-class Case:
-    seed: int
-    tier: int
-    first_dies_at: str | None
-    second_dies_at: str | None
-    event: str
-    then: str
-    concurrent: bool
-    #: the first attempt hangs on, alive, holding its claim, and records its result last;
-    #: ``stalled``: its request has not reached the target yet (it lands late), else it has
-    zombie: bool = False
-    stalled: bool = False
-
-    @classmethod
-    def draw(cls, seed: int) -> Case:
-        rng = random.Random(seed)
-        points: list[str | None] = [*POINTS, None]
-        first = rng.choice(points)
-        second = rng.choice([None, None, *POINTS])
-        event = rng.choice(EVENTS)
-        then = rng.choice(NEXT)
-        concurrent = rng.random() < 0.3
-        zombie = rng.random() < 0.12
-        stalled = rng.random() < 0.5
-        return cls(
-            seed=seed,
-            tier=rng.choice((1, 2, 3)),
-            first_dies_at=None if zombie else first,
-            second_dies_at=second,
-            event=event,
-            then=then,
-            concurrent=concurrent,
-            zombie=zombie,
-            stalled=zombie and stalled,
-        )
-
-
-@dataclass
-class Story:
-    case: Case
-    lines: list[str] = field(default_factory=list)
-    problems: list[str] = field(default_factory=list)
-
-    def say(self, text: str) -> None:
-        self.lines.append(text)
-
-    def check(self, ok: bool, problem: str) -> None:
-        if not ok:
-            self.problems.append(problem)
-
-
-@dataclass
-class Ledger:
-    """What the world did, and when (real time, and the world clock's offset then): what the
-    judge compares the journal against."""
-
-    lease: str
-    #: (real time it took effect, the world clock's offset from then on)
-    offsets: list[tuple[float, float]] = field(default_factory=lambda: [(0.0, 0.0)])
-    #: when the owning workflow was cancelled (its attempts stop; the reconciler runs)
-    cancelled_at: float | None = None
-    #: when the operator edited the journal, and the service's calls then
-    tampered_at: float | None = None
-    calls_at_tamper: int = 0
-    #: the zombie attempt recorded its (late) result
-    zombie_committed: bool = False
-    #: the zombie's stalled request reached the service at the very end (dispatched before
-    #: anything the world did after it)
-    zombie_sent_late: bool = False
-    #: a late COMMITTED after a refusal charges the budget again, whatever it holds
-    reconciled: bool = False
-
-    def offset_at(self, ts: float) -> float:
-        return max((o for at, o in self.offsets if at <= ts), default=0.0)
+#: what the zombie holds: its ticket, and its send's result (None: its request is on its way)
+Held = tuple[Ticket, RefundResult | None]
 
 
 class Attempt:
@@ -216,7 +128,7 @@ class Attempt:
         refund = result if isinstance(result, dict) else result.model_dump()
         return f"result {refund.get('refund_id')}"
 
-    async def hang_on(self, stalled: bool) -> tuple[Ticket, RefundResult | None] | str:
+    async def hang_on(self, stalled: bool) -> Held | str:
         """The zombie: dispatch, send (unless its request is ``stalled`` on its way), then
         hold the claim without recording anything."""
         try:
@@ -238,112 +150,150 @@ def _lease_for(case: Case, journal: Journal) -> str:
     )
 
 
-async def run_case(case: Case, workdir: Path) -> Story:
-    story = Story(case)
-    journal = open_journal(f"sqlite:///{workdir / 'journal.db'}", signing_key=KEY)
-    payments = SimulatedPayments(workdir / "payments.db", tier=case.tier)
-    try:
+class CaseRun:
+    """One case's stores, its request, and the attempts made on them, numbered as Temporal
+    numbers them; each step below is one part of the case's story."""
+
+    def __init__(
+        self, case: Case, story: Story, journal: Journal, payments: SimulatedPayments
+    ) -> None:
+        self.case, self.story, self.journal, self.payments = case, story, journal, payments
         payments.open_order(ORDER, PAID_CENTS)
         payments.open_order(OTHER_ORDER, PAID_CENTS)
         lease = _lease_for(case, journal)
-        ledger = Ledger(lease)
-        case_file = CaseFile(case_id="sweep", order_id=ORDER, amount_cents=AMOUNT, lease_id=lease)
-        request = RefundRequest(
+        self.ledger = Ledger(lease)
+        self.case_file = CaseFile(
+            case_id="sweep", order_id=ORDER, amount_cents=AMOUNT, lease_id=lease
+        )
+        self.request = RefundRequest(
             case_id="sweep",
             order_id=ORDER,
             amount_cents=AMOUNT,
             reason="sweep",
             premises=payments.order_facts(ORDER),
         )
-        n = 0
+        self.n = 0
 
-        def attempt(
-            dies_at: str | None = None,
-            *,
-            last: bool = False,
-            amount: int = AMOUNT,
-            workflow_id: str = OWNER,
-        ) -> Attempt:
-            nonlocal n
-            n += 1
-            req = (
-                request if amount == AMOUNT else request.model_copy(update={"amount_cents": amount})
-            )
-            return Attempt(
-                journal,
-                payments,
-                req,
-                case_file,
-                n,
-                dies_at=dies_at,
-                last=last,
-                workflow_id=workflow_id,
-            )
+    def attempt(
+        self,
+        dies_at: str | None = None,
+        *,
+        last: bool = False,
+        amount: int = AMOUNT,
+        workflow_id: str = OWNER,
+    ) -> Attempt:
+        self.n += 1
+        req = (
+            self.request
+            if amount == AMOUNT
+            else self.request.model_copy(update={"amount_cents": amount})
+        )
+        return Attempt(
+            self.journal,
+            self.payments,
+            req,
+            self.case_file,
+            self.n,
+            dies_at=dies_at,
+            last=last,
+            workflow_id=workflow_id,
+        )
 
-        zombie: tuple[Ticket, RefundResult | None] | None = None
+    async def first_attempts(self) -> Held | None:
+        """Attempt 1 dies where the case says, or hangs on (the zombie, whose claim is
+        returned); attempt 2 dies too if the case says where."""
+        case, story = self.case, self.story
+        zombie: Held | None = None
         if case.zombie:
-            held = await attempt().hang_on(case.stalled)
+            held = await self.attempt().hang_on(case.stalled)
             what = held if isinstance(held, str) else "stalled" if case.stalled else "sent"
             story.say(f"attempt 1: hangs on ({what})")
             zombie = None if isinstance(held, str) else held
         else:
-            story.say(f"attempt 1: {await attempt(case.first_dies_at).run()}")
+            story.say(f"attempt 1: {await self.attempt(case.first_dies_at).run()}")
         if case.second_dies_at:
-            story.say(f"attempt 2: {await attempt(case.second_dies_at).run()}")
-        await world_event(case.event, payments, journal, ledger, story, request)
-        owner_runs = ledger.cancelled_at is None
-        if case.then == "redecide" and owner_runs:
-            before = payments.calls(ORDER)
-            effect_known = journal.read(effect_of(request)) if not ledger.tampered_at else [1]
-            outcome = await attempt(amount=AMOUNT + 1_000).run()
-            story.say(f"re-decided $30: {outcome}")
-            if effect_known:
-                # refused; or, while a live attempt holds the effect, told to wait
-                story.check(
-                    outcome == "refused conflicting_payload"
-                    or (outcome == "in_flight" and zombie is not None)
-                    or (outcome == "error JournalCorrupt" and ledger.tampered_at is not None),
-                    f"a re-decided payload was not refused: {outcome}",
-                )
-                story.check(payments.calls(ORDER) == before, "a re-decided payload was sent")
-        if case.then == "duplicate_other":
-            # another workflow submits the same effect: it may settle it by asking, never send
-            other = await attempt(workflow_id=OTHER_WORKFLOW).run()
-            story.say(f"another workflow: {other}")
-        if case.concurrent and owner_runs:
-            outcomes = await asyncio.gather(attempt().run(), attempt().run())
+            story.say(f"attempt 2: {await self.attempt(case.second_dies_at).run()}")
+        return zombie
+
+    async def redecide(self, zombie_alive: bool) -> None:
+        """The agent re-decides $30: refused, and nothing sent."""
+        payments, ledger, story = self.payments, self.ledger, self.story
+        before = payments.calls(ORDER)
+        effect_known = self.journal.read(effect_of(self.request)) if not ledger.tampered_at else [1]
+        outcome = await self.attempt(amount=AMOUNT + 1_000).run()
+        story.say(f"re-decided $30: {outcome}")
+        if effect_known:
+            # refused; or, while a live attempt holds the effect, told to wait
+            story.check(
+                outcome == "refused conflicting_payload"
+                or (outcome == "in_flight" and zombie_alive)
+                or (outcome == "error JournalCorrupt" and ledger.tampered_at is not None),
+                f"a re-decided payload was not refused: {outcome}",
+            )
+            story.check(payments.calls(ORDER) == before, "a re-decided payload was sent")
+
+    async def owner_goes_on(self) -> None:
+        """The owning workflow's next attempts: two at once if the case says so, up to three
+        recoveries, the last attempt, and a duplicate submission if the case says so."""
+        case, story = self.case, self.story
+        if case.concurrent:
+            outcomes = await asyncio.gather(self.attempt().run(), self.attempt().run())
             story.say(f"two at once: {list(outcomes)}")
-        for _ in range(3 if owner_runs else 0):
-            outcome = await attempt().run()
+        for _ in range(3):
+            outcome = await self.attempt().run()
             story.say(f"recovery: {outcome}")
             if outcome != "in_flight":
                 break
-        if owner_runs:
-            story.say(f"last attempt: {await attempt(last=True).run()}")
-        if case.then == "duplicate" and owner_runs:
-            before = payments.calls(ORDER)
-            again = await attempt().run()
+        story.say(f"last attempt: {await self.attempt(last=True).run()}")
+        if case.then == "duplicate":
+            before = self.payments.calls(ORDER)
+            again = await self.attempt().run()
             story.say(f"duplicate: {again}")
-            story.check(payments.calls(ORDER) == before, "a duplicate reached the service")
+            story.check(self.payments.calls(ORDER) == before, "a duplicate reached the service")
+
+    async def zombie_ends(self, ticket: Ticket, result: RefundResult | None) -> None:
+        """The zombie ends: its request, if it stalled, lands at last, and it records its
+        result."""
+        payments, story = self.payments, self.story
+        late = Gate(self.journal, clock=payments.clock)
+        try:
+            if result is None:  # the stalled request reaches the target at last
+                self.ledger.zombie_sent_late = True
+                try:
+                    result = await payments.refund(
+                        ORDER, ticket.input.amount_cents, idempotency_key=ticket.effect_id
+                    )
+                except Exception as err:  # what the adapter does with a failed send
+                    story.say(f"the zombie's request fails: {type(err).__name__}")
+                    await late.fail(ticket, err, last_attempt=True)
+            if result is not None:
+                done = await late.commit(ticket, result)
+                self.ledger.zombie_committed = True
+                story.say(f"the zombie records its result: {done.via}, after {done.after}")
+        except Exception as err:
+            story.say(f"the zombie's outcome: {type(err).__name__}")
+
+
+async def run_case(case: Case, workdir: Path) -> Story:
+    story = Story(case)
+    journal = open_journal(f"sqlite:///{workdir / 'journal.db'}", signing_key=KEY)
+    payments = SimulatedPayments(workdir / "payments.db", tier=case.tier)
+    try:
+        run = CaseRun(case, story, journal, payments)
+        ledger, request = run.ledger, run.request
+        zombie = await run.first_attempts()
+        await world_event(case.event, payments, journal, ledger, story, request)
+        owner_runs = ledger.cancelled_at is None
+        if case.then == "redecide" and owner_runs:
+            await run.redecide(zombie_alive=zombie is not None)
+        if case.then == "duplicate_other":
+            # another workflow submits the same effect: it may settle it by asking, never send
+            other = await run.attempt(workflow_id=OTHER_WORKFLOW).run()
+            story.say(f"another workflow: {other}")
+        if owner_runs:
+            await run.owner_goes_on()
         if zombie is not None:
-            ticket, result = zombie
-            late = Gate(journal, clock=payments.clock)
-            try:
-                if result is None:  # the stalled request reaches the target at last
-                    ledger.zombie_sent_late = True
-                    try:
-                        result = await payments.refund(
-                            ORDER, ticket.input.amount_cents, idempotency_key=ticket.effect_id
-                        )
-                    except Exception as err:  # what the adapter does with a failed send
-                        story.say(f"the zombie's request fails: {type(err).__name__}")
-                        await late.fail(ticket, err, last_attempt=True)
-                if result is not None:
-                    done = await late.commit(ticket, result)
-                    ledger.zombie_committed = True
-                    story.say(f"the zombie records its result: {done.via}, after {done.after}")
-            except Exception as err:
-                story.say(f"the zombie's outcome: {type(err).__name__}")
+            await run.zombie_ends(*zombie)
         if ledger.cancelled_at is not None:
             await reconcile(journal, payments, ledger, story, request)
         judge(story, journal, payments, effect_of(request), ledger)
@@ -351,13 +301,6 @@ async def run_case(case: Case, workdir: Path) -> Story:
         journal.close()
         payments.close()
     return story
-
-
-def effect_of(request: RefundRequest) -> str:
-    from interlock_temporal.core.identity import effect_id
-    from workflows.activities import refund_key
-
-    return effect_id("refund", refund_key(request))
 
 
 async def reconcile(
@@ -383,97 +326,6 @@ async def reconcile(
     except Exception as err:
         story.say(f"reconciler: {type(err).__name__}")
     ledger.reconciled = True
-
-
-async def world_event(
-    event: str,
-    payments: SimulatedPayments,
-    journal: Journal,
-    ledger: Ledger,
-    story: Story,
-    request: RefundRequest | None = None,
-) -> None:
-    if event == "revoke_lease":
-        journal.leases.revoke(ledger.lease)
-    elif event == "expire_lease":
-        _advance(payments, ledger, timedelta(hours=2))
-    elif event == "ineligible":
-        payments.set_eligible(ORDER, False)
-    elif event == "manual_refund":
-        payments.manual_refund(ORDER, AMOUNT)
-    elif event == "window_passes":
-        _advance(payments, ledger, timedelta(hours=25))
-    elif event == "near_window_end":
-        # inside the 24-hour window, but past its end less settle time and the margin
-        _advance(payments, ledger, timedelta(hours=24) - timedelta(minutes=2))
-    elif event == "budget_taken" and request is not None:
-        await _another_refund(journal, payments, ledger, request)
-    elif event == "tamper" and request is not None:
-        ledger.calls_at_tamper = payments.calls(ORDER)
-        if _tamper(journal, effect_of(request)):
-            ledger.tampered_at = time.time()
-    elif event == "owner_cancelled":
-        ledger.cancelled_at = time.time()
-    story.say(f"world: {event}")
-
-
-def _advance(payments: SimulatedPayments, ledger: Ledger, by: timedelta) -> None:
-    payments.advance_clock(by.total_seconds())
-    ledger.offsets.append((time.time(), ledger.offsets[-1][1] + by.total_seconds()))
-
-
-async def _another_refund(
-    journal: Journal, payments: SimulatedPayments, ledger: Ledger, request: RefundRequest
-) -> None:
-    """Another case refunds another order under the same lease: its reservation leaves less
-    of the budget than this refund needs."""
-    other = request.model_copy(
-        update={
-            "case_id": "other",
-            "order_id": OTHER_ORDER,
-            "premises": payments.order_facts(OTHER_ORDER),
-        }
-    )
-    case = CaseFile(
-        case_id="other", order_id=OTHER_ORDER, amount_cents=AMOUNT, lease_id=ledger.lease
-    )
-
-    async def send(ticket: Ticket) -> RefundResult:
-        r = ticket.input
-        return await payments.refund(r.order_id, r.amount_cents, idempotency_key=ticket.effect_id)
-
-    with suppress(GateOutcome):
-        await Gate(journal, clock=payments.clock).run(
-            refund_call(other, case, "wf-budget", 1), payments, send
-        )
-
-
-def _tamper(journal: Journal, eid: str) -> bool:
-    """The operator raises the approved amount stored beside the effect's dispatch, and the
-    digest its AUTHORIZED entry signed, to match (he has no key to sign them again)."""
-    path = Path(journal.url.removeprefix("sqlite:///"))
-    with closing(sqlite3.connect(path)) as db, db:
-        rows = db.execute(
-            "SELECT seq, kind, body, vals FROM entries WHERE effect_id = ? ORDER BY seq", (eid,)
-        ).fetchall()
-        dispatched = [(seq, vals) for seq, kind, _, vals in rows if kind == "DISPATCHED" and vals]
-        authorized = [(seq, body) for seq, kind, body, _ in rows if kind == "AUTHORIZED"]
-        if not dispatched or not authorized:
-            return False
-        seq_d, vals = dispatched[0]
-        edited = json.loads(vals)
-        edited["approved"][0]["amount_cents"] = AMOUNT + 900  # within the lease and its budget
-        db.execute(
-            "UPDATE entries SET vals = ? WHERE seq = ?",
-            (rfc8785.dumps(edited).decode(), seq_d),
-        )
-        seq_a, body = authorized[0]
-        doc = json.loads(body)
-        doc["data"]["approved_digest"] = hashlib.sha256(
-            rfc8785.dumps(edited["approved"])
-        ).hexdigest()
-        db.execute("UPDATE entries SET body = ? WHERE seq = ?", (rfc8785.dumps(doc), seq_a))
-    return True
 
 
 def judge(
