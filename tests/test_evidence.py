@@ -9,7 +9,6 @@ from typing import Any
 
 import pytest
 
-from interlock_temporal.core import protocol
 from interlock_temporal.core.targets import capabilities
 from workers import model_check, sweep, sweep_case
 

@@ -10,7 +10,6 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any, Literal
 
-from ..journal.claims import Claim
 from ..errors import InvalidCall
 from ..identity import (
     UnserializableInput,
@@ -20,6 +19,7 @@ from ..identity import (
     origin_of,
     unstable_part,
 )
+from ..journal.claims import Claim
 from ..models import Entry, Kind
 from ..policy import Decision
 from ..receipts import EffectView, fold_appended

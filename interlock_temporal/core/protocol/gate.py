@@ -10,9 +10,9 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from .. import premises as premise
-from ..journal.claims import Claim
 from ..errors import Ambiguous, HeadConflict, InFlight, Refused, UnstableEffectKey
 from ..journal import value_of
+from ..journal.claims import Claim
 from ..leases import Demand, charge_for, check_lease
 from ..models import Draft, Kind, Lease, Receipt
 from ..receipts import EffectView, fold, receipt_of

@@ -11,9 +11,9 @@ from dataclasses import dataclass
 from typing import Any, get_args
 
 from .. import premises as premise
-from ..journal.claims import Claim
 from ..errors import HeadConflict, InFlight, InvalidCall
 from ..identity import canonical, digest, jsonable
+from ..journal.claims import Claim
 from ..leases import Demand, charge_for, check_lease
 from ..models import Change, Draft, Kind, Lease, Receipt
 from ..receipts import EffectView, fold, fold_appended, receipt_of
