@@ -44,8 +44,10 @@ async def test_postgres_stopped_mid_send_loses_nothing(client: Client, tmp_path:
             workdir.mkdir()
             world = ServerWorld(client, workdir, tier, "gated", url, KEY)
             world.setup()
-            # the refund lands, then its response is held for 4 s: the outage starts inside it
-            world.payments.arm("after_commit", "stall", arg=4.0)
+            # the refund lands, then its response is held: the outage starts inside it. Held for
+            # 10 s, so all three are in flight at once even on a loaded machine (with 4 s, the
+            # first could commit before the third was dispatched there, and the moment never came)
+            world.payments.arm("after_commit", "stall", arg=10.0)
             worlds[tier] = world
         runs = {t: await w.start(w.case(start_to_close_s=30.0)) for t, w in worlds.items()}
 

@@ -31,7 +31,7 @@ from interlock_temporal.core.errors import (
 from interlock_temporal.core.identity import digest
 from interlock_temporal.core.journal import Journal
 from interlock_temporal.core.models import Change, Draft, Found, Kind
-from interlock_temporal.core.policy import Limits, Policy, PolicyGuard, block, deny_when, modify
+from interlock_temporal.core.policy import Limits, Policy, PolicyGuard, deny, deny_when, modify
 from interlock_temporal.core.protocol import (
     IN_FLIGHT_RETRY_S,
     NO_LEASE,
@@ -1421,7 +1421,7 @@ async def test_what_a_monitored_rule_would_have_done_is_recorded_under_its_name(
     journal: Journal, lease: str
 ) -> None:
     def no_refunds(event: Any) -> Any:
-        return block("NO_REFUNDS", "refunds are paused")
+        return deny("NO_REFUNDS", "refunds are paused")
 
     policy = Policy(rules=[no_refunds], mode="monitor", policy_id="refunds")
     gate = Gate(journal, policy=PolicyGuard(policy, journal.policy))
