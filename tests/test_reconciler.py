@@ -19,12 +19,13 @@ import pytest
 from temporalio.client import Client, WorkflowExecutionStatus, WorkflowFailureError
 from temporalio.service import RPCError
 
-from interlock_temporal._review import (
+from interlock_temporal._reconciler import (
+    ReconcileActivity,
     Reconciler,
     ReconcileReport,
     ReconcileRequest,
-    ReviewDesk,
 )
+from interlock_temporal._review import ReviewDesk
 from interlock_temporal.core.errors import Ambiguous
 from interlock_temporal.core.models import Kind
 from interlock_temporal.core.protocol import Gate, Ticket
@@ -266,10 +267,11 @@ async def test_the_plugin_runs_the_reconciler_on_a_schedule(
 
 
 def test_the_review_desk_has_no_send_path() -> None:
-    """The reconciler settles by asking, refusing or asking a person: the desk keeps no way to
-    run a gated activity's body."""
-    assert not hasattr(ReviewDesk, "_send")
-    assert not any(name for name in vars(ReviewDesk) if "send" in name.lower())
+    """The reconciler settles by asking, refusing or asking a person: neither it nor the desk
+    keeps a way to run a gated activity's body."""
+    for keeper in (ReviewDesk, ReconcileActivity):
+        assert not hasattr(keeper, "_send")
+        assert not any(name for name in vars(keeper) if "send" in name.lower())
 
 
 async def reconciler_reports(client: Client, workflow_id: str) -> list[ReconcileReport]:
@@ -361,3 +363,4 @@ async def test_an_ambiguous_effect_with_no_review_gets_one(
         ]
         assert len(listed) == 1
         await review.terminate()
+
