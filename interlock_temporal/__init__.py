@@ -34,14 +34,8 @@ if TYPE_CHECKING:
     from ._gated import EffectContext, current_effect, gated, report_cost
     from ._interceptor import InterlockInterceptor
     from ._plugin import InterlockPlugin
-    from ._review import (
-        EffectReview,
-        Reconciler,
-        ReconcileReport,
-        ReconcileRequest,
-        Resolution,
-        ReviewStatus,
-    )
+    from ._reconciler import Reconciler, ReconcileReport, ReconcileRequest
+    from ._review_workflow import EffectReview, Resolution, ReviewStatus
     from ._telemetry import Telemetry
 
 _LAZY = {
@@ -61,12 +55,12 @@ _LAZY = {
     "InterlockInterceptor": "._interceptor",
     "InterlockPlugin": "._plugin",
     "Telemetry": "._telemetry",
-    "EffectReview": "._review",
-    "Reconciler": "._review",
-    "ReconcileRequest": "._review",
-    "ReconcileReport": "._review",
-    "Resolution": "._review",
-    "ReviewStatus": "._review",
+    "EffectReview": "._review_workflow",
+    "Reconciler": "._reconciler",
+    "ReconcileRequest": "._reconciler",
+    "ReconcileReport": "._reconciler",
+    "Resolution": "._review_workflow",
+    "ReviewStatus": "._review_workflow",
 }
 
 __all__ = [

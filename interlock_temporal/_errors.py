@@ -9,6 +9,7 @@ from __future__ import annotations
 from datetime import timedelta
 from typing import Any
 
+from pydantic import ValidationError
 from temporalio.exceptions import ActivityError, ApplicationError
 
 from .core.errors import Denied
@@ -164,3 +165,17 @@ def receipt_from(error: BaseException) -> Receipt | None:
         return None
     details = list(cause.details)
     return Receipt.model_validate(details[0]) if details else None
+
+
+def describe_invalid(err: BaseException, param: str) -> str:
+    """Which fields are wrong and how, without echoing any input value."""
+    cause: BaseException | None = err
+    while cause is not None and not isinstance(cause, ValidationError):
+        cause = cause.__cause__ or cause.__context__
+    if cause is None:
+        return f"argument {param!r} could not be decoded ({type(err).__name__})"
+    problems = []
+    for e in cause.errors(include_url=False, include_input=False, include_context=False):
+        where = ".".join(str(part) for part in (param, *e["loc"]))
+        problems.append(f"{where}: {e['type']}")
+    return "; ".join(problems)

@@ -10,12 +10,12 @@ from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Any, ParamSpec, TypeVar, cast, get_type_hints, overload
 
-from pydantic import TypeAdapter, ValidationError
+from pydantic import TypeAdapter
 from temporalio import activity
 from temporalio.common import RawValue
 from temporalio.converter import PayloadConverter
 
-from ._errors import InterlockNotInstalled, InvalidEffectInput
+from ._errors import InterlockNotInstalled, InvalidEffectInput, describe_invalid
 from .core.protocol import Measure
 from .core.targets import EffectTarget, check_declaration
 
@@ -75,24 +75,15 @@ def current_effect() -> EffectContext:
 
 
 @dataclass(frozen=True)
-class GateSpec:
-    fn: Callable[..., Any]
-    target: EffectTarget
-    key: Callable[..., Any] | None
-    #: None: the activity's name (as registered), resolved when the activity runs
-    effect_type: str | None
-    premises: str | None
-    amount: Callable[..., int | None] | None
-    resource: Callable[..., str | None] | None
+class Inputs:
+    """A gated activity's parameters: decodes its arguments (raw from Temporal, or the recorded
+    approved input) into their types. Knows nothing else of the activity: the reconciler
+    decodes with it and never holds the body."""
+
+    label: str
     param_names: tuple[str, ...]
     arg_types: tuple[Any, ...]
-    return_type: Any
-    is_async: bool
     _adapters: dict[int, TypeAdapter[Any]] = field(default_factory=dict, compare=False)
-
-    @property
-    def label(self) -> str:
-        return self.effect_type or str(getattr(self.fn, "__name__", "activity"))
 
     def _adapter(self, index: int) -> TypeAdapter[Any]:
         adapter = self._adapters.get(index)
@@ -122,6 +113,37 @@ class GateSpec:
                 ) from None
             values.append(value)
         return tuple(values)
+
+    def decode_json(self, data: list[Any]) -> tuple[Any, ...]:
+        """The recorded approved input (JSON data) as the body's argument types."""
+        return self.decode(data, PayloadConverter.default)
+
+
+@dataclass(frozen=True)
+class GateSpec:
+    fn: Callable[..., Any]
+    target: EffectTarget
+    key: Callable[..., Any] | None
+    #: None: the activity's name (as registered), resolved when the activity runs
+    effect_type: str | None
+    premises: str | None
+    amount: Callable[..., int | None] | None
+    resource: Callable[..., str | None] | None
+    param_names: tuple[str, ...]
+    arg_types: tuple[Any, ...]
+    return_type: Any
+    is_async: bool
+    inputs: Inputs = field(init=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "inputs", Inputs(self.label, self.param_names, self.arg_types))
+
+    @property
+    def label(self) -> str:
+        return self.effect_type or str(getattr(self.fn, "__name__", "activity"))
+
+    def decode(self, raw: Sequence[Any], converter: PayloadConverter) -> tuple[Any, ...]:
+        return self.inputs.decode(raw, converter)
 
     def _extract(self, fn: Any, what: str, args: tuple[Any, ...], label: str) -> Any:
         try:
@@ -157,22 +179,7 @@ class GateSpec:
         return measure
 
     def decode_json(self, data: list[Any]) -> tuple[Any, ...]:
-        """The recorded approved input (JSON data) as the body's argument types."""
-        return self.decode(data, PayloadConverter.default)
-
-
-def describe_invalid(err: BaseException, param: str) -> str:
-    """Which fields are wrong and how, without echoing any input value."""
-    cause: BaseException | None = err
-    while cause is not None and not isinstance(cause, ValidationError):
-        cause = cause.__cause__ or cause.__context__
-    if cause is None:
-        return f"argument {param!r} could not be decoded ({type(err).__name__})"
-    problems = []
-    for e in cause.errors(include_url=False, include_input=False, include_context=False):
-        where = ".".join(str(part) for part in (param, *e["loc"]))
-        problems.append(f"{where}: {e['type']}")
-    return "; ".join(problems)
+        return self.inputs.decode_json(data)
 
 
 @overload
@@ -227,22 +234,8 @@ def gated(
     """
 
     def decorate(body: Callable[P, R]) -> Callable[P, R]:
-        if hasattr(body, "__temporal_activity_definition"):
-            raise TypeError("put @gated(...) under @activity.defn, not above it")
-        sig = inspect.signature(body)
-        params = list(sig.parameters.values())
-        if any(p.kind not in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD) for p in params):
-            raise TypeError(f"gated activity {body.__name__}: only positional parameters")
-        hints = get_type_hints(body)
-        missing = [p.name for p in params if p.name not in hints]
-        if missing:
-            raise TypeError(
-                f"gated activity {body.__name__}: parameters need type hints: {', '.join(missing)}"
-            )
-        if premises is not None and len(params) != 1:
-            raise TypeError("premises= names a field of the input: the activity needs one argument")
+        params, hints = _typed_parameters(body, premises)
         check_declaration(target)
-        is_async = inspect.iscoroutinefunction(body)
         spec = GateSpec(
             fn=body,
             target=target,
@@ -254,50 +247,77 @@ def gated(
             param_names=tuple(p.name for p in params),
             arg_types=tuple(hints[p.name] for p in params),
             return_type=hints.get("return"),
-            is_async=is_async,
+            is_async=inspect.iscoroutinefunction(body),
         )
-
-        def check() -> None:
-            entry = _current.get()
-            if entry is None or entry[0] is not spec:
-                raise InterlockNotInstalled(body.__name__)
-
-        wrapper: Callable[..., Any]
-        if is_async:
-
-            @functools.wraps(body)
-            async def async_wrapper(*args: Any) -> Any:
-                check()
-                return await cast(Callable[..., Any], body)(*args)
-
-            wrapper = async_wrapper
-        else:
-
-            @functools.wraps(body)
-            def sync_wrapper(*args: Any) -> Any:
-                check()
-                # the send must not be interrupted by Temporal's cancellation of the attempt
-                with activity.shield_thread_cancel_exception():
-                    return cast(Callable[..., Any], body)(*args)
-
-            wrapper = sync_wrapper
-
-        # Temporal decodes arguments with the function's hints *before* any interceptor runs,
-        # and a decoding error there is retried forever. Declaring the parameters raw lets the
-        # interceptor decode them and fail bad input once, non-retryably, naming the field.
-        raw_params = [p.replace(annotation=RawValue) for p in params]
-        wrapper.__signature__ = sig.replace(  # type: ignore[union-attr]
-            parameters=raw_params, return_annotation=hints.get("return", sig.return_annotation)
-        )
-        wrapper.__annotations__ = {
-            **{p.name: RawValue for p in params},
-            **({"return": hints["return"]} if "return" in hints else {}),
-        }
-        del wrapper.__wrapped__  # type: ignore[attr-defined]
-        setattr(wrapper, SPEC_ATTR, spec)
-        return cast(Callable[P, R], wrapper)
+        return cast(Callable[P, R], _wrap(body, spec, hints))
 
     return decorate(fn) if fn is not None else decorate
+
+
+def _typed_parameters(
+    body: Callable[..., Any], premises: str | None
+) -> tuple[list[inspect.Parameter], dict[str, Any]]:
+    """The body's parameters and type hints, refused where the gate could not decode them."""
+    if hasattr(body, "__temporal_activity_definition"):
+        raise TypeError("put @gated(...) under @activity.defn, not above it")
+    params = list(inspect.signature(body).parameters.values())
+    if any(p.kind not in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD) for p in params):
+        raise TypeError(f"gated activity {body.__name__}: only positional parameters")
+    hints = get_type_hints(body)
+    missing = [p.name for p in params if p.name not in hints]
+    if missing:
+        raise TypeError(
+            f"gated activity {body.__name__}: parameters need type hints: {', '.join(missing)}"
+        )
+    if premises is not None and len(params) != 1:
+        raise TypeError("premises= names a field of the input: the activity needs one argument")
+    return params, hints
+
+
+def _wrap(body: Callable[..., Any], spec: GateSpec, hints: dict[str, Any]) -> Callable[..., Any]:
+    """The activity Temporal registers: runs the body only inside the gate's protocol for
+    ``spec``, and declares its parameters raw."""
+
+    def check() -> None:
+        entry = _current.get()
+        if entry is None or entry[0] is not spec:
+            raise InterlockNotInstalled(body.__name__)
+
+    wrapper: Callable[..., Any]
+    if spec.is_async:
+
+        @functools.wraps(body)
+        async def async_wrapper(*args: Any) -> Any:
+            check()
+            return await body(*args)
+
+        wrapper = async_wrapper
+    else:
+
+        @functools.wraps(body)
+        def sync_wrapper(*args: Any) -> Any:
+            check()
+            # the send must not be interrupted by Temporal's cancellation of the attempt
+            with activity.shield_thread_cancel_exception():
+                return body(*args)
+
+        wrapper = sync_wrapper
+
+    # Temporal decodes arguments with the function's hints *before* any interceptor runs,
+    # and a decoding error there is retried forever. Declaring the parameters raw lets the
+    # interceptor decode them and fail bad input once, non-retryably, naming the field.
+    sig = inspect.signature(body)
+    raw_params = [p.replace(annotation=RawValue) for p in sig.parameters.values()]
+    wrapper.__signature__ = sig.replace(  # type: ignore[union-attr]
+        parameters=raw_params, return_annotation=hints.get("return", sig.return_annotation)
+    )
+    wrapper.__annotations__ = {
+        **{p.name: RawValue for p in raw_params},
+        **({"return": hints["return"]} if "return" in hints else {}),
+    }
+    del wrapper.__wrapped__  # type: ignore[attr-defined]
+    setattr(wrapper, SPEC_ATTR, spec)
+    return wrapper
 
 
 def spec_of(fn: Any) -> GateSpec | None:

@@ -32,6 +32,7 @@ from ._errors import (
 )
 from ._gated import EffectContext, GateSpec, _cost, _current, parameter_names, spec_of
 from ._review import ReviewDesk
+from ._runtime import GateSource, WorkerRuntime
 from ._telemetry import REASON, VERDICT, Attempt, Telemetry
 from .core.authority import (
     ActivityBinding,
@@ -48,15 +49,13 @@ from .core.errors import (
     Denied,
     InFlight,
     InvalidCall,
-    JournalConfigError,
     JournalCorrupt,
     JournalUnavailable,
     NeedsApproval,
     Refused,
     UnstableEffectKey,
 )
-from .core.journal import Journal, KeyLike, keyring_for, open_journal, parse_journal_url
-from .core.journal.signing import Keyring
+from .core.journal import Journal, KeyLike
 from .core.models import Kind
 from .core.policy import (
     CallEvent,
@@ -130,6 +129,45 @@ def delivery_nonce(info: temporalio.activity.Info) -> str:
     return f"{info.workflow_run_id}/{info.activity_id}/{info.attempt}{stamp}"
 
 
+def delivery_of(info: temporalio.activity.Info) -> Delivery:
+    """Which Temporal delivery carries this attempt (recorded, never part of the identity)."""
+    return Delivery(
+        workflow_id=info.workflow_id,
+        run_id=info.workflow_run_id,
+        activity_id=info.activity_id,
+        attempt=info.attempt,
+        task_queue=info.task_queue,
+    )
+
+
+def call_of(
+    spec: GateSpec,
+    info: temporalio.activity.Info,
+    args: tuple[Any, ...],
+    authority: Authority | None,
+) -> Call:
+    """The core's view of one attempt of a gated activity: the only place the adapter builds a
+    ``Call``."""
+    effect_type = spec.effect_type or info.activity_type
+    return Call(
+        effect_type=effect_type,
+        activity=info.activity_type,
+        input=args[0] if len(args) == 1 else args,
+        args=args,
+        key=spec.key_of(args, effect_type),
+        premises_field=spec.premises,
+        principal=authority.principal if authority else None,
+        lease_id=authority.lease_id if authority else None,
+        session=(authority.session if authority else None) or info.workflow_id,
+        namespace=info.workflow_namespace,
+        measure=spec.measurer(effect_type),
+        delivery=delivery_of(info),
+        last_attempt=is_last_attempt(info),
+        decode_args=spec.decode_json,
+        param_names=spec.param_names,
+    )
+
+
 def _non_retryable(error: BaseException, info: temporalio.activity.Info) -> bool:
     if isinstance(error, ApplicationError) and error.non_retryable:
         return True
@@ -141,8 +179,8 @@ def _non_retryable(error: BaseException, info: temporalio.activity.Info) -> bool
 
 
 class InterlockInterceptor(temporalio.worker.Interceptor):
-    """Register on a worker (``InterlockPlugin`` does it for you). Gated activities run the
-    effect protocol; other activities pass through untouched.
+    """Register on a worker (``InterlockPlugin`` does it for you, one per worker). Gated
+    activities run the effect protocol; other activities pass through untouched.
 
     ``older_keys``: journal keys retired by a rotation, kept so that the entries and the
     authority headers they signed still verify."""
@@ -159,21 +197,49 @@ class InterlockInterceptor(temporalio.worker.Interceptor):
         policy: Policy | PolicyFollower | None = None,
         telemetry: Telemetry | None = None,
     ) -> None:
-        self._journal_arg = journal
-        self.telemetry = telemetry or Telemetry()
-        self._signing_key = signing_key
-        self._older_keys = tuple(older_keys)
-        self._on_point = on_point
-        self._policy = policy
-        self._gate: Gate | None = None
-        self._authority_keys: AuthorityKeys | None = None
-        #: set by ``InterlockPlugin`` on a ``Replayer``: no journal is opened (or created)
-        self.replay_only = False
-        #: the worker's client, for thread-pool activities (they have no activity.client())
-        self.client: temporalio.client.Client | None = client
-        self.desk = ReviewDesk(
-            lambda: self.gate, lambda: self.client, review_rules or ReviewRules()
+        source = GateSource(
+            journal,
+            signing_key=signing_key,
+            older_keys=older_keys,
+            on_point=on_point,
+            policy=policy,
+            telemetry=telemetry,
         )
+        self._bind(WorkerRuntime(source, client=client, review_rules=review_rules))
+
+    @classmethod
+    def of(cls, runtime: WorkerRuntime) -> InterlockInterceptor:
+        """The interceptor of one worker's ``runtime`` (``InterlockPlugin`` makes one per
+        worker)."""
+        interceptor = cls.__new__(cls)
+        interceptor._bind(runtime)
+        return interceptor
+
+    def _bind(self, runtime: WorkerRuntime) -> None:
+        self.runtime = runtime
+        self.desk = ReviewDesk(runtime)
+
+    @property
+    def telemetry(self) -> Telemetry:
+        return self.runtime.telemetry
+
+    @property
+    def client(self) -> temporalio.client.Client | None:
+        """The worker's client, for thread-pool activities (they have no activity.client())."""
+        return self.runtime.client
+
+    @client.setter
+    def client(self, client: temporalio.client.Client | None) -> None:
+        self.runtime.client = client
+
+    @property
+    def replay_only(self) -> bool:
+        """A Replayer's interceptor: no journal is opened (or created) for it."""
+        return self.runtime.replay_only
+
+    @replay_only.setter
+    def replay_only(self, replay_only: bool) -> None:
+        self.runtime.replay_only = replay_only
 
     @property
     def journal(self) -> Journal:
@@ -181,22 +247,7 @@ class InterlockInterceptor(temporalio.worker.Interceptor):
 
     @property
     def gate(self) -> Gate:
-        if self._gate is None:
-            journal = self._journal_arg
-            if not isinstance(journal, Journal):
-                journal = open_journal(
-                    journal, signing_key=self._signing_key, older_keys=self._older_keys
-                )
-            # the worker's loop polls and runs workflows too: a flush on it would hold them up,
-            # which cost the server more CPU per activity than the hand-off to the writer thread
-            journal.loop_shared = True
-            guard = (
-                None
-                if self._policy is None
-                else PolicyGuard(self._policy, journal.policy, on_decision=self.telemetry.decided)
-            )
-            self._gate = Gate(journal, on_point=self._on_point, policy=guard)
-        return self._gate
+        return self.runtime.gate
 
     @property
     def guard(self) -> PolicyGuard | None:
@@ -204,30 +255,8 @@ class InterlockInterceptor(temporalio.worker.Interceptor):
 
     @property
     def authority_keys(self) -> AuthorityKeys:
-        """The keys that sign and verify ``act_as`` headers, derived from the journal's keyring
-        (so they rotate with it). Derived once, outside any workflow: no I/O in the sandbox."""
-        if self._authority_keys is None:
-            if self._gate is None and self.replay_only and isinstance(self._journal_arg, str):
-                return AuthorityKeys.of(self._replay_keyring(self._journal_arg))
-            self._authority_keys = AuthorityKeys.of(self.journal.keyring)
-        return self._authority_keys
-
-    def _replay_keyring(self, url: str) -> Keyring:
-        """A Replayer runs no activity and needs no journal: the keys are read where the
-        journal's would come from, creating nothing. Without them, a run's inherited authority
-        does not verify (which changes nothing a replay checks, unless workflow code reads
-        ``current_principal()``)."""
-        where = parse_journal_url(url)
-        try:
-            return keyring_for(
-                None if where.scheme == "postgresql" else where.path,
-                self._signing_key,
-                self._older_keys,
-                create=False,
-            )
-        except JournalConfigError as err:
-            log.warning("replaying without the journal's keys: %s", err)
-            return Keyring(None)
+        """The keys that sign and verify ``act_as`` headers (see ``GateSource``)."""
+        return self.runtime.authority_keys
 
     def intercept_activity(
         self, next: temporalio.worker.ActivityInboundInterceptor
@@ -281,7 +310,7 @@ class _ActivityInbound(temporalio.worker.ActivityInboundInterceptor):
                     return await self.next.execute_activity(input)
                 return await self._policed(guard, input, meter)
             info = temporalio.activity.info()
-            self._root.desk.specs.setdefault(info.activity_type, spec)
+            self._root.runtime.runs(info.activity_type, spec)
             gate = self._root.gate
             try:
                 with self._root.telemetry.attempt(
@@ -375,7 +404,7 @@ class _ActivityInbound(temporalio.worker.ActivityInboundInterceptor):
     ) -> Any:
         authority = self._root.authority(input)
         args = spec.decode(input.args, temporalio.activity.payload_converter())
-        call = self._call(spec, info, args, authority)
+        call = call_of(spec, info, args, authority)
         with _as_temporal_errors():
             gate = self._root.gate
             step = await gate.begin(call, spec.target)
@@ -443,39 +472,6 @@ class _ActivityInbound(temporalio.worker.ActivityInboundInterceptor):
             )
         except Exception as err:
             log.warning("could not open the %s review of %s: %s", kind, effect_id[:21], err)
-
-    def _call(
-        self,
-        spec: GateSpec,
-        info: temporalio.activity.Info,
-        args: tuple[Any, ...],
-        authority: Authority | None,
-    ) -> Call:
-        effect_type = spec.effect_type or info.activity_type
-        key = spec.key_of(args, effect_type)
-        return Call(
-            effect_type=effect_type,
-            activity=info.activity_type,
-            input=args[0] if len(args) == 1 else args,
-            args=args,
-            key=key,
-            premises_field=spec.premises,
-            principal=authority.principal if authority else None,
-            lease_id=authority.lease_id if authority else None,
-            session=(authority.session if authority else None) or info.workflow_id,
-            namespace=info.workflow_namespace,
-            measure=spec.measurer(effect_type),
-            delivery=Delivery(
-                workflow_id=info.workflow_id,
-                run_id=info.workflow_run_id,
-                activity_id=info.activity_id,
-                attempt=info.attempt,
-                task_queue=info.task_queue,
-            ),
-            last_attempt=is_last_attempt(info),
-            decode_args=spec.decode_json,
-            param_names=spec.param_names,
-        )
 
     async def _send_and_record(
         self,

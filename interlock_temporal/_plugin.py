@@ -18,7 +18,9 @@ from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner
 
 from ._gated import argument_names, spec_of
 from ._interceptor import InterlockInterceptor
-from ._review import EffectReview, Reconciler, ReconcileRequest
+from ._reconciler import ReconcileActivity, Reconciler, ReconcileRequest
+from ._review_workflow import EffectReview
+from ._runtime import GateSource, WorkerRuntime
 from ._telemetry import Telemetry
 from .core.journal import Journal, KeyLike
 from .core.policy import Policy
@@ -90,17 +92,17 @@ class InterlockPlugin(SimplePlugin):
         self._policy: Policy | PolicySource | None = (
             PolicySource(policy) if isinstance(policy, str | os.PathLike) else policy
         )
-        self.interceptor = InterlockInterceptor(
+        #: the gate every worker of this plugin runs on (one journal), opened on first use
+        self._source = GateSource(
             journal,
             signing_key=signing_key,
             older_keys=older_keys,
             on_point=on_point,
-            review_rules=review,
             policy=self._policy,
             telemetry=telemetry,
         )
-        desk = self.interceptor.desk
-        desk.task_queue = review_task_queue
+        self._review = review or ReviewRules()
+        self._review_task_queue = review_task_queue
         self._reconcile = (
             None
             if reconcile_every is None
@@ -112,23 +114,28 @@ class InterlockPlugin(SimplePlugin):
         super().__init__(
             "interlock_temporal.InterlockPlugin",
             data_converter=_with_pydantic,
-            interceptors=[self.interceptor],
             workflow_runner=_with_passthrough,
             workflows=[EffectReview, Reconciler],
-            activities=[desk.record_decision, desk.reconcile],
         )
 
     def configure_worker(
         self, config: temporalio.worker.WorkerConfig
     ) -> temporalio.worker.WorkerConfig:
-        self.interceptor.client = config.get("client")
+        """Each worker gets its own runtime (its client, its gated activities), with its own
+        interceptor, review desk and reconciler on it; all share the plugin's gate."""
+        runtime = WorkerRuntime(
+            self._source,
+            client=config.get("client"),
+            review_rules=self._review,
+            review_task_queue=self._review_task_queue,
+        )
         arguments: dict[str, frozenset[str] | None] = {}
         for fn in config.get("activities") or []:
             name = _Definition.must_from_callable(fn).name or ""
             arguments[name] = argument_names(fn)
             spec = spec_of(fn)
             if spec is not None:
-                self.interceptor.desk.specs[name] = spec
+                runtime.runs(name, spec)
         # a rule naming an argument no activity has is a typo: refuse it now (and on reload)
         policy = self._policy
         if isinstance(policy, PolicySource):
@@ -136,14 +143,24 @@ class InterlockPlugin(SimplePlugin):
         elif policy is not None:
             check_arguments(policy, arguments)
         # open the journal now: a bad URL or key fails the worker, not its first activity
-        _ = self.interceptor.gate
+        _ = runtime.gate
+        interceptor = InterlockInterceptor.of(runtime)
+        reconciler = ReconcileActivity(runtime, interceptor.desk)
+        config["interceptors"] = [*(config.get("interceptors") or []), interceptor]
+        config["activities"] = [
+            *(config.get("activities") or []),
+            interceptor.desk.record_decision,
+            reconciler.reconcile,
+        ]
         return super().configure_worker(config)
 
     def configure_replayer(
         self, config: temporalio.worker.ReplayerConfig
     ) -> temporalio.worker.ReplayerConfig:
         # a replay runs no activity: the journal is not opened (nor created) for it
-        self.interceptor.replay_only = True
+        runtime = WorkerRuntime(self._source, review_rules=self._review, replay_only=True)
+        interceptor = InterlockInterceptor.of(runtime)
+        config["interceptors"] = [*(config.get("interceptors") or []), interceptor]
         return super().configure_replayer(config)
 
     async def run_worker(

@@ -17,7 +17,8 @@ from .core.models import EffectRow, Entry, Lease, Receipt, VerifyReport
 from .core.report import JournalReport
 
 if TYPE_CHECKING:  # the review models import Temporal: only the type checker needs them here
-    from ._review import ReconcileReport, ReviewStatus
+    from ._reconciler import ReconcileReport
+    from ._review_workflow import ReviewStatus
 
 __all__ = [
     "ReviewLine",

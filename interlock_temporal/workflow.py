@@ -13,7 +13,7 @@ from temporalio.exceptions import ActivityError, ApplicationError
 
 from ._context import Authority, current_authority
 from ._errors import EffectRefused, receipt_from
-from ._review import RESOLUTION_SIGNAL, Resolution
+from ._review_workflow import RESOLUTION_SIGNAL, Resolution
 from .core.models import Receipt
 
 __all__ = ["act_as", "current_principal", "execute_effect", "receipt_from"]

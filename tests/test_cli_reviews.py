@@ -26,13 +26,14 @@ from temporalio.service import RPCError
 from temporalio.worker import Worker
 
 from interlock_temporal import InterlockPlugin
+from interlock_temporal._reconciler import ReconcileOutcome, ReconcileReport
 from interlock_temporal._render import (
     ReviewLine,
     reconcile_summary,
     render_reconcile,
     render_reviews,
 )
-from interlock_temporal._review import ReconcileOutcome, ReconcileReport, ReviewStatus
+from interlock_temporal._review_workflow import ReviewStatus
 from interlock_temporal.cli import main, settled
 from interlock_temporal.cli._args import parse_age as _age
 from interlock_temporal.core import Call, Gate, Journal, Kind, open_journal, receipt

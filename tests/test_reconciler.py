@@ -10,30 +10,46 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import time
 import uuid
 from datetime import timedelta
 from pathlib import Path
+from typing import Any
 
 import pytest
+from temporalio import activity
 from temporalio.client import Client, WorkflowExecutionStatus, WorkflowFailureError
+from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.service import RPCError
+from temporalio.worker import Worker
 
-from interlock_temporal._review import (
+from interlock_temporal import InterlockInterceptor, InterlockPlugin, current_effect, gated
+from interlock_temporal._reconciler import (
+    ReconcileActivity,
     Reconciler,
     ReconcileReport,
     ReconcileRequest,
-    ReviewDesk,
 )
+from interlock_temporal._review import ReviewDesk
+from interlock_temporal._runtime import DeclaredTarget
 from interlock_temporal.core.errors import Ambiguous
+from interlock_temporal.core.journal import open_journal
 from interlock_temporal.core.models import Kind
-from interlock_temporal.core.protocol import Gate, Ticket
-from interlock_temporal.core.receipts import receipt
-from interlock_temporal.core.review import review_id
+from interlock_temporal.core.protocol import Call, Gate, Ticket
+from interlock_temporal.core.receipts import fold, receipt
+from interlock_temporal.core.review import record_resolution, review_id
+from interlock_temporal.targets.payments import (
+    PaymentsUnavailable,
+    RefundRequest,
+    RefundResult,
+    SimulatedPayments,
+)
 from interlock_temporal.testing import DevServer
 from workers.inprocess_world import refund_call
 from workers.scenarios import ORDER
 from workers.server_world import ServerWorld
+from workflows.activities import REFUND_EFFECT
 from workflows.support_case import CaseFile
 
 from .test_server import rig
@@ -266,10 +282,11 @@ async def test_the_plugin_runs_the_reconciler_on_a_schedule(
 
 
 def test_the_review_desk_has_no_send_path() -> None:
-    """The reconciler settles by asking, refusing or asking a person: the desk keeps no way to
-    run a gated activity's body."""
-    assert not hasattr(ReviewDesk, "_send")
-    assert not any(name for name in vars(ReviewDesk) if "send" in name.lower())
+    """The reconciler settles by asking, refusing or asking a person: neither it nor the desk
+    keeps a way to run a gated activity's body."""
+    for keeper in (ReviewDesk, ReconcileActivity):
+        assert not hasattr(keeper, "_send")
+        assert not any(name for name in vars(keeper) if "send" in name.lower())
 
 
 async def reconciler_reports(client: Client, workflow_id: str) -> list[ReconcileReport]:
@@ -361,3 +378,160 @@ async def test_an_ambiguous_effect_with_no_review_gets_one(
         ]
         assert len(listed) == 1
         await review.terminate()
+
+
+#: every state the reconciler handles, and what it ends each as on tiers 1, 2 and 3: (final,
+#: via or code), or None when it leaves the effect as it is
+STATES: dict[str, tuple[tuple[str, str | None] | None, ...]] = {
+    # dispatched, never sent, its owner gone
+    "in_doubt_unsent": (("REFUSED", "abandoned"),) * 2 + (("AMBIGUOUS", "unknowable"),),
+    # dispatched and landed at the target, never recorded, its owner gone
+    "in_doubt_landed": (("COMMITTED", "recovery-query"),) * 2 + (("AMBIGUOUS", "unknowable"),),
+    "ambiguous": (("AMBIGUOUS", "send_failed"),) * 3,
+    # AMBIGUOUS, then the attempt in doubt's late COMMITTED
+    "committed_late": (None,) * 3,
+    "not_sent": (("REFUSED", "abandoned"),) * 3,
+    # AMBIGUOUS, then a person's not_happened
+    "not_happened": (("REFUSED", "abandoned"),) * 3,
+}
+
+
+def tier_refund(tier: int, payments: SimulatedPayments, bodies: list[int]) -> Any:
+    @activity.defn(name=f"refund_t{tier}")
+    @gated(target=payments, **REFUND_EFFECT)
+    async def refund(r: RefundRequest) -> RefundResult:
+        bodies.append(tier)
+        return await payments.refund(
+            r.order_id, r.amount_cents, idempotency_key=current_effect().effect_id
+        )
+
+    return refund
+
+
+async def leave_in(state: str, gate: Gate, payments: SimulatedPayments, call: Call) -> str:
+    """The effect of ``call`` left in ``state`` by its owner's attempts (which send, as the
+    gate's attempt path does, straight to the payments service); its owner is gone."""
+    step = await gate.begin(call, payments)
+    assert isinstance(step, Ticket)
+    eid = step.effect_id
+
+    async def send() -> RefundResult:
+        return await payments.refund(ORDER, 2000, idempotency_key=eid)
+
+    if state in ("in_doubt_unsent", "in_doubt_landed"):
+        if state == "in_doubt_landed":
+            await send()
+        step.release()
+    elif state == "not_sent":
+        await gate.fail(step, PaymentsUnavailable("down"), last_attempt=False)
+    else:
+        with pytest.raises(Ambiguous):
+            await gate.fail(step, ConnectionResetError(), last_attempt=True)
+        if state == "committed_late":
+            await gate.commit(step, await send())
+        elif state == "not_happened":
+            view = fold(eid, gate.journal.read(eid))
+            record_resolution(
+                gate.journal, eid, kind="ambiguous", decision="not_happened", operators=["carol"]
+            )
+            assert view.status is Kind.AMBIGUOUS
+    return eid
+
+
+async def test_only_the_attempt_path_sends_never_the_reconciler(
+    dev_server: DevServer, tmp_path: Path
+) -> None:
+    """The real reconciler, over effects in every state it handles on tiers 1, 2 and 3, whose
+    owners are gone: it settles each (COMMITTED where the target finds it, REFUSED where the
+    absence is confirmed, AMBIGUOUS with a review where nobody can know) and the payments
+    service sees no refund call from it. It cannot: what its worker keeps of a gated activity
+    is the target as declared, without the body or any method that sends."""
+    db = tmp_path / "journal.db"
+    journal = open_journal(db, signing_key="11" * 32)
+    names = [f"refund_t{tier}" for tier in (1, 2, 3)]
+    lease = journal.leases.issue(
+        "refund-bot", activities=names, max_amount_cents=5000, resources=[f"order:{ORDER}"]
+    )
+    services = {t: SimulatedPayments(tmp_path / f"payments-{t}.db", tier=t) for t in (1, 2, 3)}
+    bodies: list[int] = []
+    plugin = InterlockPlugin(f"sqlite:///{db}", signing_key="11" * 32)
+    client = await Client.connect(
+        dev_server.target, data_converter=pydantic_data_converter, plugins=[plugin]
+    )
+    queue = f"never-sends-{uuid.uuid4().hex[:8]}"
+    gate = Gate(journal)
+    effects: dict[tuple[str, int], str] = {}
+    for tier, payments in services.items():
+        payments.open_order(ORDER, 100_000)
+        for state in STATES:
+            request = RefundRequest(
+                case_id=f"{state}-{tier}",
+                order_id=ORDER,
+                amount_cents=2000,
+                premises=payments.order_facts(ORDER),
+            )
+            case = CaseFile(
+                case_id=request.case_id, order_id=ORDER, amount_cents=2000, lease_id=lease
+            )
+            call = dataclasses.replace(
+                refund_call(request, case, f"wf-gone-{uuid.uuid4().hex[:8]}", 1),
+                activity=f"refund_t{tier}",
+                effect_type=f"refund_t{tier}",
+            )
+            effects[state, tier] = await leave_in(state, gate, payments, call)
+    sent = {t: (p.calls(ORDER), p.refunded_cents(ORDER)) for t, p in services.items()}
+    assert sent == {t: (2, 4000) for t in (1, 2, 3)}  # the owners' own sends: landed, late
+
+    activities = [tier_refund(t, p, bodies) for t, p in services.items()]
+    try:
+        async with Worker(client, task_queue=queue, activities=activities) as worker:
+            report = await reconcile(client, queue)
+            config = worker.config(active_config=True)
+            (interceptor,) = [
+                i for i in config.get("interceptors", []) if isinstance(i, InterlockInterceptor)
+            ]
+            (reconciler,) = [
+                a.__self__
+                for a in config["activities"]
+                if isinstance(getattr(a, "__self__", None), ReconcileActivity)
+            ]
+            assert reconciler.runtime is interceptor.runtime
+            for tier, name in enumerate(names, start=1):
+                kept = reconciler.runtime.recoverable(name)
+                assert kept is not None and isinstance(kept.target, DeclaredTarget)
+                payments = services[tier]
+                sends = {
+                    n
+                    for n in dir(payments)
+                    if not n.startswith("_") and callable(getattr(payments, n))
+                } - {"capture", "query", "validate", "classify", "clock", "confirmation"}
+                assert "refund" in sends
+                assert not [n for n in sends if hasattr(kept.target, n)]
+                held = [*vars(kept).values(), *vars(kept.target).values()]
+                assert not [v for v in held if v is payments or v is activities[tier - 1]]
+                assert not [v for v in held if getattr(v, "__wrapped__", None) is not None]
+
+        outcomes = {o.effect_id: o for o in report.outcomes}
+        for (state, tier), eid in effects.items():
+            expected = STATES[state][tier - 1]
+            if expected is None:
+                assert eid not in outcomes, outcomes.get(eid)
+                assert receipt(eid, journal=journal).final == "COMMITTED"
+                continue
+            outcome = outcomes[eid]
+            assert (outcome.final, outcome.via or outcome.code) == expected, (state, tier)
+            if outcome.final == "AMBIGUOUS":
+                assert outcome.review == review_id("ambiguous", eid)
+                await close_review(client, eid)
+
+        # the money, read from each payments service: the reconciler sent nothing, and no
+        # gated body ran
+        assert {t: (p.calls(ORDER), p.refunded_cents(ORDER)) for t, p in services.items()} == sent
+        assert {t: len(p.refund_records(ORDER)) for t, p in services.items()} == {
+            t: 2 for t in (1, 2, 3)
+        }
+        assert bodies == []
+    finally:
+        journal.close()
+        for payments in services.values():
+            payments.close()

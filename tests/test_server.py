@@ -175,6 +175,52 @@ def test_a_workers_journal_never_holds_the_workers_loop_for_a_flush(tmp_path: Pa
     given.close()
 
 
+async def test_each_worker_of_a_plugin_gets_its_own_runtime(
+    dev_server: DevServer, tmp_path: Path
+) -> None:
+    """One plugin on a client that builds two workers: each worker's interceptor, review desk
+    and reconciler run on that worker's own runtime (its client, the gated activities it runs),
+    and both workers share the plugin's one journal."""
+    payments = SimulatedPayments(tmp_path / "payments.db", tier=2)
+    plugin = InterlockPlugin(f"sqlite:///{tmp_path / 'journal.db'}", signing_key="11" * 32)
+    client = await Client.connect(
+        dev_server.target, data_converter=pydantic_data_converter, plugins=[plugin]
+    )
+
+    def interceptor_of(worker: Worker) -> InterlockInterceptor:
+        config = worker.config(active_config=True)
+        (interceptor,) = [
+            i for i in config.get("interceptors", []) if isinstance(i, InterlockInterceptor)
+        ]
+        return interceptor
+
+    def runtime_of(worker: Worker) -> Any:
+        config = worker.config(active_config=True)
+        (reconcile,) = [
+            a for a in config["activities"] if getattr(a, "__name__", "") == "reconcile"
+        ]
+        assert reconcile.__self__.runtime is interceptor_of(worker).runtime
+        return interceptor_of(worker).runtime
+
+    with ThreadPoolExecutor(2) as executor:
+        refunds = Worker(client, task_queue="a", activities=support_activities(payments))
+        syncs = Worker(
+            client,
+            task_queue="b",
+            activities=[sync_refund_activity(payments)],
+            activity_executor=executor,
+        )
+    assert interceptor_of(refunds) is not interceptor_of(syncs)
+    a, b = runtime_of(refunds), runtime_of(syncs)
+    assert a is not b
+    assert a.recoverable("refund") is not None and a.recoverable("refund_sync") is None
+    assert b.recoverable("refund") is None and b.recoverable("refund_sync") is not None
+    assert a.client is client and b.client is client
+    assert a.gate is b.gate  # one journal for the plugin's workers
+    a.gate.journal.close()
+    payments.close()
+
+
 async def test_gated_activity_without_the_plugin_never_runs_its_body(
     dev_server: DevServer, tmp_path: Path
 ) -> None:

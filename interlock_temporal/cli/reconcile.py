@@ -16,7 +16,7 @@ from ._temporal import failure_message, on_server
 if TYPE_CHECKING:
     from temporalio.client import Client
 
-    from .._review import ReconcileOutcome
+    from .._reconciler import ReconcileOutcome
 
 #: reconciler outcomes that need nobody: the effect is settled or in front of a person
 _SETTLED = frozenset({Kind.COMMITTED.value, Kind.REFUSED.value, Kind.RESOLVED.value})
@@ -56,7 +56,7 @@ async def reconcile(args: argparse.Namespace, client: Client) -> int:
     from temporalio.client import WorkflowFailureError
     from temporalio.exceptions import TimeoutError as WorkflowTimeout
 
-    from .._review import ReconcileReport, ReconcileRequest
+    from .._reconciler import ReconcileReport, ReconcileRequest
 
     task_queue: str = args.task_queue
     timeout: timedelta = args.timeout

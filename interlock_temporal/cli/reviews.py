@@ -38,7 +38,7 @@ from ._temporal import failure_message, is_not_found, on_server, temporal_namesp
 if TYPE_CHECKING:
     from temporalio.client import Client, WorkflowExecution
 
-    from .._review import ReviewStatus
+    from .._review_workflow import ReviewStatus
 
 #: a full effect id: 256 bits, hex
 _FULL_ID = re.compile(r"[0-9a-f]{64}")
@@ -74,7 +74,7 @@ async def _review_line(
     from temporalio.client import WorkflowExecutionStatus
     from temporalio.exceptions import TemporalError
 
-    from .._review import ReviewStatus
+    from .._review_workflow import ReviewStatus
 
     kind, effect_id = review_of(execution.id)
     handle = client.get_workflow_handle(
@@ -240,7 +240,7 @@ async def _no_open_review(
     from temporalio.exceptions import TemporalError
     from temporalio.service import RPCError
 
-    from .._review import ReviewStatus
+    from .._review_workflow import ReviewStatus
 
     handle = client.get_workflow_handle(workflow_id, result_type=ReviewStatus)
     try:
@@ -272,7 +272,7 @@ async def reviews_resolve(args: argparse.Namespace, client: Client) -> int:
     from temporalio.client import WorkflowUpdateFailedError
     from temporalio.service import RPCError
 
-    from .._review import ReviewStatus
+    from .._review_workflow import ReviewStatus
 
     effect_id = _effect_for_review(args)
     workflow_id = review_id(args.kind, effect_id)

@@ -1,5 +1,6 @@
-"""Reviews: what a person may decide about an effect, how a decision is checked, and how it is
-recorded. Plain Python: the review workflow's validator and the CLI use the same rules."""
+"""Reviews: how a person's decision is recorded, and what the person is shown. Plain Python: the
+review desk and the CLI use the same code. What may be decided, and how decisions are counted,
+is in ``review_rules`` (imported here too)."""
 
 from __future__ import annotations
 
@@ -9,110 +10,24 @@ from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
-
 from .errors import InterlockError
 from .identity import canonical, jsonable
 from .journal import Journal
-from .models import Draft, Kind, Receipt
+from .models import Draft, Kind
 from .policy import Approval, SessionState
 from .receipts import EffectView, fold, fold_appended, receipt_of
-
-ReviewKind = Literal["ambiguous", "approval", "circuit"]
-
-DECISIONS: dict[str, tuple[str, ...]] = {
-    "ambiguous": ("happened", "not_happened"),
-    "approval": ("approve", "reject"),
-    "circuit": ("reset",),
-}
-
-
-def review_id(kind: str, effect_id: str) -> str:
-    """The review workflow's id: one open review per effect and kind."""
-    return f"interlock-review-{kind}-{effect_id}"
-
-
-class Decision(BaseModel):
-    """What a person sends, from the Web UI, the CLI or code."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    decision: str
-    operator: str
-    note: str = ""
-    #: for ``happened``: what the effect returned, checked against the activity's return type
-    result: Any = None
-    #: for ``approve``: how long the approval lasts: one use (default), the whole session, or
-    #: ``ttl_s`` seconds
-    scope: Literal["once", "session"] | None = None
-    ttl_s: float | None = Field(default=None, gt=0)
-
-
-class ReviewRules(BaseModel):
-    """Who may decide, and how many must agree."""
-
-    model_config = ConfigDict(frozen=True)
-
-    allowed_operators: list[str] | None = None
-    min_approvals: int = Field(default=1, ge=1)
-    deadline_s: float | None = Field(default=None, gt=0)
+from .review_rules import DECISIONS as DECISIONS
+from .review_rules import Decision as Decision
+from .review_rules import Recorded as Recorded
+from .review_rules import ReviewKind as ReviewKind
+from .review_rules import ReviewRules as ReviewRules
+from .review_rules import decision_problem as decision_problem
+from .review_rules import review_id as review_id
+from .review_rules import tally as tally
 
 
 class ReviewError(InterlockError):
     """A decision that cannot be recorded (the message is shown to the person)."""
-
-
-def decision_problem(
-    kind: str,
-    d: Decision,
-    rules: ReviewRules,
-    principal: str | None,
-    already: Sequence[Decision] = (),
-) -> str | None:
-    """Why ``d`` may not be counted, or None. The text is what the Web UI displays."""
-    valid = DECISIONS.get(kind, ())
-    if d.decision not in valid:
-        return (
-            f"{d.decision!r} is not a decision for {kind} reviews: send one of {', '.join(valid)}"
-        )
-    operator = d.operator.strip()
-    if not operator:
-        return "operator must name the person deciding"
-    if rules.allowed_operators is not None and operator not in rules.allowed_operators:
-        return f"operator {operator!r} is not on this review's list of people who may decide"
-    if principal is not None and operator == principal:
-        return f"{operator!r} is the agent's own principal: no self-approval"
-    if d.result is not None and d.decision != "happened":
-        return "a result can be attested only with the decision happened"
-    if (d.scope is not None or d.ttl_s is not None) and d.decision != "approve":
-        return "scope and ttl_s belong to an approve decision only"
-    if d.scope == "session" and d.ttl_s is not None:
-        return "an approval lasts for the session or for ttl_s seconds, not both"
-    if any(v.operator.strip() == operator for v in already):
-        return f"operator {operator!r} has already decided this review"
-    return None
-
-
-def tally(votes: Sequence[Decision], min_approvals: int) -> tuple[str, list[str]] | None:
-    """The first decision that enough distinct people agree on: (decision, operators)."""
-    by_decision: dict[str, list[str]] = {}
-    for v in votes:
-        names = by_decision.setdefault(v.decision, [])
-        if v.operator.strip() not in names:
-            names.append(v.operator.strip())
-        if len(names) >= min_approvals:
-            return v.decision, names
-    return None
-
-
-class Recorded(BaseModel):
-    """The journal's answer to a decision."""
-
-    recorded: bool
-    state: Literal["resolved", "closed", "reopened"]
-    reason: str = ""
-    #: the effect's receipt (None for an approval: nothing has been proposed yet)
-    receipt: Receipt | None = None
 
 
 def record_resolution(

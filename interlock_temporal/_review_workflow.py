@@ -1,0 +1,380 @@
+"""The ``EffectReview`` workflow a person resolves from the Web UI (or the CLI), and the models
+it exchanges with workers and waiting workflows. Sandbox-safe: it imports no journal, no
+storage and no protocol, only what workflow code may import; the worker's side (opening
+reviews, recording decisions) is ``_review``."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any, Literal
+
+from pydantic import BaseModel, Field, ValidationError
+from temporalio import workflow
+from temporalio.api.failure.v1 import ApplicationFailureInfo, Failure
+from temporalio.common import RetryPolicy
+from temporalio.exceptions import ActivityError, ApplicationError, FailureError
+
+from ._errors import describe_invalid
+from .core.models import Receipt
+from .core.review_rules import (
+    Decision,
+    Recorded,
+    ReviewKind,
+    ReviewRules,
+    decision_problem,
+    tally,
+)
+
+RESOLUTION_SIGNAL = "interlock.resolution"
+RECORD_ACTIVITY = "interlock.record_decision"
+
+ReviewState = Literal["open", "recording", "resolved", "closed", "expired"]
+
+
+class ReviewRequest(BaseModel):
+    kind: ReviewKind
+    effect_id: str
+    activity: str
+    principal: str | None = None
+    rules: ReviewRules = Field(default_factory=ReviewRules)
+    #: the explanation shown in the Web UI (markdown), prepared from the journal by the worker
+    details: str = ""
+
+
+class Subscriber(BaseModel):
+    """A workflow waiting on the review's outcome."""
+
+    workflow_id: str
+
+
+class Resolution(BaseModel):
+    """What a waiting workflow is told when the review ends."""
+
+    effect_id: str
+    kind: ReviewKind
+    state: ReviewState
+    decision: str | None = None
+    operators: list[str] = Field(default_factory=list)
+    note: str = ""
+    result: Any = None
+    receipt: Receipt | None = None
+
+
+class ReviewStatus(BaseModel):
+    kind: ReviewKind
+    effect_id: str
+    state: ReviewState
+    decision: str | None = None
+    operators: list[str] = Field(default_factory=list)
+    votes: list[dict[str, str]] = Field(default_factory=list)
+    reported: list[str] = Field(default_factory=list)
+    subscribers: int = 0
+    reason: str = ""
+    receipt: Receipt | None = None
+
+
+class Settlement(BaseModel):
+    """A late COMMITTED from the attempt that was in doubt: what it recorded."""
+
+    receipt: Receipt
+    result: Any = None
+
+
+class DecisionRecord(BaseModel):
+    kind: ReviewKind
+    effect_id: str
+    decision: str
+    operators: list[str]
+    note: str = ""
+    result: Any = None
+    #: an approval's extent (see ``Decision``)
+    scope: Literal["once", "session"] | None = None
+    ttl_s: float | None = None
+
+
+def _refusal(message: str) -> FailureError:
+    """A refused decision, shown to the person as its message alone: a failure built whole, so
+    no worker stack trace (file paths and all) lands in the Web UI's dialog."""
+    return FailureError(
+        message,
+        failure=Failure(
+            message=message,
+            application_failure_info=ApplicationFailureInfo(
+                type="InvalidDecision", non_retryable=True
+            ),
+        ),
+    )
+
+
+def _parse(value: Any) -> tuple[Decision | None, str | None]:
+    try:
+        return Decision.model_validate(value), None
+    except ValidationError as err:
+        return None, "the decision must be JSON like " + (
+            '{"decision": "...", "operator": "...", "note": "..."}: '
+            + describe_invalid(err, "decision").removeprefix("decision.")
+        )
+
+
+@workflow.defn(name="EffectReview")
+class EffectReview:
+    """One open question about one effect, answered by people.
+
+    Signal ``resolve`` or Update ``decide`` with ``{"decision", "operator", "note"}``; query
+    ``status``. The Web UI shows the review's explanation in its current details.
+    """
+
+    @workflow.init
+    def __init__(self, req: ReviewRequest) -> None:
+        self._req = req
+        self._votes: list[Decision] = []
+        self._reported: list[str] = []
+        self._subscribers: list[str] = []
+        self._state: ReviewState = "open"
+        self._pending: tuple[str, list[str], str, Any] | None = None
+        self._settled_by: Settlement | None = None
+        self._outcome: Resolution | None = None
+        self._receipt: Receipt | None = None
+        self._reason = ""
+        self._recordings = 0
+        self._last_error: str | None = None
+        self._decided: tuple[str, list[str], str, Any] | None = None
+        #: an approval's extent, from the votes that approved
+        self._extent: tuple[Literal["once", "session"] | None, float | None] = (None, None)
+
+    @workflow.run
+    async def run(self, req: ReviewRequest) -> ReviewStatus:
+        deadline = (
+            workflow.now() + timedelta(seconds=req.rules.deadline_s)
+            if req.rules.deadline_s
+            else None
+        )
+        self._show()
+        while self._state == "open":
+            timeout = None
+            if deadline is not None:
+                timeout = max(0.0, (deadline - workflow.now()).total_seconds())
+            try:
+                await workflow.wait_condition(
+                    lambda: self._pending is not None or self._settled_by is not None,
+                    timeout=timeout,
+                )
+            except TimeoutError:
+                self._state = "expired"
+                self._reason = "no decision before the review's deadline"
+                break
+            if self._settled_by is not None:
+                self._state, self._receipt = "closed", self._settled_by.receipt
+                self._reason = "a late COMMITTED from the attempt in doubt settled it"
+                break
+            await self._record()
+        self._outcome = self._resolution()
+        self._show()
+        for subscriber in list(self._subscribers):
+            await self._notify(subscriber)
+        await workflow.wait_condition(workflow.all_handlers_finished)
+        return self.status()
+
+    async def _record(self) -> None:
+        assert self._pending is not None
+        decision, operators, note, result = self._pending
+        self._pending = None
+        self._state = "recording"
+        self._show()
+        try:
+            recorded: Recorded = await workflow.execute_activity(
+                RECORD_ACTIVITY,
+                DecisionRecord(
+                    kind=self._req.kind,
+                    effect_id=self._req.effect_id,
+                    decision=decision,
+                    operators=operators,
+                    note=note,
+                    result=result,
+                    scope=self._extent[0],
+                    ttl_s=self._extent[1],
+                ),
+                result_type=Recorded,
+                start_to_close_timeout=timedelta(seconds=30),
+                retry_policy=RetryPolicy(maximum_interval=timedelta(seconds=10)),
+            )
+        except ActivityError as err:
+            cause = err.cause
+            message = cause.message if isinstance(cause, ApplicationError) else str(err)
+            self._last_error = message
+            self._report(f"not recorded: {message}")
+            self._votes = [v for v in self._votes if v.decision != decision]
+            self._state = "open"
+        else:
+            self._last_error = None
+            self._receipt = recorded.receipt
+            self._reason = recorded.reason
+            self._state = "closed" if recorded.state == "closed" else "resolved"
+            self._decided = (decision, operators, note, result)
+        self._recordings += 1
+        self._show()
+
+    # -- what people send ------------------------------------------------------------------
+
+    def _problem(self, d: Decision) -> str | None:
+        if self._pending is not None:
+            decision, operators, _, _ = self._pending
+            return f"this review is already decided: {decision} by {', '.join(operators)}"
+        if self._state != "open":
+            return f"this review is already {self._state}" + (
+                f": {self._outcome.decision} by {', '.join(self._outcome.operators)}"
+                if self._outcome and self._outcome.decision
+                else ""
+            )
+        return decision_problem(
+            self._req.kind, d, self._req.rules, self._req.principal, self._votes
+        )
+
+    def _vote(self, d: Decision) -> None:
+        self._votes.append(d)
+        counted = tally(self._votes, self._req.rules.min_approvals)
+        if counted is not None and self._pending is None:
+            decision, operators = counted
+            deciding = [v for v in self._votes if v.decision == decision]
+            result = next((v.result for v in reversed(deciding) if v.result is not None), None)
+            note = "; ".join(f"{v.operator.strip()}: {v.note}" for v in deciding if v.note)
+            self._pending = (decision, operators, note, result)
+            extent = [v for v in deciding if v.scope is not None or v.ttl_s is not None]
+            if extent:
+                self._extent = (extent[-1].scope, extent[-1].ttl_s)
+        self._show()
+
+    @workflow.signal(
+        name="resolve",
+        description='Decide this review. Send {"decision": "happened" | "not_happened" (or '
+        '"approve" | "reject" for an approval), "operator": "your name", "note": "why"}.',
+    )
+    def resolve(self, payload: Any) -> None:
+        d, problem = _parse(payload)
+        if d is not None:
+            problem = self._problem(d)
+        if problem is not None:
+            who = d.operator if d else "?"
+            self._report(f"signal from {who!r} ignored: {problem}")
+            workflow.logger.warning("review %s: %s", self._req.effect_id[:16], problem)
+            return
+        assert d is not None
+        self._vote(d)
+
+    @workflow.update(
+        name="decide",
+        description='Decide this review and see the outcome: {"decision": ..., "operator": ..., '
+        '"note": ...}. Refused with a reason if the decision is not valid.',
+    )
+    async def decide(self, payload: Any) -> ReviewStatus:
+        d, _ = _parse(payload)
+        assert d is not None  # the validator parsed it
+        seen = self._recordings
+        self._vote(d)
+        if self._pending is not None or self._state == "recording":
+            await workflow.wait_condition(lambda: self._recordings > seen)
+            if self._state == "open" and self._last_error:
+                raise _refusal(self._last_error)
+        return self.status()
+
+    @decide.validator
+    def _validate_decide(self, payload: Any) -> None:
+        d, problem = _parse(payload)
+        if d is not None:
+            problem = self._problem(d)
+        if problem is not None:
+            raise _refusal(problem)
+
+    @workflow.signal(name="subscribe", description="Internal: a workflow waiting on this review.")
+    async def subscribe(self, subscriber: Subscriber) -> None:
+        if subscriber.workflow_id in self._subscribers:
+            return
+        self._subscribers.append(subscriber.workflow_id)
+        if self._outcome is not None:  # it ended already: tell the newcomer at once
+            await self._notify(subscriber.workflow_id)
+        self._show()
+
+    @workflow.signal(
+        name="settled", description="Internal: a late COMMITTED from the attempt settled it."
+    )
+    def settled(self, settlement: Settlement) -> None:
+        if self._state == "open":
+            self._settled_by = settlement
+
+    @workflow.query(name="status", description="The review's state, votes and outcome.")
+    def status(self) -> ReviewStatus:
+        outcome = self._outcome
+        return ReviewStatus(
+            kind=self._req.kind,
+            effect_id=self._req.effect_id,
+            state=self._state,
+            decision=outcome.decision if outcome else None,
+            operators=outcome.operators if outcome else [],
+            votes=[
+                {"decision": v.decision, "operator": v.operator, "note": v.note}
+                for v in self._votes
+            ],
+            reported=list(self._reported),
+            subscribers=len(self._subscribers),
+            reason=self._reason,
+            receipt=self._receipt,
+        )
+
+    # -- telling people and workflows ------------------------------------------------------------
+
+    def _resolution(self) -> Resolution:
+        decided = self._decided
+        if self._state == "closed" and decided is None:
+            return Resolution(
+                effect_id=self._req.effect_id,
+                kind=self._req.kind,
+                state="closed",
+                decision="happened",
+                operators=["late-commit"],
+                receipt=self._receipt,
+                result=self._settled_by.result if self._settled_by else None,
+            )
+        if decided is None:
+            return Resolution(effect_id=self._req.effect_id, kind=self._req.kind, state=self._state)
+        decision, operators, note, result = decided
+        return Resolution(
+            effect_id=self._req.effect_id,
+            kind=self._req.kind,
+            state=self._state,
+            decision="happened" if self._state == "closed" else decision,
+            operators=operators,
+            note=note,
+            result=result,
+            receipt=self._receipt,
+        )
+
+    async def _notify(self, workflow_id: str) -> None:
+        assert self._outcome is not None
+        try:
+            await workflow.get_external_workflow_handle(workflow_id).signal(
+                RESOLUTION_SIGNAL, self._outcome
+            )
+        except Exception as err:  # the waiter may be gone; that must not stop the others
+            self._report(f"could not tell workflow {workflow_id}: {type(err).__name__}")
+
+    def _report(self, text: str) -> None:
+        self._reported.append(text)
+        del self._reported[:-20]
+        self._show()
+
+    def _show(self) -> None:
+        lines = [self._req.details, "", "---", "", f"**Review state: {self._state}**", ""]
+        if self._outcome and self._outcome.decision:
+            lines.append(
+                f"- decided: `{self._outcome.decision}` by {', '.join(self._outcome.operators)}"
+            )
+        if self._reason:
+            lines.append(f"- {self._reason}")
+        for v in self._votes:
+            lines.append(
+                f"- vote: `{v.decision}` by {v.operator} {('— ' + v.note) if v.note else ''}"
+            )
+        for text in self._reported[-5:]:
+            lines.append(f"- {text}")
+        lines.append(f"- workflows waiting: {len(self._subscribers)}")
+        workflow.set_current_details("\n".join(lines))

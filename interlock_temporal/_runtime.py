@@ -1,0 +1,188 @@
+"""What one worker's gate runs on: the gate itself (opened once, shared by the workers of one
+plugin), the worker's Temporal client, its review settings and the gated activities it runs.
+``InterlockPlugin`` makes one ``WorkerRuntime`` per worker and gives it to that worker's
+interceptor, review desk and reconciler; the plain ``InterlockInterceptor`` makes its own."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import TYPE_CHECKING, Any
+
+from temporalio import activity
+
+from ._gated import GateSpec
+from ._telemetry import Telemetry
+from .core.authority import AuthorityKeys
+from .core.errors import JournalConfigError
+from .core.journal import Journal, KeyLike, keyring_for, open_journal, parse_journal_url
+from .core.journal.signing import Keyring
+from .core.policy import Policy, PolicyFollower, PolicyGuard
+from .core.protocol import Gate
+from .core.review import ReviewRules
+from .core.targets import EffectTarget
+
+if TYPE_CHECKING:
+    import temporalio.client
+
+log = logging.getLogger("interlock_temporal")
+
+
+class GateSource:
+    """Opens the gate (the journal and the policy guard) once, on first use, and derives the
+    keys that sign ``act_as`` headers from the journal's keyring."""
+
+    def __init__(
+        self,
+        journal: Journal | str,
+        *,
+        signing_key: str | bytes | None = None,
+        older_keys: Sequence[KeyLike] = (),
+        on_point: Callable[[str, str], None] | None = None,
+        policy: Policy | PolicyFollower | None = None,
+        telemetry: Telemetry | None = None,
+    ) -> None:
+        self._journal_arg = journal
+        self._signing_key = signing_key
+        self._older_keys = tuple(older_keys)
+        self._on_point = on_point
+        self._policy = policy
+        self.telemetry = telemetry or Telemetry()
+        self._gate: Gate | None = None
+        self._authority_keys: AuthorityKeys | None = None
+
+    @property
+    def gate(self) -> Gate:
+        if self._gate is None:
+            journal = self._journal_arg
+            if not isinstance(journal, Journal):
+                journal = open_journal(
+                    journal, signing_key=self._signing_key, older_keys=self._older_keys
+                )
+            # the worker's loop polls and runs workflows too: a flush on it would hold them up,
+            # which cost the server more CPU per activity than the hand-off to the writer thread
+            journal.loop_shared = True
+            guard = (
+                None
+                if self._policy is None
+                else PolicyGuard(self._policy, journal.policy, on_decision=self.telemetry.decided)
+            )
+            self._gate = Gate(journal, on_point=self._on_point, policy=guard)
+        return self._gate
+
+    def authority_keys(self, *, replay_only: bool = False) -> AuthorityKeys:
+        """The keys that sign and verify ``act_as`` headers, derived from the journal's keyring
+        (so they rotate with it). Derived once, outside any workflow: no I/O in the sandbox.
+        ``replay_only``: a Replayer's, read without opening (or creating) the journal."""
+        if self._authority_keys is None:
+            if self._gate is None and replay_only and isinstance(self._journal_arg, str):
+                return AuthorityKeys.of(self._replay_keyring(self._journal_arg))
+            self._authority_keys = AuthorityKeys.of(self.gate.journal.keyring)
+        return self._authority_keys
+
+    def _replay_keyring(self, url: str) -> Keyring:
+        """A Replayer runs no activity and needs no journal: the keys are read where the
+        journal's would come from, creating nothing. Without them, a run's inherited authority
+        does not verify (which changes nothing a replay checks, unless workflow code reads
+        ``current_principal()``)."""
+        where = parse_journal_url(url)
+        try:
+            return keyring_for(
+                None if where.scheme == "postgresql" else where.path,
+                self._signing_key,
+                self._older_keys,
+                create=False,
+            )
+        except JournalConfigError as err:
+            log.warning("replaying without the journal's keys: %s", err)
+            return Keyring(None)
+
+
+#: what ``EffectTarget`` declares beyond its required part, forwarded when the target has it
+_DECLARED = ("tier", "dedupe_margin", "query", "validate", "classify", "clock", "confirmation")
+
+
+class DeclaredTarget:
+    """A target as its protocol declares it (name, tier, windows, and the reads: ``query``,
+    ``capture``, ``validate``...), and nothing else: no method that sends is reachable
+    through it. The reconciler and the review desk see targets only this way."""
+
+    def __init__(self, target: EffectTarget) -> None:
+        self.name: str = target.name
+        self.dedupe_window: timedelta | None = target.dedupe_window
+        self.settle_time: timedelta = target.settle_time
+        self.capture = target.capture
+        for attr in _DECLARED:
+            if hasattr(target, attr):
+                setattr(self, attr, getattr(target, attr))
+
+
+@dataclass(frozen=True)
+class Recoverable:
+    """What a worker keeps of a gated activity it runs, for settling and checking what was
+    recorded: the target as declared, how the recorded input decodes, the return type. Never
+    the body: nothing kept here can send."""
+
+    target: DeclaredTarget
+    decode_args: Callable[[list[Any]], tuple[Any, ...]]
+    return_type: Any
+
+    @classmethod
+    def of(cls, spec: GateSpec) -> Recoverable:
+        return cls(DeclaredTarget(spec.target), spec.inputs.decode_json, spec.return_type)
+
+
+class WorkerRuntime:
+    """One worker's: the gate (from its ``GateSource``), its client, its review settings, and
+    the gated activities it runs (as ``Recoverable``, by activity name)."""
+
+    def __init__(
+        self,
+        source: GateSource,
+        *,
+        client: temporalio.client.Client | None = None,
+        review_rules: ReviewRules | None = None,
+        review_task_queue: str | None = None,
+        replay_only: bool = False,
+    ) -> None:
+        self.source = source
+        #: the worker's client, for thread-pool activities (they have no activity.client())
+        self.client = client
+        self.review_rules = review_rules or ReviewRules()
+        #: where reviews run (None: the task queue of the activity that opens one)
+        self.review_task_queue = review_task_queue
+        #: a Replayer's runtime: no journal is opened (or created) for it
+        self.replay_only = replay_only
+        self._gated: dict[str, Recoverable] = {}
+
+    @property
+    def gate(self) -> Gate:
+        return self.source.gate
+
+    @property
+    def telemetry(self) -> Telemetry:
+        return self.source.telemetry
+
+    @property
+    def authority_keys(self) -> AuthorityKeys:
+        return self.source.authority_keys(replay_only=self.replay_only)
+
+    def runs(self, activity_name: str, spec: GateSpec) -> None:
+        """This worker runs the gated activity ``activity_name``."""
+        if activity_name not in self._gated:
+            self._gated[activity_name] = Recoverable.of(spec)
+
+    def recoverable(self, activity_name: str) -> Recoverable | None:
+        return self._gated.get(activity_name)
+
+    def temporal_client(self) -> temporalio.client.Client | None:
+        """The worker's client, else the running async activity's own (thread-pool activities
+        have none: the worker's reference is what reaches Temporal from them)."""
+        if self.client is not None:
+            return self.client
+        try:
+            return activity.client()
+        except RuntimeError:
+            return None
