@@ -322,3 +322,44 @@ async def test_a_persons_resolution_and_reopening_read_the_chain_once(
     assert reads == ["read", "append"]
     assert reopened.receipt is not None and reopened.receipt.final == "REOPENED"
     check(reopened.receipt, journal, refused)
+
+
+def test_a_ticket_that_does_not_hold_its_dispatch_has_no_view() -> None:
+    call = make_call("lease")
+    bare = Ticket("e" * 64, "h" * 64, "dispatch", call.args, call.input, 1, MemTarget(), call, None)
+    assert bare.view() is None
+    journal_less = EffectView(effect_id="e" * 64)
+    assert dataclasses.replace(bare, prior=journal_less).view() is None
+
+
+@pytest.mark.parametrize("other", ["ambiguous", "refused", "committed"])
+async def test_an_outcome_that_arrives_after_another_reads_the_chain_once(
+    journal: Journal, lease: str, reads: list[str], other: str
+) -> None:
+    """The append finds the chain moved: the gate reads it once, and answers from that read."""
+    target = MemTarget(tier=2)
+    gate = Gate(journal)
+    ticket = await gate.begin(make_call(lease, last_attempt=True), target)
+    assert isinstance(ticket, Ticket)
+    code = {"code": "x", "reason": "elsewhere", "changes": []}
+    if other == "ambiguous":
+        draft = Draft(kind=Kind.AMBIGUOUS, data={**code, "executed": "unknown"})
+    elif other == "refused":
+        draft = Draft(kind=Kind.REFUSED, data={**code, "executed": False})
+    else:
+        draft = Draft(kind=Kind.COMMITTED, data={"via": "recovery-query"})
+    journal.append(ticket.effect_id, ticket.head, [draft], blobs={"result": {"ref": "r-0"}})
+    reads.clear()
+    if other == "committed":
+        done = await gate.commit(ticket, {"ref": "r-1"})
+        assert (done.via, done.after) == ("recovery-query", Kind.COMMITTED)
+        assert reads.count("read") == 2  # the chain, and the result recorded in it
+        return
+    raised = Ambiguous if other == "ambiguous" else Refused
+    error = TimedOut("?") if other == "ambiguous" else Rejected("no")
+    with pytest.raises(raised) as outcome:
+        await gate.fail(ticket, error, last_attempt=True)
+    assert reads.count("read") == 1
+    assert isinstance(outcome.value, Refused | Ambiguous)
+    assert outcome.value.receipt.reason == "elsewhere"
+    check(outcome.value, journal, ticket.effect_id)
