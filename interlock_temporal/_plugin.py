@@ -131,6 +131,8 @@ class InterlockPlugin(SimplePlugin):
         )
         arguments: dict[str, frozenset[str] | None] = {}
         for fn in config.get("activities") or []:
+            # _Definition is private to the SDK: the Worker reads an activity's registered name
+            # through it, and no public API gives it (see the note in workflow.py)
             name = _Definition.must_from_callable(fn).name or ""
             arguments[name] = argument_names(fn)
             spec = spec_of(fn)

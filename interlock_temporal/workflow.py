@@ -139,6 +139,9 @@ def _as_result(activity: Any, result: Any, options: dict[str, Any]) -> Any:
         return None
     result_type = options.get("result_type")
     if result_type is None and not isinstance(activity, str):
+        # _Definition is private to the SDK, read here as the SDK's workflow runtime reads it in
+        # execute_activity: no public API gives an @activity.defn's return type. The version is
+        # pinned (requirements.lock); a rename fails the replay and server tests, never silently
         result_type = _Definition.must_from_callable(activity).ret_type
     if result_type is None:
         return result
