@@ -18,16 +18,26 @@ from pathlib import Path
 MAX_MODULE_LINES = 700
 MAX_FUNCTION_LINES = 80
 
+#: which rooms a room may import (docs/architecture.md): the core imports nothing above it and no
+#: Temporal module, the targets stand on the core alone; the adapter and the CLI sit on top
+LAYERS: dict[str, tuple[str, ...]] = {
+    "interlock_temporal.core": ("interlock_temporal.core",),
+    "interlock_temporal.targets": ("interlock_temporal.core", "interlock_temporal.targets"),
+}
+FORBIDDEN: dict[str, tuple[str, ...]] = {"interlock_temporal.core": ("temporalio",)}
+
 
 @dataclass(frozen=True)
 class Breach:
-    kind: str  # "cycle", "module" or "function"
+    kind: str  # "cycle", "layer", "module" or "function"
     where: str
     size: int = 0
 
     def __str__(self) -> str:
         if self.kind == "cycle":
             return f"import circle: {self.where}"
+        if self.kind == "layer":
+            return f"import against the layers: {self.where}"
         limit = MAX_MODULE_LINES if self.kind == "module" else MAX_FUNCTION_LINES
         return f"{self.kind} over {limit} lines: {self.where} ({self.size})"
 
@@ -55,6 +65,40 @@ def _type_checking_nodes(tree: ast.AST) -> set[int]:
             for child in node.body:
                 hidden.update(id(n) for n in ast.walk(child))
     return hidden
+
+
+def _external(tree: ast.AST) -> set[str]:
+    """The top-level names of absolute imports (``from temporalio.x import y``: ``temporalio``)."""
+    hidden = _type_checking_nodes(tree)
+    out: set[str] = set()
+    for node in ast.walk(tree):
+        if id(node) in hidden:
+            continue
+        if isinstance(node, ast.Import):
+            out.update(a.name.split(".")[0] for a in node.names)
+        elif isinstance(node, ast.ImportFrom) and not node.level and node.module:
+            out.add(node.module.split(".")[0])
+    return out
+
+
+def _within(name: str, room: str) -> bool:
+    return name == room or name.startswith(room + ".")
+
+
+def _layer_breaches(name: str, imports: set[str], external: set[str]) -> list[Breach]:
+    breaches = []
+    for room, allowed in LAYERS.items():
+        if not _within(name, room):
+            continue
+        for target in sorted(imports):
+            if _within(target, "interlock_temporal") and not any(
+                _within(target, a) for a in allowed
+            ):
+                breaches.append(Breach("layer", f"{name} imports {target}"))
+        for package in FORBIDDEN.get(room, ()):
+            if package in external:
+                breaches.append(Breach("layer", f"{name} imports {package}"))
+    return breaches
 
 
 def _imports(name: str, path: Path, tree: ast.AST, modules: dict[str, Path]) -> set[str]:
@@ -130,6 +174,7 @@ def check(roots: Iterable[Path]) -> list[Breach]:
         text = path.read_text()
         tree = ast.parse(text)
         graph[name] = _imports(name, path, tree, modules)
+        breaches.extend(_layer_breaches(name, graph[name], _external(tree)))
         lines = len(text.splitlines())
         if lines > MAX_MODULE_LINES:
             breaches.append(Breach("module", str(path), lines))
