@@ -161,7 +161,7 @@ class Outcomes:
                 if view.status is Kind.AMBIGUOUS and draft.kind is Kind.AMBIGUOUS:
                     return AfterSend(False, view.status, view)
                 after = view.status
-                # what a zombie attempt learned settles an ambiguity, or contradicts a refusal
+                # what a zombie attempt learned resolves an ambiguity, or contradicts a refusal
                 data = {
                     **draft.data,
                     "late": True,
