@@ -220,7 +220,7 @@ def as_input(args: tuple[Any, ...]) -> Any:
     return args[0] if len(args) == 1 else args
 
 
-def delivery_of(call: Call) -> dict[str, Any]:
+def delivery_record(call: Call) -> dict[str, Any]:
     """The call's delivery as the journal records it."""
     d = call.delivery
     return {

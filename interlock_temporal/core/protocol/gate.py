@@ -27,7 +27,7 @@ from .calls import (
     Ticket,
     as_input,
     decision_premises,
-    delivery_of,
+    delivery_record,
     identify,
 )
 from .outcomes import refusal
@@ -185,7 +185,7 @@ class Gate(Recovery):
                 "premises_source": "capture" if decided is None else "decision",
                 "target": target.name,
                 "tier": caps.tier,
-                "delivery": delivery_of(call),
+                "delivery": delivery_record(call),
                 "input_digest": call.input_digest,
             },
         )

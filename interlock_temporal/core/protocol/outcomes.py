@@ -22,7 +22,7 @@ from ..models import Change, Draft, Entry, Kind, Receipt
 from ..policy import PolicyGuard
 from ..receipts import EffectView, fold, fold_appended, receipt_of
 from ..targets import classify, confirmation_of
-from .calls import Call, Done, Ticket, delivery_of
+from .calls import Call, Done, Ticket, delivery_record
 
 
 def _worker_id() -> str:
@@ -218,7 +218,7 @@ class Outcomes:
                         data={
                             "code": "conflicting_payload",
                             "payload_digest": pdigest,
-                            "delivery": delivery_of(call),
+                            "delivery": delivery_record(call),
                         },
                     )
                 ],
