@@ -10,13 +10,14 @@ Temporal are imported on first use, so tools and the core stay light.
 from __future__ import annotations
 
 import importlib
+import warnings
 from typing import TYPE_CHECKING, Any
 
 from .core.journal import Journal, open_journal
 from .core.models import Change, Found, Kind, Lease, Receipt
 from .core.policy import Limits, Policy
 from .core.receipts import receipt
-from .core.review import Decision, ReviewRules
+from .core.review import ReviewRules, Vote
 from .core.targets import EffectTarget, TargetDeclarationError
 
 if TYPE_CHECKING:
@@ -68,7 +69,6 @@ __all__ = [
     "ApprovalRequired",
     "AuthorityRejected",
     "Change",
-    "Decision",
     "EffectContext",
     "EffectInFlight",
     "EffectRefused",
@@ -94,6 +94,7 @@ __all__ = [
     "ReviewStatus",
     "TargetDeclarationError",
     "Telemetry",
+    "Vote",
     "current_effect",
     "gated",
     "open_journal",
@@ -104,6 +105,13 @@ __all__ = [
 
 
 def __getattr__(name: str) -> Any:
+    if name == "Decision":  # the vote's old name; the policy's ``Decision`` is another class
+        warnings.warn(
+            "interlock_temporal.Decision is deprecated: use interlock_temporal.Vote",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        return Vote
     module = _LAZY.get(name)
     if module is None:
         raise AttributeError(f"module 'interlock_temporal' has no attribute {name!r}")

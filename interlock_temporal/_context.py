@@ -19,9 +19,9 @@ from temporalio.converter import PayloadConverter
 from .core.authority import (
     AnyBinding,
     Authority,
+    AuthorityClaim,
     AuthorityInvalid,
     AuthorityKeys,
-    Claim,
     RejectCode,
     refused_header,
 )
@@ -72,7 +72,9 @@ def _refusal(code: RejectCode, reason: str) -> Payload:
     return _payload(refused_header(AuthorityInvalid(code, reason)))
 
 
-def open_header(headers: Mapping[str, Payload] | None, keys: AuthorityKeys) -> Claim | None:
+def open_header(
+    headers: Mapping[str, Payload] | None, keys: AuthorityKeys
+) -> AuthorityClaim | None:
     """The verified claim of the authority header in ``headers``; None when there is none.
     Raises ``AuthorityInvalid`` (why it grants nothing) for one that does not verify."""
     payload = headers.get(HEADER) if headers else None
@@ -85,9 +87,9 @@ def open_header(headers: Mapping[str, Payload] | None, keys: AuthorityKeys) -> C
 
 
 @functools.lru_cache(maxsize=1024)
-def _open(keys: AuthorityKeys, header: bytes) -> Claim | AuthorityInvalid:
+def _open(keys: AuthorityKeys, header: bytes) -> AuthorityClaim | AuthorityInvalid:
     """A workflow run's activities all carry the same header: decode and verify each one once
-    (a ``Claim`` holds only strings, so the verified one can be shared)."""
+    (a ``AuthorityClaim`` holds only strings, so the verified one can be shared)."""
     try:
         value = PayloadConverter.default.from_payloads([Payload.FromString(header)])[0]
     except Exception:

@@ -42,7 +42,8 @@ class EffectContext:
         return self.effect_id
 
     def report_cost(self, usd: float) -> None:
-        """What this call actually cost: the policy's budgets are settled with it once."""
+        """What this call actually cost: the policy's budgets are charged with it, once, in
+        place of the estimate."""
         report_cost(usd)
 
 

@@ -366,20 +366,20 @@ class _ActivityInbound(temporalio.worker.ActivityInboundInterceptor):
         if decision.verdict is Verdict.MODIFY and decision.args is not None:
             input = dataclasses.replace(input, args=list(decision.args))
         result = await self.next.execute_activity(input)
-        self._settle(guard, scopes, meter, result)
+        self._record_cost(guard, scopes, meter, result)
         return self._after_result(guard, event, result)
 
     @staticmethod
-    def _settle(guard: PolicyGuard, scopes: Scopes, meter: list[float], result: Any) -> None:
-        """Settle the budgets with what the call actually cost, when it said."""
+    def _record_cost(guard: PolicyGuard, scopes: Scopes, meter: list[float], result: Any) -> None:
+        """Charge the budgets with what the call actually cost, when it said."""
         actual = meter[-1] if meter else cost_in(result, guard.policy.cost_field)
         if actual is None:
             return
         try:
-            guard.settle(scopes, actual)
+            guard.record_cost(scopes, actual)
         except JournalUnavailable as err:
             # the estimate stays charged: the budget errs on the side of having spent more
-            log.warning("could not settle the cost of %s: %s", scopes.execution, err)
+            log.warning("could not record the actual cost of %s: %s", scopes.execution, err)
 
     @staticmethod
     def _after_result(guard: PolicyGuard, event: CallEvent, result: Any) -> Any:
@@ -454,7 +454,7 @@ class _ActivityInbound(temporalio.worker.ActivityInboundInterceptor):
             workflow_id=info.workflow_id,
             effect_id=step.effect_id,
         )
-        self._settle(guard, Scopes.of(event, f"effect:{step.effect_id}"), meter, result)
+        self._record_cost(guard, Scopes.of(event, f"effect:{step.effect_id}"), meter, result)
         return self._after_result(guard, event, result)
 
     async def _open_review(
@@ -497,7 +497,7 @@ class _ActivityInbound(temporalio.worker.ActivityInboundInterceptor):
             with _as_temporal_errors():
                 done = await gate.commit(step, result)
             if done.after is Kind.AMBIGUOUS:
-                await self._root.desk.settled(step.effect_id)
+                await self._root.desk.late_commit(step.effect_id)
             return result, done
         finally:
             if heartbeat is not None:

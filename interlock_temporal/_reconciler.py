@@ -1,5 +1,5 @@
 """The reconciler: finds effects left in doubt (or unsent, or AMBIGUOUS with no review) whose
-owner will never settle them, and settles them without a send: by asking the target, by
+owner will never finish them, and closes them out without a send: by asking the target, by
 recording a confirmed absence as REFUSED, or by putting the effect in front of a person.
 
 It has no send path: it sees each gated activity only as ``Recoverable`` (the target as its
@@ -42,6 +42,7 @@ class ReconcileRequest(BaseModel):
 #: worker knows its target; the workflow that owns it may still send it (it is left to the
 #: owner); the owner's fate cannot be told; the target may still be executing it; its journal
 #: entries do not verify (nothing is decided on it: a person restores the journal).
+#: ("unsettled": inside the target's ``settle_time``; the strings are the report's, as released.)
 #: ("input_changed" is no longer reported: it stays so reports an earlier release recorded in
 #: a running reconciler's history still decode.)
 SkipReason = Literal[
@@ -70,7 +71,7 @@ class ReconcileOutcome(BaseModel):
 class ReconcileReport(BaseModel):
     in_doubt: int
     #: effects whose absence is confirmed (NOT_SENT, or a person's not_happened) and that
-    #: nobody sent again: settled once their owner is gone
+    #: nobody sent again: closed out once their owner is gone
     unsent: int = 0
     #: AMBIGUOUS effects checked for an open review (one is started where none runs)
     ambiguous: int = 0
@@ -101,7 +102,7 @@ class Reconciler:
 
 
 class ReconcileActivity:
-    """The reconcile activity of one worker: what it settles is known through the worker's
+    """The reconcile activity of one worker: what it closes out is known through the worker's
     runtime (its gate, its client, its gated activities as ``Recoverable``); reviews open
     through the worker's review desk."""
 
@@ -111,9 +112,9 @@ class ReconcileActivity:
 
     @activity.defn(name=RECONCILE_ACTIVITY)
     async def reconcile(self, req: ReconcileRequest) -> ReconcileReport:
-        """Settle what no owner will: never by sending (only the workflow that owns an effect
-        may send it), by asking the target, recording a confirmed absence as REFUSED, or
-        putting the effect in front of a person."""
+        """Close out what no owner will finish: never by sending (only the workflow that owns
+        an effect may send it), by asking the target, recording a confirmed absence as REFUSED,
+        or putting the effect in front of a person."""
         gate = self.runtime.gate
         journal = gate.journal
         rows = journal.in_doubt(older_than=req.older_than_s)
@@ -121,7 +122,7 @@ class ReconcileActivity:
         info = activity.info()
         for row in rows[: req.limit]:
             activity.heartbeat(row.effect_id)
-            report.outcomes.append(await self._settle(gate, row.effect_id, info))
+            report.outcomes.append(await self._close_out(gate, row.effect_id, info))
         # absence confirmed (a send that never left, a person's not_happened) and not sent
         # again: its owner's to send; once the owner is gone, nobody will
         unsent = journal.effects(status=Kind.NOT_SENT, older_than=req.older_than_s, limit=req.limit)
@@ -138,7 +139,7 @@ class ReconcileActivity:
         report.unsent = len(unsent)
         for row in unsent:
             activity.heartbeat(row.effect_id)
-            report.outcomes.append(await self._settle(gate, row.effect_id, info))
+            report.outcomes.append(await self._close_out(gate, row.effect_id, info))
         # AMBIGUOUS effects whose review never opened, or expired: in front of a person again
         ambiguous = journal.effects(status=Kind.AMBIGUOUS, limit=req.limit)
         report.ambiguous = len(ambiguous)
@@ -154,7 +155,7 @@ class ReconcileActivity:
                 report.outcomes.append(_corrupt(row.effect_id, err))
         return report
 
-    async def _settle(self, gate: Gate, effect_id: str, info: activity.Info) -> ReconcileOutcome:
+    async def _close_out(self, gate: Gate, effect_id: str, info: activity.Info) -> ReconcileOutcome:
         def skipped(reason: SkipReason, note: str, name: str | None = None) -> ReconcileOutcome:
             return ReconcileOutcome(
                 effect_id=effect_id, activity=name, final="skipped", skipped=reason, note=note
@@ -176,7 +177,7 @@ class ReconcileActivity:
                 return skipped("owner_unknown", why, name)
             if fate == "alive":
                 return skipped("owner_alive", why, name)
-            r = await gate.settle(
+            r = await gate.close_out(
                 effect_id, gated.target, owner_ended=fate, why=why, decode_args=gated.decode_args
             )
         except InFlight as err:
@@ -259,7 +260,7 @@ class ReconcileActivity:
 
 
 def _corrupt(effect_id: str, err: JournalCorrupt) -> ReconcileOutcome:
-    """An effect whose entries do not verify: reported (with the entry's seq), never settled."""
+    """An effect whose entries do not verify: reported (with the entry's seq), never closed out."""
     return ReconcileOutcome(
         effect_id=effect_id, final="skipped", skipped="journal_corrupt", note=str(err)
     )

@@ -435,7 +435,7 @@ def render_reconcile(report: ReconcileReport) -> str:
     return render_table(["EFFECT", "ACTIVITY", "FINAL", "VIA/CODE", "REVIEW", "NOTE"], rows)
 
 
-def reconcile_summary(report: ReconcileReport, unsettled: int) -> str:
+def reconcile_summary(report: ReconcileReport, needing: int) -> str:
     """One line: how many effects were in doubt, what became of them, how many still need
     someone (skipped for a reason other than a live attempt, or left beyond the limit)."""
     counts: dict[str, int] = {}
@@ -446,7 +446,8 @@ def reconcile_summary(report: ReconcileReport, unsettled: int) -> str:
     if beyond > 0:
         parts.append(f"{beyond} not reached (limit)")
     found = f"{report.in_doubt} in doubt" + (": " + ", ".join(parts) if parts else "")
-    verdict = "all settled" if unsettled == 0 else f"{unsettled} still need attention"
+    # the words as released (scripts read this line)
+    verdict = "all settled" if needing == 0 else f"{needing} still need attention"
     return f"{found}; {verdict}"
 
 

@@ -18,8 +18,8 @@ from ._review_workflow import (
     RECORD_ACTIVITY,
     DecisionRecord,
     EffectReview,
+    LateCommit,
     ReviewRequest,
-    Settlement,
     Subscriber,
 )
 from .core.errors import JournalCorrupt
@@ -143,20 +143,20 @@ class ReviewDesk:
         await client.start_workflow(EffectReview.run, req, **options)
         return workflow_id
 
-    async def settled(self, effect_id: str) -> None:
+    async def late_commit(self, effect_id: str) -> None:
         """A late COMMITTED closed an AMBIGUOUS effect: tell its review, if one is open."""
         client = self._runtime.temporal_client()
         if client is None:
             return
         journal = self._runtime.gate.journal
         view = fold(effect_id, journal.read(effect_id))
-        settlement = Settlement(receipt=receipt_of(view), result=journal.blob(effect_id, "result"))
+        commit = LateCommit(receipt=receipt_of(view), result=journal.blob(effect_id, "result"))
         try:
             await client.get_workflow_handle(review_id("ambiguous", effect_id)).signal(
-                EffectReview.settled, settlement
+                EffectReview.late_commit, commit
             )
         except Exception as err:
-            log.info("no open review to settle for %s (%s)", effect_id[:16], type(err).__name__)
+            log.info("no open review to close for %s (%s)", effect_id[:16], type(err).__name__)
 
     # -- the activities --------------------------------------------------------------------
 

@@ -17,12 +17,12 @@ from temporalio.exceptions import ActivityError, ApplicationError, FailureError
 from ._errors import describe_invalid
 from .core.models import Receipt
 from .core.review_rules import (
-    Decision,
     Recorded,
     ReviewKind,
     ReviewRules,
-    decision_problem,
+    Vote,
     tally,
+    vote_problem,
 )
 
 RESOLUTION_SIGNAL = "interlock.resolution"
@@ -73,21 +73,25 @@ class ReviewStatus(BaseModel):
     receipt: Receipt | None = None
 
 
-class Settlement(BaseModel):
-    """A late COMMITTED from the attempt that was in doubt: what it recorded."""
+class LateCommit(BaseModel):
+    """A late COMMITTED from the attempt that was in doubt: what it recorded. It closes the
+    review without a person."""
 
     receipt: Receipt
     result: Any = None
 
 
 class DecisionRecord(BaseModel):
+    """What the record activity is asked to journal: the decision the votes reached, and who
+    reached it (not a single ``Vote``)."""
+
     kind: ReviewKind
     effect_id: str
     decision: str
     operators: list[str]
     note: str = ""
     result: Any = None
-    #: an approval's extent (see ``Decision``)
+    #: an approval's extent (see ``Vote``)
     scope: Literal["once", "session"] | None = None
     ttl_s: float | None = None
 
@@ -106,9 +110,9 @@ def _refusal(message: str) -> FailureError:
     )
 
 
-def _parse(value: Any) -> tuple[Decision | None, str | None]:
+def _parse(value: Any) -> tuple[Vote | None, str | None]:
     try:
-        return Decision.model_validate(value), None
+        return Vote.model_validate(value), None
     except ValidationError as err:
         return None, "the decision must be JSON like " + (
             '{"decision": "...", "operator": "...", "note": "..."}: '
@@ -127,12 +131,12 @@ class EffectReview:
     @workflow.init
     def __init__(self, req: ReviewRequest) -> None:
         self._req = req
-        self._votes: list[Decision] = []
+        self._votes: list[Vote] = []
         self._reported: list[str] = []
         self._subscribers: list[str] = []
         self._state: ReviewState = "open"
         self._pending: tuple[str, list[str], str, Any] | None = None
-        self._settled_by: Settlement | None = None
+        self._closed_by: LateCommit | None = None
         self._outcome: Resolution | None = None
         self._receipt: Receipt | None = None
         self._reason = ""
@@ -156,15 +160,16 @@ class EffectReview:
                 timeout = max(0.0, (deadline - workflow.now()).total_seconds())
             try:
                 await workflow.wait_condition(
-                    lambda: self._pending is not None or self._settled_by is not None,
+                    lambda: self._pending is not None or self._closed_by is not None,
                     timeout=timeout,
                 )
             except TimeoutError:
                 self._state = "expired"
                 self._reason = "no decision before the review's deadline"
                 break
-            if self._settled_by is not None:
-                self._state, self._receipt = "closed", self._settled_by.receipt
+            if self._closed_by is not None:
+                self._state, self._receipt = "closed", self._closed_by.receipt
+                # shown to people as released (CLI, Web UI, the review's details)
                 self._reason = "a late COMMITTED from the attempt in doubt settled it"
                 break
             await self._record()
@@ -216,7 +221,7 @@ class EffectReview:
 
     # -- what people send ------------------------------------------------------------------
 
-    def _problem(self, d: Decision) -> str | None:
+    def _problem(self, d: Vote) -> str | None:
         if self._pending is not None:
             decision, operators, _, _ = self._pending
             return f"this review is already decided: {decision} by {', '.join(operators)}"
@@ -226,11 +231,9 @@ class EffectReview:
                 if self._outcome and self._outcome.decision
                 else ""
             )
-        return decision_problem(
-            self._req.kind, d, self._req.rules, self._req.principal, self._votes
-        )
+        return vote_problem(self._req.kind, d, self._req.rules, self._req.principal, self._votes)
 
-    def _vote(self, d: Decision) -> None:
+    def _vote(self, d: Vote) -> None:
         self._votes.append(d)
         counted = tally(self._votes, self._req.rules.min_approvals)
         if counted is not None and self._pending is None:
@@ -294,12 +297,14 @@ class EffectReview:
             await self._notify(subscriber.workflow_id)
         self._show()
 
+    # the signal's name and description are fixed: a review started by an earlier release
+    # still receives it under them
     @workflow.signal(
         name="settled", description="Internal: a late COMMITTED from the attempt settled it."
     )
-    def settled(self, settlement: Settlement) -> None:
+    def late_commit(self, commit: LateCommit) -> None:
         if self._state == "open":
-            self._settled_by = settlement
+            self._closed_by = commit
 
     @workflow.query(name="status", description="The review's state, votes and outcome.")
     def status(self) -> ReviewStatus:
@@ -332,7 +337,7 @@ class EffectReview:
                 decision="happened",
                 operators=["late-commit"],
                 receipt=self._receipt,
-                result=self._settled_by.result if self._settled_by else None,
+                result=self._closed_by.result if self._closed_by else None,
             )
         if decided is None:
             return Resolution(effect_id=self._req.effect_id, kind=self._req.kind, state=self._state)

@@ -74,7 +74,7 @@ async def execute_effect(
     review_timeout: timedelta | None = None,
     **options: Any,
 ) -> Any:
-    """Run a gated activity from a workflow, and let a person settle what the gate cannot.
+    """Run a gated activity from a workflow, and let a person decide what the gate cannot.
 
     On ``AmbiguousEffect`` (and ``ApprovalRequired``) it waits for the effect's review, then:
     ``happened`` returns the attested result (None when the person attested none);
@@ -116,7 +116,7 @@ async def execute_effect(
 
 def _awaited(cause: BaseException | None, receipt: Receipt | None) -> str | None:
     """The id of the review a failed attempt waits on: the effect in doubt, or what an
-    approval binds to. None: not an error a person settles."""
+    approval binds to. None: not an error a person decides."""
     if not isinstance(cause, ApplicationError) or cause.type not in WAIT_FOR:
         return None
     if receipt is not None:

@@ -112,7 +112,7 @@ async def _send_to(target: Any, eid: str, ticket: Any) -> Any:
 def _the_reconciler_sends(mp: pytest.MonkeyPatch) -> None:
     """The reconciler of old: it resends an effect in doubt as its owner would."""
 
-    async def settle(self: Gate, eid: str, target: Any, **kw: Any) -> Any:
+    async def close_out(self: Gate, eid: str, target: Any, **kw: Any) -> Any:
         claim = self.journal.claim(eid)
         assert claim is not None
         try:
@@ -141,7 +141,7 @@ def _the_reconciler_sends(mp: pytest.MonkeyPatch) -> None:
             claim.release()
         return self.receipt(eid)
 
-    mp.setattr(Gate, "settle", settle)
+    mp.setattr(Gate, "close_out", close_out)
 
 
 class _NoClaim:

@@ -12,11 +12,11 @@ from interlock_temporal.core.authority import (
     LABEL,
     ActivityBinding,
     Authority,
+    AuthorityClaim,
     AuthorityInvalid,
     AuthorityKey,
     AuthorityKeys,
     ChildBinding,
-    Claim,
     ContinueAsNewBinding,
     for_activity,
     for_start,
@@ -174,7 +174,9 @@ def test_a_standalone_activity_has_no_authority() -> None:
     assert "not started by a workflow" in err.value.reason
 
 
-def start(claim: Claim, parent: tuple[str, str] | None, first_run: str = "first-1") -> Authority:
+def start(
+    claim: AuthorityClaim, parent: tuple[str, str] | None, first_run: str = "first-1"
+) -> Authority:
     return for_start(claim, workflow_id="child-1", first_execution_run_id=first_run, parent=parent)
 
 

@@ -34,7 +34,7 @@ from interlock_temporal._render import (
     render_reviews,
 )
 from interlock_temporal._review_workflow import ReviewStatus
-from interlock_temporal.cli import main, settled
+from interlock_temporal.cli import main, needs_nobody
 from interlock_temporal.cli._args import parse_age as _age
 from interlock_temporal.core import Call, Gate, Journal, Kind, open_journal, receipt
 from interlock_temporal.core.review import review_id
@@ -596,7 +596,7 @@ async def test_reconcile_refuses_an_effect_its_terminated_workflow_left_unsent_a
         await world.close()
 
 
-async def test_reconcile_puts_an_effect_it_cannot_settle_in_front_of_a_person(
+async def test_reconcile_puts_an_effect_it_cannot_close_out_in_front_of_a_person(
     client: Client, tmp_path: Path
 ) -> None:
     """Tier 3 cannot be asked: the reconciler records AMBIGUOUS and opens a review (exit 0:
@@ -656,7 +656,7 @@ async def test_reconcile_puts_an_effect_it_cannot_settle_in_front_of_a_person(
         await world.close()
 
 
-async def test_reconcile_exits_1_for_an_effect_it_cannot_settle(
+async def test_reconcile_exits_1_for_an_effect_it_cannot_close_out(
     dev_server: DevServer, tmp_path: Path
 ) -> None:
     """An effect in doubt whose gated activity this worker does not have is skipped: exit 1,
@@ -846,18 +846,22 @@ def test_age_allows_zero(text: str, seconds: int) -> None:
     assert _age(text) == timedelta(seconds=seconds)
 
 
-def test_settled_outcomes() -> None:
+def test_outcomes_that_need_nobody() -> None:
     def outcome(final: str, **kw: Any) -> ReconcileOutcome:
         return ReconcileOutcome(effect_id="e" * 64, final=final, **kw)
 
-    assert settled(outcome("COMMITTED", via="recovery-query"))
-    assert settled(outcome("REFUSED", code="lease"))
-    assert settled(outcome("AMBIGUOUS", review=review_id("ambiguous", "e" * 64)))
-    assert not settled(outcome("AMBIGUOUS"))
-    assert settled(outcome("skipped", skipped="live_attempt", note="a live attempt holds it"))
-    assert not settled(outcome("skipped", skipped="unknown_activity", note="no gated activity"))
-    assert not settled(outcome("skipped", note="a live attempt holds it"))  # the reason decides
-    assert not settled(outcome("DISPATCHED", note="in flight"))
+    assert needs_nobody(outcome("COMMITTED", via="recovery-query"))
+    assert needs_nobody(outcome("REFUSED", code="lease"))
+    assert needs_nobody(outcome("AMBIGUOUS", review=review_id("ambiguous", "e" * 64)))
+    assert not needs_nobody(outcome("AMBIGUOUS"))
+    assert needs_nobody(outcome("skipped", skipped="live_attempt", note="a live attempt holds it"))
+    assert not needs_nobody(
+        outcome("skipped", skipped="unknown_activity", note="no gated activity")
+    )
+    assert not needs_nobody(
+        outcome("skipped", note="a live attempt holds it")
+    )  # the reason decides
+    assert not needs_nobody(outcome("DISPATCHED", note="in flight"))
 
 
 def test_render_reviews_and_reconcile() -> None:

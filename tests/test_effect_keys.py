@@ -144,7 +144,7 @@ async def test_a_retry_whose_key_changed_sends_nothing_and_names_both_effects(
     assert err.first_effect_id == ticket.effect_id
     assert err.effect_id == Gate.identify(retry)[0] != ticket.effect_id
     assert err.effect_id in str(err) and ticket.effect_id in str(err)
-    # the first effect is settled without a send: the target has it
+    # the first effect is closed out without a send: the target has it
     assert err.receipt is not None and err.receipt.effect_id == ticket.effect_id
     assert (err.receipt.final, err.receipt.via) == ("COMMITTED", "recovery-query")
     assert journal.row(err.effect_id) is None  # nothing proposed under the new id
@@ -154,7 +154,7 @@ async def test_a_retry_whose_key_changed_sends_nothing_and_names_both_effects(
 @pytest.mark.parametrize(
     ("tier", "final", "code"), [(2, "REFUSED", "abandoned"), (3, "AMBIGUOUS", "unknowable")]
 )
-async def test_the_first_effect_of_a_changed_key_is_settled_without_a_send(
+async def test_the_first_effect_of_a_changed_key_is_closed_out_without_a_send(
     journal: Journal, tmp_path: Path, tier: int, final: str, code: str
 ) -> None:
     service = SimulatedPayments(tmp_path / f"tier{tier}.db", tier=tier)
@@ -198,8 +198,8 @@ async def test_a_first_attempt_that_reuses_an_activity_id_is_not_a_changed_key(
 async def test_a_changed_key_whose_first_effect_is_held_names_it_as_it_stands(
     journal: Journal, payments: SimulatedPayments, tmp_path: Path
 ) -> None:
-    """The first effect's own attempt is still live (it holds the claim): it cannot be settled
-    now, so the retry's error carries its receipt as it stands, in doubt, and sends nothing."""
+    """The first effect's own attempt is still live (it holds the claim): it cannot be closed
+    out now, so the retry's error carries its receipt as it stands, in doubt, and sends nothing."""
     lease = journal.leases.issue("refund-bot")
     arg = {"order_id": ORDER, "amount_cents": 2_000}
     ticket = await Gate(journal).begin(call_of(arg, key={"at": 1}, lease=lease), payments)
@@ -326,7 +326,7 @@ async def test_a_clock_keyed_activity_killed_after_its_send_sends_once(
         assert cause.type == "UnstableEffectKey" and cause.non_retryable
         (first,) = journal.effects()
         assert first.effect_id in cause.message
-        # settled without a send: the service has it, and the error carries its receipt
+        # closed out without a send: the service has it, and the error carries its receipt
         shown = receipt_from(failure.value.cause)  # type: ignore[arg-type]
         assert shown is not None and shown.effect_id == first.effect_id
         assert (shown.final, shown.via, shown.executed) == ("COMMITTED", "recovery-query", True)

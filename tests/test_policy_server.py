@@ -1,6 +1,6 @@
 """The policy layer end to end on a real Temporal server: every activity of the worker is
 checked, denied bodies never run, the session's circuit stays open until a person resets it
-with the CLI, budgets are charged once and settled with the actual cost."""
+with the CLI, budgets are charged once and then with the actual cost, once."""
 
 from __future__ import annotations
 
@@ -310,7 +310,7 @@ async def test_hitl_on_deny_asks_a_person_before_a_call_over_the_budget(
         assert codes(after) == ["InterlockDenied:BUDGET_EXHAUSTED"]
 
 
-async def test_the_budget_is_settled_once_with_the_reported_cost(
+async def test_the_budget_is_charged_the_reported_cost_once(
     dev_server: DevServer, tmp_path: Path
 ) -> None:
     policy = Policy(Limits(session_budget_usd=1.00))

@@ -78,7 +78,9 @@ def search(query: str, session: str = "wf-1", execution: str = "run/1") -> tuple
     return event, Scopes.of(event, execution)
 
 
-def test_a_retry_of_one_execution_is_charged_once_and_settled_once(journal: Journal) -> None:
+def test_a_retry_of_one_execution_is_charged_once_and_its_cost_recorded_once(
+    journal: Journal,
+) -> None:
     guard = PolicyGuard(
         Policy(Limits(session_budget_usd=1.0, costs={"search": 0.25})), journal.policy
     )
@@ -88,8 +90,8 @@ def test_a_retry_of_one_execution_is_charged_once_and_settled_once(journal: Jour
     state = journal.policy.session("wf-1")
     assert state is not None and state.spent_usd == pytest.approx(0.25) and state.total == 1
     assert journal.policy.spent("principal:bot") == pytest.approx(0.25)
-    assert guard.settle(scopes, 0.10) is True
-    assert guard.settle(scopes, 0.10) is False  # never counted twice
+    assert guard.record_cost(scopes, 0.10) is True
+    assert guard.record_cost(scopes, 0.10) is False  # never counted twice
     state = journal.policy.session("wf-1")
     assert state is not None and state.spent_usd == pytest.approx(0.10)
     assert journal.policy.spent("principal:bot") == pytest.approx(0.10)

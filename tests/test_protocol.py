@@ -891,7 +891,7 @@ async def test_another_workflows_last_attempt_makes_an_owners_effect_in_doubt_am
 
 
 @pytest.mark.parametrize("tier", [1, 2])
-async def test_another_workflows_attempt_settles_an_effect_that_landed_by_query(
+async def test_another_workflows_attempt_commits_an_effect_that_landed_by_query(
     journal: Journal, lease: str, tier: int
 ) -> None:
     target = MemTarget(tier=tier)
@@ -932,7 +932,7 @@ async def test_after_a_reopen_the_workflow_that_dispatches_owns_the_effect(
     first = in_workflow(make_call(lease), "wf-first")
     await died_before_send(Gate(journal), first, target)
     eid = eid_of(first)
-    refused = await Gate(journal).settle(eid, target, owner_ended="cancelled")
+    refused = await Gate(journal).close_out(eid, target, owner_ended="cancelled")
     assert (refused.final, refused.code) == ("REFUSED", "cancelled")
     reopen(journal, eid, operator="carol")
 
@@ -945,11 +945,11 @@ async def test_after_a_reopen_the_workflow_that_dispatches_owns_the_effect(
     ticket.release()
 
 
-# -- settling without a send: Gate.settle ---------------------------------------------------------
+# -- closing out without a send: Gate.close_out ---------------------------------------------------
 
 
 @pytest.mark.parametrize("owner_ended", ["cancelled", "abandoned"])
-async def test_settle_refuses_a_confirmed_absence_after_settle_time_and_never_sends(
+async def test_close_out_refuses_a_confirmed_absence_after_settle_time_and_never_sends(
     journal: Journal, lease: str, owner_ended: Any
 ) -> None:
     target = MemTarget(tier=2, settle_time=timedelta(seconds=5))
@@ -957,12 +957,12 @@ async def test_settle_refuses_a_confirmed_absence_after_settle_time_and_never_se
     await died_before_send(Gate(journal), call, target)
     eid = eid_of(call)
 
-    early = await Gate(journal).settle(eid, target, owner_ended=owner_ended)
+    early = await Gate(journal).close_out(eid, target, owner_ended=owner_ended)
     assert early.final == "DISPATCHED"  # "not found" proves nothing yet: left as it was
     assert kinds(journal, eid)[-1] is Kind.DISPATCHED
 
     later = Gate(journal, clock=lambda: time.time() + 6)
-    r = await later.settle(eid, target, owner_ended=owner_ended)
+    r = await later.close_out(eid, target, owner_ended=owner_ended)
     assert (r.final, r.code, r.executed, r.via) == ("REFUSED", owner_ended, False, None)
     assert target.sends == 0 and target.landed == {}
     assert not journal.is_claimed(eid)
@@ -973,13 +973,13 @@ async def test_settle_refuses_a_confirmed_absence_after_settle_time_and_never_se
 
 
 @pytest.mark.parametrize("tier", [1, 2])
-async def test_settle_commits_what_the_target_finds(
+async def test_close_out_commits_what_the_target_finds(
     journal: Journal, lease: str, tier: int
 ) -> None:
     target = MemTarget(tier=tier, settle_time=timedelta(seconds=5))  # found needs no settling
     call = in_workflow(make_call(lease), "wf-gone")
     landed = await died_after_send(Gate(journal), call, target)
-    r = await Gate(journal).settle(eid_of(call), target, owner_ended="cancelled")
+    r = await Gate(journal).close_out(eid_of(call), target, owner_ended="cancelled")
     assert (r.final, r.via, r.executed, r.confirmation) == (
         "COMMITTED",
         "recovery-query",
@@ -989,18 +989,20 @@ async def test_settle_commits_what_the_target_finds(
     assert target.sends == 1
 
 
-async def test_settle_leaves_what_nobody_can_tell_to_a_person(journal: Journal, lease: str) -> None:
+async def test_close_out_leaves_what_nobody_can_tell_to_a_person(
+    journal: Journal, lease: str
+) -> None:
     target = MemTarget(tier=3)
     call = in_workflow(make_call(lease), "wf-gone")
     await died_before_send(Gate(journal), call, target)
-    r = await Gate(journal).settle(eid_of(call), target, owner_ended="cancelled")
+    r = await Gate(journal).close_out(eid_of(call), target, owner_ended="cancelled")
     assert (r.final, r.code, r.executed) == ("AMBIGUOUS", "unknowable", "unknown")
     assert "cancelled" in (r.reason or "")
     assert target.sends == 0
 
 
 @pytest.mark.parametrize("how", ["not_sent", "not_happened"])
-async def test_settle_refuses_an_absence_already_confirmed_even_at_tier_3(
+async def test_close_out_refuses_an_absence_already_confirmed_even_at_tier_3(
     journal: Journal, lease: str, how: str
 ) -> None:
     target = MemTarget(tier=3)
@@ -1018,12 +1020,12 @@ async def test_settle_refuses_an_absence_already_confirmed_even_at_tier_3(
             journal, eid, kind="ambiguous", decision="not_happened", operators=["carol"]
         )
     sends = target.sends
-    r = await Gate(journal).settle(eid, target, owner_ended="abandoned")
+    r = await Gate(journal).close_out(eid, target, owner_ended="abandoned")
     assert (r.final, r.code, r.executed) == ("REFUSED", "abandoned", False)
     assert target.sends == sends
 
 
-async def test_settle_changes_nothing_settled_and_waits_for_a_live_attempt(
+async def test_close_out_changes_nothing_ended_and_waits_for_a_live_attempt(
     connect: Callable[..., Journal], journal: Journal, lease: str
 ) -> None:
     target = MemTarget(tier=2)
@@ -1031,7 +1033,7 @@ async def test_settle_changes_nothing_settled_and_waits_for_a_live_attempt(
     done = await Gate(journal).run(call, target, target.send)
     eid = eid_of(call)
     before = kinds(journal, eid)
-    r = await Gate(journal).settle(eid, target, owner_ended="cancelled")
+    r = await Gate(journal).close_out(eid, target, owner_ended="cancelled")
     assert (r.final, r.via) == ("COMMITTED", "dispatch")
     assert kinds(journal, eid) == before
     assert done == journal.blob(eid, "result")
@@ -1039,13 +1041,13 @@ async def test_settle_changes_nothing_settled_and_waits_for_a_live_attempt(
     other = in_workflow(make_call(lease, amount=30, key={"case": "c-2"}), "wf-live")
     ticket = await Gate(journal).begin(other, target)
     assert isinstance(ticket, Ticket)
-    with pytest.raises(InFlight):  # a live attempt holds it: it settles it itself
-        await Gate(connect()).settle(ticket.effect_id, target, owner_ended="cancelled")
+    with pytest.raises(InFlight):  # a live attempt holds it: it finishes it itself
+        await Gate(connect()).close_out(ticket.effect_id, target, owner_ended="cancelled")
     ticket.release()
     with pytest.raises(InvalidCall, match="owner_ended"):
-        await Gate(journal).settle(eid, target, owner_ended="gone")  # type: ignore[arg-type]
+        await Gate(journal).close_out(eid, target, owner_ended="gone")  # type: ignore[arg-type]
     with pytest.raises(InvalidCall, match="not in the journal"):
-        await Gate(journal).settle("ab" * 32, target, owner_ended="cancelled")
+        await Gate(journal).close_out("ab" * 32, target, owner_ended="cancelled")
 
 
 # -- late writers ---------------------------------------------------------------------------------

@@ -430,9 +430,9 @@ async def test_a_reopened_effect_is_authorised_afresh_under_the_callers_lease_an
     # the approved input recorded is the reopening call's, so recovery without it can resend it
     assert journal.blob(eid, "approved") == [again.input]
     ticket.release()
-    settled = await Gate(journal).settle(eid, target, owner_ended="abandoned")
+    closed = await Gate(journal).close_out(eid, target, owner_ended="abandoned")
     assert target.queried_with == [again.input]
-    assert (settled.final, settled.code) == ("REFUSED", "abandoned")
+    assert (closed.final, closed.code) == ("REFUSED", "abandoned")
 
     r = receipt_of(fold(eid, journal.read(eid)))
     assert (r.lease_id, r.principal, r.lease_budget_cents) == (fresh, "refund-bot-2", 1_000)
@@ -976,12 +976,12 @@ async def test_an_interrupted_send_releases_the_claim_and_records_nothing(
 # -- settling an effect whose owner is gone ------------------------------------------------------
 
 
-async def test_settle_says_why_in_the_refusal_and_the_ambiguity(
+async def test_close_out_says_why_in_the_refusal_and_the_ambiguity(
     journal: Journal, lease: str
 ) -> None:
     queried = Ledger(tier=2)
     eid = (await dispatched(Gate(journal), in_workflow(refund(lease), "wf-a"), queried)).effect_id
-    r = await Gate(journal).settle(eid, queried, owner_ended="cancelled")
+    r = await Gate(journal).close_out(eid, queried, owner_ended="cancelled")
     reason = (
         "its workflow was cancelled or terminated, and it never happened; nobody else may send it"
     )
@@ -992,7 +992,7 @@ async def test_settle_says_why_in_the_refusal_and_the_ambiguity(
     blind = Ledger(tier=3)
     other = refund(lease, key={"case": "c-2"})
     eid = (await dispatched(Gate(journal), other, blind)).effect_id
-    r = await Gate(journal).settle(eid, blind, owner_ended="abandoned")
+    r = await Gate(journal).close_out(eid, blind, owner_ended="abandoned")
     reason = (
         "its workflow ended or moved on without it while it was in doubt, and the target "
         "cannot say whether it happened"
@@ -1002,23 +1002,23 @@ async def test_settle_says_why_in_the_refusal_and_the_ambiguity(
 
     third = refund(lease, key={"case": "c-3"})
     eid = (await dispatched(Gate(journal), third, queried)).effect_id
-    r = await Gate(journal).settle(eid, queried, owner_ended="abandoned", why="the agent quit")
+    r = await Gate(journal).close_out(eid, queried, owner_ended="abandoned", why="the agent quit")
     assert r.reason == "the agent quit, and it never happened; nobody else may send it"
 
 
-async def test_settle_commits_what_the_target_finds_with_its_result(
+async def test_close_out_commits_what_the_target_finds_with_its_result(
     journal: Journal, lease: str
 ) -> None:
     target = Ledger(tier=2)
     ticket = await dispatched(Gate(journal), refund(lease), target)
     landed = await target.send(ticket)
-    r = await Gate(journal).settle(ticket.effect_id, target, owner_ended="abandoned")
+    r = await Gate(journal).close_out(ticket.effect_id, target, owner_ended="abandoned")
     assert (r.final, r.via, r.confirmation) == ("COMMITTED", "recovery-query", "ref-1")
     assert journal.blob(ticket.effect_id, "result") == landed
     assert r.result_digest == sha(b'{"amount":20,"order":"o-1","ref":"ref-1"}')
 
 
-async def test_settle_decodes_the_recorded_input_for_the_query(
+async def test_close_out_decodes_the_recorded_input_for_the_query(
     journal: Journal, lease: str
 ) -> None:
     target = Ledger(tier=2)
@@ -1029,22 +1029,24 @@ async def test_settle_decodes_the_recorded_input_for_the_query(
         decoded.append(blob)
         return ({**blob[0], "decoded": True},)
 
-    await Gate(journal).settle(
+    await Gate(journal).close_out(
         ticket.effect_id, target, owner_ended="abandoned", decode_args=decode
     )
     assert decoded == [[refund(lease).input]]
     assert target.queried_with == [{**refund(lease).input, "decoded": True}]
 
 
-async def test_settle_confirms_absence_exactly_at_settle_time(journal: Journal, lease: str) -> None:
+async def test_close_out_confirms_absence_exactly_at_settle_time(
+    journal: Journal, lease: str
+) -> None:
     target = Ledger(tier=2, settle_time=timedelta(seconds=30))
     eid = (await dispatched(Gate(journal), refund(lease), target)).effect_id
     at = journal.read(eid)[-1].ts + 30
-    r = await Gate(journal, clock=lambda: at).settle(eid, target, owner_ended="abandoned")
+    r = await Gate(journal, clock=lambda: at).close_out(eid, target, owner_ended="abandoned")
     assert r.final == "REFUSED"
 
 
-async def test_settle_after_a_person_said_not_happened_refuses_without_asking(
+async def test_close_out_after_a_person_said_not_happened_refuses_without_asking(
     journal: Journal, lease: str
 ) -> None:
     target = Ledger(tier=3)
@@ -1053,33 +1055,33 @@ async def test_settle_after_a_person_said_not_happened_refuses_without_asking(
     with pytest.raises(Ambiguous):
         await Gate(journal).begin(call, target)
     record_resolution(journal, eid, kind="ambiguous", decision="not_happened", operators=["ann"])
-    r = await Gate(journal).settle(eid, target, owner_ended="cancelled")
+    r = await Gate(journal).close_out(eid, target, owner_ended="cancelled")
     assert (r.final, r.code) == ("REFUSED", "cancelled")
-    # a person's happened is an outcome: settle leaves it as it is
+    # a person's happened is an outcome: close_out leaves it as it is
     other = refund(lease, key={"case": "c-2"}, last_attempt=True)
     eid = (await dispatched(Gate(journal), other, target)).effect_id
     with pytest.raises(Ambiguous):
         await Gate(journal).begin(other, target)
     record_resolution(journal, eid, kind="ambiguous", decision="happened", operators=["ann"])
     head = journal.read(eid)[-1].hash
-    r = await Gate(journal).settle(eid, target, owner_ended="cancelled")
+    r = await Gate(journal).close_out(eid, target, owner_ended="cancelled")
     assert r.final == "RESOLVED" and journal.read(eid)[-1].hash == head
 
 
-async def test_settle_refuses_bad_arguments_and_a_held_effect(
+async def test_close_out_refuses_bad_arguments_and_a_held_effect(
     connect: Any, journal: Journal, lease: str
 ) -> None:
     target = Ledger(tier=2)
     with pytest.raises(InvalidCall) as bad:
-        await Gate(journal).settle("f" * 64, target, owner_ended="gone")  # type: ignore[arg-type]
+        await Gate(journal).close_out("f" * 64, target, owner_ended="gone")  # type: ignore[arg-type]
     assert str(bad.value) == "owner_ended must be one of cancelled, abandoned"
     with pytest.raises(InvalidCall) as unknown:
-        await Gate(journal).settle("f" * 64, target, owner_ended="abandoned")
+        await Gate(journal).close_out("f" * 64, target, owner_ended="abandoned")
     assert str(unknown.value) == f"effect {'f' * 16} is not in the journal"
     holder = await Gate(journal).begin(refund(lease), target)
     assert isinstance(holder, Ticket)
     with pytest.raises(InFlight) as held:
-        await Gate(connect()).settle(holder.effect_id, target, owner_ended="abandoned")
+        await Gate(connect()).close_out(holder.effect_id, target, owner_ended="abandoned")
     assert (held.value.effect_id, held.value.reason, held.value.retry_after) == (
         holder.effect_id,
         "another live attempt holds it",
@@ -1119,7 +1121,7 @@ async def test_an_effect_whose_record_keeps_moving_is_in_flight(
     appends.clear()
     target.settle_time = timedelta(0)
     with pytest.raises(InFlight) as settling:
-        await Gate(journal).settle(eid, Ledger(tier=3), owner_ended="abandoned")
+        await Gate(journal).close_out(eid, Ledger(tier=3), owner_ended="abandoned")
     assert (settling.value.effect_id, settling.value.reason) == (
         eid,
         "the effect's record keeps moving",
@@ -1593,7 +1595,7 @@ async def test_a_reopened_effect_sends_what_the_policy_rewrote(
     assert done.result["amount"] == 10
 
 
-async def test_a_changed_key_settles_the_first_effect_querying_with_its_decoded_input(
+async def test_a_changed_key_closes_out_the_first_effect_querying_with_its_decoded_input(
     journal: Journal, lease: str
 ) -> None:
     target = Ledger(tier=2)

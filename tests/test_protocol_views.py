@@ -275,7 +275,7 @@ async def test_a_failed_send_reads_no_chain_after_its_dispatch(
 
 
 @pytest.mark.parametrize("case", ["absent", "found", "unknowable"])
-async def test_settle_reads_the_chain_once(
+async def test_close_out_reads_the_chain_once(
     journal: Journal, lease: str, reads: list[str], case: str
 ) -> None:
     target = MemTarget(tier=3 if case == "unknowable" else 2)
@@ -285,7 +285,7 @@ async def test_settle_reads_the_chain_once(
         await target.send(ticket)
     ticket.release()
     reads.clear()
-    r = await Gate(journal).settle(ticket.effect_id, target, owner_ended="abandoned")
+    r = await Gate(journal).close_out(ticket.effect_id, target, owner_ended="abandoned")
     # the decision's read, and (but where nobody can be asked) the approved input's
     assert reads == (["read", "append"] if case == "unknowable" else ["read", "read", "append"])
     assert r.final == {"absent": "REFUSED", "found": "COMMITTED", "unknowable": "AMBIGUOUS"}[case]

@@ -1,5 +1,5 @@
 """No effect stays in doubt unseen, and only the workflow that owns an effect ever sends it.
-Effects left DISPATCHED by a cancelled workflow, or by retries that ran out, are settled by the
+Effects left DISPATCHED by a cancelled workflow, or by retries that ran out, are closed out by the
 reconciler without a send: COMMITTED where the target finds them, REFUSED where it confirms they
 never happened, in an open review where it cannot say. A duplicate submission never resends a
 cancelled owner's effect either; while the owner lives, the effect is left to it. Real worker
@@ -282,7 +282,7 @@ async def test_the_plugin_runs_the_reconciler_on_a_schedule(
 
 
 def test_the_review_desk_has_no_send_path() -> None:
-    """The reconciler settles by asking, refusing or asking a person: neither it nor the desk
+    """The reconciler closes out by asking, refusing or asking a person: neither it nor the desk
     keeps a way to run a gated activity's body."""
     for keeper in (ReviewDesk, ReconcileActivity):
         assert not hasattr(keeper, "_send")
@@ -442,7 +442,7 @@ async def test_only_the_attempt_path_sends_never_the_reconciler(
     dev_server: DevServer, tmp_path: Path
 ) -> None:
     """The real reconciler, over effects in every state it handles on tiers 1, 2 and 3, whose
-    owners are gone: it settles each (COMMITTED where the target finds it, REFUSED where the
+    owners are gone: it closes out each (COMMITTED where the target finds it, REFUSED where the
     absence is confirmed, AMBIGUOUS with a review where nobody can know) and the payments
     service sees no refund call from it. It cannot: what its worker keeps of a gated activity
     is the target as declared, without the body or any method that sends."""

@@ -237,7 +237,7 @@ async def test_not_happened_still_refuses_a_revoked_lease(
         assert r.payments.refunded_cents(ORDER) == 0
 
 
-async def test_a_late_commit_settles_the_review(dev_server: DevServer, tmp_path: Path) -> None:
+async def test_a_late_commit_closes_the_review(dev_server: DevServer, tmp_path: Path) -> None:
     """Attempt 1 stalls inside the send past its timeout; the last attempt finds it still in
     flight and declares AMBIGUOUS; then attempt 1's refund lands and its COMMITTED arrives late,
     closing the review with no person involved."""
@@ -323,3 +323,22 @@ async def test_a_decision_on_a_corrupt_effect_is_refused_and_records_nothing(
         assert (await review.query("status"))["state"] == "open"
         await review.terminate()
         await case.terminate()
+
+
+def test_the_vote_is_vote_and_decision_is_its_deprecated_alias() -> None:
+    """A person's vote is ``Vote`` (the policy's verdict keeps ``Decision``, in
+    ``interlock_temporal.policy``); the old root name still imports, with a warning."""
+    import interlock_temporal
+    from interlock_temporal import Vote
+    from interlock_temporal.policy import Decision as PolicyDecision
+
+    assert "Vote" in interlock_temporal.__all__ and "Decision" not in interlock_temporal.__all__
+    with pytest.warns(DeprecationWarning, match=r"interlock_temporal\.Decision is deprecated"):
+        from interlock_temporal import Decision
+    assert Decision is Vote and Vote is not PolicyDecision
+    vote = Vote.model_validate({"decision": "happened", "operator": "ann", "note": "seen"})
+    assert vote.model_dump(exclude_none=True) == {
+        "decision": "happened",
+        "operator": "ann",
+        "note": "seen",
+    }

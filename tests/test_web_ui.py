@@ -53,7 +53,7 @@ VIEWPORT = {"width": 1400, "height": 1000}
 #: generous: the UI polls the server, and CI machines are slow
 UI_TIMEOUT_MS = 60_000
 OPERATOR = "carol"
-#: decision_problem's words ("for ambiguous reviews"; earlier "for a ambiguous review")
+#: vote_problem's words ("for ambiguous reviews"; earlier "for a ambiguous review")
 REFUSED = re.compile(r"'approve' is not a decision for (an? )?ambiguous review")
 
 

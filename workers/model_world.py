@@ -391,14 +391,14 @@ class World:
         self.target.tampered = True
 
     def _reconcile(self) -> None:
-        """The reconciler, once the owner is cancelled: settle without a send, in one step."""
+        """The reconciler, once the owner is cancelled: close out without a send, in one step."""
         self.reconciled = True
         eid = self.effect_id()
         if self.target.tampered or not self.journals[0].read(eid):
             return
         gate = Gate(self.journals[0], clock=self.target.clock)
         try:
-            asyncio.run(gate.settle(eid, self.target, owner_ended="cancelled"))
+            asyncio.run(gate.close_out(eid, self.target, owner_ended="cancelled"))
         except GateOutcome:
             self.reconciled = False  # a live attempt held it: the next run tries again
 

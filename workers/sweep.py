@@ -287,7 +287,7 @@ async def run_case(case: Case, workdir: Path) -> Story:
         if case.then == "redecide" and owner_runs:
             await run.redecide(zombie_alive=zombie is not None)
         if case.then == "duplicate_other":
-            # another workflow submits the same effect: it may settle it by asking, never send
+            # another workflow submits the same effect: it may commit it by asking, never send
             other = await run.attempt(workflow_id=OTHER_WORKFLOW).run()
             story.say(f"another workflow: {other}")
         if owner_runs:
@@ -310,13 +310,13 @@ async def reconcile(
     story: Story,
     request: RefundRequest,
 ) -> None:
-    """What the reconciler does once the owning workflow is cancelled: settle, never send."""
+    """What the reconciler does once the owning workflow is cancelled: close out, never send."""
     eid = effect_of(request)
     if not journal.read(eid):
         return
     gate = Gate(journal, clock=payments.clock)
     try:
-        shown = await gate.settle(
+        shown = await gate.close_out(
             eid,
             payments,
             owner_ended="cancelled",

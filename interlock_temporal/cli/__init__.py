@@ -33,6 +33,6 @@ pieces), ``_temporal`` (the client, RPC failures as one line).
 
 from ._app import build_parser, main
 from ._args import parse_duration
-from .reconcile import settled
+from .reconcile import needs_nobody
 
-__all__ = ["build_parser", "main", "parse_duration", "settled"]
+__all__ = ["build_parser", "main", "needs_nobody", "parse_duration"]

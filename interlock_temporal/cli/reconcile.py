@@ -18,15 +18,15 @@ if TYPE_CHECKING:
 
     from .._reconciler import ReconcileOutcome
 
-#: reconciler outcomes that need nobody: the effect is settled or in front of a person
-_SETTLED = frozenset({Kind.COMMITTED.value, Kind.REFUSED.value, Kind.RESOLVED.value})
+#: the outcomes an effect ends with
+_ENDED = frozenset({Kind.COMMITTED.value, Kind.REFUSED.value, Kind.RESOLVED.value})
 
 
-def settled(outcome: ReconcileOutcome) -> bool:
+def needs_nobody(outcome: ReconcileOutcome) -> bool:
     """The effect needs nobody now: it ended COMMITTED, REFUSED or RESOLVED, is AMBIGUOUS in
     front of a person (a review is open), or a live attempt or the workflow that owns it will
-    settle it."""
-    if outcome.final in _SETTLED:
+    finish it."""
+    if outcome.final in _ENDED:
         return True
     if outcome.final == Kind.AMBIGUOUS.value:
         return bool(outcome.review)
@@ -84,15 +84,15 @@ async def reconcile(args: argparse.Namespace, client: Client) -> int:
         raise CliError(
             EXIT_FAILED, f"the reconciler failed: {failure_message(err.cause)}"
         ) from None
-    unsettled = [o.effect_id for o in report.outcomes if not settled(o)]
+    needing_someone = [o.effect_id for o in report.outcomes if not needs_nobody(o)]
     beyond = max(report.in_doubt - len(report.outcomes), 0)
-    needing = len(unsettled) + beyond
+    needing = len(needing_someone) + beyond
     if args.json:
         emit_json(
             {
                 "workflow_id": workflow_id,
                 **report.model_dump(mode="json"),
-                "unsettled": unsettled,
+                "unsettled": needing_someone,  # the key as released
                 "not_reached": beyond,
                 "ok": needing == 0,
             }

@@ -311,6 +311,7 @@ async def reviews_resolve(args: argparse.Namespace, client: Client) -> int:
     if status.state == "open":
         warn("vote counted: the review stays open until enough people agree")
     elif status.state == "closed":
+        # the words as released: a late COMMITTED closed the review meanwhile
         warn(f"not recorded: {status.reason or 'the effect was settled meanwhile'}")
         return EXIT_FAILED
     return EXIT_OK

@@ -98,8 +98,9 @@ AnyBinding = ActivityBinding | ChildBinding | ContinueAsNewBinding
 Binding = Annotated[AnyBinding, Field(discriminator="kind")]
 
 
-class Claim(BaseModel):
-    """What the header asserts: an authority, and where it may be used."""
+class AuthorityClaim(BaseModel):
+    """What the authority header asserts: an authority, and where it may be used. (Not a
+    journal ``Claim``, which a live attempt holds on an effect.)"""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
@@ -109,7 +110,7 @@ class Claim(BaseModel):
     binding: Binding
 
     @classmethod
-    def of(cls, authority: Authority, binding: AnyBinding) -> Claim:
+    def of(cls, authority: Authority, binding: AnyBinding) -> AuthorityClaim:
         return cls(
             principal=authority.principal,
             lease_id=authority.lease_id,
@@ -132,7 +133,7 @@ class SignedClaim(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    claim: Claim
+    claim: AuthorityClaim
     key_id: str
     mac: str
 
@@ -222,13 +223,13 @@ class AuthorityKeys:
             raise AuthorityInvalid(
                 "unknown_key", "this worker holds no key that signs authority headers"
             )
-        claim = Claim.of(authority, binding)
+        claim = AuthorityClaim.of(authority, binding)
         signed = SignedClaim(
             claim=claim, key_id=self.signing.key_id, mac=self.signing.mac(claim.signed_bytes())
         )
         return signed.model_dump(mode="json")
 
-    def open(self, value: Any) -> Claim:
+    def open(self, value: Any) -> AuthorityClaim:
         """The claim a header value carries, once its signature checks out; raises
         ``AuthorityInvalid`` saying why not. Where it may be used is checked apart
         (``for_activity``, ``for_start``)."""
@@ -267,7 +268,7 @@ class AuthorityKeys:
         return signed.claim
 
 
-def _expect(claim: Claim, binding: AnyBinding) -> Authority:
+def _expect(claim: AuthorityClaim, binding: AnyBinding) -> Authority:
     if claim.binding != binding:
         raise AuthorityInvalid(
             "wrong_binding",
@@ -278,7 +279,7 @@ def _expect(claim: Claim, binding: AnyBinding) -> Authority:
 
 
 def for_activity(
-    claim: Claim, *, namespace: str | None, workflow_id: str | None, run_id: str | None
+    claim: AuthorityClaim, *, namespace: str | None, workflow_id: str | None, run_id: str | None
 ) -> Authority:
     """The authority ``claim`` grants an activity of this workflow run, or ``AuthorityInvalid``.
     An activity no workflow started (a standalone activity a client started) has none."""
@@ -297,7 +298,7 @@ def for_activity(
 
 
 def for_start(
-    claim: Claim,
+    claim: AuthorityClaim,
     *,
     workflow_id: str,
     first_execution_run_id: str,

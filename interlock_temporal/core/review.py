@@ -17,13 +17,13 @@ from .models import Draft, Kind
 from .policy import Approval, SessionState
 from .receipts import EffectView, fold, fold_appended, receipt_of
 from .review_rules import DECISIONS as DECISIONS
-from .review_rules import Decision as Decision
 from .review_rules import Recorded as Recorded
 from .review_rules import ReviewKind as ReviewKind
 from .review_rules import ReviewRules as ReviewRules
-from .review_rules import decision_problem as decision_problem
+from .review_rules import Vote as Vote
 from .review_rules import review_id as review_id
 from .review_rules import tally as tally
+from .review_rules import vote_problem as vote_problem
 
 
 class ReviewError(InterlockError):
@@ -42,7 +42,7 @@ def record_resolution(
 ) -> Recorded:
     """Append ``RESOLVED`` for an effect that is AMBIGUOUS, conditional on its head.
 
-    An effect a late ``COMMITTED`` already settled is reported closed, and one already resolved
+    An effect a late ``COMMITTED`` already closed is reported closed, and one already resolved
     is reported as it was: neither is changed.
     """
     if kind == "approval":
@@ -58,6 +58,7 @@ def record_resolution(
             recorded=False,
             state="closed",
             receipt=receipt_of(view),
+            # the person reads this reason (CLI, Web UI): its words stay as released
             reason="a late COMMITTED from the attempt in doubt already settled it",
         )
     if view.status is Kind.RESOLVED:

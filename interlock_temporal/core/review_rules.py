@@ -1,5 +1,5 @@
-"""What a person may decide about an effect, and how decisions are counted: the rules the review
-workflow's validator, the review desk and the CLI share. Imports no journal, so the review
+"""What a person may decide about an effect, and how their votes are counted: the rules the
+review workflow's validator, the review desk and the CLI share. Imports no journal, so the review
 workflow (which runs in Temporal's sandbox) can use it."""
 
 from __future__ import annotations
@@ -25,8 +25,10 @@ def review_id(kind: str, effect_id: str) -> str:
     return f"interlock-review-{kind}-{effect_id}"
 
 
-class Decision(BaseModel):
-    """What a person sends, from the Web UI, the CLI or code."""
+class Vote(BaseModel):
+    """A person's vote on a review, as sent from the Web UI, the CLI or code: ``decision`` names
+    the decision voted for (one of ``DECISIONS[kind]``). Not the policy's verdict
+    (``core.policy.Decision``)."""
 
     model_config = ConfigDict(extra="forbid")
 
@@ -51,12 +53,12 @@ class ReviewRules(BaseModel):
     deadline_s: float | None = Field(default=None, gt=0)
 
 
-def decision_problem(
+def vote_problem(
     kind: str,
-    d: Decision,
+    d: Vote,
     rules: ReviewRules,
     principal: str | None,
-    already: Sequence[Decision] = (),
+    already: Sequence[Vote] = (),
 ) -> str | None:
     """Why ``d`` may not be counted, or None. The text is what the Web UI displays."""
     valid = DECISIONS.get(kind, ())
@@ -82,7 +84,7 @@ def decision_problem(
     return None
 
 
-def tally(votes: Sequence[Decision], min_approvals: int) -> tuple[str, list[str]] | None:
+def tally(votes: Sequence[Vote], min_approvals: int) -> tuple[str, list[str]] | None:
     """The first decision that enough distinct people agree on: (decision, operators)."""
     by_decision: dict[str, list[str]] = {}
     for v in votes:
@@ -95,7 +97,7 @@ def tally(votes: Sequence[Decision], min_approvals: int) -> tuple[str, list[str]
 
 
 class Recorded(BaseModel):
-    """The journal's answer to a decision."""
+    """The journal's answer to a decision that the votes reached."""
 
     recorded: bool
     state: Literal["resolved", "closed", "reopened"]

@@ -191,7 +191,7 @@ class SqlPolicy(PolicyStore):
 
         return access.writing(run)
 
-    def settle_cost(self, scopes: Scopes, actual_usd: float) -> bool:
+    def record_cost(self, scopes: Scopes, actual_usd: float) -> bool:
         if not actual_usd >= 0 or actual_usd == float("inf"):
             raise ValueError("a cost must be a finite, non-negative number of USD")
         access = self._access

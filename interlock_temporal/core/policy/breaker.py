@@ -167,11 +167,11 @@ def hitl_mode_of(limits: Limits) -> HitlMode:
 
 @dataclass(frozen=True, slots=True)
 class CallFacts:
-    """What the breaker knows of one call: the facts ``decide`` reads, derived from the call
-    (a ``CallEvent``, which the rules see) by ``PolicyGuard.facts`` and from the store's view of
-    the session. Built by the adapter, never from model output. Where the call was delivered
-    is not among them: the store records the delivery itself and says whether it was seen
-    (``replayed``)."""
+    """One call as the breaker sees it: the facts ``decide`` reads, derived from the call (a
+    ``CallEvent``, which the rules see; the gate sees it as a ``Call``) by ``PolicyGuard.facts``
+    and from the store's view of the session. Built by the adapter, never from model output.
+    Where the call was delivered is not among them: the store records the delivery itself and
+    says whether it was seen (``replayed``)."""
 
     activity: str
     #: sha256 of the canonical input as proposed

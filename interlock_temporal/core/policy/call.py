@@ -15,7 +15,9 @@ from ..identity import UnserializableInput, canonical_json, jsonable
 
 @dataclass(frozen=True)
 class CallEvent:
-    """What a rule sees: the call as the activity would receive it, and who makes it."""
+    """One call as the policy's rules see it: the arguments the activity would receive, and
+    who makes it. The gate sees the same call as a ``Call``; the breaker reads the
+    ``CallFacts`` derived from it."""
 
     activity: str
     args: tuple[Any, ...]

@@ -280,5 +280,6 @@ class PolicyGuard:
             return dataclasses.replace(d, verdict=Verdict.ALLOW, observed=True)
         return d
 
-    def settle(self, scopes: Scopes, actual_usd: float) -> bool:
-        return self.store.settle_cost(scopes, actual_usd)
+    def record_cost(self, scopes: Scopes, actual_usd: float) -> bool:
+        """Charge the execution its actual cost in place of the estimate, once."""
+        return self.store.record_cost(scopes, actual_usd)

@@ -93,9 +93,9 @@ class PolicyStore(ABC):
         binding raises ``KeyError``."""
 
     @abstractmethod
-    def settle_cost(self, scopes: Scopes, actual_usd: float) -> bool:
-        """Replace the execution's estimated charge with its actual cost, once. False when it
-        was settled already (or never admitted)."""
+    def record_cost(self, scopes: Scopes, actual_usd: float) -> bool:
+        """Replace the execution's estimated charge with its actual cost, once. False when its
+        actual cost was recorded already (or it was never admitted)."""
 
     @abstractmethod
     def session(self, session: str) -> SessionState | None: ...

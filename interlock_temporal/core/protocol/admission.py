@@ -11,7 +11,7 @@ from ..identity import UnserializableInput, canonical_json, jsonable
 from ..leases import Charge
 from ..models import Draft, Kind, Lease
 from ..policy import CallEvent, Decision, Scopes, Verdict, enforce
-from .calls import Call, delivery_of
+from .calls import Call, delivery_record
 from .outcomes import Outcomes
 
 
@@ -105,7 +105,7 @@ class Admission(Outcomes):
         data: dict[str, Any] = {
             "via": via,
             "worker": self.worker,
-            "delivery": delivery_of(call),
+            "delivery": delivery_record(call),
             "premises_now": dict(current),
         }
         if lease is not None:

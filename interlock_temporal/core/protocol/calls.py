@@ -31,7 +31,7 @@ IN_FLIGHT_RETRY_S = 0.5
 #: how soon another workflow's attempt looks again at an effect in doubt that only its owner
 #: may send (each look may query the target)
 NOT_OWNER_RETRY_S = 2.0
-#: why the owner of an effect will never send it: the code of the refusal ``Gate.settle``
+#: why the owner of an effect will never send it: the code of the refusal ``Gate.close_out``
 #: records when the target confirms it never happened
 OwnerEnded = Literal["cancelled", "abandoned"]
 #: named points where the sweep injects crashes (see ``Gate(on_point=...)``)
@@ -58,7 +58,9 @@ class Delivery:
 
 @dataclass(frozen=True)
 class Call:
-    """One attempt at an effect, as the adapter saw it.
+    """One attempt at an effect: one call as the gate sees it (payload, key, lease, delivery),
+    built by the adapter. The policy sees the same call as a ``CallEvent`` (what the rules
+    read) and a ``CallFacts`` (what the breaker's ``decide`` reads).
 
     ``input`` is what targets and extractors see (the single argument, or the tuple);
     ``args`` is what the body receives. ``key`` names the approved decision.
@@ -129,7 +131,7 @@ class Done:
     result: Any
     via: str
     #: set when this commit arrived after another outcome was recorded (a late writer): the
-    #: state it followed, e.g. AMBIGUOUS (the commit settles a review) or REFUSED (an alarm)
+    #: state it followed, e.g. AMBIGUOUS (the commit closes a review) or REFUSED (an alarm)
     after: Kind | None = None
     #: the gate's own time for this attempt (recorded as ``gate_ms`` in COMMITTED)
     gate_s: float | None = None
@@ -218,7 +220,7 @@ def as_input(args: tuple[Any, ...]) -> Any:
     return args[0] if len(args) == 1 else args
 
 
-def delivery_of(call: Call) -> dict[str, Any]:
+def delivery_record(call: Call) -> dict[str, Any]:
     """The call's delivery as the journal records it."""
     d = call.delivery
     return {

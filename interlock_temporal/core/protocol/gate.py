@@ -27,7 +27,7 @@ from .calls import (
     Ticket,
     as_input,
     decision_premises,
-    delivery_of,
+    delivery_record,
     identify,
 )
 from .outcomes import refusal
@@ -139,7 +139,7 @@ class Gate(Recovery):
     async def _refuse_an_unstable_key(self, call: Call, target: EffectTarget, eid: str) -> None:
         """A retry that names a new effect: if an earlier attempt of this activity, with this
         very input, proposed another one, the key changed between attempts. Nothing is sent
-        under the new id; the first effect is settled without a send (its activity fails now
+        under the new id; the first effect is closed out without a send (its activity fails now
         and will never send it again): found → COMMITTED, absent → REFUSED, else AMBIGUOUS.
         Only a retry can find one, so only a retry asks (an indexed query)."""
         if call.delivery.attempt <= 1 or call.origin is None:
@@ -148,7 +148,7 @@ class Gate(Recovery):
         if first is None:
             return
         try:
-            receipt: Receipt | None = await self.settle(
+            receipt: Receipt | None = await self.close_out(
                 first,
                 target,
                 owner_ended="abandoned",
@@ -185,7 +185,7 @@ class Gate(Recovery):
                 "premises_source": "capture" if decided is None else "decision",
                 "target": target.name,
                 "tier": caps.tier,
-                "delivery": delivery_of(call),
+                "delivery": delivery_record(call),
                 "input_digest": call.input_digest,
             },
         )

@@ -22,7 +22,7 @@ from ..models import Change, Draft, Entry, Kind, Receipt
 from ..policy import PolicyGuard
 from ..receipts import EffectView, fold, fold_appended, receipt_of
 from ..targets import classify, confirmation_of
-from .calls import Call, Done, Ticket, delivery_of
+from .calls import Call, Done, Ticket, delivery_record
 
 
 def _worker_id() -> str:
@@ -161,7 +161,7 @@ class Outcomes:
                 if view.status is Kind.AMBIGUOUS and draft.kind is Kind.AMBIGUOUS:
                     return AfterSend(False, view.status, view)
                 after = view.status
-                # what a zombie attempt learned settles an ambiguity, or contradicts a refusal
+                # what a zombie attempt learned resolves an ambiguity, or contradicts a refusal
                 data = {
                     **draft.data,
                     "late": True,
@@ -218,7 +218,7 @@ class Outcomes:
                         data={
                             "code": "conflicting_payload",
                             "payload_digest": pdigest,
-                            "delivery": delivery_of(call),
+                            "delivery": delivery_record(call),
                         },
                     )
                 ],

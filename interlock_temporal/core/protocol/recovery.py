@@ -1,6 +1,6 @@
-"""An effect in doubt (DESIGN section 4, step 5): its owner's next attempt settles, queries,
-re-checks, then resends or stops; another workflow's attempt only learns; ``settle`` ends an
-effect whose owner is gone, without ever sending it."""
+"""An effect in doubt (DESIGN section 4, step 5): its owner's next attempt waits out the
+target's ``settle_time``, queries, re-checks, then resends or stops; another workflow's attempt
+only learns; ``close_out`` ends an effect whose owner is gone, without ever sending it."""
 
 from __future__ import annotations
 
@@ -35,8 +35,8 @@ from .outcomes import ambiguity, refusal
 @dataclass
 class _Resend:
     """What the owner's attempt found about an effect in doubt, and (once the recovery
-    transaction has run) what it wrote: ``kind`` is refused, ambiguous, unsettled or
-    dispatch (then ``via`` names how)."""
+    transaction has run) what it wrote: ``kind`` is refused, ambiguous, unsettled (inside the
+    target's ``settle_time``: nothing written) or dispatch (then ``via`` names how)."""
 
     call: Call
     target: EffectTarget
@@ -47,8 +47,8 @@ class _Resend:
     demand: Demand
     #: the effect is known not to have happened
     absent: bool
-    #: the target has had its settle time since the last dispatch
-    settled: bool
+    #: the target has had its ``settle_time`` since the last dispatch
+    past_settle_time: bool
     #: a resend now falls inside the target's dedupe window
     in_window: bool
     kind: str = ""
@@ -58,7 +58,7 @@ class _Resend:
 class Recovery(Admission):
     """The gate's handling of effects dispatched and never confirmed."""
 
-    def _has_settled(self, view: EffectView, caps: Capabilities) -> bool:
+    def _past_settle_time(self, view: EffectView, caps: Capabilities) -> bool:
         """The target has had ``settle_time`` since the last dispatch: "not found" now means
         absent."""
         return (
@@ -76,9 +76,9 @@ class Recovery(Admission):
         absent = view.absence_confirmed
         args = self._approved_args(call, view)
         payload = as_input(args)
-        settled = True
+        past_settle_time = True
         if not absent:
-            settled = self._has_settled(view, caps)
+            past_settle_time = self._past_settle_time(view, caps)
             if caps.queryable:
                 found = await query(target, eid, payload)
                 if found is not None:
@@ -89,14 +89,14 @@ class Recovery(Admission):
                         jsonable(found.result),
                         found.confirmation,
                     )
-                absent = settled
+                absent = past_settle_time
 
         current = await premise.capture(target, payload, eid)
         changes = await premise.validate(target, view.premises or {}, current, payload)
         in_window = caps.resend_deduped(view.first_dispatch_ts, target_clock(target))
-        # "not found" proves nothing until the target has settled; only a resend the target
-        # dedupes (same key, inside its window, facts unchanged) is safe before that
-        if not settled and not (in_window and not changes):
+        # "not found" proves nothing until the target's settle_time has passed; only a resend
+        # the target dedupes (same key, inside its window, facts unchanged) is safe before that
+        if not past_settle_time and not (in_window and not changes):
             if call.last_attempt:
                 await self._ambiguous(view, "the target may still be executing it", "unsettled")
             raise InFlight(eid, "the target may still be executing it", IN_FLIGHT_RETRY_S)
@@ -112,7 +112,7 @@ class Recovery(Admission):
             measured.resource,
         )
         plan = _Resend(
-            call, target, view, caps, current, changes, demand, absent, settled, in_window
+            call, target, view, caps, current, changes, demand, absent, past_settle_time, in_window
         )
         self._point("before_recovery_tx", eid)
         written = await self.journal.append_async(
@@ -122,7 +122,7 @@ class Recovery(Admission):
             self._raise_if_refused(eid, written, view)
         if plan.kind == "ambiguous":
             self._raise_ambiguous(fold_appended(view, written))
-        if plan.kind == "unsettled":
+        if plan.kind == "unsettled":  # the journal's ambiguity code for the same case
             raise InFlight(eid, "the target may still be executing it", IN_FLIGHT_RETRY_S)
         self._point("after_dispatch_tx", eid)
         return Ticket(
@@ -153,7 +153,7 @@ class Recovery(Admission):
             via = "retry-idempotent"
         elif plan.absent:
             via = "recovery-reapply"
-        elif not plan.settled and not plan.call.last_attempt:
+        elif not plan.past_settle_time and not plan.call.last_attempt:
             plan.kind = "unsettled"
             return []
         else:
@@ -190,8 +190,8 @@ class Recovery(Admission):
         if plan.absent:
             plan.kind = "refused"
             return [refusal(code, reason, changes)]
-        if not plan.settled and not plan.call.last_attempt:
-            # once the target has settled, "not found" will confirm absence: wait for
+        if not plan.past_settle_time and not plan.call.last_attempt:
+            # once the target's settle_time has passed, "not found" will confirm absence: wait for
             # that rather than call it ambiguous now
             plan.kind = "unsettled"
             return []
@@ -243,9 +243,9 @@ class Recovery(Admission):
             )
         return decode_args(blob) if decode_args else tuple(blob)
 
-    # -- settling without a send -----------------------------------------------------------------
+    # -- closing out without a send ---------------------------------------------------------------
 
-    async def settle(
+    async def close_out(
         self,
         effect_id: str,
         target: EffectTarget,
@@ -254,7 +254,7 @@ class Recovery(Admission):
         why: str | None = None,
         decode_args: Callable[[list[Any]], tuple[Any, ...]] | None = None,
     ) -> Receipt:
-        """Settle an effect its owner will never send again, without ever sending it.
+        """Close out an effect its owner will never send again, without ever sending it.
 
         For an effect dispatched and never confirmed (``DISPATCHED``, ``NOT_SENT``, or
         ``RESOLVED`` not_happened): the target finds it → ``COMMITTED`` via ``recovery-query``;
@@ -280,14 +280,14 @@ class Recovery(Admission):
         try:
             for _ in range(3):
                 try:
-                    return await self._settle(effect_id, target, owner_ended, why, decode_args)
+                    return await self._close_out(effect_id, target, owner_ended, why, decode_args)
                 except HeadConflict:
                     continue  # another writer moved the chain: read again
             raise InFlight(effect_id, "the effect's record keeps moving", IN_FLIGHT_RETRY_S)
         finally:
             claim.release()
 
-    async def _settle(
+    async def _close_out(
         self,
         eid: str,
         target: EffectTarget,
@@ -316,7 +316,7 @@ class Recovery(Admission):
                     eid, view.head, draft, blobs={"result": result_json}, view=view
                 )
                 return receipt_of(sent.view) if sent.view is not None else self.receipt(eid)
-            if not absent and not self._has_settled(view, caps):
+            if not absent and not self._past_settle_time(view, caps):
                 return receipt_of(view)  # "not found" proves nothing yet: ask again later
             absent = True
         whose = why or (

@@ -20,7 +20,8 @@ another file, another symbol) or refuses (``PremiseChanged``, naming the fact, t
 effect that changed it).
 
 Tier 2: ``query`` finds the commit carrying the trailer on the branch. There is no
-dedupe window, and a local repository settles at once.
+dedupe window, and a local repository's ``settle_time`` defaults to 0 (a commit is there at once
+or not at all).
 
 Point the target at a branch nobody has checked out (or at a bare repository): the branch moves
 under a worktree that has it checked out, and that worktree's ``git commit -a`` would undo the
