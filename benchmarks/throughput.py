@@ -32,7 +32,8 @@ from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.exceptions import ApplicationError
 from temporalio.worker import Worker
 
-from interlock_temporal import Found, InterlockPlugin, gated, open_journal
+from interlock_temporal import InterlockPlugin, gated, open_journal
+from interlock_temporal.targets import Found
 from interlock_temporal.core.errors import HeadConflict
 from interlock_temporal.core.identity import effect_id
 from interlock_temporal.core.journal import DEFAULT_COMMIT_DELAY, Journal

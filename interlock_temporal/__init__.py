@@ -3,22 +3,18 @@
 Register ``InterlockPlugin`` on the client, wrap each effectful activity with ``gated(...)``, and
 call it from a workflow under ``act_as(principal, lease)`` (``interlock_temporal.workflow``).
 
-The core (``interlock_temporal.core``) imports no Temporal module; the names below that need
-Temporal are imported on first use, so tools and the core stay light.
+These are the names a user needs. The rest lives in ``interlock_temporal.policy`` (limits and
+rules), ``interlock_temporal.review`` (a person's vote, the review workflow, the reconciler),
+``interlock_temporal.targets`` (writing a target), ``interlock_temporal.workflow`` and
+``interlock_temporal.testing``; everything else is internal (docs/architecture.md). Each name is
+imported on first use, so importing the package stays light.
 """
 
 from __future__ import annotations
 
-import importlib
-import warnings
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-from .core.journal import Journal, open_journal
-from .core.models import Change, Found, Kind, Lease, Receipt
-from .core.policy import Limits, Policy
-from .core.receipts import receipt
-from .core.review import ReviewRules, Vote
-from .core.targets import EffectTarget, TargetDeclarationError
+from .core.exports import lender
 
 if TYPE_CHECKING:
     from ._errors import (
@@ -30,51 +26,26 @@ if TYPE_CHECKING:
         InterlockDenied,
         InterlockNotInstalled,
         InvalidEffectInput,
-        receipt_from,
     )
     from ._gated import EffectContext, current_effect, gated, report_cost
     from ._interceptor import InterlockInterceptor
     from ._plugin import InterlockPlugin
-    from ._reconciler import Reconciler, ReconcileReport, ReconcileRequest
-    from ._review_workflow import EffectReview, Resolution, ReviewStatus
     from ._telemetry import Telemetry
-
-_LAZY = {
-    "AmbiguousEffect": "._errors",
-    "ApprovalRequired": "._errors",
-    "AuthorityRejected": "._errors",
-    "InterlockDenied": "._errors",
-    "EffectInFlight": "._errors",
-    "EffectRefused": "._errors",
-    "InterlockNotInstalled": "._errors",
-    "InvalidEffectInput": "._errors",
-    "receipt_from": "._errors",
-    "EffectContext": "._gated",
-    "current_effect": "._gated",
-    "gated": "._gated",
-    "report_cost": "._gated",
-    "InterlockInterceptor": "._interceptor",
-    "InterlockPlugin": "._plugin",
-    "Telemetry": "._telemetry",
-    "EffectReview": "._review_workflow",
-    "Reconciler": "._reconciler",
-    "ReconcileRequest": "._reconciler",
-    "ReconcileReport": "._reconciler",
-    "Resolution": "._review_workflow",
-    "ReviewStatus": "._review_workflow",
-}
+    from .core.journal import Journal, open_journal
+    from .core.models import Kind, Lease, Receipt
+    from .core.receipts import receipt
+    from .core.review_rules import ReviewRules
+    from .core.targets import BaseTarget, EffectTarget, TargetDeclarationError
 
 __all__ = [
     "AmbiguousEffect",
     "ApprovalRequired",
     "AuthorityRejected",
-    "Change",
+    "BaseTarget",
     "EffectContext",
     "EffectInFlight",
     "EffectRefused",
-    "EffectReview",
     "EffectTarget",
-    "Found",
     "InterlockDenied",
     "InterlockInterceptor",
     "InterlockNotInstalled",
@@ -83,38 +54,59 @@ __all__ = [
     "Journal",
     "Kind",
     "Lease",
-    "Limits",
-    "Policy",
     "Receipt",
-    "ReconcileReport",
-    "ReconcileRequest",
-    "Reconciler",
-    "Resolution",
     "ReviewRules",
-    "ReviewStatus",
     "TargetDeclarationError",
     "Telemetry",
-    "Vote",
     "current_effect",
     "gated",
     "open_journal",
     "receipt",
-    "receipt_from",
     "report_cost",
 ]
 
+_ERRORS = (
+    "AmbiguousEffect",
+    "ApprovalRequired",
+    "AuthorityRejected",
+    "EffectInFlight",
+    "EffectRefused",
+    "InterlockDenied",
+    "InterlockNotInstalled",
+    "InvalidEffectInput",
+)
 
-def __getattr__(name: str) -> Any:
-    if name == "Decision":  # the vote's old name; the policy's ``Decision`` is another class
-        warnings.warn(
-            "interlock_temporal.Decision is deprecated: use interlock_temporal.Vote",
-            DeprecationWarning,
-            stacklevel=2,
-        )
-        return Vote
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module 'interlock_temporal' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module, __name__), name)
-    globals()[name] = value
-    return value
+__getattr__ = lender(
+    __name__,
+    {
+        **dict.fromkeys(_ERRORS, "._errors"),
+        **dict.fromkeys(("EffectContext", "current_effect", "gated", "report_cost"), "._gated"),
+        "InterlockInterceptor": "._interceptor",
+        "InterlockPlugin": "._plugin",
+        "Telemetry": "._telemetry",
+        "Journal": ".core.journal",
+        "open_journal": ".core.journal",
+        "Kind": ".core.models",
+        "Lease": ".core.models",
+        "Receipt": ".core.models",
+        "receipt": ".core.receipts",
+        "ReviewRules": ".core.review_rules",
+        "BaseTarget": ".core.targets",
+        "EffectTarget": ".core.targets",
+        "TargetDeclarationError": ".core.targets",
+    },
+    moved={
+        "Change": ("interlock_temporal.targets", "Change"),
+        "Found": ("interlock_temporal.targets", "Found"),
+        "Limits": ("interlock_temporal.policy", "Limits"),
+        "Policy": ("interlock_temporal.policy", "Policy"),
+        "Decision": ("interlock_temporal.review", "Vote"),
+        "EffectReview": ("interlock_temporal.review", "EffectReview"),
+        "Reconciler": ("interlock_temporal.review", "Reconciler"),
+        "ReconcileReport": ("interlock_temporal.review", "ReconcileReport"),
+        "ReconcileRequest": ("interlock_temporal.review", "ReconcileRequest"),
+        "Resolution": ("interlock_temporal.review", "Resolution"),
+        "ReviewStatus": ("interlock_temporal.review", "ReviewStatus"),
+        "receipt_from": ("interlock_temporal.workflow", "receipt_from"),
+    },
+)

@@ -1,4 +1,4 @@
-"""The policy layer's public surface: limits, rules and the pure ``decide``.
+"""The policy layer: the limits of the circuit breaker and the rules a call must pass.
 
 ```python
 from interlock_temporal import InterlockPlugin
@@ -15,67 +15,85 @@ client = await Client.connect("localhost:7233", plugins=[InterlockPlugin(policy=
 
 from __future__ import annotations
 
-from ._gated import report_cost
-from .core.policy import (
-    ERROR_SIGNALS,
-    Approval,
-    CallEvent,
-    CallFacts,
-    Circuit,
-    Decision,
-    Limits,
-    Policy,
-    PolicyGuard,
-    PolicyState,
-    Reason,
-    Rule,
-    SessionState,
-    Verdict,
-    admit,
-    allow,
-    block,
-    decide,
-    deny,
-    deny_activity,
-    deny_when,
-    escalate,
-    evaluate_rules,
-    has_error_signal,
-    modify,
-    reset_circuit,
-)
-from .core.policy.file import PolicyError, PolicySource, load_policy, parse_policy
+from typing import TYPE_CHECKING
+
+from .core.exports import lender
+
+if TYPE_CHECKING:
+    from .core.policy import (
+        CallEvent,
+        Decision,
+        Limits,
+        Policy,
+        Rule,
+        Verdict,
+        allow,
+        deny,
+        deny_activity,
+        deny_when,
+        escalate,
+        modify,
+    )
+    from .core.policy.file import PolicyError, load_policy, parse_policy
 
 __all__ = [
-    "ERROR_SIGNALS",
-    "Approval",
     "CallEvent",
-    "CallFacts",
-    "Circuit",
     "Decision",
     "Limits",
     "Policy",
     "PolicyError",
-    "PolicyGuard",
-    "PolicySource",
-    "PolicyState",
-    "Reason",
     "Rule",
-    "SessionState",
     "Verdict",
-    "admit",
     "allow",
-    "block",
-    "decide",
     "deny",
     "deny_activity",
     "deny_when",
     "escalate",
-    "evaluate_rules",
-    "has_error_signal",
     "load_policy",
     "modify",
     "parse_policy",
-    "report_cost",
-    "reset_circuit",
 ]
+
+__getattr__ = lender(
+    __name__,
+    {
+        # ``block`` is ``deny``'s old name: it stays out of __all__, and warns when called
+        "block": ".core.policy",
+        **dict.fromkeys(
+            (
+                "CallEvent",
+                "Decision",
+                "Limits",
+                "Policy",
+                "Rule",
+                "Verdict",
+                "allow",
+                "deny",
+                "deny_activity",
+                "deny_when",
+                "escalate",
+                "modify",
+            ),
+            ".core.policy",
+        ),
+        **dict.fromkeys(("PolicyError", "load_policy", "parse_policy"), ".core.policy.file"),
+    },
+    moved={
+        # internal since 0.2 (the policy's engine, not what a user configures)
+        "ERROR_SIGNALS": ("interlock_temporal.core.policy", "ERROR_SIGNALS"),
+        "Approval": ("interlock_temporal.core.policy", "Approval"),
+        "CallFacts": ("interlock_temporal.core.policy", "CallFacts"),
+        "Circuit": ("interlock_temporal.core.policy", "Circuit"),
+        "PolicyGuard": ("interlock_temporal.core.policy", "PolicyGuard"),
+        "PolicyState": ("interlock_temporal.core.policy", "PolicyState"),
+        "Reason": ("interlock_temporal.core.policy", "Reason"),
+        "SessionState": ("interlock_temporal.core.policy", "SessionState"),
+        "admit": ("interlock_temporal.core.policy", "admit"),
+        "decide": ("interlock_temporal.core.policy", "decide"),
+        "evaluate_rules": ("interlock_temporal.core.policy", "evaluate_rules"),
+        "has_error_signal": ("interlock_temporal.core.policy", "has_error_signal"),
+        "reset_circuit": ("interlock_temporal.core.policy", "reset_circuit"),
+        "PolicySource": ("interlock_temporal.core.policy.file", "PolicySource"),
+        "report_cost": ("interlock_temporal", "report_cost"),
+    },
+)

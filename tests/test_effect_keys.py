@@ -19,7 +19,8 @@ from pydantic import BaseModel
 from temporalio import activity
 from temporalio.client import Client, WorkflowFailureError
 
-from interlock_temporal import current_effect, gated, open_journal, receipt_from
+from interlock_temporal import current_effect, gated, open_journal
+from interlock_temporal.workflow import receipt_from
 from interlock_temporal.core.errors import InvalidCall, UnstableEffectKey
 from interlock_temporal.core.journal import Journal
 from interlock_temporal.core.models import Kind

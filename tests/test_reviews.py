@@ -326,14 +326,19 @@ async def test_a_decision_on_a_corrupt_effect_is_refused_and_records_nothing(
 
 
 def test_the_vote_is_vote_and_decision_is_its_deprecated_alias() -> None:
-    """A person's vote is ``Vote`` (the policy's verdict keeps ``Decision``, in
-    ``interlock_temporal.policy``); the old root name still imports, with a warning."""
+    """A person's vote is ``Vote``, in ``interlock_temporal.review`` (the policy's verdict keeps
+    ``Decision``, in ``interlock_temporal.policy``); the old root name still imports, with a
+    warning."""
     import interlock_temporal
-    from interlock_temporal import Vote
+    from interlock_temporal import review
     from interlock_temporal.policy import Decision as PolicyDecision
+    from interlock_temporal.review import Vote
 
-    assert "Vote" in interlock_temporal.__all__ and "Decision" not in interlock_temporal.__all__
-    with pytest.warns(DeprecationWarning, match=r"interlock_temporal\.Decision is deprecated"):
+    assert "Vote" in review.__all__ and "Decision" not in interlock_temporal.__all__
+    with pytest.warns(
+        DeprecationWarning,
+        match=r"interlock_temporal\.Decision is deprecated: use interlock_temporal\.review\.Vote",
+    ):
         from interlock_temporal import Decision
     assert Decision is Vote and Vote is not PolicyDecision
     vote = Vote.model_validate({"decision": "happened", "operator": "ann", "note": "seen"})

@@ -1,23 +1,18 @@
-"""Target adapters. Each declares what it can honestly promise (its tier); ``BaseTarget`` is
-the class to start a new one from."""
+"""Targets: where an effect lands. Each declares what it can honestly promise (its tier);
+``BaseTarget`` is the class to start a new one from, ``EffectTarget`` the protocol a duck-typed
+one matches. ``payments`` (the reference target), ``stripe`` and ``repo`` are ready-made."""
 
+from ..core.exports import lender
 from ..core.models import Change, Found
-from ..core.targets import (
-    BaseTarget,
-    Capabilities,
-    EffectTarget,
-    TargetDeclarationError,
-    capabilities,
-    default_validate,
-)
+from ..core.targets import BaseTarget, EffectTarget, TargetDeclarationError
 
-__all__ = [
-    "BaseTarget",
-    "Capabilities",
-    "Change",
-    "EffectTarget",
-    "Found",
-    "TargetDeclarationError",
-    "capabilities",
-    "default_validate",
-]
+__all__ = ["BaseTarget", "Change", "EffectTarget", "Found", "TargetDeclarationError"]
+
+__getattr__ = lender(
+    __name__,
+    {},
+    moved={
+        "Capabilities": ("interlock_temporal.core.targets", "Capabilities"),
+        "capabilities": ("interlock_temporal.core.targets", "capabilities"),
+    },
+)

@@ -5,35 +5,45 @@ exports the entries; ``opening`` opens a journal by URL; ``sql`` is what the SQL
 (``sqlite``, ``postgres``), with the leases and the policy's state kept in their database
 (``sql_leases``, ``sql_policy``); ``claims`` are the effects' exclusive claims and ``signing``
 the keys that sign entries.
+
+Each name is imported on first use, so importing one module of this package loads only that
+module.
 """
 
-from .entries import (
-    ENTRY_VERSION,
-    UNBOUND,
-    ChainCheck,
-    RawEntry,
-    check_chain,
-    check_entry,
-    decode_entry,
-    encode_entry,
-    export_line,
-    origin_in,
-    read_export,
-    state_kind,
-    value_of,
-    values_digest,
-    verify_entries,
-)
-from .interface import (
-    DEFAULT_COMMIT_DELAY,
-    POLICY_CHAIN_TYPE,
-    SCHEMA_VERSION,
-    Build,
-    Journal,
-    policy_chain,
-)
-from .opening import JournalLocation, keyring_for, open_journal, parse_journal_url
-from .signing import KeyLike, as_key
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from ..exports import lender
+
+if TYPE_CHECKING:
+    from .entries import (
+        ENTRY_VERSION,
+        UNBOUND,
+        ChainCheck,
+        RawEntry,
+        check_chain,
+        check_entry,
+        decode_entry,
+        encode_entry,
+        export_line,
+        origin_in,
+        read_export,
+        state_kind,
+        value_of,
+        values_digest,
+        verify_entries,
+    )
+    from .interface import (
+        DEFAULT_COMMIT_DELAY,
+        POLICY_CHAIN_TYPE,
+        SCHEMA_VERSION,
+        Build,
+        Journal,
+        policy_chain,
+    )
+    from .opening import JournalLocation, keyring_for, open_journal, parse_journal_url
+    from .signing import KeyLike, as_key
 
 __all__ = [
     "DEFAULT_COMMIT_DELAY",
@@ -64,3 +74,44 @@ __all__ = [
     "values_digest",
     "verify_entries",
 ]
+
+__getattr__ = lender(
+    __name__,
+    {
+        **dict.fromkeys(
+            (
+                "ChainCheck",
+                "ENTRY_VERSION",
+                "RawEntry",
+                "UNBOUND",
+                "check_chain",
+                "check_entry",
+                "decode_entry",
+                "encode_entry",
+                "export_line",
+                "origin_in",
+                "read_export",
+                "state_kind",
+                "value_of",
+                "values_digest",
+                "verify_entries",
+            ),
+            ".entries",
+        ),
+        **dict.fromkeys(
+            (
+                "Build",
+                "DEFAULT_COMMIT_DELAY",
+                "Journal",
+                "POLICY_CHAIN_TYPE",
+                "SCHEMA_VERSION",
+                "policy_chain",
+            ),
+            ".interface",
+        ),
+        **dict.fromkeys(
+            ("JournalLocation", "keyring_for", "open_journal", "parse_journal_url"), ".opening"
+        ),
+        **dict.fromkeys(("KeyLike", "as_key"), ".signing"),
+    },
+)

@@ -15,44 +15,47 @@ Its rooms, each plain Python with no I/O but the store's:
 - ``guard``: ``PolicyGuard``, which strings them together around a store.
 
 ``file`` is not imported here (it needs a YAML parser): import it as ``core.policy.file``.
+
+Each name is imported on first use, so importing one module of this package loads only that
+module.
 """
 
-from .approvals import Approval, ApprovalScope, ApprovalStatus, call_binding
-from .breaker import (
-    ERROR_SIGNALS,
-    CallFacts,
-    HitlMode,
-    Limits,
-    admit,
-    decide,
-    has_error_signal,
-    hitl_mode_of,
-)
-from .call import MASK, CallEvent, cost_in, input_digest, redact
-from .config import Mode, Policy, PolicyFollower
-from .guard import PolicyGuard
-from .rules import (
-    Rule,
-    allow,
-    block,
-    deny,
-    deny_activity,
-    deny_when,
-    escalate,
-    evaluate_rules,
-    modify,
-    rule_name,
-)
-from .state import (
-    Circuit,
-    PolicyState,
-    SessionState,
-    dump_session,
-    load_session,
-    reset_circuit,
-)
-from .store import Outcome, PolicyStore, Scopes
-from .verdicts import Decision, Reason, Verdict, enforce
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from ..exports import lender
+
+if TYPE_CHECKING:
+    from .approvals import Approval, ApprovalScope, ApprovalStatus, call_binding
+    from .breaker import (
+        ERROR_SIGNALS,
+        CallFacts,
+        HitlMode,
+        Limits,
+        admit,
+        decide,
+        has_error_signal,
+        hitl_mode_of,
+    )
+    from .call import MASK, CallEvent, cost_in, input_digest, redact
+    from .config import Mode, Policy, PolicyFollower
+    from .guard import PolicyGuard
+    from .rules import (
+        Rule,
+        allow,
+        block,
+        deny,
+        deny_activity,
+        deny_when,
+        escalate,
+        evaluate_rules,
+        modify,
+        rule_name,
+    )
+    from .state import Circuit, PolicyState, SessionState, dump_session, load_session, reset_circuit
+    from .store import Outcome, PolicyStore, Scopes
+    from .verdicts import Decision, Reason, Verdict, enforce
 
 __all__ = [
     "ERROR_SIGNALS",
@@ -100,3 +103,56 @@ __all__ = [
     "reset_circuit",
     "rule_name",
 ]
+
+__getattr__ = lender(
+    __name__,
+    {
+        **dict.fromkeys(
+            ("Approval", "ApprovalScope", "ApprovalStatus", "call_binding"), ".approvals"
+        ),
+        **dict.fromkeys(
+            (
+                "CallFacts",
+                "ERROR_SIGNALS",
+                "HitlMode",
+                "Limits",
+                "admit",
+                "decide",
+                "has_error_signal",
+                "hitl_mode_of",
+            ),
+            ".breaker",
+        ),
+        **dict.fromkeys(("CallEvent", "MASK", "cost_in", "input_digest", "redact"), ".call"),
+        **dict.fromkeys(("Mode", "Policy", "PolicyFollower"), ".config"),
+        **dict.fromkeys(("PolicyGuard",), ".guard"),
+        **dict.fromkeys(
+            (
+                "Rule",
+                "allow",
+                "block",
+                "deny",
+                "deny_activity",
+                "deny_when",
+                "escalate",
+                "evaluate_rules",
+                "modify",
+                "rule_name",
+            ),
+            ".rules",
+        ),
+        **dict.fromkeys(
+            (
+                "Circuit",
+                "PolicyState",
+                "SessionState",
+                "dump_session",
+                "load_session",
+                "reset_circuit",
+            ),
+            ".state",
+        ),
+        **dict.fromkeys(("Outcome", "PolicyStore", "Scopes"), ".store"),
+        **dict.fromkeys(("Decision", "Reason", "Verdict", "enforce"), ".verdicts"),
+    },
+)
