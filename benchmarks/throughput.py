@@ -33,11 +33,11 @@ from temporalio.exceptions import ApplicationError
 from temporalio.worker import Worker
 
 from interlock_temporal import InterlockPlugin, gated, open_journal
-from interlock_temporal.targets import Found
 from interlock_temporal.core.errors import HeadConflict
 from interlock_temporal.core.identity import effect_id
 from interlock_temporal.core.journal import DEFAULT_COMMIT_DELAY, Journal
 from interlock_temporal.core.models import Draft, Kind
+from interlock_temporal.targets import Found
 from interlock_temporal.testing import DevServer, PostgresServer
 from interlock_temporal.workflow import act_as
 

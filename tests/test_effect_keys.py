@@ -20,13 +20,13 @@ from temporalio import activity
 from temporalio.client import Client, WorkflowFailureError
 
 from interlock_temporal import current_effect, gated, open_journal
-from interlock_temporal.workflow import receipt_from
 from interlock_temporal.core.errors import InvalidCall, UnstableEffectKey
 from interlock_temporal.core.journal import Journal
 from interlock_temporal.core.models import Kind
 from interlock_temporal.core.protocol import Call, Delivery, Gate, Measure, Ticket
 from interlock_temporal.targets.payments import RefundRequest, RefundResult, SimulatedPayments
 from interlock_temporal.testing import DevServer, WorkerProcess
+from interlock_temporal.workflow import receipt_from
 from workers.server_world import ROOT
 
 from .test_server import ORDER, cause_of, rig
