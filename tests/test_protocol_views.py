@@ -2,25 +2,35 @@
 wrote into the view it already holds instead of reading the whole chain again. Pinned here on a
 real SQLite journal: the view so folded is the one a fresh read and fold of the chain gives,
 after each kind of append, and the paths that used to read the chain back after appending no
-longer do.
+longer do: they check the chain (hash it, decode nothing), so an edit made between the
+decision's read and the outcome's append still ends in ``JournalCorrupt``, as the read did.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterator
+import inspect
+import json
+import sqlite3
+from collections.abc import Callable, Iterator
+from contextlib import closing
+from pathlib import Path
 from typing import Any
 
 import pytest
 
-from interlock_temporal.core.errors import Ambiguous, Refused
+from interlock_temporal.core.errors import Ambiguous, JournalCorrupt, Refused
 from interlock_temporal.core.journal import Journal
 from interlock_temporal.core.models import Draft, Kind, Receipt
 from interlock_temporal.core.protocol import Delivery, Gate, Ticket
 from interlock_temporal.core.receipts import EffectView, fold, fold_appended, receipt_of
 from interlock_temporal.core.review import record_resolution, reopen
+from interlock_temporal.testing import throwaway_journal
 
 from .test_protocol import (
+    ACTIVITY,
+    LEASE_MAX,
+    PRINCIPAL,
     MemTarget,
     Rejected,
     TimedOut,
@@ -49,14 +59,19 @@ def same(incremental: EffectView, eid: str, journal: Journal) -> None:
 
 @pytest.fixture
 def reads(journal: Journal, monkeypatch: pytest.MonkeyPatch) -> Iterator[list[str]]:
-    """What is done to ``journal``, in order: "read" (a chain read, a value's read included)
-    and "append"."""
+    """What is done to ``journal``, in order: "read" (a chain read, a value's read included),
+    "append" and "check" (the chain checked, nothing decoded)."""
     seen: list[str] = []
     real_read, real_append, real_async = journal.read, journal.append, journal.append_async
+    real_check = journal.check
 
     def read(effect_id: str) -> Any:
         seen.append("read")
         return real_read(effect_id)
+
+    def check(effect_id: str) -> None:
+        seen.append("check")
+        real_check(effect_id)
 
     def append(*args: Any, **kw: Any) -> Any:
         seen.append("append")
@@ -70,6 +85,7 @@ def reads(journal: Journal, monkeypatch: pytest.MonkeyPatch) -> Iterator[list[st
         return written
 
     monkeypatch.setattr(journal, "read", read)
+    monkeypatch.setattr(journal, "check", check)
     monkeypatch.setattr(journal, "append", append)
     monkeypatch.setattr(journal, "append_async", append_async)
     yield seen
@@ -184,7 +200,7 @@ async def test_a_refusal_at_dispatch_reads_the_chain_once(
     with pytest.raises(Refused) as refused:
         await Gate(journal).begin(call, MemTarget())
     eid = eid_of(call)
-    assert reads == ["read", "append"]  # the decision's read; none after the append
+    assert reads == ["read", "append", "check"]  # the decision's read; none after the append
     check(refused.value, journal, eid)
 
 
@@ -198,7 +214,7 @@ async def test_a_refused_reopening_reads_the_chain_once(
     reads.clear()
     with pytest.raises(Refused) as refused:
         await Gate(journal).begin(make_call(None), MemTarget())  # still no lease
-    assert reads == ["read", "append"]
+    assert reads == ["read", "append", "check"]
     assert refused.value.receipt.decided_by == ["operator:carol"]
     check(refused.value, journal, eid)
 
@@ -215,7 +231,7 @@ async def test_recovery_that_refuses_or_calls_it_ambiguous_reads_the_chain_once(
     reads.clear()
     with pytest.raises(Refused) as refused:
         await Gate(journal).begin(call, target)
-    assert reads == ["read", "append"]
+    assert reads == ["read", "append", "check"]
     check(refused.value, journal, ticket.effect_id)
 
     blind = MemTarget(tier=3)  # nobody can say: ambiguous
@@ -228,7 +244,7 @@ async def test_recovery_that_refuses_or_calls_it_ambiguous_reads_the_chain_once(
     reads.clear()
     with pytest.raises(Ambiguous) as ambiguous:
         await Gate(journal).begin(other, blind)
-    assert reads == ["read", "append"]
+    assert reads == ["read", "append", "check"]
     assert ambiguous.value.receipt.code == "unknowable"
     check(ambiguous.value, journal, ticket.effect_id)
 
@@ -245,7 +261,7 @@ async def test_a_last_attempt_that_calls_it_ambiguous_reads_the_chain_once(
     reads.clear()
     with pytest.raises(Ambiguous) as ambiguous:
         await Gate(journal).begin(duplicate, target)
-    assert reads == ["read", "append"]
+    assert reads == ["read", "append", "check"]
     assert ambiguous.value.receipt.code == "not_owner"
     check(ambiguous.value, journal, ticket.effect_id)
 
@@ -269,7 +285,7 @@ async def test_a_failed_send_reads_no_chain_after_its_dispatch(
     reads.clear()
     with pytest.raises(raised) as outcome:
         await gate.fail(ticket, error, last_attempt=True)
-    assert reads == ["append"]
+    assert reads == ["append", "check"]
     assert isinstance(outcome.value, Refused | Ambiguous)
     check(outcome.value, journal, ticket.effect_id)
 
@@ -287,7 +303,9 @@ async def test_close_out_reads_the_chain_once(
     reads.clear()
     r = await Gate(journal).close_out(ticket.effect_id, target, owner_ended="abandoned")
     # the decision's read, and (but where nobody can be asked) the approved input's
-    assert reads == (["read", "append"] if case == "unknowable" else ["read", "read", "append"])
+    assert reads == (
+        ["read", "append", "check"] if case == "unknowable" else ["read", "read", "append", "check"]
+    )
     assert r.final == {"absent": "REFUSED", "found": "COMMITTED", "unknowable": "AMBIGUOUS"}[case]
     check(r, journal, ticket.effect_id)
 
@@ -310,7 +328,7 @@ async def test_a_persons_resolution_and_reopening_read_the_chain_once(
         operators=["carol"],
         result={"ref": "r-1", "amount": 20.0},
     )
-    assert reads == ["read", "append"]
+    assert reads == ["read", "append", "check"]
     assert done.receipt is not None and done.receipt.final == "RESOLVED"
     check(done.receipt, journal, eid)
 
@@ -319,7 +337,7 @@ async def test_a_persons_resolution_and_reopening_read_the_chain_once(
     refused = eid_of(make_call(None, key={"case": "c-9"}))
     reads.clear()
     reopened = reopen(journal, refused, operator="dave")
-    assert reads == ["read", "append"]
+    assert reads == ["read", "append", "check"]
     assert reopened.receipt is not None and reopened.receipt.final == "REOPENED"
     check(reopened.receipt, journal, refused)
 
@@ -363,3 +381,119 @@ async def test_an_outcome_that_arrives_after_another_reads_the_chain_once(
     assert isinstance(outcome.value, Refused | Ambiguous)
     assert outcome.value.receipt.reason == "elsewhere"
     check(outcome.value, journal, ticket.effect_id)
+
+
+# -- an edit between the decision's read and the outcome's append ------------------------------
+
+
+def edit_before_next_append(journal: Journal, mp: pytest.MonkeyPatch) -> Callable[[str], None]:
+    """Arm it with an effect id: the next append to the journal first edits that effect's first
+    entry underneath it (an operator with write access, between the decision's read and the
+    outcome's append)."""
+    armed: list[str] = []
+    real_append, real_async = journal.append, journal.append_async
+
+    def edit() -> None:
+        if not armed:
+            return
+        eid = armed.pop()
+        with closing(sqlite3.connect(journal.url.removeprefix("sqlite:///"))) as db, db:
+            seq, body = db.execute(
+                "SELECT seq, body FROM entries WHERE effect_id = ? ORDER BY seq LIMIT 1", (eid,)
+            ).fetchone()
+            doc = json.loads(body)
+            doc["data"]["principal"] = "mallory"
+            db.execute("UPDATE entries SET body = ? WHERE seq = ?", (json.dumps(doc), seq))
+
+    def append(*args: Any, **kw: Any) -> Any:
+        edit()
+        return real_append(*args, **kw)
+
+    async def append_async(*args: Any, **kw: Any) -> Any:
+        edit()
+        return await real_async(*args, **kw)
+
+    mp.setattr(journal, "append", append)
+    mp.setattr(journal, "append_async", append_async)
+    return armed.append
+
+
+@pytest.fixture
+def unverified(tmp_path: Path) -> Iterator[Journal]:
+    """A journal the test edits: not checked at the end, as the ``journal`` fixture is."""
+    j = throwaway_journal(tmp_path)
+    yield j
+    j.close()
+
+
+OUTCOMES = [
+    "refused at dispatch",
+    "recovery refuses",
+    "recovery calls it ambiguous",
+    "a duplicate on the last attempt",
+    "a failed send refused",
+    "a failed send ambiguous",
+    "close-out absent",
+    "close-out found",
+    "close-out unknowable",
+    "a person's resolution",
+    "a person's reopening",
+]
+
+
+async def _set_up(journal: Journal, outcome: str) -> tuple[str, Callable[[], Any]]:
+    """The effect, brought to where ``outcome`` is decided next, and the step that decides it."""
+    gate = Gate(journal)
+    tier = 3 if outcome in ("recovery calls it ambiguous", "close-out unknowable") else 2
+    target = MemTarget(tier=tier)
+    if outcome in ("refused at dispatch", "a person's reopening"):
+        refused = make_call(None)  # no lease: refused in the dispatch transaction
+        with pytest.raises(Refused):
+            await gate.begin(refused, target)
+        eid = eid_of(refused)
+        if outcome == "a person's reopening":
+            return eid, lambda: reopen(journal, eid, operator="carol")
+        reopen(journal, eid, operator="carol")
+        return eid, lambda: gate.begin(refused, target)
+    lease = journal.leases.issue(PRINCIPAL, activities=[ACTIVITY], max_amount_cents=LEASE_MAX)
+    owner = make_call(lease, last_attempt=outcome == "a duplicate on the last attempt")
+    ticket = await gate.begin(owner, target)
+    assert isinstance(ticket, Ticket)
+    eid = ticket.effect_id
+    if outcome.startswith("a failed send"):
+        error = Rejected("no") if outcome.endswith("refused") else TimedOut("?")
+        return eid, lambda: gate.fail(ticket, error, last_attempt=True)
+    if outcome == "a person's resolution":
+        with pytest.raises(Ambiguous):
+            await gate.fail(ticket, TimedOut("?"), last_attempt=True)
+        return eid, lambda: record_resolution(
+            journal, eid, kind="ambiguous", decision="happened", operators=["carol"]
+        )
+    if outcome == "close-out found":
+        await target.send(ticket)
+    ticket.release()
+    if outcome.startswith("close-out"):
+        return eid, lambda: Gate(journal).close_out(eid, target, owner_ended="abandoned")
+    if outcome == "recovery refuses":
+        assert journal.leases.revoke(lease)
+    if outcome == "a duplicate on the last attempt":
+        owner = dataclasses.replace(owner, delivery=Delivery(workflow_id="wf-other"))
+    return eid, lambda: Gate(journal).begin(owner, target)
+
+
+@pytest.mark.parametrize("outcome", OUTCOMES)
+async def test_an_edit_between_the_read_and_the_outcome_ends_in_journal_corrupt(
+    unverified: Journal, monkeypatch: pytest.MonkeyPatch, outcome: str
+) -> None:
+    """Every outcome that folds its append into the view it read: an edit made after that read
+    is found, and the attempt, the reconciler or the person gets ``JournalCorrupt`` naming the
+    edited entry, not a receipt or a review on an edited chain."""
+    eid, decide = await _set_up(unverified, outcome)
+    assert unverified.verify().ok
+    first = unverified.read(eid)[0].seq
+    edit_before_next_append(unverified, monkeypatch)(eid)
+    with pytest.raises(JournalCorrupt) as corrupt:
+        step = decide()
+        if inspect.isawaitable(step):
+            await step
+    assert (corrupt.value.effect_id, corrupt.value.seq) == (eid, first)

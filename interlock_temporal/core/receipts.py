@@ -95,6 +95,19 @@ def fold_appended(view: EffectView, written: Sequence[Entry]) -> EffectView:
     return _fold_into(copy.copy(view), [_as_read(e) for e in written])
 
 
+def fold_checked(journal: Journal, view: EffectView, written: Sequence[Entry]) -> EffectView:
+    """``fold_appended``, once ``journal`` has checked the chain the entries were appended to.
+
+    For an outcome (a refusal, an ambiguity, a failure, a person's decision): the fold answers
+    for the entries as they were read, but an edit made since that read must still stop the
+    outcome with ``JournalCorrupt``, as the read of the chain this fold replaces did, instead of
+    opening a review or handing out a receipt on an edited chain. The check hashes the stored
+    entries; it decodes and folds nothing."""
+    folded = fold_appended(view, written)
+    journal.check(view.effect_id)
+    return folded
+
+
 def _as_read(entry: Entry) -> Entry:
     """An entry this process wrote, as a read decodes it from its stored bytes."""
     doc = json.loads(entry.body)

@@ -15,7 +15,7 @@ from .identity import canonical, jsonable
 from .journal import Journal
 from .models import Draft, Kind
 from .policy import Approval, SessionState
-from .receipts import EffectView, fold, fold_appended, receipt_of
+from .receipts import EffectView, fold, fold_checked, receipt_of
 from .review_rules import DECISIONS as DECISIONS
 from .review_rules import Recorded as Recorded
 from .review_rules import ReviewKind as ReviewKind
@@ -85,7 +85,7 @@ def record_resolution(
     written = journal.append(
         effect_id, view.head, [Draft(kind=Kind.RESOLVED, data=data)], blobs=blobs
     )
-    after = fold_appended(view, written)
+    after = fold_checked(journal, view, written)
     return Recorded(recorded=True, state="resolved", receipt=receipt_of(after))
 
 
@@ -165,7 +165,7 @@ def reopen(journal: Journal, effect_id: str, *, operator: str, note: str = "") -
         ],
     )
     return Recorded(
-        recorded=True, state="reopened", receipt=receipt_of(fold_appended(view, written))
+        recorded=True, state="reopened", receipt=receipt_of(fold_checked(journal, view, written))
     )
 
 

@@ -65,6 +65,12 @@ class Journal(ABC):
         """The effect's entries in order (empty if unknown)."""
 
     @abstractmethod
+    def check(self, effect_id: str) -> None:
+        """Raise ``JournalCorrupt`` unless the effect's chain holds as ``read`` checks it, without
+        decoding its entries: what an outcome folded into a view it read earlier (instead of
+        reading the chain again) still asks of the chain it was appended to."""
+
+    @abstractmethod
     def row(self, effect_id: str) -> EffectRow | None:
         """The effect's index row: status and head, without reading its entries."""
 

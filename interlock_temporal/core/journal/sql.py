@@ -104,8 +104,11 @@ def effect_row(values: Sequence[Any]) -> EffectRow:
 
 
 def raw_entry(values: Sequence[Any]) -> RawEntry:
+    """A stored entry as read. A body an operator rewrote as text (SQLite keeps what it is given)
+    is taken as its UTF-8 bytes, so the check names it as an edit instead of failing to read it."""
     seq, eid, kind, prev, hash_, key_id, sig, body, vals = values
-    return RawEntry(seq, eid, kind, prev, hash_, key_id, sig, bytes(body), vals)
+    signed = body.encode() if isinstance(body, str) else bytes(body)
+    return RawEntry(seq, eid, kind, prev, hash_, key_id, sig, signed, vals)
 
 
 class _ItemFailed(Exception):
@@ -511,6 +514,12 @@ class SqlJournal(Journal):
     def read(self, effect_id: str) -> list[Entry]:
         """The effect's entries, checked first (chain, signatures, value digests, index row):
         ``JournalCorrupt`` names the entry when they do not hold."""
+        return [decode_entry(raw) for raw in self._checked(effect_id)]
+
+    def check(self, effect_id: str) -> None:
+        self._checked(effect_id)
+
+    def _checked(self, effect_id: str) -> list[RawEntry]:
         rows = self._read(
             lambda db: self._x(db, READ_EFFECT_SQL, (effect_id, effect_id, effect_id)).fetchall()
         )
@@ -519,7 +528,7 @@ class SqlJournal(Journal):
         raws = [raw_entry(r[:width]) for r in rows if r[0] is not None]
         if raws or index is not None:
             check_chain(effect_id, raws, self.keyring, index)
-        return [decode_entry(raw) for raw in raws]
+        return raws
 
     def row(self, effect_id: str) -> EffectRow | None:
         values = self._read(

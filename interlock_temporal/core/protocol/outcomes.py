@@ -1,8 +1,10 @@
 """What the gate records of an effect's outcome: the send's confirmation or failure, a
 refusal, an ambiguity, a conflicting proposal; and the receipts it answers with.
 
-An outcome the gate appends is folded into the view it already holds (``fold_appended``): the
-receipt it raises or returns is the one a fresh read of the chain gives, without that read.
+An outcome the gate appends is folded into the view it already holds (``fold_checked``): the
+receipt it raises or returns is the one a fresh read of the chain gives, without decoding and
+folding the chain again; the chain is still checked, so an edit made since the read stops the
+outcome with ``JournalCorrupt``.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ from ..identity import canonical, jsonable
 from ..journal import Journal
 from ..models import Change, Draft, Entry, Kind, Receipt
 from ..policy import PolicyGuard
-from ..receipts import EffectView, fold, fold_appended, receipt_of
+from ..receipts import EffectView, fold, fold_checked, receipt_of
 from ..targets import classify, confirmation_of
 from .calls import Call, Done, Ticket, delivery_record
 
@@ -145,7 +147,7 @@ class Outcomes:
                     eid, head, [Draft(kind=draft.kind, data=data)], blobs=blobs
                 )
                 return AfterSend(
-                    True, after, None if view is None else fold_appended(view, written)
+                    True, after, None if view is None else fold_checked(self.journal, view, written)
                 )
             except HeadConflict:
                 view = fold(eid, self.journal.read(eid))
@@ -250,7 +252,7 @@ class Outcomes:
         written = await self.journal.append_async(
             view.effect_id, view.head, [ambiguity(code, reason)]
         )
-        self._raise_ambiguous(fold_appended(view, written))
+        self._raise_ambiguous(fold_checked(self.journal, view, written))
 
     def _raise_ambiguous(self, view: EffectView) -> None:
         raise Ambiguous(view.reason or "ambiguous", receipt_of(view))
@@ -262,7 +264,7 @@ class Outcomes:
         effect had no entries) ended in a refusal."""
         last = written[-1]
         if last.kind is Kind.REFUSED:
-            view = fold_appended(before or EffectView(effect_id=eid), written)
+            view = fold_checked(self.journal, before or EffectView(effect_id=eid), written)
             raise Refused(
                 last.data["code"],
                 last.data["reason"],

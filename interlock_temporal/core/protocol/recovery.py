@@ -16,7 +16,7 @@ from ..identity import canonical, digest, jsonable
 from ..journal.claims import Claim
 from ..leases import Demand, charge_for, check_lease
 from ..models import Change, Draft, Kind, Lease, Receipt
-from ..receipts import EffectView, fold, fold_appended, receipt_of
+from ..receipts import EffectView, fold, fold_checked, receipt_of
 from ..targets import Capabilities, EffectTarget, capabilities, query, target_clock
 from .admission import Admission
 from .calls import (
@@ -121,7 +121,7 @@ class Recovery(Admission):
         if plan.kind == "refused":
             self._raise_if_refused(eid, written, view)
         if plan.kind == "ambiguous":
-            self._raise_ambiguous(fold_appended(view, written))
+            self._raise_ambiguous(fold_checked(self.journal, view, written))
         if plan.kind == "unsettled":  # the journal's ambiguity code for the same case
             raise InFlight(eid, "the target may still be executing it", IN_FLIGHT_RETRY_S)
         self._point("after_dispatch_tx", eid)
@@ -332,4 +332,4 @@ class Recovery(Admission):
                 f"{whose} while it was in doubt, and the target cannot say whether it happened",
             )
         written = await self.journal.append_async(eid, view.head, [draft])
-        return receipt_of(fold_appended(view, written))
+        return receipt_of(fold_checked(self.journal, view, written))
