@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from interlock_temporal.core.journal.sql import SqlJournal
 from interlock_temporal.core.targets import capabilities
 from workers import model_check, sweep, sweep_case
 
@@ -68,6 +69,19 @@ def test_the_exhaustive_check_catches_a_gate_that_never_waits_for_the_target_to_
 def test_the_exhaustive_check_catches_a_gate_that_never_asks(gate_that_never_asks: None) -> None:
     result = model_check.explore(2, "retry", (), stop_at_first=True)
     assert result.violations, "a planted bug went unnoticed"
+
+
+def test_the_exhaustive_check_catches_an_outcome_recorded_without_checking_the_chain(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """An outcome folded into the view its attempt read, with the chain it was appended to left
+    unchecked: an edit made while the attempt stood before its recovery transaction goes
+    unnoticed, and the attempt opens a review on an edited journal."""
+    monkeypatch.setattr(SqlJournal, "check", lambda self, effect_id: None)
+    result = model_check.explore(3, "retry", ("tamper",), stop_at_first=True)
+    assert result.violations, "a planted bug went unnoticed"
+    found = [p for _, problems in result.violations for p in problems]
+    assert any("recorded on an edited journal" in p for p in found), found
 
 
 # -- every planted bug is caught by the sweep --------------------------------------------------

@@ -93,6 +93,8 @@ class Target:
         self.tampered = False
         #: the attempts whose send was decided (their dispatch recorded) before the edit
         self.sent_before_tamper: set[str] = set()
+        #: the attempts still running when the journal was edited
+        self.running_at_tamper: set[str] = set()
         self._pause = pause
         self._who: Any = lambda: None
         if tier <= 2:
@@ -388,6 +390,7 @@ class World:
             db.execute(
                 "UPDATE entries SET body = ? WHERE seq = ?", (rfc8785.dumps(doc), authorized[0][0])
             )
+        self.target.running_at_tamper = {r.name for r in self.runners if not r.done}
         self.target.tampered = True
 
     def _reconcile(self) -> None:
@@ -450,6 +453,9 @@ class World:
                 problems.append(f"attempt {r.name}: {r.outcome}")
             if r.outcome == "JournalCorrupt" and not self.target.tampered:
                 problems.append(f"attempt {r.name}: JournalCorrupt on an unedited journal")
+            if r.outcome in ("Ambiguous", "Refused") and r.name in self.target.running_at_tamper:
+                # an outcome's append after the edit must find it, as a read would
+                problems.append(f"attempt {r.name}: {r.outcome} recorded on an edited journal")
         lease = self.journals[0].leases.get(self.lease)
         assert lease is not None
         problems += invariants.budget_problems(lease)
