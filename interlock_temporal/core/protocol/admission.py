@@ -11,7 +11,7 @@ from ..identity import UnserializableInput, canonical_json, jsonable
 from ..leases import Charge
 from ..models import Draft, Kind, Lease
 from ..policy import CallEvent, Decision, Scopes, Verdict, enforce
-from .calls import Call, delivery_record
+from .calls import Call, delivery_record, not_json_args
 from .outcomes import Outcomes
 
 
@@ -76,9 +76,12 @@ class Admission(Outcomes):
         try:
             return approved, canonical_json(jsonable(list(approved)))
         except UnserializableInput as err:
+            names = call.arg_names if len(approved) == len(call.args) else ()
+            names = names or tuple(f"args[{i}]" for i in range(len(approved)))
+            where = not_json_args(approved, names) or str(err)
             raise InvalidCall(
                 f"a policy rule rewrote the input of {call.activity} into one that is not "
-                f"JSON data: {err}"
+                f"JSON data: {where}"
             ) from None
 
     def _policy_note(self, decision: Decision | None) -> dict[str, Any]:
