@@ -125,7 +125,13 @@ class Gate(Recovery):
         if status is Kind.COMMITTED:
             return Done(eid, value_of(entries, "result"), "duplicate")
         if status is Kind.REFUSED:
-            raise Refused(view.code or "refused", view.reason or "", receipt_of(view))
+            # refused by an earlier attempt: say so, with when, instead of as if it were news
+            raise Refused(
+                view.code or "refused",
+                view.reason or "",
+                receipt_of(view),
+                refused_at=view.finished_ts or view.proposed_ts or self.clock(),
+            )
         if status is Kind.AMBIGUOUS:
             raise Ambiguous(view.reason or "ambiguous", receipt_of(view))
         if status is Kind.RESOLVED and view.resolution == "happened":
