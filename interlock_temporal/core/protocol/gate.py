@@ -202,7 +202,7 @@ class Gate(Recovery):
         def build(lease: Lease | None) -> list[Draft]:
             if call.lease_id is None:
                 return [proposed, refusal("lease", NO_LEASE)]
-            found = check_lease(lease, demand, self.clock())
+            found = self._lease_seen(check_lease(lease, demand, self.clock()), lease, call.lease_id)
             if found is not None:
                 return [proposed, refusal(found.code, found.detail)]
             if changes:
@@ -263,6 +263,7 @@ class Gate(Recovery):
 
         def build(lease: Lease | None) -> list[Draft]:
             found = check_lease(lease, demand, self.clock()) if call.lease_id else None
+            found = self._lease_seen(found, lease, call.lease_id)
             if call.lease_id is None:
                 return [refusal("lease", NO_LEASE)]
             if found is not None:
