@@ -82,7 +82,7 @@ def _as_temporal_errors() -> Iterator[None]:
     try:
         yield
     except Refused as r:
-        raise EffectRefused(f"{r.code}: {r.reason}", r.receipt) from None
+        raise EffectRefused(str(r), r.receipt) from None
     except Ambiguous as a:
         raise AmbiguousEffect(a.reason, a.receipt) from None
     except InFlight as f:

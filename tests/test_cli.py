@@ -609,7 +609,7 @@ def test_leases_issue_usage_errors(world: World, cli: Any, argv: list[str]) -> N
 
 @pytest.mark.parametrize(
     ("text", "seconds"),
-    [("90s", 90), ("30m", 1800), ("1h", 3600), ("2d", 172800), ("1h30m", 5400), ("45", 45)],
+    [("90s", 90), ("30m", 1800), ("1h", 3600), ("2d", 172800), ("1h30m", 5400), ("45S", 45)],
 )
 def test_parse_duration(text: str, seconds: int) -> None:
     assert parse_duration(text) == timedelta(seconds=seconds)

@@ -83,14 +83,14 @@ def call_of(
 @pytest.mark.parametrize(
     ("key", "where", "what"),
     [
-        ({"order": "o-1", "items": {"a", "b"}}, "key.items", "set"),
-        ({"order": "o-1", "items": frozenset({"a"})}, "key.items", "frozenset"),
-        ({"order": "o-1", "at": [1, math.nan]}, "key.at[1]", "NaN"),
-        ({"order": "o-1", "amount": math.inf}, "key.amount", "infinite"),
-        ({"order": "o-1", "blob": b"\x00secret"}, "key.blob", "bytes"),
-        ({"order": "o-1", "who": object()}, "key.who", "type object"),
-        ({"order": "o-1", "nested": {7: "x"}}, "key.nested has", "a key of type int"),
-        ({"order": "o-1", "n": 2**60}, "key.n", "integer outside"),
+        ({"order": "o-1", "items": {"a", "b"}}, "key['items']", "set"),
+        ({"order": "o-1", "items": frozenset({"a"})}, "key['items']", "frozenset"),
+        ({"order": "o-1", "at": [1, math.nan]}, "key['at'][1]", "NaN"),
+        ({"order": "o-1", "amount": math.inf}, "key['amount']", "infinite"),
+        ({"order": "o-1", "blob": b"\x00secret"}, "key['blob']", "bytes"),
+        ({"order": "o-1", "who": object()}, "key['who']:", "object is not JSON data"),
+        ({"order": "o-1", "nested": {7: "x"}}, "key['nested'] has", "a key of type int"),
+        ({"order": "o-1", "n": 2**60}, "key['n']", "integer outside"),
     ],
 )
 async def test_a_key_without_one_canonical_form_is_refused_naming_where(
@@ -100,7 +100,8 @@ async def test_a_key_without_one_canonical_form_is_refused_naming_where(
     with pytest.raises(InvalidCall) as refused:
         await Gate(journal).begin(call, payments)
     message = str(refused.value)
-    assert (where if " " in where else f"{where} is") in message and what in message, message
+    named = where if " " in where or where.endswith(":") else f"{where} is"
+    assert named in message and what in message, message
     assert "secret" not in message
     assert journal.effects() == [] and payments.calls() == 0
 
@@ -260,7 +261,7 @@ async def test_a_set_key_is_refused_on_a_real_worker_naming_the_field(
             await r.call("refund_tagged", r.request(), principal="refund-bot", lease=r.lease_id)
         cause = cause_of(failure.value)
         assert cause.type == "InvalidEffectInput" and cause.non_retryable
-        assert "key.tags is a set" in cause.message
+        assert "key['tags'] is a set" in cause.message
         assert r.journal.effects() == [] and service.calls() == 0
     service.close()
 

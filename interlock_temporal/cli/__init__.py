@@ -6,7 +6,7 @@
     interlock effects show EFFECT_ID [--json]
     interlock effects reopen EFFECT_ID --operator O [--note N]
     interlock leases issue PRINCIPAL [--activity A]... [--max-amount-cents N] [--budget-cents N]
-                           [--resource R]... [--ttl 1h|30m|90s]
+                           [--resource R]... [--ttl 1h|30m|90s] [--json]
     interlock leases revoke LEASE_ID
     interlock leases list [--json]
 
@@ -20,9 +20,12 @@ On a Temporal server (``--address``, default ``$TEMPORAL_ADDRESS``, else ``local
     interlock reconcile --task-queue Q [--older-than AGE] [--limit N] [--timeout AGE] [--json]
 
 Exit codes: 0 ok; 1 a check failed or there was nothing to do; 2 usage error or not found;
-3 the journal cannot be opened, or the Temporal server cannot be reached. Errors are one line
-on stderr, never a traceback (set ``INTERLOCK_DEBUG=1`` to see one for an unexpected error).
-Temporal is imported only by the commands that talk to a server.
+3 the journal cannot be opened, or the Temporal server cannot be reached (the table is
+``_shared.EPILOG``, shown by ``interlock --help``; docs/operator-guide.md repeats it). Errors are
+one line on stderr, never a traceback (set ``INTERLOCK_DEBUG=1`` to see one for an unexpected
+error). Temporal is imported only by the commands that talk to a server. Every listing takes
+``--json``; durations need a unit (``45s``, ``30m``, ``1h``, ``2d``); every subcommand's
+``--help`` ends with examples.
 
 One module per noun (``journal``, ``effects``, ``leases``, ``report``, ``circuit``, ``reviews``,
 ``reconcile``), each with ``register(groups)`` adding its subcommands; a new verb goes in its

@@ -5,27 +5,39 @@ from __future__ import annotations
 import argparse
 import re
 import sys
+from collections.abc import Sequence
 from datetime import timedelta
 from typing import Any, NoReturn
 
-from ._shared import DEFAULT_ADDRESS, DEFAULT_NAMESPACE, EPILOG, EXIT_USAGE, Handler
+from ._shared import DEFAULT_ADDRESS, DEFAULT_NAMESPACE, EXIT_USAGE, SEE_TOP, Handler
 
 _DURATION = re.compile(r"(?:(\d+)d)?(?:(\d+)h)?(?:(\d+)m)?(?:(\d+)s)?")
+#: what a duration's number may be followed by
+UNITS = "s (seconds), m (minutes), h (hours) or d (days)"
+
+
+def _duration(text: str) -> timedelta:
+    """A number with a unit, or several (``1h30m``); zero allowed. A bare number is refused:
+    ``1`` could mean a second or an hour, and a lease given a second by mistake is useless."""
+    value = text.strip().lower()
+    if value.isdigit():
+        raise argparse.ArgumentTypeError(
+            f"invalid duration {text!r}: give a unit, {UNITS}: e.g. {value}s, {value}m or {value}h"
+        )
+    match = _DURATION.fullmatch(value)
+    if not value or match is None:
+        raise argparse.ArgumentTypeError(
+            f"invalid duration {text!r}: use a number and a unit, {UNITS}: e.g. 90s, 30m, "
+            "1h, 2d or 1h30m"
+        )
+    days, hours, minutes, seconds = (int(g) if g else 0 for g in match.groups())
+    return timedelta(days=days, hours=hours, minutes=minutes, seconds=seconds)
 
 
 def parse_duration(text: str) -> timedelta:
-    """``90s``, ``30m``, ``1h``, ``2d``, combinations (``1h30m``) or plain seconds; positive."""
-    value = text.strip().lower()
-    if value.isdigit():
-        duration = timedelta(seconds=int(value))
-    else:
-        match = _DURATION.fullmatch(value)
-        if not value or match is None:
-            raise argparse.ArgumentTypeError(
-                f"invalid duration {text!r}: use e.g. 90s, 30m, 1h, 2d or 1h30m"
-            )
-        days, hours, minutes, seconds = (int(g) if g else 0 for g in match.groups())
-        duration = timedelta(days=days, hours=hours, minutes=minutes, seconds=seconds)
+    """``90s``, ``30m``, ``1h``, ``2d`` or combinations (``1h30m``); positive. A number needs
+    its unit: a bare ``1`` is refused, not taken as one second."""
+    duration = _duration(text)
     if duration <= timedelta(0):
         raise argparse.ArgumentTypeError(f"invalid duration {text!r}: must be positive")
     return duration
@@ -50,13 +62,14 @@ def positive(text: str) -> int:
 
 def parse_age(text: str) -> timedelta:
     """Like ``parse_duration``, and zero is allowed (``0s``: no minimum age)."""
-    value = text.strip().lower()
-    match = _DURATION.fullmatch(value)
-    if value and (value.isdigit() or match is not None):
-        numbers = [value] if value.isdigit() else [g for g in match.groups() if g] if match else []
-        if numbers and all(int(n) == 0 for n in numbers):
-            return timedelta(0)
-    return parse_duration(text)
+    return _duration(text)
+
+
+def operator_name(text: str) -> str:
+    """Who decides (``--operator``): a name, not blank."""
+    if not text.strip():
+        raise argparse.ArgumentTypeError("must name the person (it is recorded in the journal)")
+    return text
 
 
 # -- the parser ------------------------------------------------------------------------------
@@ -106,13 +119,22 @@ def journal_options(parser: argparse.ArgumentParser, *, top: bool) -> None:
     )
 
 
-def command(sub: Any, name: str, handler: Handler, help_text: str) -> argparse.ArgumentParser:
-    """A subcommand that takes the journal options, runs ``handler`` and shows the exit codes."""
+def examples(*lines: str) -> str:
+    """A subcommand's epilog: a few command lines to copy, and where the rest is said once."""
+    shown = "\n".join(f"  {line}" for line in lines)
+    return f"examples:\n{shown}\n\n{SEE_TOP}\n"
+
+
+def command(
+    sub: Any, name: str, handler: Handler, help_text: str, *, example: Sequence[str]
+) -> argparse.ArgumentParser:
+    """A subcommand that takes the journal options, runs ``handler`` and shows ``example``
+    (one to three command lines)."""
     cmd: argparse.ArgumentParser = sub.add_parser(
         name,
         help=help_text,
         description=help_text,
-        epilog=EPILOG,
+        epilog=examples(*example),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     journal_options(cmd, top=False)

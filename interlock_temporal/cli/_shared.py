@@ -27,13 +27,33 @@ DEFAULT_NAMESPACE = "default"
 MIN_PREFIX = 8
 
 EPILOG = """\
-exit codes: 0 ok; 1 a check failed or nothing to do; 2 usage error or not found;
-3 the journal cannot be opened, or the Temporal server cannot be reached.
+exit codes (every command):
+  0    done; a listing that finds nothing is done too
+  1    a check failed, or there was nothing to do: the journal does not verify, the lease
+       or the circuit was not live or open, the effect is not REFUSED, the review refused
+       the decision or did not answer, the reconciler left an effect with no outcome and
+       no person; also an unexpected error
+  2    a usage error, or what the command names does not exist (no such effect, lease or
+       review)
+  3    the journal cannot be opened, or the Temporal server cannot be reached
+  130  interrupted
+
+Durations take a unit: 45s, 30m, 1h, 2d, or 1h30m (a bare number is refused).
+Listings take --json, and so does `leases issue`.
+
 The journal defaults to $INTERLOCK_JOURNAL, else sqlite:///interlock.db. The signing key comes
 from --signing-key, else $INTERLOCK_SIGNING_KEY, else the key file beside the SQLite database
 (<database>.key). Commands on Temporal (reviews, reconcile) connect to --address, else
 $TEMPORAL_ADDRESS, else localhost:7233, in --namespace, else $TEMPORAL_NAMESPACE, else default.
+
+examples:
+  interlock effects list --in-doubt --older-than 5m
+  interlock leases issue refund-bot --activity refund --max-amount-cents 5000 --ttl 8h
+  interlock journal verify
 """
+
+#: what each subcommand's epilog ends with: the exit codes and defaults are said once, above
+SEE_TOP = "exit codes, defaults and durations: interlock --help"
 
 
 class CliError(Exception):

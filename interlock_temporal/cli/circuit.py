@@ -6,7 +6,7 @@ import argparse
 from typing import Any
 
 from .._render import fmt_time
-from ._args import command, journal_options, json_flag
+from ._args import command, journal_options, json_flag, operator_name
 from ._shared import EXIT_FAILED, EXIT_OK, EXIT_USAGE, CliError, emit, emit_json, open_for, warn
 
 
@@ -65,7 +65,14 @@ def register(groups: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
     journal_options(circuit, top=False)
     circuit_sub = circuit.add_subparsers(dest="command", metavar="COMMAND", required=True)
     circuit_show = command(
-        circuit_sub, "show", cmd_circuit_show, "show whether a session's circuit is open, and why"
+        circuit_sub,
+        "show",
+        cmd_circuit_show,
+        "show whether a session's circuit is open, and why",
+        example=[
+            "interlock circuit show support-case-4471",
+            "interlock circuit show support-case-4471 --json",
+        ],
     )
     circuit_show.add_argument("session", metavar="SESSION", help="the session (a workflow id)")
     json_flag(circuit_show)
@@ -74,7 +81,10 @@ def register(groups: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
         "reset",
         cmd_circuit_reset,
         "close a session's open circuit (journaled, with the operator); exit 1 if not open",
+        example=['interlock circuit reset support-case-4471 --operator carol --note "loop fixed"'],
     )
     circuit_reset.add_argument("session", metavar="SESSION", help="the session (a workflow id)")
-    circuit_reset.add_argument("--operator", required=True, metavar="O", help="who resets it")
+    circuit_reset.add_argument(
+        "--operator", required=True, type=operator_name, metavar="O", help="who resets it"
+    )
     circuit_reset.add_argument("--note", default="", metavar="N", help="why, for the record")

@@ -9,7 +9,7 @@ from ..core.journal import Journal
 from ..core.models import ANNOTATIONS, Kind
 from ..core.receipts import receipt
 from ..core.review import ReviewError, reopen
-from ._args import command, journal_options, json_flag, parse_duration, positive
+from ._args import command, journal_options, json_flag, operator_name, parse_duration, positive
 from ._shared import (
     EXIT_FAILED,
     EXIT_OK,
@@ -105,7 +105,16 @@ def register(groups: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
     )
     journal_options(effects, top=False)
     effects_sub = effects.add_subparsers(dest="command", metavar="COMMAND", required=True)
-    listing = command(effects_sub, "list", cmd_effects_list, "list effects, newest first")
+    listing = command(
+        effects_sub,
+        "list",
+        cmd_effects_list,
+        "list effects, newest first",
+        example=[
+            "interlock effects list --in-doubt --older-than 5m",
+            "interlock effects list --state REFUSED --limit 20 --json",
+        ],
+    )
     which = listing.add_mutually_exclusive_group()
     which.add_argument(
         "--state",
@@ -131,6 +140,7 @@ def register(groups: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
         "show",
         cmd_effects_show,
         "show an effect's receipt and its journal entries",
+        example=["interlock effects show 5819f792", "interlock effects show 5819f792 --json"],
     )
     show.add_argument(
         "effect_id",
@@ -144,11 +154,14 @@ def register(groups: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
         cmd_effects_reopen,
         "reopen a REFUSED effect that never executed (journal only): its next attempt "
         "dispatches under the authority and facts current then; exit 1 if it is not REFUSED",
+        example=['interlock effects reopen 5819f792 --operator carol --note "lease reissued"'],
     )
     reopen_cmd.add_argument(
         "effect_id",
         metavar="EFFECT_ID",
         help=f"the effect id, or a unique prefix of at least {MIN_PREFIX} characters",
     )
-    reopen_cmd.add_argument("--operator", required=True, metavar="O", help="who reopens it")
+    reopen_cmd.add_argument(
+        "--operator", required=True, type=operator_name, metavar="O", help="who reopens it"
+    )
     reopen_cmd.add_argument("--note", default="", metavar="N", help="why, for the record")

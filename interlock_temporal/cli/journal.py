@@ -155,6 +155,11 @@ def register(groups: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
         "verify",
         cmd_journal_verify,
         "check every entry's hash, signature and place in its chain; exit 1 if any fails",
+        example=[
+            "interlock journal verify",
+            'interlock journal verify --head "$(tail -n 1 heads.txt)"',
+            "interlock journal verify --export journal.jsonl --public-key journal.pub",
+        ],
     )
     verify.add_argument(
         "--head",
@@ -182,6 +187,7 @@ def register(groups: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
         cmd_journal_export,
         "write every entry as one JSON line (its signed bytes, hash and signature), verifiable "
         "alone with `journal verify --export FILE`",
+        example=["interlock journal export -o journal.jsonl"],
     )
     export.add_argument("--output", "-o", metavar="FILE", help="write here (default: stdout)")
     keygen = command(
@@ -189,6 +195,7 @@ def register(groups: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
         "keygen",
         cmd_journal_keygen,
         "print a new Ed25519 signing key and its public key (nothing is written)",
+        example=["interlock journal keygen", "interlock journal keygen --json"],
     )
     json_flag(keygen)
     command(
@@ -196,11 +203,13 @@ def register(groups: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
         "public-key",
         cmd_journal_public_key,
         "print the public key of the journal's Ed25519 signing key, for auditors",
+        example=["interlock journal public-key > journal.pub"],
     )
     head = command(
         journal_sub,
         "head",
         cmd_journal_head,
         "print the last entry as SEQ:HASH, to record elsewhere",
+        example=["interlock journal head >> heads.txt", "interlock journal head --json"],
     )
     json_flag(head)

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import argparse
 import time
+from typing import Any
 
 from .._render import lease_state, render_leases
+from ..core.models import Lease
 from ._args import command, journal_options, json_flag, non_negative, parse_duration
 from ._shared import EXIT_FAILED, EXIT_OK, EXIT_USAGE, CliError, emit, emit_json, open_for, warn
 
@@ -23,8 +25,17 @@ def cmd_leases_issue(args: argparse.Namespace) -> int:
             )
         except ValueError as err:
             raise CliError(EXIT_USAGE, f"cannot issue the lease: {err}") from None
-    emit(lease_id)
+        lease = journal.leases.get(lease_id) if args.json else None
+    if lease is not None:
+        emit_json(_lease_doc(lease, time.time()))
+    else:
+        emit(lease_id)
     return EXIT_OK
+
+
+def _lease_doc(lease: Lease, now: float) -> dict[str, Any]:
+    """A lease as ``--json`` prints it: its fields and its state now."""
+    return {**lease.model_dump(mode="json"), "state": lease_state(lease, now)}
 
 
 def cmd_leases_revoke(args: argparse.Namespace) -> int:
@@ -48,12 +59,7 @@ def cmd_leases_list(args: argparse.Namespace) -> int:
         leases = journal.leases.list()
     now = time.time()
     if args.json:
-        emit_json(
-            [
-                {**lease.model_dump(mode="json"), "state": lease_state(lease, now)}
-                for lease in leases
-            ]
-        )
+        emit_json([_lease_doc(lease, now) for lease in leases])
     elif leases:
         emit(render_leases(leases, now))
     else:
@@ -66,7 +72,14 @@ def register(groups: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
     journal_options(leases, top=False)
     leases_sub = leases.add_subparsers(dest="command", metavar="COMMAND", required=True)
     issue = command(
-        leases_sub, "issue", cmd_leases_issue, "issue a lease to a principal; print its id"
+        leases_sub,
+        "issue",
+        cmd_leases_issue,
+        "issue a lease to a principal; print its id (with --json, the lease)",
+        example=[
+            "interlock leases issue refund-bot --activity refund --max-amount-cents 5000 --ttl 8h",
+            "interlock leases issue refund-bot --budget-cents 20000 --ttl 1d --json",
+        ],
     )
     issue.add_argument("principal", metavar="PRINCIPAL", help="who may act under the lease")
     issue.add_argument(
@@ -98,14 +111,25 @@ def register(groups: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
         "--ttl",
         type=parse_duration,
         metavar="AGE",
-        help="how long the lease lives: 90s, 30m, 1h, 2d (default: until revoked)",
+        help="how long the lease lives, with a unit: 90s, 30m, 1h, 2d (default: until revoked)",
     )
+    json_flag(issue)
     revoke = command(
         leases_sub,
         "revoke",
         cmd_leases_revoke,
         "revoke a live lease now; exit 1 if it was not live",
+        example=["interlock leases revoke lease_5b0c2e7d9a41f6e3b8c1d2a4"],
     )
     revoke.add_argument("lease_id", metavar="LEASE_ID")
-    lease_list = command(leases_sub, "list", cmd_leases_list, "list leases and their state")
+    lease_list = command(
+        leases_sub,
+        "list",
+        cmd_leases_list,
+        "list leases and their state",
+        example=[
+            "interlock leases list",
+            "interlock leases list --json | jq '.[] | select(.state == \"live\")'",
+        ],
+    )
     json_flag(lease_list)

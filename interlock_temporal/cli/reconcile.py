@@ -9,8 +9,8 @@ from typing import TYPE_CHECKING
 
 from .._render import reconcile_summary, render_reconcile
 from ..core.models import Kind
-from ._args import json_flag, parse_age, parse_duration, positive, temporal_options
-from ._shared import EPILOG, EXIT_FAILED, EXIT_OK, CliError, emit, emit_json, warn
+from ._args import examples, json_flag, parse_age, parse_duration, positive, temporal_options
+from ._shared import EXIT_FAILED, EXIT_OK, CliError, emit, emit_json, warn
 from ._temporal import failure_message, on_server
 
 if TYPE_CHECKING:
@@ -119,7 +119,10 @@ def register(groups: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
         "reconcile",
         help="recover effects left in doubt, once, on a task queue (needs Temporal)",
         description=reconcile_help,
-        epilog=EPILOG,
+        epilog=examples(
+            "interlock reconcile --task-queue refunds",
+            "interlock reconcile --task-queue refunds --older-than 0s --json",
+        ),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     temporal_options(reconcile_cmd, top=True)

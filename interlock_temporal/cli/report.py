@@ -8,8 +8,8 @@ from datetime import timedelta
 
 from .._render import render_report
 from ..core.report import build_report
-from ._args import journal_options, json_flag, parse_duration
-from ._shared import EPILOG, EXIT_OK, emit, emit_json, open_for
+from ._args import examples, journal_options, json_flag, parse_duration
+from ._shared import EXIT_OK, emit, emit_json, open_for
 
 
 def cmd_report(args: argparse.Namespace) -> int:
@@ -29,7 +29,7 @@ def register(groups: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
         help="what happened lately: effects by final state, what waits for a person, denials "
         "by reason, the gate's latency",
         description="What happened over a period, from the journal alone.",
-        epilog=EPILOG,
+        epilog=examples("interlock report", "interlock report --since 7d --json"),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     journal_options(report_cmd, top=False)
@@ -39,6 +39,6 @@ def register(groups: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
         type=parse_duration,
         default=timedelta(hours=24),
         metavar="AGE",
-        help="how far back: 90s, 30m, 24h, 7d (default 24h)",
+        help="how far back, with a unit: 90s, 30m, 24h, 7d (default 24h)",
     )
     json_flag(report_cmd)

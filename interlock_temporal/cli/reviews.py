@@ -17,6 +17,7 @@ from ._args import (
     command,
     journal_options,
     json_flag,
+    operator_name,
     parse_duration,
     positive,
     temporal_options,
@@ -334,6 +335,7 @@ def register(groups: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
         cmd_reviews_list,
         "list open reviews (kind, effect, state, votes, workflows waiting, started) and, from "
         "the journal, AMBIGUOUS effects that have no open review",
+        example=["interlock reviews list", "interlock reviews list --all --json"],
     )
     temporal_options(review_list, top=False)
     review_list.add_argument(
@@ -349,6 +351,11 @@ def register(groups: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
         cmd_reviews_resolve,
         "decide an effect's review (the Update `decide`) and print its status; exit 1 if the "
         "review refuses the decision, 2 if no review was ever opened for the effect",
+        example=[
+            "interlock reviews resolve 5819f792 --decision happened --operator carol "
+            '--note "seen in the dashboard"',
+            "interlock reviews resolve 77e0a9c1 --kind approval --decision reject --operator carol",
+        ],
     )
     temporal_options(resolve, top=False)
     resolve.add_argument(
@@ -363,7 +370,9 @@ def register(groups: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
         metavar="D",
         help="happened or not_happened (an ambiguous review); approve or reject (an approval)",
     )
-    resolve.add_argument("--operator", required=True, metavar="O", help="who decides")
+    resolve.add_argument(
+        "--operator", required=True, type=operator_name, metavar="O", help="who decides"
+    )
     resolve.add_argument("--note", default="", metavar="N", help="why, for the record")
     resolve.add_argument(
         "--kind",

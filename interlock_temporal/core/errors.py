@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -60,16 +61,44 @@ class GateOutcome(InterlockError):
 
 
 class Refused(GateOutcome):
-    """Terminal: the effect must not be (re)sent. ``receipt.executed`` is false."""
+    """Terminal: the effect must not be (re)sent. ``receipt.executed`` is false.
+
+    ``refused_at`` (seconds since the epoch) is set when the refusal was recorded by an earlier
+    attempt and this one only answers it: the message then says when and why it was refused,
+    that nothing was sent now, and how a person reopens it. ``code`` and ``reason`` are the
+    recorded ones either way."""
 
     def __init__(
-        self, code: str, reason: str, receipt: Receipt, changes: list[Change] | None = None
+        self,
+        code: str,
+        reason: str,
+        receipt: Receipt,
+        changes: list[Change] | None = None,
+        *,
+        refused_at: float | None = None,
     ) -> None:
-        super().__init__(f"{code}: {reason}")
+        if refused_at is None:
+            message = f"{code}: {reason}"
+        else:
+            message = refused_earlier(receipt.effect_id, code, reason, refused_at)
+        super().__init__(message)
         self.code = code
         self.reason = reason
         self.receipt = receipt
         self.changes = changes or []
+        self.refused_at = refused_at
+
+
+def refused_earlier(effect_id: str, code: str, reason: str, refused_at: float) -> str:
+    """What a later attempt at an effect refused earlier reads: when (UTC), why, and the way
+    out (a person reopens it; it stays refused until then)."""
+    when = datetime.fromtimestamp(refused_at, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return (
+        f"refused earlier, at {when} ({code}: {reason}); nothing was sent now. It stays "
+        "refused on every attempt until a person reopens it (`interlock effects reopen "
+        f"{effect_id} --operator NAME`); its next attempt then runs under the lease and the "
+        "facts current then"
+    )
 
 
 class Ambiguous(GateOutcome):

@@ -29,15 +29,64 @@ class UnserializableInput(TypeError):
     """A value that has no canonical JSON form (so it cannot name or digest an effect)."""
 
 
-def jsonable(value: Any) -> Any:
+def jsonable(value: Any, path: str | None = None) -> Any:
     """The JSON data model of ``value`` (pydantic models, dataclasses, datetimes included).
 
     A ``SecretStr`` becomes its mask, so secrets never reach a digest input or the journal.
+    What is not JSON data is refused naming where it is, from ``path`` (the name ``value`` has
+    for the reader, e.g. ``key``) down, and its type: ``key['order']['when']: Clock is not
+    JSON data``. Never the value.
     """
     try:
         return to_jsonable_python(value)
     except Exception as err:  # pydantic raises PydanticSerializationError
-        raise UnserializableInput(f"value of type {type(value).__name__} is not JSON data") from err
+        where, culprit = _not_json_part(value, path or "value")
+        if path is None and culprit is value:
+            raise UnserializableInput(
+                f"value of type {type(culprit).__name__} is not JSON data"
+            ) from err
+        raise UnserializableInput(f"{where}: {type(culprit).__name__} is not JSON data") from err
+
+
+def item_path(where: str, key: object) -> str:
+    """The path of an entry of a mapping, as Python indexes it: ``key['order']``."""
+    return f"{where}[{key!r}]"
+
+
+def _parts(x: Any, where: str) -> list[tuple[Any, str]]:
+    """The values ``x`` holds, each with its path (none for a leaf)."""
+    if isinstance(x, BaseModel):
+        named = [(getattr(x, name), f"{where}.{name}") for name in type(x).model_fields]
+        return named + [(v, f"{where}.{k}") for k, v in (x.model_extra or {}).items()]
+    if dataclasses.is_dataclass(x) and not isinstance(x, type):
+        return [(getattr(x, f.name), f"{where}.{f.name}") for f in dataclasses.fields(x)]
+    if isinstance(x, Mapping):
+        return [(v, item_path(where, k)) for k, v in x.items()]
+    if isinstance(x, list | tuple):
+        return [(v, f"{where}[{i}]") for i, v in enumerate(x)]
+    if isinstance(x, set | frozenset):
+        return [(v, f"an item of {where}") for v in x]
+    return []
+
+
+def _serializes(x: Any) -> bool:
+    try:
+        to_jsonable_python(x)
+    except Exception:
+        return False
+    return True
+
+
+def _not_json_part(value: Any, where: str) -> tuple[str, Any]:
+    """(path, value) of the innermost part of ``value`` that does not serialize: a part whose
+    own parts all do (an unknown object, or a container pydantic cannot write)."""
+    while True:
+        for part, path in _parts(value, where):
+            if not _serializes(part):
+                value, where = part, path
+                break
+        else:
+            return where, value
 
 
 _SAFE_INT = 2**53 - 1
@@ -93,7 +142,7 @@ def unstable_part(value: Any, path: str, *, allow_bytes: bool = False) -> str | 
             for k, v in x.items():
                 if not isinstance(k, str):
                     return f"{where} has a key of type {type(k).__name__}, not a string"
-                stack.append((v, f"{where}.{k}"))
+                stack.append((v, item_path(where, k)))
         elif isinstance(x, list | tuple):
             stack.extend((v, f"{where}[{i}]") for i, v in enumerate(x))
         elif isinstance(x, set | frozenset):
@@ -105,7 +154,7 @@ def unstable_part(value: Any, path: str, *, allow_bytes: bool = False) -> str | 
             if not allow_bytes:
                 return f"{where} is {type(x).__name__}, which has no canonical JSON form"
         else:
-            return f"{where} is of type {type(x).__name__}, which has no canonical JSON form"
+            return f"{where}: {type(x).__name__} is not JSON data"
     return None
 
 

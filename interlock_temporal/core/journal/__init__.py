@@ -41,6 +41,7 @@ if TYPE_CHECKING:
         Build,
         Journal,
         policy_chain,
+        redacted,
     )
     from .opening import JournalLocation, keyring_for, open_journal, parse_journal_url
     from .signing import KeyLike, as_key
@@ -69,6 +70,7 @@ __all__ = [
     "parse_journal_url",
     "policy_chain",
     "read_export",
+    "redacted",
     "state_kind",
     "value_of",
     "values_digest",
@@ -106,6 +108,7 @@ __getattr__ = lender(
                 "POLICY_CHAIN_TYPE",
                 "SCHEMA_VERSION",
                 "policy_chain",
+                "redacted",
             ),
             ".interface",
         ),

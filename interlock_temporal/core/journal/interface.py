@@ -6,9 +6,11 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import re
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
+from urllib.parse import urlparse, urlunparse
 
 from ..errors import JournalConfigError, JournalCorrupt
 from ..leases import LeaseStore
@@ -28,6 +30,24 @@ def policy_chain(session: str) -> str:
     return f"policy:{session}"
 
 
+#: a password given as a query parameter of a PostgreSQL URL (libpq reads both)
+_SECRET_PARAMETER = re.compile(r"(?i)(^|&)((?:ssl)?password)=[^&]*")
+
+
+def redacted(url: str) -> str:
+    """``url`` as a message may show it: a password, in ``user:PASSWORD@host`` or as a
+    ``password=`` (``sslpassword=``) parameter, becomes ``***``."""
+    parsed = urlparse(url)
+    netloc, query = parsed.netloc, parsed.query
+    if parsed.password is not None:
+        userinfo, _, host = netloc.rpartition("@")
+        netloc = f"{userinfo.partition(':')[0]}:***@{host}"
+    query = _SECRET_PARAMETER.sub(r"\1\2=***", query)
+    if (netloc, query) == (parsed.netloc, parsed.query):
+        return url
+    return urlunparse(parsed._replace(netloc=netloc, query=query))
+
+
 Build = Sequence[Draft] | Callable[[Lease | None], Sequence[Draft]]
 
 
@@ -40,6 +60,7 @@ DEFAULT_COMMIT_DELAY = 0.008
 class Journal(ABC):
     """The interface every backend implements, and the conformance suite checks."""
 
+    #: where the journal is, as messages show it (no password: see ``redacted``)
     url: str
     keyring: Keyring
     #: the event loop of this journal's coroutines runs other work too (a Temporal worker's

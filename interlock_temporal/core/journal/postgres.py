@@ -28,7 +28,7 @@ from psycopg_pool import ConnectionPool, PoolTimeout
 from ..errors import JournalUnavailable
 from .claims import Claim
 from .entries import RawEntry
-from .interface import SCHEMA_VERSION
+from .interface import SCHEMA_VERSION, redacted
 from .signing import Keyring
 from .sql import ENTRY_COLUMNS, SqlJournal, raw_entry
 
@@ -167,15 +167,6 @@ def with_keepalives(url: str) -> str:
     for key, value in KEEPALIVES.items():
         query.setdefault(key, value)
     return urlunparse(parsed._replace(query=urlencode(query)))
-
-
-def redacted(url: str) -> str:
-    """The URL without its password, for messages."""
-    parsed = urlparse(url)
-    if parsed.password is None:
-        return url
-    netloc = parsed.netloc.replace(f":{parsed.password}@", ":***@")
-    return urlunparse(parsed._replace(netloc=netloc))
 
 
 def lock_key(effect_id: str) -> int:

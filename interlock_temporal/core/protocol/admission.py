@@ -8,10 +8,11 @@ from typing import Any
 
 from ..errors import InvalidCall
 from ..identity import UnserializableInput, canonical_json, jsonable
-from ..leases import Charge
+from ..journal import redacted
+from ..leases import Charge, LeaseProblem
 from ..models import Draft, Kind, Lease
 from ..policy import CallEvent, Decision, Scopes, Verdict, enforce
-from .calls import Call, delivery_record
+from .calls import Call, delivery_record, not_json_args
 from .outcomes import Outcomes
 
 
@@ -76,10 +77,27 @@ class Admission(Outcomes):
         try:
             return approved, canonical_json(jsonable(list(approved)))
         except UnserializableInput as err:
+            names = call.arg_names if len(approved) == len(call.args) else ()
+            names = names or tuple(f"args[{i}]" for i in range(len(approved)))
+            where = not_json_args(approved, names) or str(err)
             raise InvalidCall(
                 f"a policy rule rewrote the input of {call.activity} into one that is not "
-                f"JSON data: {err}"
+                f"JSON data: {where}"
             ) from None
+
+    def _lease_seen(
+        self, found: LeaseProblem | None, lease: Lease | None, lease_id: str | None
+    ) -> LeaseProblem | None:
+        """``found``, and for a lease this journal has never seen, the likely cause: the lease
+        was issued into another journal (this worker's named, without its password)."""
+        if found is None or lease is not None or lease_id is None:
+            return found
+        return LeaseProblem(
+            f"no lease {lease_id} in this worker's journal {redacted(self.journal.url)}: if "
+            "it was issued, the workers (or `interlock leases issue`) may be on different "
+            "journals; give every worker and the CLI the same journal URL",
+            found.code,
+        )
 
     def _policy_note(self, decision: Decision | None) -> dict[str, Any]:
         if decision is None:

@@ -92,13 +92,21 @@ class Call:
     #: the policy's decision for this attempt, made once however often the attempt re-reads
     admission: dict[str, Decision] = field(default_factory=dict, compare=False, repr=False)
 
+    @property
+    def arg_names(self) -> tuple[str, ...]:
+        """How messages name each argument: its parameter's name, else ``args[i]``."""
+        if len(self.param_names) == len(self.args):
+            return self.param_names
+        return tuple(f"args[{i}]" for i in range(len(self.args)))
+
     @cached_property
     def args_json(self) -> list[Any]:
         """The arguments as JSON data, computed once per attempt."""
         try:
             data: list[Any] = jsonable(list(self.args))
         except UnserializableInput as err:
-            raise InvalidCall(f"the input of {self.activity} is not JSON data: {err}") from None
+            where = not_json_args(self.args, self.arg_names) or str(err)
+            raise InvalidCall(f"the input of {self.activity} is not JSON data: {where}") from None
         return data
 
     @cached_property
@@ -176,16 +184,13 @@ def identify(call: Call) -> tuple[str, str]:
     the premises it carries. A key or input with no single canonical JSON form (a set, NaN,
     bytes in a key, an unknown object) is refused, naming where."""
     unstable = None if call.key is None else unstable_part(call.key, "key")
-    names = call.param_names
-    if len(names) != len(call.args):
-        names = tuple(f"args[{i}]" for i in range(len(call.args)))
-    for name, arg in zip(names, call.args, strict=True):
+    for name, arg in zip(call.arg_names, call.args, strict=True):
         unstable = unstable or unstable_part(arg, name, allow_bytes=call.key is not None)
     if unstable is not None:
         raise InvalidCall(f"{call.activity}: the effect cannot be named: {unstable}")
     try:
         proposed = proposed_payload(call)
-        key = proposed if call.key is None else jsonable(call.key)
+        key = proposed if call.key is None else jsonable(call.key, "key")
         # without decision-time premises to leave out, the proposal is the input as sent
         body = call.args_canonical if proposed is call.args_json else canonical_json(proposed)
         eid = effect_id(call.effect_type, key, key_json=body if key is proposed else None)
@@ -194,6 +199,16 @@ def identify(call: Call) -> tuple[str, str]:
         raise InvalidCall(
             f"the effect key or input of {call.activity} is not JSON data: {err}"
         ) from None
+
+
+def not_json_args(args: Sequence[Any], names: Sequence[str]) -> str | None:
+    """Which argument is not JSON data, where in it and of what type (None: all are)."""
+    for name, arg in zip(names, args, strict=True):
+        try:
+            jsonable(arg, name)
+        except UnserializableInput as err:
+            return str(err)
+    return None
 
 
 def proposed_payload(call: Call) -> list[Any]:

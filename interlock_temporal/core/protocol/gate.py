@@ -125,7 +125,13 @@ class Gate(Recovery):
         if status is Kind.COMMITTED:
             return Done(eid, value_of(entries, "result"), "duplicate")
         if status is Kind.REFUSED:
-            raise Refused(view.code or "refused", view.reason or "", receipt_of(view))
+            # refused by an earlier attempt: say so, with when, instead of as if it were news
+            raise Refused(
+                view.code or "refused",
+                view.reason or "",
+                receipt_of(view),
+                refused_at=view.finished_ts or view.proposed_ts or self.clock(),
+            )
         if status is Kind.AMBIGUOUS:
             raise Ambiguous(view.reason or "ambiguous", receipt_of(view))
         if status is Kind.RESOLVED and view.resolution == "happened":
@@ -196,7 +202,7 @@ class Gate(Recovery):
         def build(lease: Lease | None) -> list[Draft]:
             if call.lease_id is None:
                 return [proposed, refusal("lease", NO_LEASE)]
-            found = check_lease(lease, demand, self.clock())
+            found = self._lease_seen(check_lease(lease, demand, self.clock()), lease, call.lease_id)
             if found is not None:
                 return [proposed, refusal(found.code, found.detail)]
             if changes:
@@ -257,6 +263,7 @@ class Gate(Recovery):
 
         def build(lease: Lease | None) -> list[Draft]:
             found = check_lease(lease, demand, self.clock()) if call.lease_id else None
+            found = self._lease_seen(found, lease, call.lease_id)
             if call.lease_id is None:
                 return [refusal("lease", NO_LEASE)]
             if found is not None:
