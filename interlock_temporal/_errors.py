@@ -56,12 +56,18 @@ class EffectInFlight(ApplicationError):
 
 
 class InterlockNotInstalled(ApplicationError):
-    """A gated activity ran on a worker without the interceptor: its body never runs."""
+    """A gated activity ran where the gate cannot run it: on a worker without the interceptor,
+    or (a plain ``def`` one) on an activity executor that is not a thread pool. Its body never
+    runs. ``reason`` says which, and what to do (default: the interceptor is missing)."""
 
-    def __init__(self, activity_name: str) -> None:
+    def __init__(self, activity_name: str, reason: str | None = None) -> None:
         super().__init__(
-            f"gated activity {activity_name!r} ran on a worker without the Interlock "
-            "interceptor; register InterlockPlugin (or InterlockInterceptor) on this worker",
+            f"gated activity {activity_name!r} "
+            + (
+                reason
+                or "ran on a worker without the Interlock interceptor; register InterlockPlugin "
+                "(or InterlockInterceptor) on this worker"
+            ),
             type="InterlockNotInstalled",
             non_retryable=True,
         )

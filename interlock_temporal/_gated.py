@@ -6,6 +6,7 @@ from __future__ import annotations
 import functools
 import inspect
 from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Any, ParamSpec, TypeVar, cast, get_type_hints, overload
@@ -319,6 +320,23 @@ def _wrap(body: Callable[..., Any], spec: GateSpec, hints: dict[str, Any]) -> Ca
     del wrapper.__wrapped__  # type: ignore[attr-defined]
     setattr(wrapper, SPEC_ATTR, spec)
     return wrapper
+
+
+def check_executor(spec: GateSpec, executor: object, activity_name: str) -> None:
+    """A plain ``def`` gated activity runs only in a thread of the worker's own process: the
+    gate's context (``current_effect()``, the check that the gate runs the body) reaches the
+    body through the thread's copy of it. In another process (a process pool) the body would
+    see no gate, or, in a forked one, a stale copy: another effect's id as its idempotency key.
+    Refused before anything is journaled or sent."""
+    if spec.is_async or isinstance(executor, ThreadPoolExecutor):
+        return
+    raise InterlockNotInstalled(
+        activity_name,
+        f"is a plain def and this worker's activity_executor is a {type(executor).__name__}: "
+        "the gate runs a plain def activity only in a thread of the worker's own process; give "
+        "the worker activity_executor=concurrent.futures.ThreadPoolExecutor(...), or make the "
+        "activity async def",
+    )
 
 
 def spec_of(fn: Any) -> GateSpec | None:

@@ -30,7 +30,15 @@ from ._errors import (
     JournalUnavailableError,
     UnstableEffectKeyError,
 )
-from ._gated import EffectContext, GateSpec, _cost, _current, parameter_names, spec_of
+from ._gated import (
+    EffectContext,
+    GateSpec,
+    _cost,
+    _current,
+    check_executor,
+    parameter_names,
+    spec_of,
+)
 from ._review import ReviewDesk
 from ._runtime import GateSource, WorkerRuntime
 from ._telemetry import REASON, VERDICT, Attempt, Telemetry
@@ -310,6 +318,7 @@ class _ActivityInbound(temporalio.worker.ActivityInboundInterceptor):
                     return await self.next.execute_activity(input)
                 return await self._policed(guard, input, meter)
             info = temporalio.activity.info()
+            check_executor(spec, input.executor, info.activity_type)
             self._root.runtime.runs(info.activity_type, spec)
             gate = self._root.gate
             try:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import subprocess
+import time
 from collections.abc import Callable, Iterator
 from datetime import timedelta
 from pathlib import Path
@@ -96,6 +97,29 @@ async def _one_arg_query(self: Any, effect_id: str) -> Found | None:
     return None
 
 
+async def _async_classify(self: Any, error: BaseException) -> str:
+    return "rejected"
+
+
+async def _async_confirmation(self: Any, result: Any) -> str:
+    return "ref"
+
+
+async def _async_clock(self: Any) -> float:
+    return 0.0
+
+
+CAPTURE = "write `def capture(self, args: Any, effect_id: str) -> Mapping[str, Any]`"
+VALIDATE = (
+    "write `def validate(self, recorded: Mapping[str, Any], current: Mapping[str, Any], "
+    "payload: Any) -> list[Change]`, or remove it (the default compares the facts field by field)"
+)
+CLASSIFY = (
+    "write `def classify(self, error: BaseException) -> "
+    'Literal["not_sent", "rejected", "in_doubt"]`'
+)
+
+
 REFUSED: list[tuple[str, Callable[[], Any], str]] = [
     # (case, the target, what the refusal must say)
     (
@@ -167,6 +191,70 @@ REFUSED: list[tuple[str, Callable[[], Any], str]] = [
         lambda: _with(Queried, query=lambda self, effect_id, args, *, strict: None),
         f"target queried: query must take the effect id and the effect's approved input; {QUERY}",
     ),
+    # the mistakes that used to pass here and then fail every attempt with a TypeError Temporal
+    # retries forever (a class for an instance, capture or clock called with what they do not
+    # take), or be silently misread (a two-argument validate refused every effect as
+    # stale_premise; an async classifier's answer was never awaited, so always "in_doubt")
+    (
+        "a_class_not_an_instance",
+        lambda: Unqueried,
+        "target Unqueried is a class: pass an instance, `target=Unqueried(...)`",
+    ),
+    (
+        "capture_without_the_effect_id",
+        lambda: _with(Unqueried, capture=lambda self, args: {}),
+        "target unqueried: capture must take the activity's input and the effect id; " + CAPTURE,
+    ),
+    (
+        "capture_with_keyword_only_arguments",
+        lambda: _with(Unqueried, capture=lambda self, *, args, effect_id: {}),
+        "target unqueried: capture must take the activity's input and the effect id; " + CAPTURE,
+    ),
+    (
+        "duck_capture_as_a_plain_function",
+        lambda: _with(Duck, capture=staticmethod(lambda args: {})),
+        "target duck: capture must take the activity's input and the effect id; " + CAPTURE,
+    ),
+    (
+        "validate_without_the_payload",
+        lambda: _with(Unqueried, validate=lambda self, recorded, current: []),
+        "target unqueried: validate must take the recorded facts, the current facts and the "
+        "effect's approved input; " + VALIDATE,
+    ),
+    (
+        "async_classify",
+        lambda: _with(Unqueried, classify=_async_classify),
+        "target unqueried: classify must be a plain def, not async def: the gate calls it "
+        "without awaiting; " + CLASSIFY,
+    ),
+    (
+        "classify_without_the_error",
+        lambda: _with(Unqueried, classify=lambda self: "in_doubt"),
+        "target unqueried: classify must take the error the send raised; " + CLASSIFY,
+    ),
+    (
+        "async_confirmation",
+        lambda: _with(Unqueried, confirmation=_async_confirmation),
+        "target unqueried: confirmation must be a plain def, not async def: the gate calls it "
+        "without awaiting; write `def confirmation(self, result: Any) -> str | None`",
+    ),
+    (
+        "confirmation_without_the_result",
+        lambda: _with(Unqueried, confirmation=lambda self: None),
+        "target unqueried: confirmation must take the send's result; "
+        "write `def confirmation(self, result: Any) -> str | None`",
+    ),
+    (
+        "clock_with_an_argument",
+        lambda: _with(Queried, tier=1, dedupe_window=WINDOW, clock=lambda self, now: 0.0),
+        "target queried: clock must take no argument; write `def clock(self) -> float`",
+    ),
+    (
+        "async_clock",
+        lambda: _with(Queried, tier=1, dedupe_window=WINDOW, clock=_async_clock),
+        "target queried: clock must be a plain def, not async def: the gate calls it without "
+        "awaiting; write `def clock(self) -> float`",
+    ),
 ]
 
 
@@ -179,6 +267,36 @@ def test_a_declaration_that_does_not_hold_is_refused_when_gated(
         gated(body, target=target)
     assert str(err.value).startswith(words), str(err.value)
     assert "9" not in str(err.value) and "'2'" not in str(err.value)  # never the value itself
+
+
+class Flexible(BaseTarget):
+    """Every form the gate can call: async where it awaits, a static method, a builtin clock,
+    optional parameters with defaults."""
+
+    name = "flexible"
+    tier = 2
+    clock = time.time  # a builtin: no signature to read, and none needed
+
+    @staticmethod
+    async def capture(args: Any, effect_id: str, *, extra: int = 0) -> dict[str, Any]:
+        return {}
+
+    async def query(self, effect_id: str, args: Any = None) -> Found | None:
+        return None
+
+    async def validate(self, recorded: Any, current: Any, payload: Any) -> list[Any]:
+        return []
+
+    def classify(self, error: BaseException, *more: Any) -> Any:
+        return "in_doubt"
+
+    def confirmation(self, result: Any, **more: Any) -> str | None:
+        return None
+
+
+def test_the_forms_the_gate_can_call_are_accepted() -> None:
+    gated(body, target=Flexible())
+    assert capabilities(Flexible()).tier == 2
 
 
 def test_the_shipped_targets_declare_the_tier_they_can_keep(tmp_path: Path) -> None:

@@ -28,9 +28,18 @@ Classification = Literal["not_sent", "rejected", "in_doubt"]
 CLASSIFICATIONS: frozenset[str] = frozenset({"not_sent", "rejected", "in_doubt"})
 #: how long before a dedupe window's end (less ``settle_time``) the gate stops resending into it
 DEFAULT_DEDUPE_MARGIN = timedelta(minutes=5)
-#: the one signature of ``query`` (what a refusal tells the author to write)
+#: the one signature of each method the gate calls (what a refusal tells the author to write)
 QUERY_SIGNATURE = "def query(self, effect_id: str, args: Any) -> Found | None"
 CAPTURE_SIGNATURE = "def capture(self, args: Any, effect_id: str) -> Mapping[str, Any]"
+VALIDATE_SIGNATURE = (
+    "def validate(self, recorded: Mapping[str, Any], current: Mapping[str, Any], "
+    "payload: Any) -> list[Change]"
+)
+CLASSIFY_SIGNATURE = (
+    'def classify(self, error: BaseException) -> Literal["not_sent", "rejected", "in_doubt"]'
+)
+CONFIRMATION_SIGNATURE = "def confirmation(self, result: Any) -> str | None"
+CLOCK_SIGNATURE = "def clock(self) -> float"
 
 T = TypeVar("T")
 
@@ -47,7 +56,7 @@ class EffectTarget(Protocol):
     - ``validate(recorded, current, payload) -> list[Change]``: premise comparison (default:
       field-by-field equality). Prefer predicates ("refundable remainder >= amount") where
       equality is too strict.
-    - ``classify(error) -> "not_sent" | "rejected" | "in_doubt"`` (default: in_doubt).
+    - ``classify(error) -> Literal["not_sent", "rejected", "in_doubt"]`` (default: in_doubt).
     - ``clock() -> float``: the clock the dedupe window is measured on (default: time.time).
     - ``dedupe_margin: timedelta``: how long before the window's end, less ``settle_time``, a
       resend stops relying on the window (default 5 minutes).
@@ -136,9 +145,13 @@ class BaseTarget:
     - ``clock()``: the target's clock, which a tier-1 dedupe window is measured on. Default:
       ``time.time()``.
 
-    Methods may be ``async``. Subclassing is optional: any object with the same members works
-    (``EffectTarget`` is the protocol), and one that declares no ``tier`` has it derived from
-    what it has.
+    ``capture``, ``query`` and ``validate`` may be ``async`` (the gate awaits them);
+    ``classify``, ``confirmation`` and ``clock`` are called without awaiting and must be plain
+    ``def``. Every method runs on the worker's event loop: one that blocks (a socket, a
+    database driver) blocks the whole worker, so make it ``async`` and hand the blocking call
+    to ``asyncio.to_thread`` (docs/targets.md). ``gated`` refuses a method it could not call as
+    above. Subclassing is optional: any object with the same members works (``EffectTarget``
+    is the protocol), and one that declares no ``tier`` has it derived from what it has.
     """
 
     name: str
@@ -208,11 +221,19 @@ def capabilities(target: EffectTarget) -> Capabilities:
 
 
 def check_declaration(target: EffectTarget) -> Capabilities:
-    """The target's capabilities, refused (``TargetDeclarationError``) when the target lacks
-    what the gate needs (a ``name``, ``capture``), when its durations are not non-negative
-    ``timedelta``, when its declared ``tier`` does not match what it can do, when its
-    ``query`` cannot be called as ``query(effect_id, args)``, or when its dedupe window is too
-    short to rely on at all."""
+    """The target's capabilities, refused (``TargetDeclarationError``) when the target is a
+    class rather than an instance, lacks what the gate needs (a ``name``, ``capture``), when
+    its durations are not non-negative ``timedelta``, when its declared ``tier`` does not
+    match what it can do, when a method the gate calls cannot be called the way the gate calls
+    it (``query(effect_id, args)``, ``capture(args, effect_id)``, ...; see ``_CALLS``), or
+    when its dedupe window is too short to rely on at all. Each of these would otherwise fail
+    every attempt at run time (a ``TypeError`` Temporal retries forever) or be silently
+    ignored (an ``async`` classifier's answer)."""
+    if isinstance(target, type):
+        raise TargetDeclarationError(
+            f"target {target.__name__} is a class: pass an instance, "
+            f"`target={target.__name__}(...)`"
+        )
     name = _checked_name(target)
     if not callable(getattr(target, "capture", None)):
         raise TargetDeclarationError(
@@ -222,8 +243,8 @@ def check_declaration(target: EffectTarget) -> Capabilities:
     _check_durations(target, name)
     caps = capabilities(target)
     _check_tier(target, name, caps)
-    if caps.queryable:
-        _check_query(getattr(target, "query", None), name)
+    for method in _CALLS:
+        _check_call(target, name, method)
     margin = caps.dedupe_margin
     if caps.dedupe_window is not None and caps.dedupe_window <= caps.settle_time + margin:
         raise TargetDeclarationError(
@@ -298,15 +319,70 @@ def _check_tier(target: object, name: str, caps: Capabilities) -> None:
         raise TargetDeclarationError(f"target {name}: {problem}")
 
 
-def _check_query(fn: Any, name: str) -> None:
-    """``query`` is called as ``query(effect_id, args)``, nothing else."""
-    try:
-        inspect.signature(fn).bind("effect_id", None)
-    except (TypeError, ValueError):
+@dataclass(frozen=True)
+class _Call:
+    """How the gate calls one of a target's methods."""
+
+    #: what it passes, in order (stand-ins for the signature check)
+    args: tuple[Any, ...]
+    #: the same, in words
+    takes: str
+    signature: str
+    #: the gate awaits what it returns (else an ``async def`` would hand it a coroutine)
+    awaited: bool
+    #: added to a refusal of its arguments
+    hint: str = ""
+
+
+_CALLS: dict[str, _Call] = {
+    "capture": _Call(
+        ("args", "effect_id"), "the activity's input and the effect id", CAPTURE_SIGNATURE, True
+    ),
+    "query": _Call(
+        ("effect_id", None),
+        "the effect id and the effect's approved input",
+        QUERY_SIGNATURE,
+        True,
+        " (ignore args if the effect id is enough)",
+    ),
+    "validate": _Call(
+        ({}, {}, None),
+        "the recorded facts, the current facts and the effect's approved input",
+        VALIDATE_SIGNATURE,
+        True,
+        ", or remove it (the default compares the facts field by field)",
+    ),
+    "classify": _Call((None,), "the error the send raised", CLASSIFY_SIGNATURE, False),
+    "confirmation": _Call((None,), "the send's result", CONFIRMATION_SIGNATURE, False),
+    "clock": _Call((), "no argument", CLOCK_SIGNATURE, False),
+}
+
+
+def _check_call(target: object, name: str, method: str) -> None:
+    """A method the target has must be callable the way the gate calls it (``_CALLS``). A
+    signature Python cannot read (a builtin such as ``time.time``) is trusted, but for
+    ``query``, whose one signature is checked strictly."""
+    fn = getattr(target, method, None)
+    if not callable(fn):
+        return  # capture and query are checked above; the others have defaults
+    call = _CALLS[method]
+    if not call.awaited and inspect.iscoroutinefunction(fn):
         raise TargetDeclarationError(
-            f"target {name}: query must take the effect id and the effect's approved input; "
-            f"write `{QUERY_SIGNATURE}` (ignore args if the effect id is enough)"
-        ) from None
+            f"target {name}: {method} must be a plain def, not async def: the gate calls it "
+            f"without awaiting; write `{call.signature}`"
+        )
+    try:
+        inspect.signature(fn).bind(*call.args)
+    except ValueError:
+        if method != "query":
+            return
+    except TypeError:
+        pass
+    else:
+        return
+    raise TargetDeclarationError(
+        f"target {name}: {method} must take {call.takes}; write `{call.signature}`{call.hint}"
+    ) from None
 
 
 async def resolve(value: T | Any) -> T:
