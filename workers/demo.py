@@ -7,6 +7,12 @@ the worker is killed (SIGKILL) before the result comes back. Three endings:
 2. gated, tier 2 (the service can be asked): recovery asks first, finds the refund: $20, once.
 3. gated, tier 3 (the service can neither dedupe nor answer): AMBIGUOUS, said out loud.
 
+Each story is checked as it ends against the money it must show, read from the payments service
+(the refunds that landed on its order: how many, how much), how its workflow ended and what the
+journal recorded (``demo_check.EXPECTED``); the demo exits 1, naming the story and what was
+expected against what was found, if any story did not show what it must. ``make faults`` runs
+both variants and fails with them.
+
     python -m workers.demo                 (what `make demo` runs)
     python -m workers.demo --stripe        the same crash, refunds on a Stripe fake (real SDK)
     STRIPE_API_KEY=sk_test_... python -m workers.demo --stripe-live
@@ -40,6 +46,7 @@ from interlock_temporal.testing import DevServer
 from workflows.activities import support_activities
 from workflows.support_case import PRINCIPAL, CaseFile, CaseOutcome, SupportCase
 
+from .demo_check import Found, check, observe, verdict
 from .scenarios import run_in
 from .server_world import ServerWorld
 from .world import (
@@ -97,20 +104,45 @@ def show_effect(journal_file: Path, eid: str) -> None:
     say(f"  explore: .venv/bin/interlock --journal sqlite:///{shown} effects list")
 
 
+class StoryFailed(Exception):
+    """A story that could not be told to its end (the server, a worker, the fake)."""
+
+
 async def act(
     client: Client, name: str, mode: str, tier: int, title: str, *, stripe_fake: bool = False
 ) -> dict[str, Any]:
+    """One story. Its result carries ``problems``: what it did not show of what it must
+    (``demo_check.EXPECTED[name]``), read from the payments service and the journal."""
     workdir = DEMO / name
     workdir.mkdir(parents=True)
     say(f"== {title} ==")
-    world: World
-    if stripe_fake:
-        from .stripe_harness import StripeServerWorld
+    found: list[Found] = []
 
-        world = await StripeServerWorld.launch(client, workdir, mode)  # type: ignore[arg-type]
-    else:
-        world = await ServerWorld.create(client, workdir, tier, mode)  # type: ignore[arg-type]
-    result = await run_in(world, "crash_before_ack")
+    def read(world: World, result: dict[str, Any]) -> None:
+        found.append(
+            observe(
+                world.payments,
+                world.journal,
+                order_id=world.order_id,
+                effect_id=world.effect_id,
+                ended=result["workflow_status"],
+                kills=world.kills,
+            )
+        )
+
+    world: World
+    try:
+        if stripe_fake:
+            from .stripe_harness import StripeServerWorld
+
+            world = await StripeServerWorld.launch(client, workdir, mode)  # type: ignore[arg-type]
+        else:
+            world = await ServerWorld.create(client, workdir, tier, mode)  # type: ignore[arg-type]
+        result = await run_in(world, "crash_before_ack", before_close=read)
+    except Exception as err:
+        why = f"{type(err).__name__}: {err}"
+        raise StoryFailed(f"{name}: the story did not run to its end: {why}") from err
+    result["problems"] = check(name, found[0])
     say(
         f"  the refund landed, then the worker was SIGKILLed ({result['kills']} kill); "
         "a freshly started worker took over"
@@ -149,22 +181,26 @@ async def story(*, stripe_fake: bool = False) -> int:
     say()
     try:
         client = await Client.connect(server.target, data_converter=pydantic_data_converter)
-        if stripe_fake:
-            ok = await stripe_acts(client)
-        else:
-            ok = await simulated_acts(client)
+        try:
+            results = await (stripe_acts(client) if stripe_fake else simulated_acts(client))
+        except StoryFailed as err:
+            say(f"  FAILED {err}")
+            print(f"demo FAILED: {err}", file=sys.stderr, flush=True)
+            return 1
+        say()
+        code = verdict([(name, r["problems"]) for name, r in results])
         say()
         say(
             "Browse the workflows in the Temporal Web UI: "
             f"{server.ui_url}/namespaces/default/workflows"
         )
         await wait_for_enter()
-        return 0 if ok else 1
+        return code
     finally:
         await server.stop()
 
 
-async def simulated_acts(client: Client) -> bool:
+async def simulated_acts(client: Client) -> list[tuple[str, dict[str, Any]]]:
     results = [await act(client, *spec) for spec in ACTS]
     naive, gated2, gated3 = results
     say("== what happened ==")
@@ -180,16 +216,12 @@ async def simulated_acts(client: Client) -> bool:
         f"  tier 3:   ${gated3['refunded_cents'] / 100:.0f}, {gated3['final']}: nobody can "
         "know if it landed, so the gate refuses to guess"
     )
-    return bool(
-        naive["refunded_cents"] == 4000
-        and gated2["final"] == "COMMITTED"
-        and gated2["refunded_cents"] == 2000
-        and gated3["final"] == "AMBIGUOUS"
-    )
+    return [(spec[0], r) for spec, r in zip(ACTS, results, strict=True)]
 
 
-async def stripe_acts(client: Client) -> bool:
-    naive, gated = [await act(client, *spec, stripe_fake=True) for spec in STRIPE_ACTS]
+async def stripe_acts(client: Client) -> list[tuple[str, dict[str, Any]]]:
+    results = [await act(client, *spec, stripe_fake=True) for spec in STRIPE_ACTS]
+    naive, gated = results
     say("== what happened at Stripe ==")
     say(
         f"  naive:    ${naive['refunded_cents'] / 100:.0f} in {naive['refund_records']} "
@@ -199,12 +231,7 @@ async def stripe_acts(client: Client) -> bool:
         f"  tier 1:   ${gated['refunded_cents'] / 100:.0f} in {gated['refund_records']} refund, "
         f"{gated['final']} via {gated['via']}: found by the effect id in the refund's metadata"
     )
-    return bool(
-        naive["refunded_cents"] == 4000
-        and gated["final"] == "COMMITTED"
-        and gated["refunded_cents"] == 2000
-        and gated["refund_records"] == 1
-    )
+    return [(spec[0], r) for spec, r in zip(STRIPE_ACTS, results, strict=True)]
 
 
 # -- --stripe-live: the gate against real Stripe test mode --------------------------------

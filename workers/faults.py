@@ -3,8 +3,11 @@ real worker processes and real SIGKILLs, and beside it the same rows without the
 baselines). Prints the table, writes ``docs/fault-table.md``, and exits non-zero if any cell
 contradicts the expected outcome: a gated cell the table's, a baseline the harm written down
 for it in ``Scenario.baselines`` (a baseline that must show harm and comes out clean fails).
+Last, ``make demo`` and ``make demo DEMO_ARGS=--stripe`` as a newcomer types them: either
+exiting non-zero (a story that did not show the money it must, ``demo_check``) fails the run.
 
     python -m workers.faults [--jobs 3] [--rows 2,3] [--tiers 1,2,3] [--out docs/fault-table.md]
+                             [--no-demo]
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ from temporalio.contrib.pydantic import pydantic_data_converter
 from interlock_temporal.core.journal import open_journal
 from interlock_temporal.testing import DevServer, PostgresServer
 
+from .demo_check import demo_section, run_demos
 from .judge import Scenario, judge_baseline
 from .scenarios import BASELINES, RETRYING, SCENARIOS, run_in
 from .server_world import ServerWorld
@@ -611,6 +615,12 @@ def main(argv: list[str] | None = None) -> int:
         help="also run the exhaustive two-attempt check",
     )
     p.add_argument(
+        "--demo",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="also run `make demo` and `make demo DEMO_ARGS=--stripe`, each story checked",
+    )
+    p.add_argument(
         "--targets",
         default="simulated,stripe,postgres,baselines",
         help="any of simulated, stripe, postgres, baselines (comma-separated)",
@@ -623,12 +633,15 @@ def main(argv: list[str] | None = None) -> int:
     results = asyncio.run(run_matrix(cells, args.jobs, workdir))
     swept = run_sweep(args.sweep, args.sweep_server, args.jobs)
     checked = run_model_check(tiers) if args.model_check else []
+    demos = run_demos() if args.demo else []
     elapsed = time.monotonic() - started
     table = markdown(results, tiers, elapsed)
     if swept is not None:
         table += "\n" + "\n".join(sweep_section(swept)) + "\n"
     if checked:
         table += "\n" + "\n".join(model_check_section(checked)) + "\n"
+    if demos:
+        table += "\n" + "\n".join(demo_section(demos)) + "\n"
     print()
     print(table)
     if args.out:
@@ -637,6 +650,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.json:
         args.json.write_text(json.dumps(results, indent=1, sort_keys=True, default=str))
     failed = failed_cells(results)
+    for run in demos:
+        if not run.ok:
+            print(f"FAILED demo: {run.command} exited {run.returncode}")
     if swept is not None and (swept["failed"] or swept["server_failed"]):
         print("FAILED sweep:", swept["problems"])
         return 1
@@ -648,7 +664,7 @@ def main(argv: list[str] | None = None) -> int:
             f"FAILED {r.get('target')} row {r['number']} {r['scenario']} t{r['tier']}: "
             f"{r.get('problems')}"
         )
-    return 1 if failed else 0
+    return 1 if failed or not all(run.ok for run in demos) else 0
 
 
 if __name__ == "__main__":

@@ -17,6 +17,7 @@ import json
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -346,7 +347,14 @@ SCENARIOS: dict[str, Scenario] = {
 }
 
 
-async def run_in(world: World, name: str) -> dict[str, Any]:
+async def run_in(
+    world: World,
+    name: str,
+    *,
+    before_close: Callable[[World, dict[str, Any]], None] | None = None,
+) -> dict[str, Any]:
+    """Run row ``name`` in ``world`` and judge it; ``before_close`` reads the world (its
+    payments service, its journal) once the row is judged, before the world closes."""
     scenario = SCENARIOS[name]
     if world.mode == "gated" and world.tier not in scenario.expect:
         await world.close()
@@ -359,6 +367,8 @@ async def run_in(world: World, name: str) -> dict[str, Any]:
     try:
         seen = await scenario.script(world)
         result = judge(scenario, world.tier, world, seen)
+        if before_close is not None:
+            before_close(world, result)
     finally:
         await world.close()
     result["elapsed_s"] = round(time.monotonic() - started, 3)

@@ -1,0 +1,263 @@
+"""What each story of ``make demo`` must show, and the check that holds it to that.
+
+The money is read from the payments service itself: the refunds that landed on the story's
+order, each with its amount (the simulated payments db, or the Stripe fake's API through the
+real ``stripe`` SDK), never from what the gate believes. Then how the workflow ended, and, for
+a gated story, what the journal recorded. ``python -m workers.demo`` checks every story as it
+ends and exits 1, naming the story and what was expected against what was found, if any story
+did not show what it must. ``make faults`` runs both variants of the demo exactly as
+``make demo`` does (``run_demos``) and fails when either exits non-zero.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from interlock_temporal.core.journal import Journal
+from interlock_temporal.core.receipts import receipt
+from interlock_temporal.targets.payments import RefundRecord
+
+from .world import REFUND_CENTS, Payments
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@dataclass(frozen=True)
+class Expected:
+    """What one story must end with."""
+
+    #: how many refunds must have landed on the story's order, each of ``each_cents``
+    refunds: int
+    #: the support-case workflow's status (``CaseOutcome.status``)
+    ends: str
+    #: the effect's final state in the journal; ``None``: the journal holds no record of it
+    #: (no gate ran)
+    gate: str | None = None
+    via: str | None = None
+    each_cents: int = REFUND_CENTS
+    #: the refund that landed carries the effect id, and the receipt's confirmation is its id
+    #: (a service the gate can ask)
+    tagged: bool = False
+
+
+NAIVE = Expected(refunds=2, ends="REFUNDED")
+RECOVERED = Expected(
+    refunds=1, ends="REFUNDED", gate="COMMITTED", via="recovery-query", tagged=True
+)
+
+#: every story of the demo, by the name ``workers.demo.ACTS`` and ``STRIPE_ACTS`` give it: the
+#: refund lands and the worker is SIGKILLed before the result comes back, then
+EXPECTED: dict[str, Expected] = {
+    # Temporal retries the activity, which sends the refund again: $40 in two refunds
+    "naive": NAIVE,
+    # the gate asks the service first and finds the refund: $20, once
+    "gated-t2": RECOVERED,
+    # the refund landed ($20, once), and the gate says AMBIGUOUS rather than guess
+    "gated-t3": Expected(refunds=1, ends="AMBIGUOUS", gate="AMBIGUOUS"),
+    # the SDK gives the retry's POST a fresh key: Stripe refunds again, $40
+    "stripe-naive": NAIVE,
+    # the effect id is the key and is in the refund's metadata: found, $20 once
+    "stripe-gated": RECOVERED,
+}
+
+
+@dataclass(frozen=True)
+class Found:
+    """What a story left behind, read back after it ended."""
+
+    order_id: str
+    #: the refunds the payments service holds on the order
+    refunds: tuple[RefundRecord, ...]
+    #: the workflow's status
+    ended: str
+    #: the effect's final state in the journal (``None``: no record), how, and the
+    #: confirmation it names
+    gate: str | None
+    via: str | None
+    confirmation: str | None
+    effect_id: str
+    #: workers that died by SIGKILL during the story
+    kills: int
+
+
+def observe(
+    payments: Payments,
+    journal: Journal,
+    *,
+    order_id: str,
+    effect_id: str,
+    ended: str,
+    kills: int,
+) -> Found:
+    """Read what a story left: the refunds from the payments service, the effect's record
+    from the journal."""
+    records = tuple(payments.refund_records(order_id))
+    try:
+        shown = receipt(effect_id, journal=journal)
+    except KeyError:
+        return Found(order_id, records, ended, None, None, None, effect_id, kills)
+    return Found(
+        order_id, records, ended, shown.final, shown.via, shown.confirmation, effect_id, kills
+    )
+
+
+def _dollars(cents: int) -> str:
+    return f"${cents / 100:.0f}" if cents % 100 == 0 else f"${cents / 100:.2f}"
+
+
+def _expected_money(e: Expected) -> str:
+    plural = "refund" if e.refunds == 1 else "refunds"
+    total = _dollars(e.refunds * e.each_cents)
+    return f"{e.refunds} {plural} of {_dollars(e.each_cents)} ({total})"
+
+
+def _found_money(records: Sequence[RefundRecord]) -> str:
+    if not records:
+        return "no refund"
+    amounts = [r.amount_cents for r in records]
+    if len(amounts) == 1:
+        return f"1 refund ({_dollars(amounts[0])})"
+    listed = " + ".join(_dollars(a) for a in amounts)
+    return f"{len(amounts)} refunds ({listed} = {_dollars(sum(amounts))})"
+
+
+def check(story: str, found: Found) -> list[str]:
+    """What ``story`` did not show of what it must (empty: all of it). Each problem names the
+    story and what was expected against what was found."""
+    e = EXPECTED[story]
+    problems: list[str] = []
+    amounts = [r.amount_cents for r in found.refunds]
+    if amounts != [e.each_cents] * e.refunds:
+        problems.append(
+            f"{story}: expected {_expected_money(e)} on order {found.order_id}; "
+            f"the payments service holds {_found_money(found.refunds)}"
+        )
+    if found.ended != e.ends:
+        problems.append(f"{story}: expected the workflow to end {e.ends}; it ended {found.ended}")
+    if found.gate != e.gate or (e.via is not None and found.via != e.via):
+        want = f"to record {e.gate}" if e.gate else "to hold no record of the effect (no gate)"
+        got = f"records {found.gate}" if found.gate else "holds no record of the effect"
+        want += f" via {e.via}" if e.via else ""
+        got += f" via {found.via}" if found.via else ""
+        problems.append(f"{story}: expected the journal {want}; it {got}")
+    if e.tagged and len(found.refunds) == 1:
+        landed = found.refunds[0]
+        if landed.effect_id != found.effect_id:
+            problems.append(
+                f"{story}: expected the refund that landed ({landed.refund_id}) to carry the "
+                f"effect id {found.effect_id}; it carries {landed.effect_id or 'none'}"
+            )
+        if found.confirmation != landed.refund_id:
+            problems.append(
+                f"{story}: expected the receipt to confirm the refund that landed "
+                f"({landed.refund_id}); it confirms {found.confirmation or 'nothing'}"
+            )
+    if found.kills < 1:
+        problems.append(f"{story}: expected the worker to be SIGKILLed; no worker died")
+    return problems
+
+
+def verdict(checked: Sequence[tuple[str, Sequence[str]]]) -> int:
+    """Print each story's check and return the exit code: 1 if any story failed it."""
+    failed = [(story, problems) for story, problems in checked if problems]
+    print("== checked against the payments service ==", flush=True)
+    for story, problems in checked:
+        if problems:
+            for problem in problems:
+                print(f"  FAILED {problem}", flush=True)
+        else:
+            e = EXPECTED[story]
+            ending = f"journal {e.gate}" if e.gate else "no journal record (no gate)"
+            if e.via:
+                ending += f" via {e.via}"
+            print(
+                f"  ok     {story}: {_expected_money(e)} landed, workflow {e.ends}, {ending}",
+                flush=True,
+            )
+    if failed:
+        print(
+            f"demo FAILED: {len(failed)} of {len(checked)} stories did not show what they "
+            f"must ({', '.join(story for story, _ in failed)})",
+            file=sys.stderr,
+            flush=True,
+        )
+        return 1
+    return 0
+
+
+# -- make faults: the demo as a newcomer runs it --------------------------------------------
+
+#: the two variants of ``make demo``: ``make demo`` and ``make demo DEMO_ARGS=--stripe``
+VARIANTS: tuple[tuple[str, ...], ...] = ((), ("--stripe",))
+#: a demo that has not ended by then has hung (it takes well under a minute)
+DEMO_TIMEOUT_S = 600.0
+
+
+@dataclass(frozen=True)
+class DemoRun:
+    args: tuple[str, ...]
+    returncode: int
+    seconds: float
+
+    @property
+    def command(self) -> str:
+        return " ".join(["python -m workers.demo", *self.args])
+
+    @property
+    def ok(self) -> bool:
+        return self.returncode == 0
+
+
+def run_demo(args: Sequence[str], timeout: float = DEMO_TIMEOUT_S) -> DemoRun:
+    """``python -m workers.demo ARGS`` from the repository's root, as ``make demo`` runs it,
+    its output passed through; a run past ``timeout`` is killed (with the dev server it
+    started) and fails."""
+    started = time.monotonic()
+    print(f"$ {' '.join(['python -m workers.demo', *args])}", flush=True)
+    process = subprocess.Popen(
+        [sys.executable, "-m", "workers.demo", *args],
+        cwd=ROOT,
+        stdin=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+    try:
+        code = process.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(process.pid, signal.SIGKILL)
+        process.wait()
+        print(f"the demo had not ended after {timeout:.0f} s: killed", file=sys.stderr)
+        code = -int(signal.SIGKILL)
+    return DemoRun(tuple(args), code, round(time.monotonic() - started, 1))
+
+
+def run_demos(variants: Sequence[Sequence[str]] = VARIANTS) -> list[DemoRun]:
+    runs = [run_demo(args) for args in variants]
+    for run in runs:
+        state = "ok" if run.ok else f"FAILED (exit {run.returncode})"
+        print(f"demo {state}: {run.command}, {run.seconds:.0f} s", flush=True)
+    return runs
+
+
+def demo_section(runs: Sequence[DemoRun]) -> list[str]:
+    """The fault table's note on the demo runs."""
+    lines = [
+        "## make demo",
+        "",
+        "`make demo` and `make demo DEMO_ARGS=--stripe`, run as a newcomer types them (each "
+        "starts its own dev server): every story is checked against the money the payments "
+        "service holds on its order (the count and amount of the refunds that landed), how "
+        "its workflow ended and what the journal recorded (`workers/demo_check.py`); a story "
+        "that does not show what it must makes the demo exit 1, and `make faults` with it.",
+        "",
+    ]
+    for run in runs:
+        state = "ok" if run.ok else f"**FAILED** (exit {run.returncode})"
+        lines.append(f"- `{run.command}`: {state}, {run.seconds:.0f} s")
+    return lines
