@@ -2,6 +2,11 @@
 
 A workflow sees them as ``ActivityError`` whose ``cause`` is an ``ApplicationError`` with
 ``.type`` set to the class name; ``receipt_from(error)`` reads the receipt in the details.
+
+The gate's expected decisions (``EffectRefused``, ``ApprovalRequired``, ``InterlockDenied``) are
+``BENIGN`` application errors: the worker logs them at DEBUG, without a traceback, and does
+not count them as activity failures in its metrics. ``AmbiguousEffect`` stays a failure that
+counts: a person must act.
 """
 
 from __future__ import annotations
@@ -10,7 +15,7 @@ from datetime import timedelta
 from typing import Any
 
 from pydantic import ValidationError
-from temporalio.exceptions import ActivityError, ApplicationError
+from temporalio.exceptions import ActivityError, ApplicationError, ApplicationErrorCategory
 
 from .core.errors import Denied
 from .core.models import Receipt
@@ -32,7 +37,13 @@ class EffectRefused(ApplicationError):
 
     def __init__(self, message: str, receipt: Receipt | None) -> None:
         details = () if receipt is None else (receipt.model_dump(mode="json"),)
-        super().__init__(message, *details, type="EffectRefused", non_retryable=True)
+        super().__init__(
+            message,
+            *details,
+            type="EffectRefused",
+            non_retryable=True,
+            category=ApplicationErrorCategory.BENIGN,
+        )
         self.receipt = receipt
 
 
@@ -71,6 +82,15 @@ class InterlockNotInstalled(ApplicationError):
             type="InterlockNotInstalled",
             non_retryable=True,
         )
+
+
+class TargetNotBound(ApplicationError):
+    """A gated activity declared no target and this worker binds none under its name: nothing
+    was journaled or sent. Not retryable (workers refuse to start like this; this is the
+    interceptor's last word where no worker setup ran, e.g. an activity-only worker)."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message, type="TargetNotBound", non_retryable=True)
 
 
 class AuthorityRejected(ApplicationError):
@@ -118,6 +138,7 @@ class InterlockDenied(ApplicationError):
             },
             type="InterlockDenied",
             non_retryable=True,
+            category=ApplicationErrorCategory.BENIGN,
         )
         self.code = denied.code
         self.policy_id = denied.policy_id
@@ -135,6 +156,7 @@ class ApprovalRequired(ApplicationError):
             {"code": code, "binding": binding, "policy_id": policy_id},
             type="ApprovalRequired",
             non_retryable=True,
+            category=ApplicationErrorCategory.BENIGN,
         )
         self.code = code
         self.binding = binding

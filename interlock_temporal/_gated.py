@@ -1,8 +1,14 @@
 """``gated(...)``: declares an activity's effect (target, key, premises) and refuses to run its
-body unless the Interlock interceptor is running the effect protocol around it."""
+body unless the Interlock interceptor is running the effect protocol around it.
+
+The target may be declared here (``@gated(target=payments)``) or bound by the worker, by
+activity name (``gated(refund)`` with ``InterlockPlugin(targets={"refund": payments})``);
+everything else (key, premises, amount, resource, effect type) is declared where the activity
+is, since it is part of what the effect *is*, not of where it runs."""
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import inspect
 from collections.abc import Callable, Sequence
@@ -13,6 +19,7 @@ from typing import Any, ParamSpec, TypeVar, cast, get_type_hints, overload
 
 from pydantic import TypeAdapter
 from temporalio import activity
+from temporalio.activity import _Definition
 from temporalio.common import RawValue
 from temporalio.converter import PayloadConverter
 
@@ -124,7 +131,8 @@ class Inputs:
 @dataclass(frozen=True)
 class GateSpec:
     fn: Callable[..., Any]
-    target: EffectTarget
+    #: None: bound by the worker, by activity name (``InterlockPlugin(targets=...)``)
+    target: EffectTarget | None
     key: Callable[..., Any] | None
     #: None: the activity's name (as registered), resolved when the activity runs
     effect_type: str | None
@@ -143,6 +151,16 @@ class GateSpec:
     @property
     def label(self) -> str:
         return self.effect_type or str(getattr(self.fn, "__name__", "activity"))
+
+    def bound_to(self, target: EffectTarget) -> GateSpec:
+        """This gate with its target bound by a worker."""
+        return dataclasses.replace(self, target=target)
+
+    def require_target(self) -> EffectTarget:
+        """The target (declared, or bound by the worker; a spec the worker runs has one)."""
+        if self.target is None:
+            raise TypeError(f"gated activity {self.label}: no target is bound")
+        return self.target
 
     def decode(self, raw: Sequence[Any], converter: PayloadConverter) -> tuple[Any, ...]:
         return self.inputs.decode(raw, converter)
@@ -188,7 +206,7 @@ class GateSpec:
 def gated(
     fn: Callable[P, R],
     *,
-    target: EffectTarget,
+    target: EffectTarget | None = ...,
     key: Callable[..., Any] | None = ...,
     effect_type: str | None = ...,
     premises: str | None = ...,
@@ -201,7 +219,7 @@ def gated(
 def gated(
     fn: None = ...,
     *,
-    target: EffectTarget,
+    target: EffectTarget | None = ...,
     key: Callable[..., Any] | None = ...,
     effect_type: str | None = ...,
     premises: str | None = ...,
@@ -213,17 +231,21 @@ def gated(
 def gated(
     fn: Callable[P, R] | None = None,
     *,
-    target: EffectTarget,
+    target: EffectTarget | None = None,
     key: Callable[..., Any] | None = None,
     effect_type: str | None = None,
     premises: str | None = None,
     amount: Callable[..., int | None] | None = None,
     resource: Callable[..., str | None] | None = None,
 ) -> Callable[P, R] | Callable[[Callable[P, R]], Callable[P, R]]:
-    """Gate an activity's side effect. Put it under ``@activity.defn``.
+    """Gate an activity's side effect: ``@gated(...)`` under (or over) ``@activity.defn``, bare
+    ``@gated``, or ``gated(refund, ...)`` around an activity, where the worker registers it
+    (``activities=[gated(refund)]``): the activity keeps its name.
 
     - ``target``: the adapter of the system the body sends to (declares its tier; a
-      declaration that does not add up raises ``TargetDeclarationError`` here).
+      declaration that does not add up raises ``TargetDeclarationError`` here). Leave it out
+      to let the worker bind it by activity name: ``InterlockPlugin(targets={"refund": t})``.
+      A worker that runs a gated activity with no target bound refuses to start.
     - ``key``: called with the activity's arguments, returns the JSON data that names the
       approved decision (e.g. the case and the order). Default: the whole input.
     - ``effect_type``: part of every effect id; default the activity's name. Declare it to
@@ -235,9 +257,10 @@ def gated(
       for leases that cap them.
     """
 
-    def decorate(body: Callable[P, R]) -> Callable[P, R]:
+    def gate(body: Callable[P, R]) -> Callable[P, R]:
         params, hints = _typed_parameters(body, premises)
-        check_declaration(target)
+        if target is not None:
+            check_declaration(target)
         spec = GateSpec(
             fn=body,
             target=target,
@@ -253,6 +276,12 @@ def gated(
         )
         return cast(Callable[P, R], _wrap(body, spec, hints))
 
+    def decorate(body: Callable[P, R]) -> Callable[P, R]:
+        defined = _Definition.from_callable(body)
+        if defined is not None:
+            return cast(Callable[P, R], _regate(defined, gate))
+        return gate(body)
+
     return decorate(fn) if fn is not None else decorate
 
 
@@ -260,8 +289,6 @@ def _typed_parameters(
     body: Callable[..., Any], premises: str | None
 ) -> tuple[list[inspect.Parameter], dict[str, Any]]:
     """The body's parameters and type hints, refused where the gate could not decode them."""
-    if hasattr(body, "__temporal_activity_definition"):
-        raise TypeError("put @gated(...) under @activity.defn, not above it")
     params = list(inspect.signature(body).parameters.values())
     if any(p.kind not in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD) for p in params):
         raise TypeError(f"gated activity {body.__name__}: only positional parameters")
@@ -276,13 +303,33 @@ def _typed_parameters(
     return params, hints
 
 
+def _regate(
+    defined: _Definition, gate: Callable[[Callable[..., Any]], Callable[..., Any]]
+) -> Callable[..., Any]:
+    """An activity already defined (``gated(refund)``, or ``@gated`` over ``@activity.defn``):
+    gate its function and define the result again as the same activity (its name, its thread
+    cancellation setting). Temporal reads the definition through ``_Definition``, which is
+    private to the SDK; no public API gives an activity's registered name."""
+    if defined.name is None:
+        raise TypeError("a dynamic activity cannot be gated: gate the activities it dispatches to")
+    if spec_of(defined.fn) is not None:
+        raise TypeError(f"activity {defined.name!r} is gated already")
+    wrapper = gate(defined.fn)
+    # functools.wraps copied the old definition onto the wrapper: define it anew
+    vars(wrapper).pop("__temporal_activity_definition", None)
+    return activity.defn(
+        name=defined.name, no_thread_cancel_exception=defined.no_thread_cancel_exception
+    )(wrapper)
+
+
 def _wrap(body: Callable[..., Any], spec: GateSpec, hints: dict[str, Any]) -> Callable[..., Any]:
     """The activity Temporal registers: runs the body only inside the gate's protocol for
     ``spec``, and declares its parameters raw."""
 
     def check() -> None:
         entry = _current.get()
-        if entry is None or entry[0] is not spec:
+        # the spec running may be this one bound to a target by the worker: the same body
+        if entry is None or entry[0].fn is not spec.fn:
             raise InterlockNotInstalled(body.__name__)
 
     wrapper: Callable[..., Any]

@@ -7,7 +7,7 @@ import asyncio
 import contextlib
 import dataclasses
 import logging
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any, NoReturn
 
@@ -28,6 +28,7 @@ from ._errors import (
     InvalidEffectInput,
     JournalCorruptError,
     JournalUnavailableError,
+    TargetNotBound,
     UnstableEffectKeyError,
 )
 from ._gated import (
@@ -39,8 +40,9 @@ from ._gated import (
     parameter_names,
     spec_of,
 )
+from ._install import BARE, worker_options
 from ._review import ReviewDesk
-from ._runtime import GateSource, WorkerRuntime
+from ._runtime import GateSource, JournalArg, WorkerRuntime, WorkerSetupError
 from ._telemetry import REASON, VERDICT, Attempt, Telemetry
 from .core.authority import (
     ActivityBinding,
@@ -79,7 +81,7 @@ from .core.policy import (
 )
 from .core.protocol import Call, Delivery, Done, Gate, Ticket
 from .core.review import ReviewKind, ReviewRules
-from .core.targets import capabilities
+from .core.targets import EffectTarget, capabilities
 
 log = logging.getLogger("interlock_temporal")
 
@@ -187,16 +189,22 @@ def _non_retryable(error: BaseException, info: temporalio.activity.Info) -> bool
 
 
 class InterlockInterceptor(temporalio.worker.Interceptor):
-    """Register on a worker (``InterlockPlugin`` does it for you, one per worker). Gated
-    activities run the effect protocol; other activities pass through untouched.
+    """The gate on one worker. ``InterlockPlugin`` makes one per worker with everything else a
+    worker needs; where plugins are not supported, build the worker with
+    ``Worker(**interceptor.worker_options(client, task_queue=..., workflows=[...],
+    activities=[...]))``. Passed bare in ``Worker(interceptors=[...])``, it refuses the worker
+    (with workflows) when it is built, saying what to add. Gated activities run the effect
+    protocol; other activities pass through untouched.
 
-    ``older_keys``: journal keys retired by a rotation, kept so that the entries and the
-    authority headers they signed still verify."""
+    ``journal`` and ``targets`` as ``InterlockPlugin`` takes them. ``older_keys``: journal
+    keys retired by a rotation, kept so that the entries and the authority headers they signed
+    still verify."""
 
     def __init__(
         self,
-        journal: Journal | str = "sqlite:///interlock.db",
+        journal: JournalArg = None,
         *,
+        targets: Mapping[str, EffectTarget] | None = None,
         signing_key: str | bytes | None = None,
         older_keys: Sequence[KeyLike] = (),
         on_point: Callable[[str, str], None] | None = None,
@@ -212,20 +220,33 @@ class InterlockInterceptor(temporalio.worker.Interceptor):
             on_point=on_point,
             policy=policy,
             telemetry=telemetry,
+            targets=targets,
         )
         self._bind(WorkerRuntime(source, client=client, review_rules=review_rules))
 
     @classmethod
     def of(cls, runtime: WorkerRuntime) -> InterlockInterceptor:
         """The interceptor of one worker's ``runtime`` (``InterlockPlugin`` makes one per
-        worker)."""
+        worker, and installs the rest of what the worker needs)."""
         interceptor = cls.__new__(cls)
         interceptor._bind(runtime)
+        interceptor.installed = True
         return interceptor
 
     def _bind(self, runtime: WorkerRuntime) -> None:
         self.runtime = runtime
         self.desk = ReviewDesk(runtime)
+        #: whether the worker got the rest of what the gate needs (the plugin, or
+        #: ``worker_options``); a bare interceptor refuses the worker
+        self.installed = False
+
+    def worker_options(self, client: temporalio.client.Client, **options: Any) -> dict[str, Any]:
+        """Where plugins are not supported: ``Worker(**interceptor.worker_options(client,
+        task_queue=..., workflows=[...], activities=[...]))`` gives the worker what
+        ``InterlockPlugin`` would (this interceptor, the review and reconciler workflows and
+        activities, the targets bound, the sandbox passthrough). The client must carry the
+        pydantic data converter. A gated activity bound to no target refuses here."""
+        return worker_options(self, client, options)
 
     @property
     def telemetry(self) -> Telemetry:
@@ -274,6 +295,10 @@ class InterlockInterceptor(temporalio.worker.Interceptor):
     def workflow_interceptor_class(
         self, input: temporalio.worker.WorkflowInterceptorClassInput
     ) -> type[temporalio.worker.WorkflowInboundInterceptor]:
+        # the SDK asks for this while it builds a worker that runs workflows: the moment to
+        # refuse a bare interceptor, before any workflow or activity runs half-installed
+        if not self.installed:
+            raise WorkerSetupError(BARE)
         return type("_WorkflowInbound", (_WorkflowInbound,), {"keys": self.authority_keys})
 
     def authority(self, input: temporalio.worker.ExecuteActivityInput) -> Authority | None:
@@ -319,11 +344,13 @@ class _ActivityInbound(temporalio.worker.ActivityInboundInterceptor):
                 return await self._policed(guard, input, meter)
             info = temporalio.activity.info()
             check_executor(spec, input.executor, info.activity_type)
-            self._root.runtime.runs(info.activity_type, spec)
+            spec = self._bound(spec, info)
             gate = self._root.gate
             try:
                 with self._root.telemetry.attempt(
-                    info.activity_type, capabilities(spec.target).tier, gate.receipt_or_none
+                    info.activity_type,
+                    capabilities(spec.require_target()).tier,
+                    gate.receipt_or_none,
                 ) as observed:
                     return await self._gated(spec, info, input, meter, observed)
             except AmbiguousEffect as err:
@@ -343,6 +370,17 @@ class _ActivityInbound(temporalio.worker.ActivityInboundInterceptor):
             raise
         finally:
             _cost.reset(token)
+
+    def _bound(self, spec: GateSpec, info: temporalio.activity.Info) -> GateSpec:
+        """The gate this worker runs for the activity: its target bound. Workers refuse to
+        start with a gated activity bound nowhere; one that got here anyway (a worker built
+        with no setup) fails once, naming what to add."""
+        try:
+            spec = self._root.runtime.runs(info.activity_type, spec)
+        except WorkerSetupError as err:
+            raise TargetNotBound(str(err)) from None
+        self._root.runtime.check_heartbeat(info)
+        return spec
 
     async def _policed(
         self,
@@ -416,7 +454,7 @@ class _ActivityInbound(temporalio.worker.ActivityInboundInterceptor):
         call = call_of(spec, info, args, authority)
         with _as_temporal_errors():
             gate = self._root.gate
-            step = await gate.begin(call, spec.target)
+            step = await gate.begin(call, spec.require_target())
         observed.effect(step.effect_id)
         if isinstance(step, Done):
             observed.event(step.via.upper())

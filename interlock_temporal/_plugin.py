@@ -4,30 +4,25 @@ from __future__ import annotations
 
 import dataclasses
 import os
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from datetime import timedelta
 
 import temporalio.worker
-from temporalio.activity import _Definition
 from temporalio.common import WorkflowIDConflictPolicy
 from temporalio.contrib.pydantic import PydanticPayloadConverter, pydantic_data_converter
 from temporalio.converter import DataConverter, DefaultPayloadConverter
 from temporalio.plugin import SimplePlugin
-from temporalio.worker import WorkflowRunner
-from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner
 
-from ._gated import argument_names, spec_of
+from ._install import WORKFLOWS, close_cached_runs, install, with_passthrough
 from ._interceptor import InterlockInterceptor
-from ._reconciler import ReconcileActivity, Reconciler, ReconcileRequest
-from ._review_workflow import EffectReview
-from ._runtime import GateSource, WorkerRuntime
+from ._reconciler import Reconciler, ReconcileRequest
+from ._runtime import GateSource, JournalArg, WorkerRuntime
 from ._telemetry import Telemetry
-from .core.journal import Journal, KeyLike
+from .core.journal import KeyLike
 from .core.policy import Policy
-from .core.policy.file import PolicySource, check_arguments
+from .core.policy.file import PolicySource
 from .core.review import ReviewRules
-
-PASSTHROUGH = ("interlock_temporal", "rfc8785", "pydantic", "pydantic_core")
+from .core.targets import EffectTarget
 
 
 def _with_pydantic(existing: DataConverter | None) -> DataConverter:
@@ -40,22 +35,19 @@ def _with_pydantic(existing: DataConverter | None) -> DataConverter:
     return existing
 
 
-def _with_passthrough(runner: WorkflowRunner | None) -> WorkflowRunner:
-    if runner is None:
-        raise ValueError("InterlockPlugin needs the worker's workflow runner")
-    if isinstance(runner, SandboxedWorkflowRunner):
-        return dataclasses.replace(
-            runner, restrictions=runner.restrictions.with_passthrough_modules(*PASSTHROUGH)
-        )
-    return runner
-
-
 class InterlockPlugin(SimplePlugin):
     """Register on the client (``Client.connect(..., plugins=[InterlockPlugin(...)])``); workers
     built from that client get the interceptor, the ``EffectReview`` and reconciler workflows
     with their activities, the data converter and sandbox passthrough.
 
-    ``journal``: a URL (``sqlite:///interlock.db``) or an open ``Journal``.
+    ``journal``: a URL (``sqlite:///interlock.db``), a path, or an open ``Journal``; default
+    ``$INTERLOCK_JOURNAL``, else ``sqlite:///interlock.db`` in the working directory, as the
+    ``interlock`` CLI chooses (the journal a worker did not name in code is logged once when
+    it starts).
+    ``targets``: targets bound by activity name, for activities gated without one
+    (``gated(refund)``, bare ``@gated``): ``{"refund": payments}``. The key, premises, amount
+    and effect type stay declared where the activity is. A worker that runs a gated activity
+    bound nowhere refuses to start, naming it.
     ``signing_key``: the journal's signing key (default: ``INTERLOCK_SIGNING_KEY``, else a key
     file beside a SQLite journal). It also signs the ``act_as`` headers (through a key derived
     from it), so only workers that hold it can grant authority.
@@ -77,8 +69,9 @@ class InterlockPlugin(SimplePlugin):
 
     def __init__(
         self,
-        journal: Journal | str = "sqlite:///interlock.db",
+        journal: JournalArg = None,
         *,
+        targets: Mapping[str, EffectTarget] | None = None,
         signing_key: str | bytes | None = None,
         older_keys: Sequence[KeyLike] = (),
         review: ReviewRules | None = None,
@@ -100,6 +93,7 @@ class InterlockPlugin(SimplePlugin):
             on_point=on_point,
             policy=self._policy,
             telemetry=telemetry,
+            targets=targets,
         )
         self._review = review or ReviewRules()
         self._review_task_queue = review_task_queue
@@ -114,8 +108,8 @@ class InterlockPlugin(SimplePlugin):
         super().__init__(
             "interlock_temporal.InterlockPlugin",
             data_converter=_with_pydantic,
-            workflow_runner=_with_passthrough,
-            workflows=[EffectReview, Reconciler],
+            workflow_runner=with_passthrough,
+            workflows=list(WORKFLOWS),
         )
 
     def configure_worker(
@@ -129,31 +123,7 @@ class InterlockPlugin(SimplePlugin):
             review_rules=self._review,
             review_task_queue=self._review_task_queue,
         )
-        arguments: dict[str, frozenset[str] | None] = {}
-        for fn in config.get("activities") or []:
-            # _Definition is private to the SDK: the Worker reads an activity's registered name
-            # through it, and no public API gives it (see the note in workflow.py)
-            name = _Definition.must_from_callable(fn).name or ""
-            arguments[name] = argument_names(fn)
-            spec = spec_of(fn)
-            if spec is not None:
-                runtime.runs(name, spec)
-        # a rule naming an argument no activity has is a typo: refuse it now (and on reload)
-        policy = self._policy
-        if isinstance(policy, PolicySource):
-            policy.on_load(lambda p: check_arguments(p, arguments))
-        elif policy is not None:
-            check_arguments(policy, arguments)
-        # open the journal now: a bad URL or key fails the worker, not its first activity
-        _ = runtime.gate
-        interceptor = InterlockInterceptor.of(runtime)
-        reconciler = ReconcileActivity(runtime, interceptor.desk)
-        config["interceptors"] = [*(config.get("interceptors") or []), interceptor]
-        config["activities"] = [
-            *(config.get("activities") or []),
-            interceptor.desk.record_decision,
-            reconciler.reconcile,
-        ]
+        install(config, InterlockInterceptor.of(runtime))
         return super().configure_worker(config)
 
     def configure_replayer(
@@ -170,6 +140,16 @@ class InterlockPlugin(SimplePlugin):
         worker: temporalio.worker.Worker,
         next: Callable[[temporalio.worker.Worker], Awaitable[None]],
     ) -> None:
+        self._source.announce()
+        try:
+            await self._start_reconciler(worker)
+            await super().run_worker(worker, next)
+        finally:
+            # the SDK leaves the workflows it cached to the garbage collector: close them here,
+            # each in its own context (their spans end cleanly; nothing prints at exit)
+            await close_cached_runs(worker.config(active_config=True).get("workflow_runner"))
+
+    async def _start_reconciler(self, worker: temporalio.worker.Worker) -> None:
         if self._reconcile is not None:
             task_queue = worker.config()["task_queue"]
             await worker.client.start_workflow(
@@ -180,4 +160,3 @@ class InterlockPlugin(SimplePlugin):
                 id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
                 static_summary="Interlock: finds effects left in doubt",
             )
-        await super().run_worker(worker, next)

@@ -377,7 +377,7 @@ class EffectReview:
             lines.append(f"- {self._reason}")
         for v in self._votes:
             lines.append(
-                f"- vote: `{v.decision}` by {v.operator} {('— ' + v.note) if v.note else ''}"
+                f"- vote: `{v.decision}` by {v.operator}" + (f" — {v.note}" if v.note else "")
             )
         for text in self._reported[-5:]:
             lines.append(f"- {text}")

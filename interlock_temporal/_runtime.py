@@ -6,7 +6,8 @@ interceptor, review desk and reconciler; the plain ``InterlockInterceptor`` make
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Sequence
+import os
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
@@ -14,44 +15,90 @@ from typing import TYPE_CHECKING, Any
 from temporalio import activity
 
 from ._gated import GateSpec
+from ._logs import announce_journal, install_ambiguous_line, no_heartbeat_warning
 from ._telemetry import Telemetry
 from .core.authority import AuthorityKeys
 from .core.errors import JournalConfigError
 from .core.journal import Journal, KeyLike, keyring_for, open_journal, parse_journal_url
+from .core.journal.opening import configured_journal
 from .core.journal.signing import Keyring
 from .core.policy import Policy, PolicyFollower, PolicyGuard
 from .core.protocol import Gate
 from .core.review import ReviewRules
-from .core.targets import EffectTarget
+from .core.targets import EffectTarget, check_declaration
 
 if TYPE_CHECKING:
     import temporalio.client
 
 log = logging.getLogger("interlock_temporal")
 
+#: the journal as ``InterlockPlugin`` and ``InterlockInterceptor`` take it: open, a URL or a
+#: path, or None for ``$INTERLOCK_JOURNAL``, else ``sqlite:///interlock.db`` (as the CLI)
+JournalArg = Journal | str | os.PathLike[str] | None
+
+
+class WorkerSetupError(ValueError):
+    """A worker cannot run the gate as configured: raised while the worker is built, never
+    when an activity runs. The message says what to add."""
+
+
+def unbound_message(activity_name: str) -> str:
+    return (
+        f"gated activity {activity_name!r} has no target: bind one on the worker, "
+        f"InterlockPlugin(targets={{{activity_name!r}: your_target}}) (or "
+        f"InterlockInterceptor(targets=...)), or declare it where the activity is, "
+        "@gated(target=your_target)"
+    )
+
+
+def checked_targets(targets: Mapping[str, EffectTarget] | None) -> dict[str, EffectTarget]:
+    """Targets bound by activity name, each checked as ``@gated(target=...)`` checks it."""
+    bound: dict[str, EffectTarget] = {}
+    for name, target in (targets or {}).items():
+        if not isinstance(name, str) or not name:
+            raise WorkerSetupError("targets= maps activity names (str) to targets")
+        check_declaration(target)
+        bound[name] = target
+    return bound
+
 
 class GateSource:
     """Opens the gate (the journal and the policy guard) once, on first use, and derives the
-    keys that sign ``act_as`` headers from the journal's keyring."""
+    keys that sign ``act_as`` headers from the journal's keyring. Holds the targets its
+    workers bind by activity name."""
 
     def __init__(
         self,
-        journal: Journal | str,
+        journal: JournalArg = None,
         *,
         signing_key: str | bytes | None = None,
         older_keys: Sequence[KeyLike] = (),
         on_point: Callable[[str, str], None] | None = None,
         policy: Policy | PolicyFollower | None = None,
         telemetry: Telemetry | None = None,
+        targets: Mapping[str, EffectTarget] | None = None,
     ) -> None:
-        self._journal_arg = journal
+        if isinstance(journal, Journal):
+            self._journal_arg: Journal | str = journal
+            self._origin = "given"
+        else:
+            self._journal_arg, self._origin = configured_journal(journal)
         self._signing_key = signing_key
         self._older_keys = tuple(older_keys)
         self._on_point = on_point
-        self._policy = policy
+        self.policy = policy
         self.telemetry = telemetry or Telemetry()
+        self.targets = checked_targets(targets)
         self._gate: Gate | None = None
         self._authority_keys: AuthorityKeys | None = None
+        self._announced = False
+        install_ambiguous_line()
+
+    def announce(self) -> None:
+        """Log, once, which journal the workers use when it was not named in code."""
+        if not self._announced:
+            self._announced = True
+            announce_journal(self.gate.journal, self._origin)
 
     @property
     def gate(self) -> Gate:
@@ -66,8 +113,8 @@ class GateSource:
             journal.loop_shared = True
             guard = (
                 None
-                if self._policy is None
-                else PolicyGuard(self._policy, journal.policy, on_decision=self.telemetry.decided)
+                if self.policy is None
+                else PolicyGuard(self.policy, journal.policy, on_decision=self.telemetry.decided)
             )
             self._gate = Gate(journal, on_point=self._on_point, policy=guard)
         return self._gate
@@ -131,7 +178,7 @@ class Recoverable:
 
     @classmethod
     def of(cls, spec: GateSpec) -> Recoverable:
-        return cls(DeclaredTarget(spec.target), spec.inputs.decode_json, spec.return_type)
+        return cls(DeclaredTarget(spec.require_target()), spec.inputs.decode_json, spec.return_type)
 
 
 class WorkerRuntime:
@@ -156,6 +203,9 @@ class WorkerRuntime:
         #: a Replayer's runtime: no journal is opened (or created) for it
         self.replay_only = replay_only
         self._gated: dict[str, Recoverable] = {}
+        self._specs: dict[str, GateSpec] = {}
+        #: the activity types already warned of a missing heartbeat_timeout
+        self._warned: set[str] = set()
 
     @property
     def gate(self) -> Gate:
@@ -169,10 +219,36 @@ class WorkerRuntime:
     def authority_keys(self) -> AuthorityKeys:
         return self.source.authority_keys(replay_only=self.replay_only)
 
-    def runs(self, activity_name: str, spec: GateSpec) -> None:
-        """This worker runs the gated activity ``activity_name``."""
+    def runs(self, activity_name: str, spec: GateSpec) -> GateSpec:
+        """This worker runs the gated activity ``activity_name``: the gate it runs, with its
+        target (declared by ``@gated``, or bound by activity name). ``WorkerSetupError`` when
+        it has none, or both a declared one and another bound."""
+        known = self._specs.get(activity_name)
+        if known is not None and known.fn is spec.fn:
+            return known
+        bound = self.source.targets.get(activity_name)
+        if spec.target is None:
+            if bound is None:
+                raise WorkerSetupError(unbound_message(activity_name))
+            spec = spec.bound_to(bound)
+        elif bound is not None and bound is not spec.target:
+            raise WorkerSetupError(
+                f"gated activity {activity_name!r} declares its target in "
+                f"@gated(target=...) and the worker binds another under targets="
+                f"{{{activity_name!r}: ...}}: keep one"
+            )
+        self._specs[activity_name] = spec
         if activity_name not in self._gated:
             self._gated[activity_name] = Recoverable.of(spec)
+        return spec
+
+    def check_heartbeat(self, info: activity.Info) -> None:
+        """Warn once per activity type when a gated activity runs with no ``heartbeat_timeout``:
+        a dead worker is then found only when the attempt times out."""
+        if info.heartbeat_timeout or info.activity_type in self._warned:
+            return
+        self._warned.add(info.activity_type)
+        log.warning("%s", no_heartbeat_warning(info))
 
     def recoverable(self, activity_name: str) -> Recoverable | None:
         return self._gated.get(activity_name)

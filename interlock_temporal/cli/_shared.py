@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sqlite3
 import sys
 from collections.abc import Callable, Sequence
@@ -12,6 +11,7 @@ from typing import Any
 
 from ..core.errors import JournalConfigError, JournalCorrupt, JournalUnavailable
 from ..core.journal import Journal, open_journal
+from ..core.journal.opening import configured_journal
 
 EXIT_OK = 0
 EXIT_FAILED = 1
@@ -20,7 +20,6 @@ EXIT_JOURNAL = 3
 #: the Temporal server cannot be reached (the same code as a journal that cannot be opened)
 EXIT_SERVER = 3
 
-DEFAULT_JOURNAL = "sqlite:///interlock.db"
 DEFAULT_ADDRESS = "localhost:7233"
 DEFAULT_NAMESPACE = "default"
 #: the shortest effect id prefix ``effects show`` accepts
@@ -73,8 +72,7 @@ Handler = Callable[[argparse.Namespace], int]
 
 def journal_url(args: argparse.Namespace) -> str:
     """``--journal``, else ``$INTERLOCK_JOURNAL``, else ``sqlite:///interlock.db``."""
-    given: str | None = getattr(args, "journal", None)
-    return given or os.environ.get("INTERLOCK_JOURNAL") or DEFAULT_JOURNAL
+    return configured_journal(getattr(args, "journal", None) or None)[0]
 
 
 def _open(

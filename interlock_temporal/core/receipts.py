@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import copy
 import json
-import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -255,8 +254,9 @@ def receipt(effect_id: str, *, journal: Journal | str | None = None) -> Receipt:
     """
     if not isinstance(journal, Journal):
         from .journal import open_journal
+        from .journal.opening import configured_journal
 
-        url = journal or os.environ.get("INTERLOCK_JOURNAL") or "sqlite:///interlock.db"
+        url, _ = configured_journal(journal)
         with open_journal(url, create=False) as opened:
             return receipt(effect_id, journal=opened)
     entries = journal.read(effect_id)

@@ -182,6 +182,29 @@ def _code(value: Any) -> str:
     return "`" + json.dumps(value, sort_keys=True, default=str) + "`"
 
 
+def _authority_line(view: EffectView) -> str:
+    """The lease as it stood at the send, in words: a limit the lease does not set reads as
+    "any" or "no maximum", never as None."""
+    authority = view.authority or {}
+    lease = authority.get("lease_id") or view.lease_id
+    principal = authority.get("principal") or view.principal
+    if lease is None:
+        return "no lease was recorded for this effect"
+    activities = authority.get("activities")
+    resources = authority.get("resources")
+    maximum = authority.get("max_amount_cents")
+    budget = authority.get("budget_cents")
+    terms = [
+        "any activity" if activities is None else f"activities {_code(activities)}",
+        "no maximum per effect" if maximum is None else f"at most {maximum} cents per effect",
+        "any resource" if resources is None else f"resources {_code(resources)}",
+    ]
+    if budget is not None:
+        terms.append(f"a budget of {budget} cents")
+    held = f" held by `{principal}`" if principal else ""
+    return f"lease `{lease}`{held}: " + ", ".join(terms)
+
+
 def review_markdown(
     kind: str,
     view: EffectView,
@@ -201,8 +224,9 @@ def review_markdown(
         f"`{view.activity or view.effect_type}`",
         "",
         f"- effect id: `{view.effect_id}`",
-        f"- principal: `{view.principal}` under lease `{view.lease_id}`",
-        f"- target: `{view.target}` (tier {view.tier}: {tier_text})",
+        f"- principal: `{view.principal or '-'}` under lease `{view.lease_id or '-'}`",
+        f"- target: `{view.target or '-'}` "
+        + (f"(tier {view.tier}: {tier_text})" if view.tier else "(tier not recorded)"),
         f"- proposed {_when(view.proposed_ts)}; dispatched {view.dispatches} time(s), "
         f"last {_when(view.last_dispatch_ts)}",
         f"- why a person is needed: {view.reason or '-'}",
@@ -226,17 +250,7 @@ def review_markdown(
     for fact, c in sorted(changed.items()):
         if fact not in (view.premises or {}):
             lines.append(f"| {fact} | {_code(c.get('recorded'))} | {_code(c.get('current'))} |")
-    authority = view.authority or {}
-    lines += [
-        "",
-        "### Authority at the send",
-        "",
-        f"lease `{authority.get('lease_id', view.lease_id)}` held by "
-        f"`{authority.get('principal', view.principal)}`, activities "
-        f"{_code(authority.get('activities'))}, max {authority.get('max_amount_cents')} cents, "
-        f"resources {_code(authority.get('resources'))}",
-        "",
-    ]
+    lines += ["", "### Authority at the send", "", _authority_line(view), ""]
     if kind == "ambiguous":
         lines += [
             "### Known and unknown",

@@ -12,6 +12,25 @@ from ..errors import JournalConfigError
 from .interface import DEFAULT_COMMIT_DELAY, Journal
 from .signing import KeyLike, Keyring, as_key, load_or_create_key_file
 
+#: the journal when none is named: ``interlock.db`` in the working directory
+DEFAULT_JOURNAL = "sqlite:///interlock.db"
+#: the variable that names the journal for the CLI, workers and ``receipt()`` alike
+JOURNAL_ENV = "INTERLOCK_JOURNAL"
+
+
+def configured_journal(given: str | os.PathLike[str] | None = None) -> tuple[str, str]:
+    """The journal to open, and where that came from: ``given`` (``"given"``), else
+    ``$INTERLOCK_JOURNAL`` (``"INTERLOCK_JOURNAL"``), else ``sqlite:///interlock.db``
+    (``"default"``). The CLI's ``--journal``, ``InterlockPlugin(journal=...)`` and
+    ``receipt()`` all choose this way, so a worker and the CLI started alike meet on one
+    journal."""
+    if given is not None and os.fspath(given):
+        return os.fspath(given), "given"
+    named = os.environ.get(JOURNAL_ENV)
+    if named:
+        return named, JOURNAL_ENV
+    return DEFAULT_JOURNAL, "default"
+
 
 def keyring_for(
     journal_path: Path | None,
