@@ -7,6 +7,8 @@ from __future__ import annotations
 import dataclasses
 import functools
 import logging
+import warnings
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -113,6 +115,49 @@ def test_a_denial_has_one_name_and_the_old_ones_still_work_with_a_warning() -> N
     assert given == CallFacts("llm", "x", now=0.0)
     with pytest.raises(AttributeError, match="PERMIT"):
         _ = Verdict.PERMIT  # type: ignore[attr-defined]
+
+
+def test_each_deprecation_says_what_to_use_and_points_at_the_callers_line() -> None:
+    """The whole text a user reads, and the warning attributed to the line that used the old
+    name, not to the package's own code: so a user can find and fix it."""
+    from interlock_temporal import policy as public
+
+    def caught(use: Callable[[], object]) -> tuple[str, object]:
+        with warnings.catch_warnings(record=True) as seen:
+            warnings.simplefilter("always")
+            value = use()
+        assert len(seen) == 1 and seen[0].category is DeprecationWarning
+        # each use below is a function whose body is the one line that uses the old name
+        assert (seen[0].filename, seen[0].lineno) == (__file__, use.__code__.co_firstlineno + 1)
+        return str(seen[0].message), value
+
+    def verdict_block() -> object:
+        return public.Verdict.BLOCK
+
+    def verdict_by_name() -> object:
+        return Verdict["BLOCK"]
+
+    def old_block() -> object:
+        return public.block("B")
+
+    def facts_with_delivery() -> object:
+        return CallFacts("llm", "x", now=0.0, delivery="run/1/1")
+
+    for use in (verdict_block, verdict_by_name):
+        assert caught(use) == (
+            "Verdict.BLOCK is deprecated: use Verdict.DENY (the same verdict)",
+            Verdict.DENY,
+        )
+    assert caught(old_block) == (
+        "block() is deprecated: use deny() (the same verdict, DENY)",
+        deny("B"),
+    )
+    assert deny("B").reason == ""
+    text, _ = caught(facts_with_delivery)
+    assert text == (
+        "CallFacts(delivery=...) is deprecated and ignored: decide never reads it; the "
+        "delivery goes to PolicyGuard.check, whose store records it"
+    )
 
 
 def test_a_rule_is_named_by_its_policy_id_else_its_name_else_its_type() -> None:
