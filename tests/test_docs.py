@@ -1,5 +1,7 @@
-"""Every snippet in the README and docs/ still runs as written: each Python block parses, each name
-it imports from this package exists under that name (no deprecated alias), and each ``interlock``
+"""Every snippet in the README and docs/ still runs as written: each Python block is run by a
+test (named there by its digest, ``tests/doc_snippets.py``), is complete (every name it uses is
+defined or imported in it, or named in a comment of it as given), parses, and each name it
+imports from this package exists under that name (no deprecated alias); each ``interlock``
 command it shows is a command the CLI knows."""
 
 from __future__ import annotations
@@ -8,30 +10,25 @@ import ast
 import contextlib
 import importlib
 import io
+import json
 import re
+import subprocess
+import sys
 import warnings
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from interlock_temporal.cli import main
 
+from .doc_snippets import executed, python_blocks
+
 ROOT = Path(__file__).resolve().parent.parent
 DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
-_FENCE = re.compile(r"^```(\w*)\n(.*?)^```", re.M | re.S)
 _PLACEHOLDER = re.compile(r"^[A-Z][A-Z0-9_:]*$")
 
-
-def _blocks(language: set[str]) -> list[tuple[str, str]]:
-    found = []
-    for path in DOCS:
-        for n, match in enumerate(_FENCE.finditer(path.read_text())):
-            if match.group(1) in language:
-                found.append((f"{path.relative_to(ROOT)}#{n}", match.group(2)))
-    return found
-
-
-PYTHON = _blocks({"python", "py"})
+PYTHON = sorted(python_blocks().items())
 
 
 def _imports(tree: ast.AST) -> list[tuple[str, str]]:
@@ -46,6 +43,71 @@ def _imports(tree: ast.AST) -> list[tuple[str, str]]:
 def test_the_docs_have_python_snippets_that_import_the_package() -> None:
     assert len(PYTHON) >= 7
     assert sum(len(_imports(_parse(text))) for _, text in PYTHON) >= 9
+
+
+def test_every_python_snippet_is_run_by_a_test() -> None:
+    """A block no test names by its current digest is new or was edited since a test last ran
+    it: a test must run it as written and name it (``snippet("<document>#<digest>")``)."""
+    ran = executed()
+    blocks = dict(PYTHON)
+    unrun = [
+        f"  {name}  {text.strip().splitlines()[0] if text.strip() else ''}"
+        for name, text in PYTHON
+        if name not in ran
+    ]
+    assert not unrun, (
+        "Python blocks of the docs that no test runs (a new block, or one edited since a test "
+        "ran it; run it in a test and name it there with snippet(...)):\n" + "\n".join(unrun)
+    )
+    gone = [f"  {name} ({', '.join(where)})" for name, where in ran.items() if name not in blocks]
+    assert not gone, "tests name Python blocks the docs no longer hold:\n" + "\n".join(gone)
+
+
+#: ruff's undefined-name rule alone, with none of the repository's settings
+F821 = ["ruff", "check", "--isolated", "--no-cache", "--select", "F821", "--output-format", "json"]
+
+
+def _ruff_f821(paths: list[str]) -> list[dict[str, Any]]:
+    done = subprocess.run(
+        [sys.executable, "-m", *F821, *paths], capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode in (0, 1), done.stderr
+    return json.loads(done.stdout)  # type: ignore[no-any-return]
+
+
+def _undefined_names(tmp_path: Path) -> dict[str, set[str]]:
+    """Names each block uses and never defines nor imports (ruff's F821), by block."""
+    files = {}
+    for n, (name, text) in enumerate(PYTHON):
+        path = tmp_path / f"block_{n}.py"
+        path.write_text(text)
+        files[str(path)] = name
+    found: dict[str, set[str]] = {}
+    for finding in _ruff_f821(list(files)):
+        undefined = re.fullmatch(r"Undefined name `(.+)`", finding["message"])
+        assert undefined, finding["message"]
+        found.setdefault(files[finding["filename"]], set()).add(undefined.group(1))
+    return found
+
+
+def test_every_python_snippet_is_complete(tmp_path: Path) -> None:
+    """Every name a block uses is defined or imported in it; a block that relies on something
+    the text around it gives must name it in a comment (``# refund and SupportCase as above``)."""
+    blocks = dict(PYTHON)
+    missing = []
+    for name, undefined in _undefined_names(tmp_path).items():
+        comments = " ".join(re.findall(r"#(.*)$", blocks[name], re.M))
+        told = set(re.findall(r"\w+", comments))
+        if undefined - told:
+            missing.append(f"  {name}: {', '.join(sorted(undefined - told))}")
+    assert not missing, "Python blocks that use names they never define:\n" + "\n".join(missing)
+
+
+def test_the_completeness_check_sees_an_undefined_name(tmp_path: Path) -> None:
+    """The check above can fail: ruff reports a name the block never defines."""
+    path = tmp_path / "block.py"
+    path.write_text("from datetime import timedelta\n\nwait = timedelta(seconds=1) + later\n")
+    assert [f["message"] for f in _ruff_f821([str(path)])] == ["Undefined name `later`"]
 
 
 def _parse(text: str) -> ast.AST:

@@ -1,143 +1,158 @@
 """The README's "Use it in three steps", run as written against a real dev server.
 
-The four Python blocks of that section are taken from the README itself and placed, unedited
-but for the server's address, where a user would put them: the operator's lease and step 1 in
-the program that starts the worker, step 2 in the activities' module, step 3 in the body of the
-``SupportCase`` workflow. The glue around them (the order, the workflow's input model, running
-it) is the least a user must add. The program runs in its own process and directory; the money
-is read from the payments service afterwards: the refund landed once, and a second run of the
-same decision sent nothing more."""
+Its Python blocks are written to the files their first lines name, as a user's app would hold
+them: ``worker.py`` (step 1), ``refunds.py`` (step 2), ``support_case.py`` (step 3), the
+starter's ``start.py`` and the operator's ``lease.py``. The glue, in the two programs that
+connect: the server's address in place of ``localhost:7233``, and a task queue of the test's own
+in place of ``refunds`` (the dev server is shared). Each program runs as a process of its own in
+the app's directory, as the README says to run it.
+
+The money is read from the payments service afterwards: the refund landed once, and starting
+the same case again sent nothing more. The receipt is read from the journal the worker wrote.
+"""
 
 from __future__ import annotations
 
 import json
 import os
-import re
 import subprocess
 import sys
-import textwrap
+import uuid
+import warnings
+from decimal import Decimal
 from pathlib import Path
 
 import pytest
+from pydantic import BaseModel
+from temporalio.contrib.pydantic import pydantic_data_converter
+from temporalio.converter import DataConverter
 
+from interlock_temporal import open_journal, receipt
 from interlock_temporal.targets.payments import SimulatedPayments
 from interlock_temporal.testing import DevServer
 
-ROOT = Path(__file__).resolve().parent.parent
-_FENCE = re.compile(r"^```python\n(.*?)^```", re.M | re.S)
-
-ACTIVITIES = """\
-from interlock_temporal.targets.payments import RefundRequest, RefundResult
-
-{step2}
-"""
-
-WORKFLOWS = """\
-from datetime import timedelta
-
-from pydantic import BaseModel
-from temporalio import workflow
-
-with workflow.unsafe.imports_passed_through():
-    from app_activities import refund
-    from interlock_temporal.targets.payments import RefundRequest
+from .doc_snippets import ROOT, snippet, swap
 
 
-class Case(BaseModel):
-    lease_id: str
-    decision: RefundRequest
+def at(text: str, address: str, queue: str) -> str:
+    """A program of the README pointed at the server at ``address`` and the task queue
+    ``queue`` (one of the test's own on the shared server) instead of ``refunds``."""
+    text = swap(text, '"localhost:7233"', repr(address))
+    return swap(text, 'task_queue="refunds"', f"task_queue={queue!r}")
 
 
-@workflow.defn
-class SupportCase:
-    @workflow.run
-    async def run(self, case: Case) -> dict:
-        decision = case.decision
-{step3}
-        return result.model_dump()
-"""
-
-MAIN = """\
-import asyncio
-import json
-import sys
-from datetime import timedelta
-
-from temporalio.worker import Worker
-
-from app_activities import payments, refund
-from app_workflows import Case, SupportCase
-from interlock_temporal.targets.payments import RefundRequest
+def readme_app(address: str, queue: str) -> dict[str, str]:
+    """The files of the README's app, by name."""
+    return {
+        "worker.py": at(snippet("README.md#2b3c030c44b2"), address, queue),
+        "refunds.py": snippet("README.md#bf636f2c37e6"),
+        "support_case.py": snippet("README.md#2ec626084528"),
+        "start.py": at(snippet("README.md#e2dc1de2d418"), address, queue),
+        "lease.py": snippet("README.md#004abbabe956"),
+    }
 
 
-async def main() -> None:
-{lease}
-    payments.open_order("o-1", 5000)
-    decision = RefundRequest(case_id="c-1", order_id="o-1", amount_cents=2000)
-{step1}
-    results = []
-    async with worker:
-        for run in ("first", "again"):
-            results.append(
-                await client.execute_workflow(
-                    SupportCase.run,
-                    Case(lease_id=lease_id, decision=decision),
-                    id=f"case-c-1-{{run}}",
-                    task_queue="refunds",
-                )
-            )
-    print(json.dumps(results))
+def write_app(directory: Path, address: str) -> str:
+    """The README's app in ``directory``; the task queue its programs use."""
+    queue = f"refunds-{uuid.uuid4().hex[:8]}"
+    for name, text in readme_app(address, queue).items():
+        (directory / name).write_text(text)
+    return queue
 
 
-asyncio.run(main())
-"""
-
-
-def three_steps() -> list[str]:
-    """The Python blocks of the README's "Use it in three steps", in order."""
-    readme = (ROOT / "README.md").read_text()
-    start = readme.index("## Use it in three steps")
-    section = readme[start : readme.index("\n#", start + 1)]
-    return [m.group(1) for m in _FENCE.finditer(section)]
-
-
-def test_the_section_holds_the_three_steps_and_the_lease() -> None:
-    step1, step2, step3, lease = three_steps()
-    assert "InterlockPlugin(journal=" in step1 and "Worker(client" in step1
-    assert "@gated(" in step2 and "async def refund" in step2
-    assert "with act_as(" in step3 and "execute_effect(" in step3
-    assert "leases.issue(" in lease
-
-
-@pytest.mark.server
-async def test_the_three_steps_run_as_written(dev_server: DevServer, tmp_path: Path) -> None:
-    step1, step2, step3, lease = three_steps()
-    assert '"localhost:7233"' in step1
-    step1 = step1.replace('"localhost:7233"', "sys.argv[1]")
-    (tmp_path / "app_activities.py").write_text(ACTIVITIES.format(step2=step2))
-    (tmp_path / "app_workflows.py").write_text(
-        WORKFLOWS.format(step3=textwrap.indent(step3, " " * 8))
-    )
-    (tmp_path / "app_main.py").write_text(
-        MAIN.format(lease=textwrap.indent(lease, " " * 4), step1=textwrap.indent(step1, " " * 4))
-    )
+def app_env(directory: Path) -> dict[str, str]:
+    """The app's directory first, then this checkout's package (not another installed copy);
+    no ``INTERLOCK_`` setting of the caller's leaks in."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("INTERLOCK_")}
-    env["PYTHONPATH"] = str(tmp_path)
+    env["PYTHONPATH"] = os.pathsep.join([str(directory), str(ROOT)])
+    return env
+
+
+def run(directory: Path, *argv: str) -> str:
     done = subprocess.run(
-        [sys.executable, "app_main.py", dev_server.target],
-        cwd=tmp_path,
-        env=env,
+        [sys.executable, *argv],
+        cwd=directory,
+        env=app_env(directory),
         capture_output=True,
         text=True,
         timeout=120,
     )
-    assert done.returncode == 0, done.stderr[-3000:]
-    first, again = json.loads(done.stdout.strip().splitlines()[-1])
-    assert first["amount_cents"] == again["amount_cents"] == 2000
-    assert first["refund_id"] == again["refund_id"]
+    assert done.returncode == 0, f"python {' '.join(argv)} failed:\n{done.stderr[-3000:]}"
+    return done.stdout
+
+
+def test_each_block_is_the_file_it_says() -> None:
+    app = readme_app("127.0.0.1:7233", "refunds-1")
+    assert "InterlockPlugin(journal=" in app["worker.py"]
+    assert "await worker.run()" in app["worker.py"]
+    assert "@gated(" in app["refunds.py"] and "async def refund" in app["refunds.py"]
+    assert "with act_as(" in app["support_case.py"] and "execute_effect(" in app["support_case.py"]
+    assert "data_converter=pydantic_data_converter" in app["start.py"]
+    assert "leases.issue(" in app["lease.py"]
+
+
+@pytest.mark.server
+async def test_the_three_steps_run_as_written(dev_server: DevServer, tmp_path: Path) -> None:
+    write_app(tmp_path, dev_server.target)
     payments = SimulatedPayments(tmp_path / "payments.db", tier=2)
+    payments.open_order("o-1", 5000)  # the world: an order the case is about
+    lease_id = run(tmp_path, "lease.py").strip().splitlines()[-1]
+    with (tmp_path / "worker.log").open("w") as log:
+        worker = subprocess.Popen(
+            [sys.executable, "worker.py"],
+            cwd=tmp_path,
+            env=app_env(tmp_path),
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
     try:
-        assert payments.refunded_cents("o-1") == 2000
-        assert payments.calls("o-1") == 1
+        first = run(tmp_path, "start.py", lease_id).strip().splitlines()[-1]
+        again = run(tmp_path, "start.py", lease_id).strip().splitlines()[-1]
+    finally:
+        worker.terminate()
+        worker.wait(30)
+    try:
+        (landed,) = payments.refund_records("o-1")  # one refund, by the gate
+        assert (landed.amount_cents, landed.source) == (2000, "api")
+        assert payments.calls("o-1") == 1  # the second start sent nothing
     finally:
         payments.close()
+    assert first == again
+    assert f"refund_id='{landed.refund_id}'" in first and "amount_cents=2000" in first
+
+    journal = open_journal(f"sqlite:///{tmp_path / 'interlock.db'}")
+    try:
+        (row,) = journal.effects()
+        done = receipt(row.effect_id, journal=journal)
+    finally:
+        journal.close()
+    assert landed.effect_id == row.effect_id
+    assert (done.final, done.via, done.dispatches) == ("COMMITTED", "dispatch", 1)
+    assert (done.principal, done.lease_id, done.confirmation) == (
+        "refund-bot",
+        lease_id,
+        landed.refund_id,
+    )
+
+
+class _Amount(BaseModel):
+    value: Decimal
+
+
+def test_a_starter_without_the_pydantic_converter_fails_as_the_readme_says() -> None:
+    """The README's reason for the starter's converter: the default converter goes through
+    the deprecated ``dict()`` and cannot encode a ``Decimal``; the pydantic one can."""
+    readme = (ROOT / "README.md").read_text()
+    with warnings.catch_warnings(record=True) as warned:
+        warnings.simplefilter("always")
+        with pytest.raises(TypeError) as failed:
+            DataConverter.default.payload_converter.to_payloads([_Amount(value=Decimal("20.00"))])
+    assert f"`TypeError: {failed.value}`" in readme
+    assert str(failed.value) == "Object of type Decimal is not JSON serializable"
+    assert any("pydantic_data_converter" in str(w.message) for w in warned)
+    assert any("`dict` method is deprecated" in str(w.message) for w in warned)
+
+    (payload,) = pydantic_data_converter.payload_converter.to_payloads(
+        [_Amount(value=Decimal("20.00"))]
+    )
+    assert json.loads(payload.data) == {"value": "20.00"}

@@ -1,6 +1,7 @@
 """docs/targets.md's two example targets, run as written on a real dev server.
 
-The page's Python blocks are written, unedited, to the files their first line names
+The page's Python blocks (named by their digests: ``tests/doc_snippets.py``) are written,
+unedited, to the files their first line names
 (``welcome_email.py``, ``crm.py``, ``signup.py``, ``worker.py``, ``lease.py``) in a directory of
 their own, which is what a user's app would hold. The operator's ``lease.py`` and the
 ``worker.py`` run there as processes of their own; the signup is started with the page's
@@ -60,6 +61,7 @@ from interlock_temporal.core.models import Kind
 from interlock_temporal.review import review_id
 from interlock_temporal.testing import DevServer, free_port, temporal_cli
 
+from .doc_snippets import snippet
 from .server_workflows import CallActivity
 
 pytestmark = pytest.mark.server
@@ -98,12 +100,17 @@ asyncio.run(worker.main())
 def page_files() -> dict[str, str]:
     """The page's Python blocks by the file their first line names."""
     files = {}
-    for language, text in _FENCE.findall(PAGE.read_text()):
-        if language == "python":
-            named = _FILE.match(text)
-            assert named, f"a Python block on the page names no file: {text[:60]!r}"
-            assert named.group(1) not in files, f"two blocks name {named.group(1)}"
-            files[named.group(1)] = text
+    for text in (
+        snippet("docs/targets.md#6053b38209dd"),
+        snippet("docs/targets.md#a57c666e47f6"),
+        snippet("docs/targets.md#e49b08aaccd4"),
+        snippet("docs/targets.md#b0ae6c5696ea"),
+        snippet("docs/targets.md#607f8122b65d"),
+    ):
+        named = _FILE.match(text)
+        assert named, f"a Python block on the page names no file: {text[:60]!r}"
+        assert named.group(1) not in files, f"two blocks name {named.group(1)}"
+        files[named.group(1)] = text
     return files
 
 
