@@ -49,6 +49,9 @@ def readme_app(address: str, queue: str) -> dict[str, str]:
         "support_case.py": snippet("README.md#2ec626084528"),
         "start.py": at(snippet("README.md#e2dc1de2d418"), address, queue),
         "lease.py": snippet("README.md#004abbabe956"),
+        # the two other ways to build the worker: the target bound on the worker, no plugins
+        "bound_worker.py": at(snippet("README.md#b61a539295fa"), address, queue),
+        "plain_worker.py": at(snippet("README.md#5386195b28c5"), address, queue),
     }
 
 
@@ -92,14 +95,19 @@ def test_each_block_is_the_file_it_says() -> None:
 
 
 @pytest.mark.server
-async def test_the_three_steps_run_as_written(dev_server: DevServer, tmp_path: Path) -> None:
+@pytest.mark.parametrize("worker_py", ["worker.py", "bound_worker.py", "plain_worker.py"])
+async def test_the_three_steps_run_as_written(
+    dev_server: DevServer, tmp_path: Path, worker_py: str
+) -> None:
+    """With each of the README's workers: step 1's, the target bound on the worker
+    (``gated(refund)``), and the interceptor without plugins."""
     write_app(tmp_path, dev_server.target)
     payments = SimulatedPayments(tmp_path / "payments.db", tier=2)
     payments.open_order("o-1", 5000)  # the world: an order the case is about
     lease_id = run(tmp_path, "lease.py").strip().splitlines()[-1]
     with (tmp_path / "worker.log").open("w") as log:
         worker = subprocess.Popen(
-            [sys.executable, "worker.py"],
+            [sys.executable, worker_py],
             cwd=tmp_path,
             env=app_env(tmp_path),
             stdout=log,
