@@ -50,8 +50,11 @@ $(STRIPE_MOCK): tools/stripe-mock/package.json tools/stripe-mock/package-lock.js
 test: lint browser stripe-mock
 	$(BIN)/python -m pytest -q
 
+# The full fault matrix, then the tests too slow for make test (marked faults: the real code's
+# exhaustive checks, a real outage).
 faults: setup stripe-mock
 	$(BIN)/python -m workers.faults
+	$(BIN)/python -m pytest -q -m faults
 
 bench: setup
 	$(BIN)/python -m benchmarks

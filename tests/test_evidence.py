@@ -15,6 +15,10 @@ from workers import model_check, sweep, sweep_case
 
 from . import planted_bugs
 
+#: the real code's exhaustive checks: make faults explores every scope whole, and runs these
+#: too (pytest -m faults); make test keeps the planted bugs, which must each be caught
+FAULTS = pytest.mark.faults
+
 
 @pytest.fixture
 def gate_that_never_asks(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -37,6 +41,7 @@ async def test_the_sweep_catches_a_gate_that_never_asks(gate_that_never_asks: No
     assert sweep.replay_command(failed[0].case.seed).startswith("python -m workers.sweep")
 
 
+@FAULTS
 def test_the_exhaustive_check_finds_no_violation() -> None:
     result = model_check.explore(3, "last", ("revoke_lease",))
     assert result.states > 300 and result.terminal > 100
@@ -52,6 +57,7 @@ def gate_that_never_waits(monkeypatch: pytest.MonkeyPatch) -> None:
     planted_bugs.in_the_gate(monkeypatch, "capabilities", hasty)
 
 
+@FAULTS
 def test_the_exhaustive_check_holds_while_a_request_may_still_land() -> None:
     result = model_check.explore(2, "settling")
     assert result.violations == []
@@ -118,6 +124,7 @@ def test_the_model_check_catches_the_planted_bug(bug: planted_bugs.Bug) -> None:
     assert result.violations, f"the model check did not catch {bug.name}"
 
 
+@FAULTS
 def test_the_model_check_of_a_planted_scope_holds_on_the_real_code() -> None:
     tier, variant, events = planted_bugs.BUGS[0].model
     result = model_check.explore(tier, variant, events)

@@ -34,6 +34,7 @@ async def until(check: Any, timeout: float = 60.0) -> None:
         await asyncio.sleep(0.1)
 
 
+@pytest.mark.faults  # a real outage held for seconds: in make faults (pytest -m faults)
 async def test_postgres_stopped_mid_send_loses_nothing(client: Client, tmp_path: Path) -> None:
     server = PostgresServer().start()
     worlds: dict[int, ServerWorld] = {}
