@@ -63,7 +63,8 @@ def free_port() -> int:
 async def local_environment(**kwargs: Any) -> AsyncIterator[WorkflowEnvironment]:
     """A real dev server (in memory) with the pydantic converter, started in ~0.2 s."""
     kwargs.setdefault("data_converter", pydantic_data_converter)
-    kwargs.setdefault("dev_server_existing_path", temporal_cli())
+    if "dev_server_existing_path" not in kwargs:  # looked up only when not given
+        kwargs["dev_server_existing_path"] = temporal_cli()
     kwargs.setdefault("dev_server_log_level", "error")
     env = await WorkflowEnvironment.start_local(**kwargs)
     async with env:
