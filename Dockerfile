@@ -9,7 +9,8 @@ COPY pyproject.toml requirements.lock README.md ./
 COPY interlock_temporal ./interlock_temporal
 COPY workers ./workers
 COPY workflows ./workflows
-RUN pip install --no-cache-dir -c requirements.lock '.[otlp]'
+# the package with its extras (not editable): workers/ and workflows/ import from /app
+RUN pip install --no-cache-dir -c requirements.lock '.[otlp,postgres]'
 
 # the simulated payments service's file lives on a volume shared by the worker's restarts
 VOLUME /data

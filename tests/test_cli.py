@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import importlib.metadata
 import json
 import os
 import re
@@ -189,6 +190,16 @@ def _last_seq(world: World) -> int:
         head = journal.head()
     assert head is not None
     return head.seq
+
+
+# -- the version ----------------------------------------------------------------------------------
+
+
+def test_version_is_the_installed_distribution_s(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["--version"]) == 0
+    assert (
+        capsys.readouterr().out == f"interlock {importlib.metadata.version('interlock-temporal')}\n"
+    )
 
 
 # -- journal verify / head ----------------------------------------------------------------------

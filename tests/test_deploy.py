@@ -125,7 +125,7 @@ def test_telemetry_flows_worker_to_collector_to_jaeger() -> None:
 
 def test_the_dockerfile_builds_what_compose_runs() -> None:
     dockerfile = (ROOT / "Dockerfile").read_text()
-    assert "'.[otlp]'" in dockerfile and "-c requirements.lock" in dockerfile
+    assert "'.[otlp,postgres]'" in dockerfile and "-c requirements.lock" in dockerfile
     for copied in re.findall(r"^COPY (\S+)", dockerfile, flags=re.MULTILINE):
         assert (ROOT / copied).exists(), copied
     assert 'ENTRYPOINT ["python", "-m", "workers.worker"]' in dockerfile

@@ -8,18 +8,21 @@ from __future__ import annotations
 
 from typing import Any
 
+from interlock_temporal.core.extras import MissingExtra, needs_extra
+
 
 def otlp_plugins(endpoint: str, service: str = "interlock-worker") -> tuple[Any, list[Any]]:
     """(the Interlock ``Telemetry``, the plugins to put *before* ``InterlockPlugin``): every
     signal is exported to ``endpoint`` (``http://collector:4318``)."""
     try:
-        from opentelemetry.exporter.otlp.proto.http._log_exporter import OTLPLogExporter
-        from opentelemetry.exporter.otlp.proto.http.metric_exporter import OTLPMetricExporter
-        from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
-    except ImportError:
-        raise SystemExit(
-            "OTLP export needs the otlp extra: pip install 'interlock-temporal[otlp]'"
-        ) from None
+        with needs_extra("otlp", "OTLP export"):
+            from opentelemetry.exporter.otlp.proto.http._log_exporter import OTLPLogExporter
+            from opentelemetry.exporter.otlp.proto.http.metric_exporter import (
+                OTLPMetricExporter,
+            )
+            from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+    except MissingExtra as missing:
+        raise SystemExit(str(missing)) from None  # the worker's command line: one line
     from opentelemetry import trace
     from opentelemetry.sdk._logs import LoggerProvider
     from opentelemetry.sdk._logs.export import BatchLogRecordProcessor

@@ -1,5 +1,6 @@
 """``interlock``: the operator's view of a journal, and of the reviews and reconciler on Temporal.
 
+    interlock --version
     interlock [--journal URL] [--signing-key KEY] journal verify [--head SEQ:HASH] [--json]
     interlock journal head [--json]
     interlock effects list [--state KIND | --in-doubt] [--older-than AGE] [--limit N] [--json]

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import argparse
+import importlib.metadata
 import os
 import sqlite3
 import sys
 from collections.abc import Sequence
 
 from ..core.errors import InterlockError, JournalConfigError, JournalCorrupt, JournalUnavailable
+from ..core.extras import DISTRIBUTION
 from . import circuit, effects, journal, leases, reconcile, report, reviews
 from ._args import Parser, journal_options
 from ._shared import (
@@ -27,6 +29,14 @@ from ._shared import (
 NOUNS = (journal, effects, leases, report, circuit, reviews, reconcile)
 
 
+def version() -> str:
+    """The installed distribution's version (``unknown`` when run from a tree never installed)."""
+    try:
+        return importlib.metadata.version(DISTRIBUTION)
+    except importlib.metadata.PackageNotFoundError:
+        return "unknown"
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = Parser(
         prog="interlock",
@@ -34,6 +44,9 @@ def build_parser() -> argparse.ArgumentParser:
         "and run the reconciler on Temporal.",
         epilog=EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument(
+        "--version", action="version", version=f"%(prog)s {version()}", help="print the version"
     )
     journal_options(parser, top=True)
     groups = parser.add_subparsers(dest="group", metavar="COMMAND", required=True)

@@ -10,6 +10,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from ..core.errors import JournalConfigError, JournalCorrupt, JournalUnavailable
+from ..core.extras import MissingExtra
 from ..core.journal import Journal, open_journal
 from ..core.journal.opening import configured_journal
 
@@ -93,6 +94,8 @@ def _open(
         )
     except (OSError, sqlite3.Error) as err:
         raise CliError(EXIT_JOURNAL, f"journal {url} cannot be opened: {err}") from None
+    except MissingExtra as err:  # the URL may hold a password: the message names the extra
+        raise CliError(EXIT_JOURNAL, f"the journal cannot be opened: {err}") from None
 
 
 def open_for(args: argparse.Namespace, *, create: bool = False) -> Journal:

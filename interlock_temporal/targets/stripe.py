@@ -26,13 +26,16 @@ from collections.abc import Callable, Mapping, Sequence
 from datetime import timedelta
 from typing import Any
 
-import stripe
 from pydantic import BaseModel, Field
 
 from ..core.errors import HeadConflict
+from ..core.extras import needs_extra
 from ..core.journal import Journal
 from ..core.models import Change, Draft, Found, Kind
 from ..core.targets import BaseTarget, Classification, default_validate
+
+with needs_extra("stripe", "interlock_temporal.targets.stripe"):
+    import stripe
 
 log = logging.getLogger("interlock_temporal.stripe")
 

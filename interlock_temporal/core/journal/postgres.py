@@ -21,16 +21,18 @@ from collections.abc import Callable, Iterator
 from typing import Any, TypeVar
 from urllib.parse import parse_qs, urlencode, urlparse, urlunparse
 
-import psycopg
-import psycopg.errors
-from psycopg_pool import ConnectionPool, PoolTimeout
-
 from ..errors import JournalUnavailable
+from ..extras import needs_extra
 from .claims import Claim
 from .entries import RawEntry
 from .interface import SCHEMA_VERSION, redacted
 from .signing import Keyring
 from .sql import ENTRY_COLUMNS, SqlJournal, raw_entry
+
+with needs_extra("postgres", "a PostgreSQL journal (postgresql://)"):
+    import psycopg
+    import psycopg.errors
+    from psycopg_pool import ConnectionPool, PoolTimeout
 
 T = TypeVar("T")
 
