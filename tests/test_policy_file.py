@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -226,3 +228,143 @@ def test_settings_that_cannot_work_are_refused(tmp_path: Path, limits: str, says
     with pytest.raises(PolicyError) as refused:
         load_policy(path)
     assert says in str(refused.value), refused.value
+
+
+# -- what YAML can write but a policy cannot hold: refused with the file, line and key ----------
+
+RULE_WHEN = "rules:\n  - id: r\n    verdict: block\n    when:\n      day: {eq: %s}\n"
+
+
+@pytest.mark.parametrize(
+    ("text", "says"),
+    [
+        # a date, NaN, an integer past 2**53, bytes, a lone surrogate: no JSON form, no epoch
+        (RULE_WHEN % "2024-01-01", ":5: rules[0].when.day.eq: a value with no canonical JSON form"),
+        (RULE_WHEN % ".nan", ":5: rules[0].when.day.eq: a float that is NaN or infinite"),
+        (
+            RULE_WHEN % "12345678901234567890",
+            ":5: rules[0].when.day.eq: an integer outside the interoperable JSON range (2**53)",
+        ),
+        (
+            RULE_WHEN % "!!binary aGk=",
+            ":5: rules[0].when.day.eq: a value with no canonical JSON form",
+        ),
+        (
+            RULE_WHEN % '"\\ud800"',
+            ":5: rules[0].when.day.eq: a string that is not valid Unicode (a lone surrogate)",
+        ),
+        # a tag safe_load does not know is named where it is written, not on "line 1"
+        (
+            "policy_id: p\nrules:\n  - id: !Ref other\n",
+            ":3: rules[0].id: could not determine a constructor for the tag '!Ref'",
+        ),
+        (
+            "policy_id: !!python/name:os.system\n",
+            ":1: policy_id: could not determine a constructor for the tag "
+            "'tag:yaml.org,2002:python/name:os.system'",
+        ),
+        # keys are text: a list as a key, a number as a key where any value is allowed
+        ("mode: enforce\n? [a, b]\n: 1\n", ":2: (top level): key ['a', 'b'] is not text"),
+        (RULE_WHEN % "{1: one}", ":5: rules[0].when.day.eq: key 1 is not text"),
+        # an alias inside what its anchor names would be data without end
+        ("policy_id: p\nrules: &all\n  - *all\n", ":2: rules[0]: an alias inside its own anchor"),
+        # characters YAML does not allow
+        (
+            "policy_id: p\nmode: enforce\nreason: a\x00b\n",
+            ":3: not valid YAML or JSON: character #x0000: special characters are not allowed",
+        ),
+        (
+            "policy_id: \x07\n",
+            ":1: not valid YAML or JSON: character #x0007: special characters are not allowed",
+        ),
+    ],
+    ids=[
+        "date",
+        "nan",
+        "big-int",
+        "bytes",
+        "surrogate",
+        "custom-tag",
+        "python-tag",
+        "list-key",
+        "number-key",
+        "recursive-alias",
+        "nul",
+        "bell",
+    ],
+)
+def test_what_yaml_can_write_but_a_policy_cannot_hold_is_refused_with_its_line_and_key(
+    tmp_path: Path, text: str, says: str
+) -> None:
+    """These escaped as the YAML library's own errors (or a TypeError, or the canonical JSON
+    refusal while hashing the epoch), naming neither the file nor the line, and a followed file
+    edited into one of them broke the call that reloaded it."""
+    path = write(tmp_path, text)
+    with pytest.raises(PolicyError) as refused:
+        load_policy(path)
+    assert str(refused.value) == f"{path}{says}"
+
+
+def test_a_key_left_empty_is_null_as_yaml_reads_it(tmp_path: Path) -> None:
+    """``cost_field:`` with nothing after it is YAML's null (it was a crash: the library could
+    not read back the empty value it was asked to serialize)."""
+    policy = load_policy(write(tmp_path, "policy_id: p\ncost_field:\n"))
+    assert policy.cost_field is None
+    assert policy.epoch == parse_policy("policy_id: p\ncost_field: null\n").epoch
+    # every rule commented out leaves `rules:` empty: null, which is no list of rules
+    path = write(tmp_path, "policy_id: p\nrules:\n#  - id: r\n#    verdict: block\n")
+    with pytest.raises(PolicyError) as refused:
+        load_policy(path)
+    assert str(refused.value) == f"{path}:2: rules: Input should be a valid list"
+
+
+def test_a_file_that_is_not_utf8_is_named_with_its_line(tmp_path: Path) -> None:
+    path = tmp_path / "latin1.yaml"
+    path.write_bytes("policy_id: p\nrules: []\nmode: m\u00f6de\n".encode("latin-1"))
+    with pytest.raises(PolicyError) as refused:
+        load_policy(path)
+    assert str(refused.value) == f"{path}:3: not UTF-8 text (a byte 0xf6)"
+
+
+def test_a_policy_file_is_read_as_utf8_whatever_the_locale(tmp_path: Path) -> None:
+    """A worker whose locale is not UTF-8 (C/POSIX here; Windows' code pages alike) reads the
+    same policy: the file is decoded as UTF-8, not in the locale's encoding."""
+    path = write(tmp_path, GOOD.replace("need a person", "brauchen eine Pr\u00fcfung \u20ac"))
+    here = load_policy(path)
+    assert here.rules[0].spec.reason == "refunds over $50 brauchen eine Pr\u00fcfung \u20ac"  # type: ignore[attr-defined]
+    code = (
+        "import sys, locale\n"
+        "from interlock_temporal.core.policy.file import load_policy\n"
+        "assert locale.getpreferredencoding(False) != 'UTF-8', locale.getpreferredencoding(False)\n"
+        "p = load_policy(sys.argv[1])\n"
+        "print(p.epoch, p.rules[0].spec.reason.encode('unicode_escape').decode('ascii'))\n"
+    )
+    env = {**os.environ, "LC_ALL": "C", "LANG": "C", "PYTHONUTF8": "0", "PYTHONCOERCECLOCALE": "0"}
+    root = Path(__file__).resolve().parents[1]  # this tree's package (mutmut's copy under it)
+    there = subprocess.run(
+        [sys.executable, "-c", code, str(path)],
+        cwd=root,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert there.returncode == 0, there.stderr
+    reason = here.rules[0].spec.reason.encode("unicode_escape").decode("ascii")  # type: ignore[attr-defined]
+    assert there.stdout.split(" ", 1) == [here.epoch, reason + "\n"]
+
+
+def test_a_followed_file_edited_into_a_value_a_policy_cannot_hold_keeps_the_last_good_one(
+    tmp_path: Path,
+) -> None:
+    """The reload is refused like any broken edit: the call that asked is decided under the
+    last good policy (it used to raise the canonical JSON refusal out of ``current()``)."""
+    path = write(tmp_path, GOOD)
+    source = PolicySource(path, min_interval_s=0.0)
+    first = source.current(time.time())
+    path.write_text(GOOD.replace("{in: [XX, YY]}", "{eq: 2024-01-01}"))
+    os.utime(path, ns=(time.time_ns(), time.time_ns() + 1_000_000))
+    assert source.current(time.time()) is first
+    assert source.last_error == (
+        f"{path}:25: rules[2].when.country.eq: a value with no canonical JSON form"
+    )
