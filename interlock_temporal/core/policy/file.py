@@ -244,7 +244,7 @@ def _read(text: str, source: str) -> tuple[Any, dict[tuple[Any, ...], int]]:
     try:
         loader = yaml.SafeLoader(text)  # checks every character first
     except yaml.reader.ReaderError as err:  # one YAML does not allow (a NUL, a control)
-        row = text.count("\n", 0, err.position) + 1
+        row = text[: err.position].count("\n") + 1
         problem = f"character #x{err.character:04x}: {err.reason}"
         raise PolicyError(f"{source}:{row}: not valid YAML or JSON: {problem}") from None
     reader = _Reader(loader, source)
@@ -312,7 +312,7 @@ def load_policy(path: str | os.PathLike[str]) -> Policy:
     except OSError as err:
         raise PolicyError(f"{p}: cannot be read: {err.strerror or err}") from None
     except UnicodeDecodeError as err:  # a policy file is UTF-8, whatever the locale
-        row = err.object.count(b"\n", 0, err.start) + 1
+        row = err.object[: err.start].count(b"\n") + 1
         byte = err.object[err.start]
         raise PolicyError(f"{p}:{row}: not UTF-8 text (a byte 0x{byte:02x})") from None
     return parse_policy(text, str(p))
