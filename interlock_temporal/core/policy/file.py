@@ -39,7 +39,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from ..errors import InterlockError
-from ..identity import canonical_json
+from ..identity import UnserializableInput, canonical_json
 from .breaker import Limits
 from .call import CallEvent
 from .config import Policy
@@ -175,21 +175,51 @@ class FileRule:
 # -- loading with line numbers ------------------------------------------------------------------
 
 
-def _plain(node: yaml.Node, path: tuple[Any, ...], lines: dict[tuple[Any, ...], int]) -> Any:
-    lines[path] = node.start_mark.line + 1
-    if isinstance(node, yaml.MappingNode):
-        out: dict[Any, Any] = {}
-        for key_node, value_node in node.value:
-            key = yaml.safe_load(yaml.serialize(key_node))
-            if key in out:
-                raise PolicyError(f"line {key_node.start_mark.line + 1}: key {key!r} appears twice")
-            lines[(*path, key)] = key_node.start_mark.line + 1
-            out[key] = _plain(value_node, (*path, key), lines)
-            lines[(*path, key)] = key_node.start_mark.line + 1
-        return out
-    if isinstance(node, yaml.SequenceNode):
-        return [_plain(item, (*path, i), lines) for i, item in enumerate(node.value)]
-    return yaml.safe_load(yaml.serialize(node))
+class _Reader:
+    """The data of a composed YAML document (as ``yaml.safe_load`` makes it), with the line of
+    every key; what cannot be policy data is refused with its line and key."""
+
+    def __init__(self, loader: yaml.SafeLoader, source: str) -> None:
+        self.loader = loader
+        self.source = source
+        self.lines: dict[tuple[Any, ...], int] = {}
+
+    def refused(self, line: int, path: tuple[Any, ...], what: str) -> PolicyError:
+        return PolicyError(f"{self.source}:{line}: {_key_text(path)}: {what}")
+
+    def plain(self, node: yaml.Node, path: tuple[Any, ...], above: tuple[yaml.Node, ...]) -> Any:
+        line = self.lines[path] = node.start_mark.line + 1
+        if any(node is n for n in above):
+            raise self.refused(line, path, "an alias inside its own anchor")
+        if isinstance(node, yaml.MappingNode):
+            out: dict[str, Any] = {}
+            for key_node, value_node in node.value:
+                key = self.leaf(key_node, path)
+                at = key_node.start_mark.line + 1
+                if not isinstance(key, str):
+                    raise self.refused(at, path, f"key {key!r} is not text")
+                if key in out:
+                    raise PolicyError(f"{self.source}: line {at}: key {key!r} appears twice")
+                out[key] = self.plain(value_node, (*path, key), (*above, node))
+                self.lines[(*path, key)] = at
+            return out
+        if isinstance(node, yaml.SequenceNode):
+            return [
+                self.plain(item, (*path, i), (*above, node)) for i, item in enumerate(node.value)
+            ]
+        return self.leaf(node, path)
+
+    def leaf(self, node: yaml.Node, path: tuple[Any, ...]) -> Any:
+        """A scalar, refused if it has no JSON form (the epoch hashes the file's JSON)."""
+        line = node.start_mark.line + 1
+        try:
+            value = self.loader.construct_object(node, deep=True)
+            canonical_json(value)
+        except yaml.MarkedYAMLError as err:  # a tag safe_load does not know
+            raise self.refused(line, path, f"{err.problem}") from None
+        except UnserializableInput as err:
+            raise self.refused(line, path, str(err)) from None
+        return value
 
 
 def _line_of(loc: Sequence[Any], lines: Mapping[tuple[Any, ...], int]) -> int | None:
@@ -208,19 +238,30 @@ def _key_text(loc: Sequence[Any]) -> str:
     return out or "(top level)"
 
 
-def parse_policy(text: str, source: str = "<policy>") -> Policy:
-    """A ``Policy`` from YAML or JSON text; errors name ``source``, the line and the key."""
+def _read(text: str, source: str) -> tuple[Any, dict[tuple[Any, ...], int]]:
+    """The data of ``text`` and the line of every key; what is not YAML is refused, with its
+    line."""
     try:
-        node = yaml.compose(text, Loader=yaml.SafeLoader)
+        loader = yaml.SafeLoader(text)  # checks every character first
+    except yaml.reader.ReaderError as err:  # one YAML does not allow (a NUL, a control)
+        row = text[: err.position].count("\n") + 1
+        problem = f"character #x{err.character:04x}: {err.reason}"
+        raise PolicyError(f"{source}:{row}: not valid YAML or JSON: {problem}") from None
+    reader = _Reader(loader, source)
+    try:
+        node = loader.get_single_node()
+        return ({} if node is None else reader.plain(node, (), ())), reader.lines
     except yaml.MarkedYAMLError as err:
         mark = err.problem_mark
         at = f":{mark.line + 1}" if mark is not None else ""
         raise PolicyError(f"{source}{at}: not valid YAML or JSON: {err.problem}") from None
-    lines: dict[tuple[Any, ...], int] = {}
-    try:
-        data = {} if node is None else _plain(node, (), lines)
-    except PolicyError as err:
-        raise PolicyError(f"{source}: {err}") from None
+    finally:
+        loader.dispose()
+
+
+def parse_policy(text: str, source: str = "<policy>") -> Policy:
+    """A ``Policy`` from YAML or JSON text; errors name ``source``, the line and the key."""
+    data, lines = _read(text, source)
     if not isinstance(data, dict):
         raise PolicyError(f"{source}:1: a policy is a mapping of keys (policy_id, limits, rules)")
     try:
@@ -270,6 +311,10 @@ def load_policy(path: str | os.PathLike[str]) -> Policy:
         text = p.read_text(encoding="utf-8")
     except OSError as err:
         raise PolicyError(f"{p}: cannot be read: {err.strerror or err}") from None
+    except UnicodeDecodeError as err:  # a policy file is UTF-8, whatever the locale
+        row = err.object[: err.start].count(b"\n") + 1
+        byte = err.object[err.start]
+        raise PolicyError(f"{p}:{row}: not UTF-8 text (a byte 0x{byte:02x})") from None
     return parse_policy(text, str(p))
 
 
