@@ -17,7 +17,15 @@ import pytest
 from interlock_temporal.targets.payments import RefundRecord, SimulatedPayments
 from interlock_temporal.testing import StripeMock, StripeProxy
 from workers import demo
-from workers.demo_check import EXPECTED, Found, check, observe, run_demo, verdict
+from workers.demo_check import (
+    EXPECTED,
+    Found,
+    check,
+    observe,
+    observe_world,
+    run_demo,
+    verdict,
+)
 from workers.inprocess_world import InProcessWorld
 from workers.scenarios import run_in
 from workers.stripe_harness import stripe_inprocess_world
@@ -45,14 +53,7 @@ async def _gated_story(tmp_path: Path, tier: int, edit: Any) -> list[list[str]]:
 
     def read(world: World, result: dict[str, Any]) -> None:
         def found() -> Found:
-            return observe(
-                world.payments,
-                world.journal,
-                order_id=world.order_id,
-                effect_id=world.effect_id,
-                ended=result["workflow_status"],
-                kills=world.kills,
-            )
+            return observe_world(world, result)
 
         story = f"gated-t{tier}"
         checks.append(check(story, found()))
@@ -112,16 +113,7 @@ async def test_the_tier_3_story_and_another_ending(tmp_path: Path) -> None:
     found: list[Found] = []
 
     def read(world: World, result: dict[str, Any]) -> None:
-        found.append(
-            observe(
-                world.payments,
-                world.journal,
-                order_id=world.order_id,
-                effect_id=world.effect_id,
-                ended=result["workflow_status"],
-                kills=world.kills,
-            )
-        )
+        found.append(observe_world(world, result))
 
     await run_in(InProcessWorld(tmp_path, 3), "crash_before_ack", before_close=read)
     assert check("gated-t3", found[0]) == []
@@ -208,14 +200,7 @@ async def test_two_refunds_at_the_stripe_fake_fail_the_stripe_story(tmp_path: Pa
 
     def read(world: World, result: dict[str, Any]) -> None:
         def found() -> Found:
-            return observe(
-                world.payments,
-                world.journal,
-                order_id=world.order_id,
-                effect_id=world.effect_id,
-                ended=result["workflow_status"],
-                kills=world.kills,
-            )
+            return observe_world(world, result)
 
         checks.append(check("stripe-gated", found()))
         world.payments.manual_refund(world.order_id, 2_000)  # by hand, in the dashboard

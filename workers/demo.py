@@ -46,7 +46,7 @@ from interlock_temporal.testing import DevServer
 from workflows.activities import support_activities
 from workflows.support_case import PRINCIPAL, CaseFile, CaseOutcome, SupportCase
 
-from .demo_check import Found, check, observe, verdict
+from .demo_check import Found, check, observe_world, verdict
 from .scenarios import run_in
 from .server_world import ServerWorld
 from .world import (
@@ -119,16 +119,7 @@ async def act(
     found: list[Found] = []
 
     def read(world: World, result: dict[str, Any]) -> None:
-        found.append(
-            observe(
-                world.payments,
-                world.journal,
-                order_id=world.order_id,
-                effect_id=world.effect_id,
-                ended=result["workflow_status"],
-                kills=world.kills,
-            )
-        )
+        found.append(observe_world(world, result))
 
     world: World
     try:

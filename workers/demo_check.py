@@ -16,15 +16,16 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from interlock_temporal.core.journal import Journal
 from interlock_temporal.core.receipts import receipt
 from interlock_temporal.targets.payments import RefundRecord
 
-from .world import REFUND_CENTS, Payments
+from .world import REFUND_CENTS, Payments, World
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -105,6 +106,18 @@ def observe(
         return Found(order_id, records, ended, None, None, None, effect_id, kills)
     return Found(
         order_id, records, ended, shown.final, shown.via, shown.confirmation, effect_id, kills
+    )
+
+
+def observe_world(world: World, result: Mapping[str, Any]) -> Found:
+    """``observe`` a story's world as its row ended (``result``: the row's outcome)."""
+    return observe(
+        world.payments,
+        world.journal,
+        order_id=world.order_id,
+        effect_id=world.effect_id,
+        ended=result["workflow_status"],
+        kills=world.kills,
     )
 
 
