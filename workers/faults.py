@@ -485,7 +485,9 @@ def model_check_section(results: list[Any]) -> list[str]:
         "one id; no DISPATCHED after its lease was revoked or expired, on facts that no longer "
         "held when captured, by anyone but the owner, or after the owner was cancelled; a "
         "resend only inside the dedupe window less settle time and margin, or where the target "
-        "can be asked, or after a confirmed absence; nothing sent on an edited journal; a "
+        "can be asked, or after a confirmed absence; nothing sent on an edited journal, and "
+        "no refusal or ambiguity recorded by an attempt still running when it was edited (its "
+        "append must find the edit, as a read would); a "
         "result an attempt returned always recorded; the lease's budget never exceeded; "
         "nothing left in doubt once the reconciler ran; the journal verifies once both "
         "attempts are done.",
@@ -513,7 +515,12 @@ def model_check_section(results: list[Any]) -> list[str]:
         "",
         "An end state left DISPATCHED is an effect in doubt after both attempts died or stood "
         'aside: the next attempt, or the reconciler, recovers it. "edited" ends are the '
-        "journal its operator edited, on which nothing more is decided. The window between a "
+        "journal its operator edited, on which nothing more is decided. An edit that lands "
+        "after an attempt's verified read and before its outcome (a refusal, an ambiguity) is "
+        "appended is found by the check of the chain that follows the append: the attempt ends "
+        "in `JournalCorrupt` and no review opens. An edit a moment later is found at the next "
+        "read (the review's decision, the next attempt, `interlock journal verify`). "
+        "The window between a "
         "target's capture of the facts and the dispatch commit (milliseconds: the validation "
         "and one transaction) is not a change the gate can see; a fact that changes inside it "
         'is the documented exception to "no DISPATCHED on facts that no longer held", and '
