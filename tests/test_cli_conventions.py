@@ -21,7 +21,9 @@ from interlock_temporal.cli import build_parser, main
 from interlock_temporal.cli._shared import EPILOG
 from interlock_temporal.core import Kind, open_journal
 
-from .test_cli import Result, World, _body, _tamper, build_world
+from .test_cli import World, _body, _tamper, build_world, cli
+
+__all__ = ["cli"]  # the fixture, shared with test_cli
 
 ROOT = Path(__file__).resolve().parent.parent
 UNITS = "s (seconds), m (minutes), h (hours) or d (days)"
@@ -37,17 +39,6 @@ def _clean_env(monkeypatch: pytest.MonkeyPatch) -> None:
 def world(tmp_path_factory: pytest.TempPathFactory) -> World:
     """One journal with an effect in each state, read by every test that does not change it."""
     return build_world(tmp_path_factory.mktemp("world"))
-
-
-@pytest.fixture
-def cli(capsys: pytest.CaptureFixture[str]) -> Iterator[Any]:
-    def run(*argv: str) -> Result:
-        capsys.readouterr()
-        code = main(list(argv))
-        captured = capsys.readouterr()
-        return Result(code, captured.out, captured.err)
-
-    yield run
 
 
 # -- --json on every listing ---------------------------------------------------------------------
