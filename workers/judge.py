@@ -110,8 +110,12 @@ def judge(s: Scenario, tier: int, w: World, seen: Observed) -> dict[str, Any]:
         problems.append(f"{result['calls']} sends reached the service, expected exactly 1")
     if s.name == "in_flight_race" and not seen.extra.get("in_flight_seen"):
         problems.append("attempt 2 was never seen to get EffectInFlight")
-    if seen.extra.get("stalled_worker") in seen.extra.get("in_flight_workers", []):
-        problems.append("the in-flight attempt ran on the stalled worker, not another one")
+    if "stalled_worker" in seen.extra and seen.extra.get("in_flight_seen"):
+        in_flight_workers = seen.extra.get("in_flight_workers", [])
+        if not in_flight_workers:
+            problems.append("no attempt that got EffectInFlight was seen with its worker")
+        if seen.extra.get("stalled_worker") in in_flight_workers:
+            problems.append("the in-flight attempt ran on the stalled worker, not another one")
     if s.name == "concurrent_submit" and seen.extra["distinct_results"] != 1:
         problems.append("the workflows did not all get the one result")
     if "decision" in seen.extra:

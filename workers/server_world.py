@@ -194,18 +194,22 @@ class ServerWorld(World):
 
         await self._until(dispatched, 30)
         other = await self.spawn()
-        seen: dict[str, Any] = {"in_flight_seen": False, "in_flight_workers": []}
+        seen: dict[str, Any] = {"in_flight_seen": False}
+        workers_by_attempt: dict[int, str] = {}
+        in_flight_attempts: set[int] = set()
         result_task = asyncio.ensure_future(self.result(handle))
         while not result_task.done():
             description = await handle.describe()
             for pending in description.raw_description.pending_activities:
-                failure = pending.last_failure
-                if failure.application_failure_info.type == "EffectInFlight":
+                workers_by_attempt.update(_attempt_worker(pending))
+                if pending.last_failure.application_failure_info.type == "EffectInFlight":
                     seen["in_flight_seen"] = True
-                    if pending.last_worker_identity not in seen["in_flight_workers"]:
-                        seen["in_flight_workers"].append(pending.last_worker_identity)
+                    in_flight_attempts.add(pending.attempt - 1)
                     seen["max_attempt"] = pending.attempt
             await asyncio.wait([result_task], timeout=0.2)
+        seen["in_flight_workers"] = sorted(
+            {workers_by_attempt[a] for a in in_flight_attempts if a in workers_by_attempt}
+        )
         seen["stalled_worker"] = "worker-1" if stalled is self.workers[0] else "?"
         seen["other_worker"] = f"worker-{self.workers.index(other) + 1}"
         return Observed(await result_task, seen)
@@ -261,3 +265,17 @@ class ServerWorld(World):
         await asyncio.gather(*[w.stop() for w in self.workers])
         self.journal.close()
         self.payments.close()
+
+
+def _attempt_worker(pending: Any) -> dict[int, str]:
+    """Which worker ran which attempt, as far as one description tells. ``last_failure`` is
+    always the previous attempt's; ``last_worker_identity`` is the running attempt's while it
+    runs (STARTED) and the previous attempt's while the retry waits (SCHEDULED). Pairing the
+    failure with the identity regardless of state blames the next attempt's worker."""
+    if not pending.last_worker_identity:
+        return {}
+    if pending.state == PendingActivityState.PENDING_ACTIVITY_STATE_STARTED:
+        return {pending.attempt: pending.last_worker_identity}
+    if pending.state == PendingActivityState.PENDING_ACTIVITY_STATE_SCHEDULED:
+        return {pending.attempt - 1: pending.last_worker_identity}
+    return {}
