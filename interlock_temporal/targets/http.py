@@ -1,0 +1,386 @@
+"""A ready-made target for any HTTP API that honours an idempotency key, on ``httpx`` (async).
+
+The tier follows from what is configured, and is declared so ``@gated`` can check it:
+
+- ``dedupe_window`` (the API dedupes a resend that carries the same idempotency key inside
+  that window): tier 1. With a ``lookup`` too, recovery asks it once the window can no longer
+  be relied on.
+- ``lookup`` only (the API can be asked whether the effect happened): tier 2.
+- neither: tier 3 (an effect in doubt after a crash goes to a person).
+
+The gated activity's body sends with ``await target.send("POST", url, json=...,
+effect_id=current_effect().effect_id)``: the effect id travels in the idempotency header
+(``Idempotency-Key`` by default), and the answer comes back as an ``HttpResult``. A failed send
+raises what ``classify`` reads:
+
+- the request never left (connection refused, connect timeout, no pooled connection in time):
+  the ``httpx`` error, ``"not_sent"``;
+- it may have been written (a read or write timeout, a reset, a connection closed without an
+  answer): the ``httpx`` error, ``"in_doubt"``;
+- the API answered 408, 409 (a request with this key still in progress), 425, 429 or 5xx:
+  ``HttpInDoubt``, ``"in_doubt"``, whose ``next_retry_delay`` is the answer's ``Retry-After``
+  (the activity's next attempt waits that long);
+- any other 4xx: ``HttpRejected``, ``"rejected"`` (nothing happened), naming the status and
+  the API's own message.
+
+``lookup`` answers "absent" only on the API's own not-found answer: a 404 with a JSON body
+(and the configured header, if any), or a 2xx whose list of matches is empty. A proxy's HTML
+error page, any other status, a timeout or a body that is not JSON raises ``LookupFailed`` (or
+the ``httpx`` error): the gate then treats the effect as not known yet.
+
+Never import this module from workflow code (the workflow sandbox rejects ``httpx``).
+"""
+
+from __future__ import annotations
+
+import inspect
+import json
+import math
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from email.utils import parsedate_to_datetime
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+from temporalio.exceptions import ApplicationError
+
+from ..core.extras import needs_extra
+from ..core.models import Found
+from ..core.targets import BaseTarget, Classification
+
+with needs_extra("http", "interlock_temporal.targets.http"):
+    import httpx
+
+#: statuses (besides every 5xx) after which the request may have been, or may yet be, applied
+IN_DOUBT_STATUSES = frozenset({408, 409, 425, 429})
+#: the response headers an ``HttpResult`` keeps by default (lower case)
+RESULT_HEADERS = ("location", "etag", "idempotent-replayed", "request-id", "x-request-id")
+#: how much of a response body that is not JSON an error message quotes
+_QUOTED = 200
+
+#: the request never left this process: a resend cannot be a duplicate
+_NOT_SENT = (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout, httpx.UnsupportedProtocol)
+#: the request may have been written, whole or in part: nobody knows
+_IN_DOUBT = (
+    httpx.ReadTimeout,
+    httpx.ReadError,
+    httpx.WriteTimeout,
+    httpx.WriteError,
+    httpx.RemoteProtocolError,
+)
+
+Capture = Callable[[Any, str], Mapping[str, Any] | Awaitable[Mapping[str, Any]]]
+LookupFn = Callable[[str, Any], Awaitable[Found | None]]
+
+
+class HttpResult(BaseModel):
+    """What a send returns (and recovery hands back when ``lookup`` found the effect): the
+    status, the body parsed as JSON (``None`` if it is not JSON: then ``text``), and the
+    response headers of interest (lower-case names)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    status: int
+    body: Any = None
+    text: str | None = None
+    headers: dict[str, str] = Field(default_factory=dict)
+
+
+class HttpStatusError(ApplicationError):
+    """The API answered a send with a status that is not 2xx (``status``; ``api_message`` is
+    the API's own message, if it gave one)."""
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        status: int,
+        api_message: str,
+        non_retryable: bool,
+        retry_after: float | None = None,
+    ) -> None:
+        delay = None if retry_after is None else timedelta(seconds=retry_after)
+        super().__init__(
+            message,
+            {"status": status, "retry_after_s": retry_after},
+            type=type(self).__name__,
+            non_retryable=non_retryable,
+            next_retry_delay=delay,
+        )
+        self.status = status
+        self.api_message = api_message
+        self.retry_after = retry_after
+
+
+class HttpRejected(HttpStatusError):
+    """A 4xx the API answered before doing anything (not 408, 409, 425 or 429): nothing
+    happened. Not retryable; the gate records the effect REFUSED (``target_rejected``)."""
+
+
+class HttpInDoubt(HttpStatusError):
+    """408, 409, 425, 429 or 5xx: the request may have been applied, or may still be. Retryable;
+    ``next_retry_delay`` is the answer's ``Retry-After`` (seconds, or an HTTP date), so
+    Temporal's next attempt, which recovers the effect, waits at least that long."""
+
+
+class LookupFailed(RuntimeError):
+    """The lookup got no answer that says whether the effect happened (a proxy's error page,
+    an unexpected status, a body that is not the API's): nobody knows yet."""
+
+
+@dataclass(frozen=True)
+class Lookup:
+    """How to ask the API whether an effect happened, by its effect id.
+
+    ``url``: a template with ``{effect_id}`` (``"https://api.example.com/payments?key=
+    {effect_id}"``). A 2xx answer's JSON is a list of matches, or an object: with ``items``,
+    the object's field that holds the list (``"data"``); without, the object is the match.
+    An empty list is the API's "absent"; so is a 404, but only with a JSON body and, when
+    ``api_header`` is set, that header (one only the API sets, so a gateway's 404 is never
+    taken for it). Anything else raises."""
+
+    url: str
+    items: str | None = None
+    api_header: str | None = None
+    timeout: float = 10.0
+
+
+def retry_after(response: httpx.Response, now: datetime | None = None) -> float | None:
+    """The answer's ``Retry-After`` in seconds (a number of seconds or an HTTP date; never
+    negative), or None when it has none that parses."""
+    value = response.headers.get("retry-after")
+    if value is None:
+        return None
+    value = value.strip()
+    try:
+        seconds = float(value)
+    except ValueError:
+        try:
+            when = parsedate_to_datetime(value)
+        except (TypeError, ValueError, IndexError):
+            return None
+        if when.tzinfo is None:
+            when = when.replace(tzinfo=UTC)
+        seconds = (when - (now or datetime.now(UTC))).total_seconds()
+    if not math.isfinite(seconds):
+        return None
+    return max(0.0, seconds)
+
+
+def _json(response: httpx.Response) -> tuple[bool, Any]:
+    """(whether the body is JSON, the parsed body)."""
+    if not response.content:
+        return False, None
+    try:
+        return True, json.loads(response.content)
+    except ValueError:
+        return False, None
+
+
+def api_message(response: httpx.Response) -> str:
+    """The API's own message in an error answer: the usual JSON shapes (``{"error":
+    {"message"}}``, ``{"error"}``, ``{"message"}``, ``{"detail"}``, ``{"title"}``), else the
+    start of the body."""
+    parsed, body = _json(response)
+    if parsed and isinstance(body, dict):
+        error = body.get("error")
+        if isinstance(error, dict) and isinstance(error.get("message"), str):
+            return str(error["message"])
+        for field in ("error", "message", "detail", "title"):
+            if isinstance(body.get(field), str):
+                return str(body[field])
+    text = response.text.strip()
+    return text[:_QUOTED] + ("..." if len(text) > _QUOTED else "")
+
+
+class HttpTarget(BaseTarget):
+    """An HTTP API that honours an idempotency key.
+
+    - ``name``: recorded with every effect.
+    - ``idempotency_header``: the header that carries the effect id (``Idempotency-Key``).
+    - ``dedupe_window``: how long the API dedupes a resend with the same key (tier 1).
+    - ``lookup``: a ``Lookup`` (or just its URL template), or an ``async`` callable
+      ``(effect_id, args) -> Found | None``: whether the effect happened (tier 2 without a
+      window; asked after the window at tier 1).
+    - ``settle_time``: how long a request may still be applied after its sender gave up (the
+      API's own processing, a queue behind it): "not found" is believed only after it.
+    - ``capture``: the facts the effect relies on (``(args, effect_id) -> Mapping``, may be
+      ``async``); default none.
+    - ``client``: an ``httpx.AsyncClient`` to send with (its ``base_url`` applies); default a
+      new client per request, with ``timeout`` seconds.
+    - ``result_headers``: the response headers an ``HttpResult`` keeps.
+    - ``confirmation_field``: the field of a JSON body that names what the send made (cited
+      by the receipt): ``"id"``.
+    """
+
+    #: set only when a lookup is configured (a tier-3 target must have no ``query``)
+    query: LookupFn
+
+    def __init__(
+        self,
+        name: str,
+        *,
+        idempotency_header: str = "Idempotency-Key",
+        dedupe_window: timedelta | None = None,
+        lookup: Lookup | str | LookupFn | None = None,
+        settle_time: timedelta = timedelta(seconds=30),
+        capture: Capture | None = None,
+        client: httpx.AsyncClient | None = None,
+        timeout: float = 10.0,
+        result_headers: Sequence[str] = RESULT_HEADERS,
+        confirmation_field: str | None = "id",
+    ) -> None:
+        self.name = name
+        self.idempotency_header = idempotency_header
+        self.dedupe_window = dedupe_window
+        self.settle_time = settle_time
+        self.client = client
+        self.timeout = timeout
+        self.result_headers = tuple(h.lower() for h in result_headers)
+        self.confirmation_field = confirmation_field
+        self._capture = capture
+        self.lookup: Lookup | LookupFn | None = Lookup(lookup) if isinstance(lookup, str) else lookup
+        if self.lookup is not None:
+            self.query = self._query
+        self.tier = 1 if dedupe_window is not None else 2 if self.lookup is not None else 3
+
+    # -- the facts ---------------------------------------------------------------------------
+
+    async def capture(self, args: Any, effect_id: str) -> Mapping[str, Any]:
+        if self._capture is None:
+            return {}
+        facts = self._capture(args, effect_id)
+        return await facts if inspect.isawaitable(facts) else facts
+
+    # -- the send ------------------------------------------------------------------------------
+
+    async def send(
+        self,
+        method: str,
+        url: str,
+        *,
+        effect_id: str,
+        json: Any = None,
+        content: bytes | str | None = None,
+        params: Mapping[str, Any] | None = None,
+        headers: Mapping[str, str] | None = None,
+    ) -> HttpResult:
+        """Send one request carrying ``effect_id`` in the idempotency header; a 2xx comes back
+        as an ``HttpResult``, anything else raises (see the module's docstring)."""
+        if not isinstance(effect_id, str) or not effect_id:
+            raise ValueError("send: effect_id must be the effect's id (current_effect().effect_id)")
+        sent_headers = {**(headers or {}), self.idempotency_header: effect_id}
+        request = {"json": json, "content": content, "params": params, "headers": sent_headers}
+        response = await self._request(method, url, request)
+        if 200 <= response.status_code < 300:
+            return self.result_of(response)
+        raise self.status_error(response)
+
+    async def _request(self, method: str, url: str, request: dict[str, Any]) -> httpx.Response:
+        given = {k: v for k, v in request.items() if v is not None}
+        if self.client is not None:
+            return await self.client.request(method, url, **given)
+        async with httpx.AsyncClient(timeout=self.timeout) as client:
+            return await client.request(method, url, **given)
+
+    def result_of(self, response: httpx.Response, body: Any = None) -> HttpResult:
+        parsed, data = (True, body) if body is not None else _json(response)
+        kept = {h: response.headers[h] for h in self.result_headers if h in response.headers}
+        return HttpResult(
+            status=response.status_code,
+            body=data if parsed else None,
+            text=None if parsed or not response.content else response.text,
+            headers=kept,
+        )
+
+    def status_error(self, response: httpx.Response) -> HttpStatusError:
+        """The error a send raises for an answer that is not 2xx."""
+        status = response.status_code
+        message = api_message(response)
+        said = f": {message}" if message else ""
+        what = f"{self.name}: {response.request.method} answered {status}"
+        if status in IN_DOUBT_STATUSES or status >= 500 or status < 200 or 300 <= status < 400:
+            delay = retry_after(response)
+            wait = f" (Retry-After {delay:g} s)" if delay is not None else ""
+            return HttpInDoubt(
+                f"{what}, the request may have been applied{wait}{said}",
+                status=status,
+                api_message=message,
+                non_retryable=False,
+                retry_after=delay,
+            )
+        return HttpRejected(
+            f"{what}, rejected{said}", status=status, api_message=message, non_retryable=True
+        )
+
+    def classify(self, error: BaseException) -> Classification:
+        """Connect errors before anything was written: ``not_sent``; a 4xx the API refused:
+        ``rejected``; everything else (timeouts and resets after the request may have been
+        written, 408/409/425/429/5xx, anything unknown): ``in_doubt``."""
+        if isinstance(error, HttpRejected):
+            return "rejected"
+        if isinstance(error, _NOT_SENT) and not isinstance(error, _IN_DOUBT):
+            return "not_sent"
+        return "in_doubt"
+
+    def confirmation(self, result: Any) -> str | None:
+        body = result.body if isinstance(result, HttpResult) else None
+        if body is None and isinstance(result, Mapping):
+            body = result.get("body")
+        if self.confirmation_field is None or not isinstance(body, Mapping):
+            return None
+        value = body.get(self.confirmation_field)
+        return str(value) if isinstance(value, str | int) and not isinstance(value, bool) else None
+
+    # -- finding an effect again -----------------------------------------------------------------
+
+    async def _query(self, effect_id: str, args: Any) -> Found | None:
+        lookup = self.lookup
+        if lookup is None:  # pragma: no cover - _query is bound only with a lookup
+            return None
+        if not isinstance(lookup, Lookup):
+            return await lookup(effect_id, args)
+        url = lookup.url.format(effect_id=effect_id)
+        if self.client is not None:
+            response = await self.client.get(url, timeout=lookup.timeout)
+        else:
+            async with httpx.AsyncClient(timeout=lookup.timeout) as client:
+                response = await client.get(url)
+        return self.found_in(response, lookup)
+
+    def found_in(self, response: httpx.Response, lookup: Lookup) -> Found | None:
+        """What a lookup's answer says: the effect found, None (the API's own "absent"), or
+        ``LookupFailed``."""
+        status = response.status_code
+        parsed, body = _json(response)
+        from_api = parsed and (lookup.api_header is None or lookup.api_header in response.headers)
+        if status == 404 and from_api:
+            return None
+        if not 200 <= status < 300 or not from_api:
+            kind = "a JSON answer" if parsed else "no JSON answer"
+            raise LookupFailed(
+                f"{self.name}: the lookup got {status} with {kind} from the API"
+                + ("" if from_api else " (not the API's own answer: a proxy's page?)")
+                + ": whether the effect happened is not known"
+            )
+        match = body
+        if lookup.items is not None:
+            match = body.get(lookup.items) if isinstance(body, dict) else None
+            if not isinstance(match, list):
+                raise LookupFailed(
+                    f"{self.name}: the lookup's answer has no list {lookup.items!r}: whether "
+                    "the effect happened is not known"
+                )
+        if isinstance(match, list):
+            if not match:
+                return None
+            match = match[0]
+        result = self.found_result(response, match)
+        return Found(result=result, confirmation=self.confirmation(result))
+
+    def found_result(self, response: httpx.Response, match: Any) -> Any:
+        """An effect the lookup found, in the shape the gated activity returns (recovery
+        hands it back as that activity's result): an ``HttpResult`` of the lookup's status and
+        the match, by default. Override it when your activity returns something else."""
+        return self.result_of(response, match).model_dump(mode="json")

@@ -1,0 +1,272 @@
+"""The HTTP target (``interlock_temporal.targets.http``) against a real API on loopback and a
+real proxy in front of it (``tests/http_api.py``): what each failure of a send means, what a
+lookup may call "absent", and, on a real Temporal dev server, a send whose answer the proxy
+lost recovered at tier 1 (resent under the same key) and tier 2 (found by the lookup), and a
+worker SIGKILLed after the send. What happened is read from the API's own state, never from
+the gate."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import sys
+import uuid
+from collections.abc import Iterator
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from interlock_temporal.targets.http import (
+    HttpInDoubt,
+    HttpRejected,
+    HttpResult,
+    HttpTarget,
+    Lookup,
+    LookupFailed,
+    retry_after,
+)
+from interlock_temporal.testing import free_port
+
+from .http_api import Served, serve
+
+ROOT = Path(__file__).resolve().parent.parent
+EID = "e" * 64
+
+
+@pytest.fixture
+def served() -> Iterator[Served]:
+    running = serve()
+    try:
+        yield running
+    finally:
+        running.close()
+
+
+def _target(**kwargs: Any) -> HttpTarget:
+    kwargs.setdefault("timeout", 5.0)
+    return HttpTarget("payments-api", **kwargs)
+
+
+PAYMENT = {"amount_cents": 500, "currency": "eur"}
+
+
+# -- a send, and what its failures mean ------------------------------------------------------------
+
+
+async def test_a_send_carries_the_effect_id_as_its_idempotency_key(served: Served) -> None:
+    target = _target(result_headers=("idempotent-replayed",))
+    url = f"{served.proxy.url}/payments"
+    first = await target.send("POST", url, json=PAYMENT, effect_id=EID)
+    again = await target.send("POST", url, json=PAYMENT, effect_id=EID)
+    (payment,) = served.api.payments
+    assert payment["key"] == EID
+    assert first == HttpResult(status=201, body=payment, headers={})
+    assert again == HttpResult(status=200, body=payment, headers={"idempotent-replayed": "true"})
+    assert target.confirmation(first) == payment["id"] == "pay_1"
+    assert target.confirmation(first.model_dump()) == "pay_1"  # as recovery hands it back
+
+
+async def test_a_refused_connection_was_never_sent() -> None:
+    target = _target()
+    with pytest.raises(httpx.ConnectError) as caught:
+        await target.send("POST", f"http://127.0.0.1:{free_port()}/payments", effect_id=EID)
+    assert target.classify(caught.value) == "not_sent"
+
+
+async def test_no_pooled_connection_in_time_was_never_sent(served: Served) -> None:
+    """One connection, held by a slow send: the second send times out waiting for it, and the
+    API never sees it."""
+    served.api.post_delay = 0.6
+    limits = httpx.Limits(max_connections=1)
+    async with httpx.AsyncClient(limits=limits, timeout=httpx.Timeout(5, pool=0.1)) as client:
+        target = _target(client=client)
+        url = f"{served.api.url}/payments"
+        slow = asyncio.ensure_future(target.send("POST", url, json=PAYMENT, effect_id=EID))
+        await asyncio.sleep(0.2)
+        with pytest.raises(httpx.PoolTimeout) as caught:
+            await target.send("POST", url, json=PAYMENT, effect_id="f" * 64)
+        await slow
+    assert target.classify(caught.value) == "not_sent"
+    assert [key for _, key in served.api.posts] == [EID]
+
+
+async def test_an_answer_the_proxy_dropped_is_in_doubt_though_the_api_made_the_payment(
+    served: Served,
+) -> None:
+    served.proxy.drop_posts = 1
+    target = _target()
+    with pytest.raises(httpx.RemoteProtocolError) as caught:
+        await target.send("POST", f"{served.proxy.url}/payments", json=PAYMENT, effect_id=EID)
+    assert target.classify(caught.value) == "in_doubt"
+    assert [p["key"] for p in served.api.payments] == [EID]  # it happened
+
+
+async def test_a_read_timeout_after_the_api_made_the_payment_is_in_doubt(served: Served) -> None:
+    served.api.post_delay = 1.0
+    target = _target(timeout=0.3)
+    with pytest.raises(httpx.ReadTimeout) as caught:
+        await target.send("POST", f"{served.api.url}/payments", json=PAYMENT, effect_id=EID)
+    assert target.classify(caught.value) == "in_doubt"
+    assert [p["key"] for p in served.api.payments] == [EID]
+
+
+@pytest.mark.parametrize(
+    ("error", "verdict"),
+    [
+        (httpx.ConnectError("refused"), "not_sent"),
+        (httpx.ConnectTimeout("connect"), "not_sent"),
+        (httpx.PoolTimeout("pool"), "not_sent"),
+        (httpx.WriteTimeout("part may have been written"), "in_doubt"),
+        (httpx.WriteError("part may have been written"), "in_doubt"),
+        (httpx.ReadError("reset"), "in_doubt"),
+        (httpx.ReadTimeout("read"), "in_doubt"),
+        (httpx.RemoteProtocolError("closed"), "in_doubt"),
+        (ValueError("anything else"), "in_doubt"),
+    ],
+)
+def test_what_each_transport_error_means(error: Exception, verdict: str) -> None:
+    assert _target().classify(error) == verdict
+
+
+@pytest.mark.parametrize(
+    ("status", "headers", "retry_s"),
+    [
+        (408, {}, None),
+        (409, {"Retry-After": "2"}, 2.0),
+        (425, {"Retry-After": "1.5"}, 1.5),
+        (429, {"Retry-After": "7"}, 7.0),
+        (500, {}, None),
+        (502, {"Retry-After": "0"}, 0.0),
+        (503, {"Retry-After": "30"}, 30.0),
+    ],
+)
+async def test_an_answer_that_may_yet_be_applied_is_in_doubt_and_carries_its_retry_after(
+    served: Served, status: int, headers: dict[str, str], retry_s: float | None
+) -> None:
+    body = b'{"error": {"message": "a request with this key is in progress"}}'
+    served.api.canned.append((status, headers, body))
+    target = _target()
+    with pytest.raises(HttpInDoubt) as caught:
+        await target.send("POST", f"{served.proxy.url}/payments", json=PAYMENT, effect_id=EID)
+    error = caught.value
+    assert target.classify(error) == "in_doubt"
+    assert (error.status, error.retry_after, error.non_retryable) == (status, retry_s, False)
+    assert error.next_retry_delay == (None if retry_s is None else timedelta(seconds=retry_s))
+    wait = "" if retry_s is None else f" (Retry-After {retry_s:g} s)"
+    assert error.message == (
+        f"payments-api: POST answered {status}, the request may have been applied{wait}: "
+        "a request with this key is in progress"
+    )
+    assert served.api.payments == []  # the API answered it unprocessed (so it says)
+
+
+def test_retry_after_as_an_http_date_and_nonsense() -> None:
+    from datetime import UTC, datetime
+
+    request = httpx.Request("POST", "http://api")
+    now = datetime(2026, 12, 2, 12, 0, 0, tzinfo=UTC)
+
+    def answer(value: str) -> httpx.Response:
+        return httpx.Response(503, headers={"Retry-After": value}, request=request)
+
+    assert retry_after(answer("Wed, 02 Dec 2026 12:00:42 GMT"), now) == 42.0
+    assert retry_after(answer("Wed, 02 Dec 2026 11:00:00 GMT"), now) == 0.0  # past: now
+    assert retry_after(answer("soon"), now) is None
+    assert retry_after(answer("-5"), now) == 0.0
+    assert retry_after(answer("nan"), now) is None
+
+
+@pytest.mark.parametrize(
+    ("payment", "status", "message"),
+    [
+        ({"amount_cents": 500}, 400, "currency is required"),
+        ({"amount_cents": -5, "currency": "eur"}, 422, "amount_cents must be a positive integer"),
+    ],
+)
+async def test_a_refused_request_is_rejected_naming_the_status_and_the_apis_message(
+    served: Served, payment: dict[str, Any], status: int, message: str
+) -> None:
+    target = _target()
+    with pytest.raises(HttpRejected) as caught:
+        await target.send("POST", f"{served.proxy.url}/payments", json=payment, effect_id=EID)
+    error = caught.value
+    assert target.classify(error) == "rejected"
+    assert (error.status, error.api_message, error.non_retryable) == (status, message, True)
+    assert error.message == f"payments-api: POST answered {status}, rejected: {message}"
+    assert served.api.payments == []
+
+
+async def test_a_send_without_an_effect_id_is_refused_before_anything_is_sent(
+    served: Served,
+) -> None:
+    with pytest.raises(ValueError, match=r"^send: effect_id must be the effect's id"):
+        await _target().send("POST", f"{served.api.url}/payments", json=PAYMENT, effect_id="")
+    assert served.api.posts == []
+
+
+# -- the lookup ------------------------------------------------------------------------------------
+
+
+def _by_key(served: Served, **kwargs: Any) -> HttpTarget:
+    return _target(lookup=Lookup(f"{served.proxy.url}/payments/by-key/{{effect_id}}", **kwargs))
+
+
+def _listed(served: Served) -> HttpTarget:
+    return _target(lookup=Lookup(f"{served.proxy.url}/payments?key={{effect_id}}", items="data"))
+
+
+async def test_the_lookup_finds_a_payment_by_its_key(served: Served) -> None:
+    made = await _target().send(
+        "POST", f"{served.api.url}/payments", json=PAYMENT, effect_id=EID
+    )
+    for target in (_by_key(served), _by_key(served, api_header="X-Api"), _listed(served)):
+        found = await target.query(EID, None)
+        assert found is not None
+        assert found.result == {"status": 200, "body": made.body, "text": None, "headers": {}}
+        assert found.confirmation == "pay_1"
+
+
+async def test_the_lookup_says_absent_only_on_the_apis_own_answer(served: Served) -> None:
+    assert await _by_key(served).query(EID, None) is None  # the API's JSON 404
+    assert await _by_key(served, api_header="X-Api").query(EID, None) is None
+    assert await _listed(served).query(EID, None) is None  # the API's empty list
+
+
+@pytest.mark.parametrize("page", [404, 502])
+async def test_a_proxys_html_page_is_not_absent(served: Served, page: int) -> None:
+    served.proxy.page = page
+    for target in (_by_key(served), _listed(served)):
+        with pytest.raises(LookupFailed) as caught:
+            await target.query(EID, None)
+        assert str(caught.value) == (
+            f"payments-api: the lookup got {page} with no JSON answer from the API (not the "
+            "API's own answer: a proxy's page?): whether the effect happened is not known"
+        )
+
+
+async def test_a_json_404_without_the_apis_header_is_not_absent(served: Served) -> None:
+    """A gateway that answers JSON 404s of its own: only the API sets X-Api."""
+    target = _by_key(served, api_header="X-Api-Version")
+    with pytest.raises(LookupFailed, match="got 404 with a JSON answer from the API .not the"):
+        await target.query(EID, None)
+
+
+async def test_a_lookup_that_times_out_is_not_absent(served: Served) -> None:
+    served.api.lookup_delay = 1.0
+    target = _target(lookup=Lookup(f"{served.api.url}/payments/by-key/{{effect_id}}", timeout=0.3))
+    with pytest.raises(httpx.ReadTimeout):
+        await target.query(EID, None)
+
+
+async def test_a_lookup_may_be_an_async_callable() -> None:
+    from interlock_temporal.targets import Found
+
+    async def ask(effect_id: str, args: Any) -> Found | None:
+        return Found(result={"key": effect_id}) if args == "made" else None
+
+    target = _target(lookup=ask)
+    assert await target.query(EID, "made") == Found(result={"key": EID})
+    assert await target.query(EID, "not made") is None
