@@ -43,6 +43,8 @@ class Api:
     post_delay: float = 0.0
     #: seconds a lookup waits before it answers
     lookup_delay: float = 0.0
+    #: (status, body) answered to the next lookups instead of looking (a 503 of the API's own)
+    lookup_canned: list[tuple[int, Any]] = field(default_factory=list)
     payments: list[dict[str, Any]] = field(default_factory=list)
     #: (monotonic time, Idempotency-Key) of every POST received
     posts: list[tuple[float, str | None]] = field(default_factory=list)
@@ -107,7 +109,10 @@ def _handler(api: Api) -> type[BaseHTTPRequestHandler]:
             if api.lookup_delay:
                 time.sleep(api.lookup_delay)
             url = urlsplit(self.path)
-            if url.path == "/payments":
+            if api.lookup_canned:
+                status, body = api.lookup_canned.pop(0)
+                self._answer(status, {}, body)
+            elif url.path == "/payments":
                 key = parse_qs(url.query).get("key", [""])[0]
                 self._answer(200, {}, {"data": api.by_key(key)})
             elif url.path.startswith("/payments/by-key/"):

@@ -22,7 +22,7 @@ ROOT = Path(__file__).resolve().parent.parent
 #: makes these imports fail as if the packages were not installed
 BLOCKER = """
 import importlib.abc, sys
-BLOCKED = ("stripe", "psycopg", "psycopg_pool", "psycopg_binary", "opentelemetry.exporter")
+BLOCKED = ("stripe", "psycopg", "psycopg_pool", "psycopg_binary", "opentelemetry.exporter", "httpx")
 
 class Blocker(importlib.abc.MetaPathFinder):
     def find_spec(self, name, path=None, target=None):
@@ -109,6 +109,17 @@ def test_the_stripe_target_names_the_stripe_extra(tmp_path: Path) -> None:
     )
 
 
+def test_the_http_target_names_the_http_extra(tmp_path: Path) -> None:
+    ran = run_blocked("import interlock_temporal.targets.http", tmp_path)
+    assert ran.returncode == 1
+    last = ran.stderr.strip().splitlines()[-1]
+    assert last == (
+        "interlock_temporal.core.extras.MissingExtra: interlock_temporal.targets.http needs "
+        "the http extra (httpx): pip install 'interlock-temporal[http]' "
+        "(No module named 'httpx')"
+    )
+
+
 OPEN_PG = """
 from interlock_temporal import open_journal
 try:
@@ -191,7 +202,7 @@ def test_an_unknown_extra_is_a_bug_not_a_missing_package() -> None:
     with pytest.raises(ValueError, match="unknown extra 'stirpe'"), needs_extra("stirpe", "x"):
         pass
     assert install_hint("otlp") == "pip install 'interlock-temporal[otlp]'"
-    assert set(EXTRAS) == {"stripe", "postgres", "otlp", "testing"}
+    assert set(EXTRAS) == {"stripe", "postgres", "otlp", "testing", "http"}
 
 
 def test_the_extras_are_the_ones_pyproject_declares() -> None:

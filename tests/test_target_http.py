@@ -18,7 +18,11 @@ from typing import Any
 
 import httpx
 import pytest
+from temporalio.client import Client, WorkflowHandle
+from temporalio.contrib.pydantic import pydantic_data_converter
 
+from interlock_temporal import InterlockPlugin, open_journal, receipt
+from interlock_temporal.core.models import Kind
 from interlock_temporal.targets.http import (
     HttpInDoubt,
     HttpRejected,
@@ -28,9 +32,11 @@ from interlock_temporal.targets.http import (
     LookupFailed,
     retry_after,
 )
-from interlock_temporal.testing import free_port
+from interlock_temporal.testing import DevServer, free_port
 
 from .http_api import Served, serve
+from .http_worker import ACTIVITY, SIGNING_KEY, worker
+from .server_workflows import CallActivity
 
 ROOT = Path(__file__).resolve().parent.parent
 EID = "e" * 64
@@ -219,9 +225,7 @@ def _listed(served: Served) -> HttpTarget:
 
 
 async def test_the_lookup_finds_a_payment_by_its_key(served: Served) -> None:
-    made = await _target().send(
-        "POST", f"{served.api.url}/payments", json=PAYMENT, effect_id=EID
-    )
+    made = await _target().send("POST", f"{served.api.url}/payments", json=PAYMENT, effect_id=EID)
     for target in (_by_key(served), _by_key(served, api_header="X-Api"), _listed(served)):
         found = await target.query(EID, None)
         assert found is not None
@@ -242,16 +246,29 @@ async def test_a_proxys_html_page_is_not_absent(served: Served, page: int) -> No
         with pytest.raises(LookupFailed) as caught:
             await target.query(EID, None)
         assert str(caught.value) == (
-            f"payments-api: the lookup got {page} with no JSON answer from the API (not the "
-            "API's own answer: a proxy's page?): whether the effect happened is not known"
+            f"payments-api: the lookup's answer ({page}, not JSON) is not the API's own (a "
+            "proxy's or a gateway's page?): whether the effect happened is not known"
         )
 
 
 async def test_a_json_404_without_the_apis_header_is_not_absent(served: Served) -> None:
     """A gateway that answers JSON 404s of its own: only the API sets X-Api."""
     target = _by_key(served, api_header="X-Api-Version")
-    with pytest.raises(LookupFailed, match="got 404 with a JSON answer from the API .not the"):
+    with pytest.raises(LookupFailed) as caught:
         await target.query(EID, None)
+    assert str(caught.value) == (
+        "payments-api: the lookup's answer (404, JSON) is not the API's own (a proxy's or a "
+        "gateway's page?): whether the effect happened is not known"
+    )
+
+
+async def test_an_api_error_on_the_lookup_is_not_absent(served: Served) -> None:
+    served.api.lookup_canned.append((503, {"error": {"message": "try again"}}))
+    with pytest.raises(LookupFailed) as caught:
+        await _by_key(served, api_header="X-Api").query(EID, None)
+    assert str(caught.value) == (
+        "payments-api: the lookup got 503 from the API: whether the effect happened is not known"
+    )
 
 
 async def test_a_lookup_that_times_out_is_not_absent(served: Served) -> None:
@@ -270,3 +287,160 @@ async def test_a_lookup_may_be_an_async_callable() -> None:
     target = _target(lookup=ask)
     assert await target.query(EID, "made") == Found(result={"key": EID})
     assert await target.query(EID, "not made") is None
+
+
+# -- end to end, on a real Temporal dev server ----------------------------------------------------
+
+
+class Story:
+    """A journal, a lease for ``http_pay``, a task queue, and the workflow that pays."""
+
+    def __init__(self, dev_server: DevServer, tmp_path: Path) -> None:
+        self.dev_server = dev_server
+        self.url = f"sqlite:///{tmp_path / 'journal.db'}"
+        self.journal = open_journal(self.url, signing_key=SIGNING_KEY)
+        self.lease = self.journal.leases.issue("bot", activities=[ACTIVITY])
+        self.queue = f"http-{uuid.uuid4().hex[:8]}"
+        self.order = f"o-{uuid.uuid4().hex[:8]}"
+
+    async def client(self) -> Client:
+        plugin = InterlockPlugin(self.url, signing_key=SIGNING_KEY)
+        return await Client.connect(
+            self.dev_server.target, data_converter=pydantic_data_converter, plugins=[plugin]
+        )
+
+    async def start(self, client: Client) -> WorkflowHandle[Any, Any]:
+        spec = {
+            "activity": ACTIVITY,
+            "arg": {"order": self.order, **PAYMENT},
+            "principal": "bot",
+            "lease": self.lease,
+            "heartbeat_s": 1,
+        }
+        return await client.start_workflow(
+            CallActivity.run, spec, id=f"pay-{self.order}", task_queue=self.queue
+        )
+
+    def effect(self) -> str:
+        (row,) = self.journal.effects()
+        return row.effect_id
+
+
+@pytest.fixture
+def story(dev_server: DevServer, tmp_path: Path) -> Iterator[Story]:
+    made = Story(dev_server, tmp_path)
+    try:
+        yield made
+    finally:
+        made.journal.close()
+
+
+async def _paid(story: Story, url: str, tier: int) -> dict[str, Any]:
+    client = await story.client()
+    async with worker(client, story.queue, url, tier):
+        handle = await story.start(client)
+        return await asyncio.wait_for(handle.result(), 30)  # type: ignore[no-any-return]
+
+
+@pytest.mark.server
+async def test_tier_1_an_answer_lost_by_the_proxy_is_resent_under_the_same_key(
+    served: Served, story: Story
+) -> None:
+    """The proxy drops the answer to the first send after the API made the payment; the next
+    attempt resends with the same key, and the API, which dedupes, answers the same payment."""
+    served.proxy.drop_posts = 1
+    result = await _paid(story, served.proxy.url, tier=1)
+    eid = story.effect()
+    (payment,) = served.api.payments
+    assert [key for _, key in served.api.posts] == [eid, eid]  # sent twice, one key
+    assert payment["key"] == eid and served.proxy.dropped == 1
+    assert (result["status"], result["body"]) == (200, payment)  # the API's replay
+    done = receipt(eid, journal=story.journal)
+    assert (done.final, done.via, done.tier, done.dispatches) == (
+        "COMMITTED",
+        "retry-idempotent",
+        1,
+        2,
+    )
+    assert done.confirmation == payment["id"]
+
+
+@pytest.mark.server
+async def test_tier_1_a_429_s_retry_after_holds_the_next_attempt_back(
+    served: Served, story: Story
+) -> None:
+    """The API answers the first send 429, Retry-After 1.5 s (the workflow's retry policy would
+    try again within 1 s): the next attempt comes no sooner, and makes the one payment."""
+    served.api.canned.append((429, {"Retry-After": "1.5"}, b'{"error": "slow down"}'))
+    result = await _paid(story, served.proxy.url, tier=1)
+    (payment,) = served.api.payments
+    (first, _), (second, _) = served.api.posts
+    assert second - first >= 1.5
+    assert (result["status"], result["body"]) == (201, payment)
+    assert receipt(story.effect(), journal=story.journal).via == "retry-idempotent"
+
+
+@pytest.mark.server
+async def test_tier_2_an_answer_lost_by_the_proxy_is_found_by_the_lookup(
+    served: Served, story: Story
+) -> None:
+    """The API does not dedupe (a resend would be a second payment): the next attempt asks the
+    lookup, finds the payment by its key, and sends nothing again."""
+    served.api.dedupe = False
+    served.proxy.drop_posts = 1
+    result = await _paid(story, served.proxy.url, tier=2)
+    eid = story.effect()
+    (payment,) = served.api.payments
+    assert [key for _, key in served.api.posts] == [eid]  # sent once
+    assert (result["status"], result["body"]) == (200, payment)  # what the lookup answered
+    done = receipt(eid, journal=story.journal)
+    assert (done.final, done.via, done.tier, done.dispatches) == (
+        "COMMITTED",
+        "recovery-query",
+        2,
+        1,
+    )
+    assert done.confirmation == payment["id"]
+
+
+@pytest.mark.server
+async def test_tier_2_a_worker_killed_after_the_send_leaves_one_payment(
+    served: Served, story: Story, tmp_path: Path
+) -> None:
+    """The worker SIGKILLs itself right after the API answered the send, before the gate
+    recorded it; a fresh worker's attempt finds the payment by its key (the API does not
+    dedupe, so a resend would show as a second payment)."""
+    served.api.dedupe = False
+    log = (tmp_path / "worker.log").open("w")
+    argv = [story.dev_server.target, story.url, story.queue, served.proxy.url, "2"]
+    doomed = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "tests.http_worker",
+        *argv,
+        "--kill-after-send",
+        cwd=ROOT,
+        stdout=log,
+        stderr=log,
+        env={k: v for k, v in os.environ.items() if not k.startswith(("INTERLOCK_", "TEMPORAL_"))},
+    )
+    client = await story.client()
+    handle = await story.start(client)
+    try:
+        code = await asyncio.wait_for(doomed.wait(), 60)
+    except TimeoutError:
+        doomed.kill()
+        raise AssertionError((tmp_path / "worker.log").read_text()[-3000:]) from None
+    assert code == -9, (tmp_path / "worker.log").read_text()[-3000:]
+    eid = story.effect()
+    (payment,) = served.api.payments  # the API made it; the journal only knows it was sent
+    row = story.journal.row(eid)
+    assert payment["key"] == eid and row is not None and row.status is Kind.DISPATCHED
+
+    async with worker(client, story.queue, served.proxy.url, 2):
+        result = await asyncio.wait_for(handle.result(), 30)
+    assert served.api.payments == [payment]
+    assert [key for _, key in served.api.posts] == [eid]
+    assert result["body"] == payment
+    done = receipt(eid, journal=story.journal)
+    assert (done.final, done.via, done.dispatches) == ("COMMITTED", "recovery-query", 1)

@@ -240,7 +240,9 @@ class HttpTarget(BaseTarget):
         self.result_headers = tuple(h.lower() for h in result_headers)
         self.confirmation_field = confirmation_field
         self._capture = capture
-        self.lookup: Lookup | LookupFn | None = Lookup(lookup) if isinstance(lookup, str) else lookup
+        self.lookup: Lookup | LookupFn | None = (
+            Lookup(lookup) if isinstance(lookup, str) else lookup
+        )
         if self.lookup is not None:
             self.query = self._query
         self.tier = 1 if dedupe_window is not None else 2 if self.lookup is not None else 3
@@ -357,12 +359,16 @@ class HttpTarget(BaseTarget):
         from_api = parsed and (lookup.api_header is None or lookup.api_header in response.headers)
         if status == 404 and from_api:
             return None
-        if not 200 <= status < 300 or not from_api:
-            kind = "a JSON answer" if parsed else "no JSON answer"
+        if not from_api:
+            what = "JSON" if parsed else "not JSON"
             raise LookupFailed(
-                f"{self.name}: the lookup got {status} with {kind} from the API"
-                + ("" if from_api else " (not the API's own answer: a proxy's page?)")
-                + ": whether the effect happened is not known"
+                f"{self.name}: the lookup's answer ({status}, {what}) is not the API's own (a "
+                "proxy's or a gateway's page?): whether the effect happened is not known"
+            )
+        if not 200 <= status < 300:
+            raise LookupFailed(
+                f"{self.name}: the lookup got {status} from the API: whether the effect "
+                "happened is not known"
             )
         match = body
         if lookup.items is not None:
