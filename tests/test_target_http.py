@@ -20,6 +20,7 @@ import httpx
 import pytest
 from temporalio.client import Client, WorkflowHandle
 from temporalio.contrib.pydantic import pydantic_data_converter
+from temporalio.worker import Worker
 
 from interlock_temporal import InterlockPlugin, open_journal, receipt
 from interlock_temporal.core.models import Kind
@@ -34,6 +35,7 @@ from interlock_temporal.targets.http import (
 )
 from interlock_temporal.testing import DevServer, free_port
 
+from .doc_snippets import load, snippet
 from .http_api import Served, serve
 from .http_worker import ACTIVITY, SIGNING_KEY, worker
 from .server_workflows import CallActivity
@@ -299,7 +301,7 @@ class Story:
         self.dev_server = dev_server
         self.url = f"sqlite:///{tmp_path / 'journal.db'}"
         self.journal = open_journal(self.url, signing_key=SIGNING_KEY)
-        self.lease = self.journal.leases.issue("bot", activities=[ACTIVITY])
+        self.lease = self.journal.leases.issue("bot", activities=[ACTIVITY, "pay"])
         self.queue = f"http-{uuid.uuid4().hex[:8]}"
         self.order = f"o-{uuid.uuid4().hex[:8]}"
 
@@ -309,10 +311,12 @@ class Story:
             self.dev_server.target, data_converter=pydantic_data_converter, plugins=[plugin]
         )
 
-    async def start(self, client: Client) -> WorkflowHandle[Any, Any]:
+    async def start(
+        self, client: Client, activity: str = ACTIVITY, order_field: str = "order"
+    ) -> WorkflowHandle[Any, Any]:
         spec = {
-            "activity": ACTIVITY,
-            "arg": {"order": self.order, **PAYMENT},
+            "activity": activity,
+            "arg": {order_field: self.order, **PAYMENT},
             "principal": "bot",
             "lease": self.lease,
             "heartbeat_s": 1,
@@ -444,3 +448,32 @@ async def test_tier_2_a_worker_killed_after_the_send_leaves_one_payment(
     assert result["body"] == payment
     done = receipt(eid, journal=story.journal)
     assert (done.final, done.via, done.dispatches) == ("COMMITTED", "recovery-query", 1)
+
+
+@pytest.mark.server
+async def test_the_pages_example_records_a_lost_answer_found_by_its_lookup(
+    served: Served, story: Story, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """docs/targets.md's HttpTarget example, as written, pointed at the API through the proxy
+    (its one placeholder, the API's address, comes from the environment as the page says)."""
+    monkeypatch.setenv("PAYMENTS_API", served.proxy.url)
+    page = load(snippet("docs/targets.md#3539f575f45b"), tmp_path / "payments_api.py")
+    assert page.payments.tier == 1 and callable(page.payments.query)
+    served.proxy.drop_posts = 1
+    client = await story.client()
+    async with Worker(
+        client, task_queue=story.queue, workflows=[CallActivity], activities=[page.pay]
+    ):
+        handle = await story.start(client, "pay", "order_id")
+        result = await asyncio.wait_for(handle.result(), 30)
+    eid = story.effect()
+    (payment,) = served.api.payments
+    assert [key for _, key in served.api.posts] == [eid]  # found, not sent again
+    assert (result["status"], result["body"]) == (200, payment)
+    done = receipt(eid, journal=story.journal)
+    assert (done.final, done.via, done.tier, done.confirmation) == (
+        "COMMITTED",
+        "recovery-query",
+        1,
+        payment["id"],
+    )
