@@ -39,7 +39,7 @@ LOCK = ROOT / "requirements.lock"
 APP = Path(__file__).resolve().parent / "install_app"
 #: the extras the lower-bound run installs with the base (``testing`` is the dev server's
 #: binary, which the app is given by path)
-LOW_EXTRAS = ("stripe", "postgres", "otlp")
+LOW_EXTRAS = ("stripe", "postgres", "otlp", "http")
 #: what the repository holds beside the package, and must never be installed
 REPO_ONLY = ("workers", "workflows", "benchmarks", "tests")
 
@@ -317,6 +317,7 @@ def _lower_bounds(dist: Dist) -> dict[str, str]:
 LOW_CHECK = """
 import importlib.metadata, json, sys
 import interlock_temporal.targets.stripe
+import interlock_temporal.targets.http
 from interlock_temporal import open_journal
 from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
 journal = open_journal(sys.argv[1], signing_key="00" * 32)
@@ -333,7 +334,7 @@ def test_the_app_runs_at_the_declared_lower_bounds(
     dist: Dist, tmp_path: Path, postgres: PostgresServer
 ) -> None:
     pins = _lower_bounds(dist)
-    assert {"temporalio", "pydantic", "stripe", "psycopg", "psycopg-pool"} <= set(pins)
+    assert {"temporalio", "pydantic", "stripe", "psycopg", "psycopg-pool", "httpx"} <= set(pins)
     started = time.monotonic()
     wheel = f"{dist.wheel}[{','.join(LOW_EXTRAS)}]"
     python = _venv(tmp_path / "venv", wheel, *pins.values())

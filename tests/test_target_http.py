@@ -215,6 +215,37 @@ async def test_a_send_without_an_effect_id_is_refused_before_anything_is_sent(
     assert served.api.posts == []
 
 
+async def test_the_effect_id_wins_over_a_key_given_in_the_headers(served: Served) -> None:
+    target = _target()
+    await target.send(
+        "POST",
+        f"{served.api.url}/payments",
+        json=PAYMENT,
+        headers={"idempotency-key": "mine"},
+        effect_id=EID,
+    )
+    assert [p["key"] for p in served.api.payments] == [EID]
+
+
+def test_the_tier_follows_from_what_is_configured_and_a_lookup_must_ask_by_effect_id() -> None:
+    url = "http://api/payments/{effect_id}"
+    window = timedelta(hours=24)
+    assert [
+        (t.tier, callable(getattr(t, "query", None)))
+        for t in (
+            _target(),
+            _target(lookup=url),
+            _target(dedupe_window=window),
+            _target(dedupe_window=window, lookup=Lookup(url)),
+        )
+    ] == [(3, False), (2, True), (1, False), (1, True)]
+    with pytest.raises(ValueError) as caught:
+        Lookup("http://api/payments/latest")
+    assert str(caught.value) == "Lookup: url must be a template that contains {effect_id}"
+    with pytest.raises(TypeError, match=r"^HttpTarget: lookup must be a Lookup"):
+        _target(lookup=42)
+
+
 # -- the lookup ------------------------------------------------------------------------------------
 
 

@@ -145,6 +145,15 @@ class Lookup:
     api_header: str | None = None
     timeout: float = 10.0
 
+    def __post_init__(self) -> None:
+        # a lookup that does not ask by the effect id would find some other effect's answer
+        if not isinstance(self.url, str) or "{effect_id}" not in self.url:
+            raise ValueError("Lookup: url must be a template that contains {effect_id}")
+        if isinstance(self.timeout, bool) or not (
+            isinstance(self.timeout, int | float) and self.timeout > 0
+        ):
+            raise ValueError("Lookup: timeout must be a positive number of seconds")
+
 
 def retry_after(response: httpx.Response, now: datetime | None = None) -> float | None:
     """The answer's ``Retry-After`` in seconds (a number of seconds or an HTTP date; never
@@ -231,6 +240,13 @@ class HttpTarget(BaseTarget):
         result_headers: Sequence[str] = RESULT_HEADERS,
         confirmation_field: str | None = "id",
     ) -> None:
+        if not isinstance(idempotency_header, str) or not idempotency_header.strip():
+            raise ValueError("HttpTarget: idempotency_header must be a header name")
+        if lookup is not None and not (isinstance(lookup, Lookup | str) or callable(lookup)):
+            raise TypeError(
+                "HttpTarget: lookup must be a Lookup, its URL template, or an async callable "
+                "(effect_id, args) -> Found | None"
+            )
         self.name = name
         self.idempotency_header = idempotency_header
         self.dedupe_window = dedupe_window
@@ -272,7 +288,9 @@ class HttpTarget(BaseTarget):
         as an ``HttpResult``, anything else raises (see the module's docstring)."""
         if not isinstance(effect_id, str) or not effect_id:
             raise ValueError("send: effect_id must be the effect's id (current_effect().effect_id)")
-        sent_headers = {**(headers or {}), self.idempotency_header: effect_id}
+        key = self.idempotency_header
+        sent_headers = {k: v for k, v in (headers or {}).items() if k.lower() != key.lower()}
+        sent_headers[key] = effect_id
         request = {"json": json, "content": content, "params": params, "headers": sent_headers}
         response = await self._request(method, url, request)
         if 200 <= response.status_code < 300:
@@ -319,7 +337,8 @@ class HttpTarget(BaseTarget):
     def classify(self, error: BaseException) -> Classification:
         """Connect errors before anything was written: ``not_sent``; a 4xx the API refused:
         ``rejected``; everything else (timeouts and resets after the request may have been
-        written, 408/409/425/429/5xx, anything unknown): ``in_doubt``."""
+        written, 408/409/425/429/5xx, a redirect, which is not followed, anything unknown):
+        ``in_doubt``."""
         if isinstance(error, HttpRejected):
             return "rejected"
         if isinstance(error, _NOT_SENT) and not isinstance(error, _IN_DOUBT):
