@@ -17,9 +17,9 @@ raises what ``classify`` reads:
   the ``httpx`` error, ``"not_sent"``;
 - it may have been written (a read or write timeout, a reset, a connection closed without an
   answer): the ``httpx`` error, ``"in_doubt"``;
-- the API answered 408, 409 (a request with this key still in progress), 425, 429 or 5xx:
-  ``HttpInDoubt``, ``"in_doubt"``, whose ``next_retry_delay`` is the answer's ``Retry-After``
-  (the activity's next attempt waits that long);
+- the API answered 408, 409 (a request with this key still in progress), 425, 429, 5xx, or a
+  redirect (never followed): ``HttpInDoubt``, ``"in_doubt"``, whose ``next_retry_delay`` is the
+  answer's ``Retry-After`` (the activity's next attempt waits that long);
 - any other 4xx: ``HttpRejected``, ``"rejected"`` (nothing happened), naming the status and
   the API's own message.
 
