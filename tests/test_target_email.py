@@ -446,3 +446,94 @@ async def test_tier_2_a_crash_after_the_send_is_found_by_the_query_hook(
     finally:
         for w in workers:
             await w.stop()
+
+
+# -- TLS: STARTTLS and SSL, the certificate verified ---------------------------------------------
+
+
+def _certificate(directory: Path) -> tuple[Path, Path]:
+    """A self-signed certificate for 127.0.0.1 (and the key), written to ``directory``."""
+    import datetime
+    import ipaddress
+
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "127.0.0.1")])
+    now = datetime.datetime.now(datetime.UTC)
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(name)
+        .issuer_name(name)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(minutes=1))
+        .not_valid_after(now + datetime.timedelta(hours=1))
+        .add_extension(
+            x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]),
+            critical=False,
+        )
+        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+        .sign(key, hashes.SHA256())
+    )
+    cert_path, key_path = directory / "cert.pem", directory / "key.pem"
+    cert_path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    key_path.write_bytes(
+        key.private_bytes(
+            serialization.Encoding.PEM,
+            serialization.PrivateFormat.PKCS8,
+            serialization.NoEncryption(),
+        )
+    )
+    return cert_path, key_path
+
+
+@pytest.mark.parametrize("security", ["starttls", "ssl"])
+async def test_tls_with_a_verified_certificate_and_a_login(tmp_path: Path, security: str) -> None:
+    """The server speaks TLS (STARTTLS, required before login; or SSL from the start) with a
+    certificate the client is told to trust; a client that trusts only the system's CAs is
+    refused by its own check before anything is sent."""
+    import ssl
+
+    cert, key = _certificate(tmp_path)
+    server_tls = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    server_tls.load_cert_chain(cert, key)
+    handler = Server(tmp_path / "Maildir")
+    port = free_port()
+    options: dict[str, Any] = (
+        {"tls_context": server_tls, "require_starttls": True}
+        if security == "starttls"
+        # aiosmtpd counts only STARTTLS as TLS for AUTH: over SSL, say it need not
+        else {"ssl_context": server_tls, "auth_require_tls": False}
+    )
+    controller = Controller(
+        handler, hostname="127.0.0.1", port=port, authenticator=_authenticate, **options
+    )
+    controller.start()
+    try:
+        trusted = ssl.create_default_context(cafile=str(cert))
+        target = SmtpEmail(
+            "127.0.0.1",
+            port,
+            security=security,  # type: ignore[arg-type]
+            username="billing",
+            password=PASSWORD,
+            tls_context=trusted,
+            timeout=2,
+        )
+        sent = await target.send(email(), effect_id=EID)
+        (stored,) = handler.messages()
+        assert stored["Message-ID"] == sent.message_id == f"<{EID}@example.com>"
+
+        untrusted = SmtpEmail("127.0.0.1", port, security=security, timeout=2)  # type: ignore[arg-type]
+        with pytest.raises(EmailSendError) as failed:
+            await untrusted.send(email(), effect_id=EID)
+        assert isinstance(failed.value.__cause__, ssl.SSLCertVerificationError)
+        want = "starttls" if security == "starttls" else "connect"
+        assert (untrusted.classify(failed.value), failed.value.stage) == ("not_sent", want)
+        assert len(handler.messages()) == 1
+    finally:
+        controller.stop()
