@@ -32,6 +32,7 @@ from temporalio.worker import Worker
 
 from interlock_temporal import InterlockPlugin, TargetDeclarationError, open_journal, receipt
 from interlock_temporal.core.journal import Journal
+from interlock_temporal.core.models import Kind
 from interlock_temporal.core.review_rules import review_id
 from interlock_temporal.core.targets import check_declaration
 from interlock_temporal.targets import Found
@@ -335,7 +336,26 @@ async def test_the_docs_example_sends_once_on_a_real_worker(
         again = await client.execute_workflow(
             CallActivity.run, spec, id=f"inv-{uuid.uuid4().hex[:8]}", task_queue=queue
         )
-    (effect,) = journal.effects()
+        # a recipient the server refuses (5xx): REFUSED, target_rejected, nothing stored
+        server.refuse["nobody@example.org"] = "550 5.1.1 no such user"
+        spec["arg"] = {"invoice_id": "inv-8", "to": "nobody@example.org"}
+        with pytest.raises(WorkflowFailureError) as failed:
+            await client.execute_workflow(
+                CallActivity.run, spec, id=f"inv-{uuid.uuid4().hex[:8]}", task_queue=queue
+            )
+    assert isinstance(failed.value.cause, ActivityError)
+    cause = failed.value.cause.cause
+    assert isinstance(cause, ApplicationError) and cause.type == "EffectRefused"
+    assert cause.message.startswith("target_rejected: ")
+    (effect,) = journal.effects(status=Kind.COMMITTED)
+    (refused,) = journal.effects(status=Kind.REFUSED)
+    no = receipt(refused.effect_id, journal=journal)
+    assert (no.final, no.code, no.executed, no.dispatches) == (
+        "REFUSED",
+        "target_rejected",
+        False,
+        1,
+    )
     (stored,) = server.messages()  # sent once: the second run was answered from the journal
     assert stored["Message-ID"] == f"<{effect.effect_id}@example.com>" == first["message_id"]
     assert stored[EFFECT_HEADER] == effect.effect_id and first == again

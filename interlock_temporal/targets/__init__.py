@@ -1,6 +1,7 @@
 """Targets: where an effect lands. Each declares what it can honestly promise (its tier);
 ``BaseTarget`` is the class to start a new one from, ``EffectTarget`` the protocol a duck-typed
-one matches. ``payments`` (the reference target), ``stripe`` and ``repo`` are ready-made."""
+one matches. ``payments`` (the reference target), ``stripe``, ``repo`` and ``email`` are
+ready-made."""
 
 from ..core.exports import lender
 from ..core.models import Change, Found

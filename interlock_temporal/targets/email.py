@@ -126,8 +126,9 @@ class EmailInvalid(ValueError):
 class EmailSendError(Exception):
     """A send that failed, with how far it got (``stage``), what it means (``outcome``, what
     ``SmtpEmail.classify`` answers) and the server's reply where there was one. Raised from
-    the ``smtplib`` or socket error (``__cause__``). Its text carries no address and no
-    credential."""
+    the ``smtplib`` or socket error (``__cause__``). Its text carries no credential, and no
+    recipient's address (a server's own reply, quoted for a refused sender or message, may
+    name one)."""
 
     def __init__(
         self,
