@@ -1,0 +1,179 @@
+"""An agent (OpenAI Agents SDK, run by ``temporalio.contrib.openai_agents``) whose refund tool is
+a gated activity made a tool by ``effect_as_tool``: on a real dev server, with the real plugin
+and the real ``Runner``, a scripted model, and offline (every proxy variable points at a
+loopback trap that must see no connection, and the SDK's tracing export is off).
+
+What the agent was told is read from what the scripted model was given (the tool outputs in its
+input); the money is read from the payments service; the effect's record from the journal.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import threading
+import uuid
+from collections.abc import AsyncIterator, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+import pytest_asyncio
+from temporalio.client import Client, WorkflowExecutionStatus
+from temporalio.service import RPCError
+
+from interlock_temporal import receipt
+from interlock_temporal.core.journal import Journal, open_journal
+from interlock_temporal.policy import Policy, deny_activity
+from interlock_temporal.review import review_id
+from interlock_temporal.targets.payments import SimulatedPayments
+from interlock_temporal.testing import DevServer, WorkerProcess
+from workers.agent_story import SCRIPTS, ScriptedModel, agent_worker
+from workflows.agent_case import PRINCIPAL, AgentCase, AgentCaseFile, AgentCaseOutcome
+
+pytestmark = pytest.mark.server
+
+ROOT = Path(__file__).resolve().parent.parent
+ORDER_PAID_CENTS = 10_000
+PROXY_VARIABLES = ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY")
+
+
+class Trap:
+    """A loopback listener that counts who connects (and hangs up on them): where every proxy
+    variable points, so anything that tried to reach the network is seen."""
+
+    def __init__(self) -> None:
+        self.sock = socket.socket()
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen()
+        self.sock.settimeout(0.2)
+        self.connections = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._serve, daemon=True)
+        self._thread.start()
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.sock.getsockname()[1]}"
+
+    def _serve(self) -> None:
+        while not self._stop.is_set():
+            try:
+                conn, _ = self.sock.accept()
+            except TimeoutError:
+                continue
+            self.connections += 1
+            conn.close()
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join()
+        self.sock.close()
+
+
+@pytest.fixture
+def offline(monkeypatch: pytest.MonkeyPatch) -> Iterator[Trap]:
+    trap = Trap()
+    for name in PROXY_VARIABLES:
+        monkeypatch.setenv(name, trap.url)
+        monkeypatch.setenv(name.lower(), trap.url)
+    monkeypatch.setenv("OPENAI_AGENTS_DISABLE_TRACING", "1")
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    try:
+        yield trap
+    finally:
+        trap.close()
+    assert trap.connections == 0, "something tried to reach the network through the proxy"
+
+
+@dataclass
+class Case:
+    """One case's world: its journal, its payments service with the order paid, its lease."""
+
+    dev_server: DevServer
+    path: Path
+    tier: int
+    journal: Journal
+    payments: SimulatedPayments
+    lease_id: str
+    case_id: str
+    order_id: str
+    task_queue: str
+
+    @property
+    def journal_url(self) -> str:
+        return f"sqlite:///{self.path / 'journal.db'}"
+
+    def file(self, **changes: Any) -> AgentCaseFile:
+        return AgentCaseFile(
+            case_id=self.case_id, order_id=self.order_id, lease_id=self.lease_id, **changes
+        )
+
+    def refunds(self) -> list[int]:
+        return [r.amount_cents for r in self.payments.refund_records(self.order_id)]
+
+    def effect_id(self) -> str:
+        (row,) = [r for r in self.journal.effects() if r.effect_type == "refund"]
+        return row.effect_id
+
+    async def start(self, client: Client, **changes: Any) -> Any:
+        return await client.start_workflow(
+            AgentCase.run,
+            self.file(**changes),
+            id=f"agent-{self.case_id}",
+            task_queue=self.task_queue,
+            result_type=AgentCaseOutcome,
+        )
+
+
+def make_case(dev_server: DevServer, path: Path, tier: int) -> Case:
+    suffix = uuid.uuid4().hex[:8]
+    journal = open_journal(f"sqlite:///{path / 'journal.db'}")
+    payments = SimulatedPayments(path / "payments.db", tier=tier)
+    order_id = payments.open_order(f"o-{suffix}", ORDER_PAID_CENTS)
+    lease_id = journal.leases.issue(PRINCIPAL, activities=["refund"], max_amount_cents=5000)
+    return Case(
+        dev_server,
+        path,
+        tier,
+        journal,
+        payments,
+        lease_id,
+        case_id=f"c-{suffix}",
+        order_id=order_id,
+        task_queue=f"agent-{suffix}",
+    )
+
+
+@pytest_asyncio.fixture(loop_scope="session")
+async def tier2(dev_server: DevServer, tmp_path: Path) -> AsyncIterator[Case]:
+    case = make_case(dev_server, tmp_path, 2)
+    yield case
+    case.journal.close()
+
+
+@pytest_asyncio.fixture(loop_scope="session")
+async def tier3(dev_server: DevServer, tmp_path: Path) -> AsyncIterator[Case]:
+    case = make_case(dev_server, tmp_path, 3)
+    yield case
+    case.journal.close()
+
+
+async def test_the_agent_refunds_once_through_the_gate(tier2: Case, offline: Trap) -> None:
+    model = ScriptedModel(SCRIPTS["refund"])
+    async with agent_worker(
+        tier2.dev_server.target, tier2.task_queue, model, tier2.journal_url, tier2.payments
+    ) as client:
+        handle = await tier2.start(client)
+        done = await asyncio.wait_for(handle.result(), 60)
+    assert tier2.refunds() == [2000]
+    (landed,) = tier2.payments.refund_records(tier2.order_id)
+    eid = tier2.effect_id()
+    assert landed.effect_id == eid
+    shown = receipt(eid, journal=tier2.journal)
+    assert (shown.final, shown.via, shown.principal) == ("COMMITTED", "dispatch", PRINCIPAL)
+    (told,) = done.tool_outputs
+    assert f'"refund_id":"{landed.refund_id}"' in told
+    assert model.seen[-1] == [told]  # the model was given the refund's result
+    assert done.final_output == "Your refund is on its way."
