@@ -44,8 +44,13 @@ __all__ = ["REFUSALS", "effect_as_tool", "refusal_text"]
 REFUSALS: dict[str, str] = {
     "EffectRefused": "refused",
     "InterlockDenied": "denied by policy",
-    "AmbiguousEffect": "outcome unknown, a person decides; do not ask for it again",
-    "ApprovalRequired": "waiting for a person's approval",
+    "AmbiguousEffect": "outcome unknown",
+    "ApprovalRequired": "waits for a person's approval",
+}
+#: what the model is told to do after an error of these types
+_ADVICE = {
+    "AmbiguousEffect": " A person decides whether it happened; do not ask for it again.",
+    "ApprovalRequired": " A person decides; do not ask for it again.",
 }
 
 
@@ -61,7 +66,8 @@ def refusal_text(tool: str, error: BaseException) -> str | None:
     first = details[0] if details and isinstance(details[0], dict) else {}
     code = receipt.code if receipt is not None and receipt.code else first.get("code")
     why = f" ({code})" if isinstance(code, str) and code else ""
-    return f"error: {tool} {REFUSALS[cause.type]}{why}: {cause.message}"
+    advice = _ADVICE.get(cause.type, "")
+    return f"error: {tool} {REFUSALS[cause.type]}{why}: {cause.message}.{advice}"
 
 
 def _input_model(activity: Any, label: str) -> type[BaseModel]:

@@ -25,6 +25,7 @@ from temporalio.service import RPCError
 
 from interlock_temporal import receipt
 from interlock_temporal.core.journal import Journal, open_journal
+from interlock_temporal.core.models import Kind
 from interlock_temporal.policy import Policy, deny_activity
 from interlock_temporal.review import review_id
 from interlock_temporal.targets.payments import SimulatedPayments
@@ -176,4 +177,156 @@ async def test_the_agent_refunds_once_through_the_gate(tier2: Case, offline: Tra
     (told,) = done.tool_outputs
     assert f'"refund_id":"{landed.refund_id}"' in told
     assert model.seen[-1] == [told]  # the model was given the refund's result
+    assert done.final_output == "Your refund is on its way."
+
+
+async def until(check: Any, what: str, timeout: float = 30) -> Any:
+    deadline = asyncio.get_running_loop().time() + timeout
+    while True:
+        found = await check()
+        if found:
+            return found
+        if asyncio.get_running_loop().time() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        await asyncio.sleep(0.2)
+
+
+async def review_open(client: Client, eid: str) -> bool:
+    try:
+        handle = client.get_workflow_handle(review_id("ambiguous", eid))
+        return (await handle.describe()).status == WorkflowExecutionStatus.RUNNING
+    except RPCError:
+        return False
+
+
+async def test_a_re_decided_amount_after_an_error_is_refused_and_the_agent_is_told(
+    tier3: Case, offline: Trap
+) -> None:
+    """The $20 refund lands and its answer is lost (tier 3: nobody can know); the tool does
+    not wait for the review, so the agent is told the outcome is unknown, and re-decides: $30
+    for the same case. The same effect, another payload: ``conflicting_payload``, returned to
+    the agent as the tool's error; nothing more is sent, and the run completes."""
+    tier3.payments.arm("after_commit", "reset")
+    model = ScriptedModel(SCRIPTS["redecide"])
+    async with agent_worker(
+        tier3.dev_server.target, tier3.task_queue, model, tier3.journal_url, tier3.payments
+    ) as client:
+        handle = await tier3.start(client, wait_for_review=False)
+        done = await asyncio.wait_for(handle.result(), 60)
+        eid = tier3.effect_id()
+        await client.get_workflow_handle(review_id("ambiguous", eid)).terminate("test over")
+    assert tier3.refunds() == [2000]
+    unknown, refused = done.tool_outputs
+    doubt = receipt(eid, journal=tier3.journal)
+    assert unknown == (
+        f"error: refund outcome unknown ({doubt.code}): {doubt.reason}. A person decides "
+        "whether it happened; do not ask for it again."
+    )
+    assert refused == (
+        "error: refund refused (conflicting_payload): conflicting_payload: a different "
+        "payload was proposed under an effect id already decided."
+    )
+    assert model.seen[-1] == [unknown, refused]  # what the agent was told, in order
+    assert done.final_output == SCRIPTS["redecide"][-1].text  # type: ignore[union-attr]
+    assert doubt.final == "AMBIGUOUS"  # the $30 changed nothing: still the $20's, in doubt
+    rejected = [e.data["code"] for e in tier3.journal.read(eid) if e.kind is Kind.REJECTED_PROPOSAL]
+    assert rejected == ["conflicting_payload"]
+
+
+async def test_a_policy_rule_refuses_the_tool_call_and_the_agent_is_told(
+    tier2: Case, offline: Trap
+) -> None:
+    model = ScriptedModel(SCRIPTS["refund"])
+    policy = Policy(rules=[deny_activity("refund", code="REFUNDS_PAUSED", reason="paused")])
+    async with agent_worker(
+        tier2.dev_server.target,
+        tier2.task_queue,
+        model,
+        tier2.journal_url,
+        tier2.payments,
+        policy=policy,
+    ) as client:
+        handle = await tier2.start(client)
+        done = await asyncio.wait_for(handle.result(), 60)
+    assert tier2.refunds() == []
+    (told,) = done.tool_outputs
+    assert told.startswith("error: refund denied by policy (REFUNDS_PAUSED): REFUNDS_PAUSED: ")
+    assert model.seen[-1] == [told]
+    assert done.final_output == "Your refund is on its way."  # the script goes on; the run ends
+
+
+async def test_an_effect_in_doubt_waits_for_a_person_then_the_agent_goes_on(
+    tier3: Case, offline: Trap
+) -> None:
+    """Tier 3, the refund's answer lost: AMBIGUOUS; the tool waits on the EffectReview, the
+    workflow runs on; a person resolves it (``happened``) and the agent goes on to finish."""
+    tier3.payments.arm("after_commit", "reset")
+    model = ScriptedModel(SCRIPTS["refund"])
+    async with agent_worker(
+        tier3.dev_server.target, tier3.task_queue, model, tier3.journal_url, tier3.payments
+    ) as client:
+        handle = await tier3.start(client)
+
+        async def opened() -> bool:
+            rows = [r for r in tier3.journal.effects() if r.effect_type == "refund"]
+            return bool(rows) and await review_open(client, rows[0].effect_id)
+
+        await until(opened, "the review of the refund in doubt")
+        eid = tier3.effect_id()
+        assert receipt(eid, journal=tier3.journal).final == "AMBIGUOUS"
+        assert (await handle.describe()).status == WorkflowExecutionStatus.RUNNING
+        assert len(model.seen) == 1  # the agent has not been told anything yet
+        review = client.get_workflow_handle(review_id("ambiguous", eid))
+        await review.signal("resolve", {"decision": "happened", "operator": "carol"})
+        done = await asyncio.wait_for(handle.result(), 60)
+    assert tier3.refunds() == [2000]
+    (told,) = done.tool_outputs
+    assert told == "done: a person attested that it happened (no result was recorded)"
+    assert model.seen[-1] == [told]
+    assert done.final_output == "Your refund is on its way."
+    resolved = receipt(eid, journal=tier3.journal)
+    assert (resolved.final, resolved.operator, resolved.dispatches) == ("RESOLVED", "carol", 1)
+
+
+async def test_the_refund_tool_survives_a_worker_sigkill_and_lands_once(
+    tier2: Case, client: Client, offline: Trap
+) -> None:
+    """Tier 2: a worker process SIGKILLs itself right after the refund was sent, before the
+    gate recorded its result; a fresh worker process takes the run over, asks the service,
+    finds the refund and records it: one $20 refund, and the agent is told its result."""
+    args = [
+        "-m",
+        "workers.agent_story",
+        "--target",
+        tier2.dev_server.target,
+        "--task-queue",
+        tier2.task_queue,
+        "--journal",
+        tier2.journal_url,
+        "--payments",
+        str(tier2.path / "payments.db"),
+    ]
+    marker = ["--kill-at", "after_send", "--kill-marker", str(tier2.path / "killed")]
+    doomed = await WorkerProcess([*args, *marker], cwd=ROOT).start()
+    fresh: WorkerProcess | None = None
+    try:
+        handle = await tier2.start(client)
+        await asyncio.wait_for(doomed.wait(), 60)
+        assert doomed.killed, doomed.log
+        assert tier2.refunds() == [2000]  # sent; the journal does not know its result yet
+        row = tier2.journal.row(tier2.effect_id())
+        assert row is not None and row.status is Kind.DISPATCHED
+        fresh = await WorkerProcess(args, cwd=ROOT).start()
+        done = await asyncio.wait_for(handle.result(), 60)
+    finally:
+        for process in (doomed, fresh):
+            if process is not None:
+                await process.stop()
+    (landed,) = tier2.payments.refund_records(tier2.order_id)
+    assert landed.amount_cents == 2000
+    shown = receipt(tier2.effect_id(), journal=tier2.journal)
+    assert (shown.final, shown.via, shown.dispatches) == ("COMMITTED", "recovery-query", 1)
+    assert shown.confirmation == landed.refund_id
+    (told,) = done.tool_outputs
+    assert f'"refund_id":"{landed.refund_id}"' in told
     assert done.final_output == "Your refund is on its way."
