@@ -24,7 +24,7 @@ from typing import Any
 # read by every trace provider the SDK and the plugin make: nothing is exported
 os.environ["OPENAI_AGENTS_DISABLE_TRACING"] = "1"
 
-from agents import (  # noqa: E402
+from agents import (
     AgentOutputSchemaBase,
     Handoff,
     Model,
@@ -35,23 +35,23 @@ from agents import (  # noqa: E402
     TResponseInputItem,
     set_tracing_disabled,
 )
-from temporalio.client import Client  # noqa: E402
-from temporalio.contrib.openai_agents import (  # noqa: E402
+from temporalio.client import Client
+from temporalio.contrib.openai_agents import (
     ModelActivityParameters,
     OpenAIAgentsPlugin,
 )
-from temporalio.contrib.openai_agents.testing import (  # noqa: E402
+from temporalio.contrib.openai_agents.testing import (
     ResponseBuilders,
     TestModelProvider,
 )
-from temporalio.worker import Worker  # noqa: E402
+from temporalio.worker import Worker
 
-from interlock_temporal import InterlockPlugin  # noqa: E402
-from interlock_temporal.policy import Policy  # noqa: E402
-from interlock_temporal.targets.payments import SimulatedPayments  # noqa: E402
-from interlock_temporal.testing import kill_at  # noqa: E402
-from workflows.agent_case import AgentCase  # noqa: E402
-from workflows.agent_refund import SERVICES, refund  # noqa: E402
+from interlock_temporal import InterlockPlugin
+from interlock_temporal.policy import Policy
+from interlock_temporal.targets.payments import SimulatedPayments
+from interlock_temporal.testing import kill_at
+from workflows.agent_case import AgentCase
+from workflows.agent_refund import SERVICES, refund
 
 set_tracing_disabled(True)
 
