@@ -73,7 +73,8 @@ class Say:
 
 Step = Call | Say
 
-#: the scripts the stories use: the model asks for $20; re-deciding, it asks again for $30
+#: the scripts the stories use: the model asks for $20; re-deciding, it asks again for $30;
+#: greedy, it asks for $50 first, then $20
 SCRIPTS: dict[str, tuple[Step, ...]] = {
     "refund": (
         Call("refund", {"amount_cents": 2000, "reason": "overcharged"}),
@@ -83,6 +84,11 @@ SCRIPTS: dict[str, tuple[Step, ...]] = {
         Call("refund", {"amount_cents": 2000, "reason": "overcharged"}),
         Call("refund", {"amount_cents": 3000, "reason": "overcharged, and for the trouble"}),
         Say("I could not refund more; a colleague will follow up."),
+    ),
+    "greedy": (
+        Call("refund", {"amount_cents": 5000, "reason": "overcharged, and for the trouble"}),
+        Call("refund", {"amount_cents": 2000, "reason": "overcharged"}),
+        Say("Your refund of $20 is on its way."),
     ),
 }
 
