@@ -10,7 +10,9 @@ input); the money is read from the payments service; the effect's record from th
 from __future__ import annotations
 
 import asyncio
+import os
 import socket
+import sys
 import threading
 import uuid
 from collections.abc import AsyncIterator, Iterator
@@ -32,6 +34,8 @@ from interlock_temporal.targets.payments import SimulatedPayments
 from interlock_temporal.testing import DevServer, WorkerProcess
 from workers.agent_story import SCRIPTS, ScriptedModel, agent_worker
 from workflows.agent_case import PRINCIPAL, AgentCase, AgentCaseFile, AgentCaseOutcome
+
+from .doc_snippets import snippet, swap
 
 pytestmark = pytest.mark.server
 
@@ -330,3 +334,57 @@ async def test_the_refund_tool_survives_a_worker_sigkill_and_lands_once(
     (told,) = done.tool_outputs
     assert f'"refund_id":"{landed.refund_id}"' in told
     assert done.final_output == "Your refund is on its way."
+
+
+async def test_the_docs_wiring_runs_as_written(
+    dev_server: DevServer, client: Client, tmp_path: Path, offline: Trap
+) -> None:
+    """docs/agents.md's block, with the README's refunds.py beside it, run as a worker process
+    of its own; the only glue: the server's address, a task queue of this test's own, and the
+    scripted model given to the agents plugin in place of OpenAI's."""
+    (tmp_path / "refunds.py").write_text(snippet("README.md#bf636f2c37e6"))
+    text = snippet("docs/agents.md#caaf13efa9df")
+    queue = f"agents-{uuid.uuid4().hex[:8]}"
+    text = swap(text, '"localhost:7233"', f'"{dev_server.target}"')
+    text = swap(text, 'task_queue="agents"', f'task_queue="{queue}"')
+    text = swap(
+        text,
+        "OpenAIAgentsPlugin()",
+        "OpenAIAgentsPlugin(model_provider=TestModelProvider(ScriptedModel(SCRIPTS['refund'])),"
+        " model_params=ModelActivityParameters(start_to_close_timeout=timedelta(seconds=30)))",
+    )
+    glue = (
+        "from temporalio.contrib.openai_agents import ModelActivityParameters\n"
+        "from temporalio.contrib.openai_agents.testing import TestModelProvider\n"
+        "from workers.agent_story import SCRIPTS, ScriptedModel\n"
+    )
+    (tmp_path / "agent_case.py").write_text(glue + text)
+    journal = open_journal(f"sqlite:///{tmp_path / 'interlock.db'}")
+    payments = SimulatedPayments(tmp_path / "payments.db", tier=2)
+    payments.open_order("o-1", ORDER_PAID_CENTS)
+    lease_id = journal.leases.issue("refund-bot", activities=["refund"], max_amount_cents=5000)
+    env = {"PYTHONPATH": f"{tmp_path}:{ROOT}"}
+    worker = await asyncio.create_subprocess_exec(
+        sys.executable, "agent_case.py", cwd=tmp_path, env={**os.environ, **env}
+    )
+    try:
+        done = await asyncio.wait_for(
+            client.execute_workflow(
+                "AgentCase",
+                {"case_id": "c-1", "order_id": "o-1", "lease_id": lease_id},
+                id=f"docs-agent-{queue}",
+                task_queue=queue,
+            ),
+            60,
+        )
+    finally:
+        worker.terminate()
+        await worker.wait()
+    assert done == "Your refund is on its way."
+    (landed,) = payments.refund_records("o-1")
+    assert landed.amount_cents == 2000
+    (row,) = journal.effects()
+    assert landed.effect_id == row.effect_id
+    shown = receipt(row.effect_id, journal=journal)
+    assert (shown.final, shown.principal) == ("COMMITTED", "refund-bot")
+    journal.close()
