@@ -22,18 +22,21 @@ from typing import Any
 
 import pytest
 import pytest_asyncio
+from temporalio import activity
 from temporalio.client import Client, WorkflowExecutionStatus
 from temporalio.service import RPCError
 
-from interlock_temporal import receipt
+from interlock_temporal import gated, receipt
+from interlock_temporal.agents import effect_as_tool
 from interlock_temporal.core.journal import Journal, open_journal
 from interlock_temporal.core.models import Kind
 from interlock_temporal.policy import Policy, deny_activity
 from interlock_temporal.review import review_id
-from interlock_temporal.targets.payments import SimulatedPayments
+from interlock_temporal.targets.payments import RefundRequest, RefundResult, SimulatedPayments
 from interlock_temporal.testing import DevServer, WorkerProcess
 from workers.agent_story import SCRIPTS, ScriptedModel, agent_worker
 from workflows.agent_case import PRINCIPAL, AgentCase, AgentCaseFile, AgentCaseOutcome
+from workflows.agent_refund import refund
 
 from .doc_snippets import snippet, swap
 
@@ -388,3 +391,37 @@ async def test_the_docs_wiring_runs_as_written(
     shown = receipt(row.effect_id, journal=journal)
     assert (shown.final, shown.principal) == ("COMMITTED", "refund-bot")
     journal.close()
+
+
+def test_the_trap_sees_a_client_that_honours_the_proxy_variables(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The offline proof can fail: a client that goes to the network through the proxy
+    variables (OpenAI's own, as a model provider would) is caught by the trap."""
+    import openai
+
+    trap = Trap()
+    try:
+        for name in PROXY_VARIABLES:
+            monkeypatch.setenv(name, trap.url)
+        with pytest.raises(openai.APIConnectionError):
+            openai.OpenAI(api_key="sk-offline", max_retries=0, timeout=5).models.list()
+    finally:
+        trap.close()
+    assert trap.connections >= 1
+
+
+def test_effect_as_tool_refuses_what_would_let_the_model_name_the_effect(tmp_path: Path) -> None:
+    @activity.defn
+    async def plain(r: RefundRequest) -> RefundResult:
+        raise AssertionError("never run")
+
+    with pytest.raises(TypeError, match="activity 'plain' is not gated"):
+        effect_as_tool(plain, context={"case_id": "c"})
+    keyless = gated(plain, target=SimulatedPayments(tmp_path / "payments.db", tier=3))
+    with pytest.raises(TypeError, match="'plain' declares no key="):
+        effect_as_tool(keyless, context={"case_id": "c"})
+    with pytest.raises(TypeError, match="context names 'case', not a field of RefundRequest"):
+        effect_as_tool(refund, context={"case": "c"})
+    tool = effect_as_tool(refund, context={"case_id": "c", "order_id": "o", "premises": None})
+    assert set(tool.params_json_schema["properties"]) == {"amount_cents", "reason"}
