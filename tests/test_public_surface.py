@@ -75,6 +75,7 @@ PUBLIC = {
         "Change",
         "Found",
     },
+    "interlock_temporal.agents": {"effect_as_tool", "refusal_text", "REFUSALS"},
     "interlock_temporal.workflow": {
         "act_as",
         "current_principal",

@@ -15,6 +15,7 @@ both variants and fails with them.
 
     python -m workers.demo                 (what `make demo` runs)
     python -m workers.demo --stripe        the same crash, refunds on a Stripe fake (real SDK)
+    python -m workers.demo --agent         an agent (OpenAI Agents SDK) whose refund tool is gated
     STRIPE_API_KEY=sk_test_... python -m workers.demo --stripe-live
                                            the gate against real Stripe test mode
 """
@@ -46,6 +47,7 @@ from interlock_temporal.testing import DevServer
 from workflows.activities import support_activities
 from workflows.support_case import PRINCIPAL, CaseFile, CaseOutcome, SupportCase
 
+from . import agent_demo
 from .demo_check import Found, check, observe_world, verdict
 from .scenarios import run_in
 from .server_world import ServerWorld
@@ -159,13 +161,16 @@ async def wait_for_enter() -> None:
         await asyncio.get_running_loop().run_in_executor(None, sys.stdin.readline)
 
 
-async def story(*, stripe_fake: bool = False) -> int:
-    """The crash-before-ack story: three acts on the simulated service, or two on Stripe's fake."""
+async def story(*, stripe_fake: bool = False, agent: bool = False) -> int:
+    """The crash-before-ack story: three acts on the simulated service, or two on Stripe's fake;
+    or the agent's four (``workers.agent_demo``)."""
     shutil.rmtree(DEMO, ignore_errors=True)
     DEMO.mkdir()
     server = await DevServer(db_file=DEMO / "temporal.db").start()
     say(f"Temporal dev server at {server.target}; Web UI at {server.ui_url}")
-    if stripe_fake:
+    if agent:
+        say(agent_demo.__doc__.split("\n\n", 1)[0] if agent_demo.__doc__ else "")
+    elif stripe_fake:
         say(STRIPE_STORY)
     else:
         say(__doc__.split("\n\n", 2)[1] if __doc__ else "")
@@ -173,13 +178,17 @@ async def story(*, stripe_fake: bool = False) -> int:
     try:
         client = await Client.connect(server.target, data_converter=pydantic_data_converter)
         try:
-            results = await (stripe_acts(client) if stripe_fake else simulated_acts(client))
+            if agent:
+                checked = await agent_stories(client, server.target)
+            else:
+                results = await (stripe_acts(client) if stripe_fake else simulated_acts(client))
+                checked = [(name, r["problems"]) for name, r in results]
         except StoryFailed as err:
             say(f"  FAILED {err}")
             print(f"demo FAILED: {err}", file=sys.stderr, flush=True)
             return 1
         say()
-        code = verdict([(name, r["problems"]) for name, r in results])
+        code = verdict(checked)
         say()
         say(
             "Browse the workflows in the Temporal Web UI: "
@@ -189,6 +198,14 @@ async def story(*, stripe_fake: bool = False) -> int:
         return code
     finally:
         await server.stop()
+
+
+async def agent_stories(client: Client, target: str) -> list[tuple[str, list[str]]]:
+    try:
+        return await agent_demo.agent_acts(client, target, DEMO)
+    except Exception as err:
+        why = f"{type(err).__name__}: {err}"
+        raise StoryFailed(f"the agent's story did not run to its end: {why}") from err
 
 
 async def simulated_acts(client: Client) -> list[tuple[str, dict[str, Any]]]:
@@ -407,6 +424,12 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
         "gated $20 (make demo installs the fake)",
     )
     which.add_argument(
+        "--agent",
+        action="store_true",
+        help="an agent (OpenAI Agents SDK, scripted model, offline) whose refund tool is the "
+        "gated activity: a SIGKILL, a re-decided amount, a policy denial, a person's review",
+    )
+    which.add_argument(
         "--stripe-live",
         action="store_true",
         help="the gated happy path and a duplicate submission against real Stripe test mode "
@@ -429,7 +452,7 @@ def main(argv: list[str] | None = None) -> int:
             )
             return 2
         return asyncio.run(live(key))
-    return asyncio.run(story(stripe_fake=args.stripe))
+    return asyncio.run(story(stripe_fake=args.stripe, agent=args.agent))
 
 
 if __name__ == "__main__":

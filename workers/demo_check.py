@@ -186,14 +186,7 @@ def verdict(checked: Sequence[tuple[str, Sequence[str]]]) -> int:
             for problem in problems:
                 print(f"  FAILED {problem}", flush=True)
         else:
-            e = EXPECTED[story]
-            ending = f"journal {e.gate}" if e.gate else "no journal record (no gate)"
-            if e.via:
-                ending += f" via {e.via}"
-            print(
-                f"  ok     {story}: {_expected_money(e)} landed, workflow {e.ends}, {ending}",
-                flush=True,
-            )
+            print(f"  ok     {story}: {summary(story)}", flush=True)
     if failed:
         print(
             f"demo FAILED: {len(failed)} of {len(checked)} stories did not show what they "
@@ -205,10 +198,120 @@ def verdict(checked: Sequence[tuple[str, Sequence[str]]]) -> int:
     return 0
 
 
+# -- make demo DEMO_ARGS=--agent: the agent's stories -------------------------------------
+
+
+@dataclass(frozen=True)
+class AgentExpected:
+    """What one of the agent's stories must end with (its workflow completes in each)."""
+
+    #: the refunds that must have landed on the order, in cents
+    refunds: tuple[int, ...]
+    #: what each tool call must have returned to the agent, in order (a part of the text)
+    told: tuple[str, ...]
+    #: the effect's final state in the journal (``None``: no effect recorded), and how
+    gate: str | None
+    via: str | None = None
+    #: workers that must have died by SIGKILL
+    kills: int = 0
+
+
+#: every story of ``workers.agent_demo.AGENT_ACTS``
+AGENT_EXPECTED: dict[str, AgentExpected] = {
+    # SIGKILLed after the send; a fresh worker asks the service and finds it: $20 once
+    "agent-t2": AgentExpected(
+        (REFUND_CENTS,), ('"refund_id":',), "COMMITTED", "recovery-query", kills=1
+    ),
+    # the answer lost at tier 3: the agent is told it is unknown, re-decides $30: refused
+    "agent-redecide": AgentExpected(
+        (REFUND_CENTS,),
+        ("error: refund outcome unknown", "error: refund refused (conflicting_payload)"),
+        "AMBIGUOUS",
+    ),
+    # $50 denied by the policy rule (the agent is told), then $20 lands
+    "agent-policy": AgentExpected(
+        (REFUND_CENTS,),
+        ("error: refund denied by policy (OVER_LIMIT)", '"refund_id":'),
+        "COMMITTED",
+        "dispatch",
+    ),
+    # the answer lost at tier 3: a person resolves the review, the agent goes on
+    "agent-t3": AgentExpected(
+        (REFUND_CENTS,), ("done: a person attested that it happened",), "RESOLVED"
+    ),
+}
+
+
+@dataclass(frozen=True)
+class AgentFound:
+    order_id: str
+    refunds: tuple[int, ...]
+    told: tuple[str, ...]
+    gate: str | None
+    via: str | None
+    kills: int
+
+
+def observe_agent(
+    payments: Payments,
+    journal: Journal,
+    order_id: str,
+    effect_id: str | None,
+    told: Sequence[str],
+    kills: int,
+) -> AgentFound:
+    """What an agent story left: the refunds from the payments service, what the agent was
+    told (the run's tool outputs), the effect's record from the journal."""
+    refunds = tuple(r.amount_cents for r in payments.refund_records(order_id))
+    shown = receipt(effect_id, journal=journal) if effect_id is not None else None
+    gate = shown.final if shown else None
+    return AgentFound(order_id, refunds, tuple(told), gate, shown.via if shown else None, kills)
+
+
+def check_agent(story: str, found: AgentFound) -> list[str]:
+    """What the agent's ``story`` did not show of what it must (empty: all of it)."""
+    e = AGENT_EXPECTED[story]
+    problems = []
+    if found.refunds != e.refunds:
+        want = " + ".join(map(_dollars, e.refunds)) or "no refund"
+        got = " + ".join(map(_dollars, found.refunds)) or "no refund"
+        problems.append(
+            f"{story}: expected {want} on order {found.order_id}; the payments service holds {got}"
+        )
+    if len(found.told) != len(e.told) or any(
+        want not in got for want, got in zip(e.told, found.told, strict=False)
+    ):
+        problems.append(
+            f"{story}: expected the agent to be told {list(e.told)}; it was told {list(found.told)}"
+        )
+    if (found.gate, found.via if e.via else None) != (e.gate, e.via):
+        problems.append(
+            f"{story}: expected the journal to record {e.gate} via {e.via or 'any'}; "
+            f"it records {found.gate or 'nothing'} via {found.via or '-'}"
+        )
+    if found.kills < e.kills:
+        problems.append(f"{story}: expected a worker to be SIGKILLed; none died")
+    return problems
+
+
+def summary(story: str) -> str:
+    """What a story that passed its check showed."""
+    if story in AGENT_EXPECTED:
+        a = AGENT_EXPECTED[story]
+        money = " + ".join(map(_dollars, a.refunds)) or "no refund"
+        return f"{money} landed, the agent told {len(a.told)} tool result(s), journal {a.gate}"
+    e = EXPECTED[story]
+    ending = f"journal {e.gate}" if e.gate else "no journal record (no gate)"
+    if e.via:
+        ending += f" via {e.via}"
+    return f"{_expected_money(e)} landed, workflow {e.ends}, {ending}"
+
+
 # -- make faults: the demo as a newcomer runs it --------------------------------------------
 
-#: the two variants of ``make demo``: ``make demo`` and ``make demo DEMO_ARGS=--stripe``
-VARIANTS: tuple[tuple[str, ...], ...] = ((), ("--stripe",))
+#: the variants of ``make demo``: ``make demo``, ``make demo DEMO_ARGS=--stripe`` and
+#: ``make demo DEMO_ARGS=--agent``
+VARIANTS: tuple[tuple[str, ...], ...] = ((), ("--stripe",), ("--agent",))
 #: a demo that has not ended by then has hung (it takes well under a minute)
 DEMO_TIMEOUT_S = 600.0
 
@@ -263,7 +366,8 @@ def demo_section(runs: Sequence[DemoRun]) -> list[str]:
     lines = [
         "## make demo",
         "",
-        "`make demo` and `make demo DEMO_ARGS=--stripe`, run as a newcomer types them (each "
+        "`make demo`, `make demo DEMO_ARGS=--stripe` and `make demo DEMO_ARGS=--agent`, run "
+        "as a newcomer types them (each "
         "starts its own dev server): every story is checked against the money the payments "
         "service holds on its order (the count and amount of the refunds that landed), how "
         "its workflow ended and what the journal recorded (`workers/demo_check.py`); a story "
