@@ -92,7 +92,10 @@ def _as_temporal_errors() -> Iterator[None]:
     try:
         yield
     except Refused as r:
-        raise EffectRefused(str(r), r.receipt) from None
+        # a target's refusal reaches the workflow with the target's own error as its cause (an
+        # API's message: the journal keeps only what ``refusal_detail`` says)
+        cause = r.__context__ if r.code == "target_rejected" and r.refused_at is None else None
+        raise EffectRefused(str(r), r.receipt) from cause
     except Ambiguous as a:
         raise AmbiguousEffect(a.reason, a.receipt) from None
     except InFlight as f:

@@ -347,6 +347,9 @@ async def test_the_docs_example_sends_once_on_a_real_worker(
     cause = failed.value.cause.cause
     assert isinstance(cause, ApplicationError) and cause.type == "EffectRefused"
     assert cause.message.startswith("target_rejected: ")
+    smtp = cause.cause  # the target's own error, with the server's reply
+    assert isinstance(smtp, ApplicationError) and smtp.type == "EmailSendError"
+    assert "SMTP server rejected the message (at rcpt)" in smtp.message
     (effect,) = journal.effects(status=Kind.COMMITTED)
     (refused,) = journal.effects(status=Kind.REFUSED)
     no = receipt(refused.effect_id, journal=journal)
@@ -356,6 +359,8 @@ async def test_the_docs_example_sends_once_on_a_real_worker(
         False,
         1,
     )
+    # the server's reply code is recorded; its text (which may name the address) is not
+    assert no.reason == "the target rejected the request (EmailSendError: SMTP 550 at rcpt)"
     (stored,) = server.messages()  # sent once: the second run was answered from the journal
     assert stored["Message-ID"] == f"<{effect.effect_id}@example.com>" == first["message_id"]
     assert stored[EFFECT_HEADER] == effect.effect_id and first == again

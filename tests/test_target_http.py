@@ -18,8 +18,9 @@ from typing import Any
 
 import httpx
 import pytest
-from temporalio.client import Client, WorkflowHandle
+from temporalio.client import Client, WorkflowFailureError, WorkflowHandle
 from temporalio.contrib.pydantic import pydantic_data_converter
+from temporalio.exceptions import ActivityError, ApplicationError
 from temporalio.worker import Worker
 
 from interlock_temporal import InterlockPlugin, open_journal, receipt
@@ -413,6 +414,30 @@ async def test_tier_1_a_429_s_retry_after_holds_the_next_attempt_back(
     assert second - first >= 1.5
     assert (result["status"], result["body"]) == (201, payment)
     assert receipt(story.effect(), journal=story.journal).via == "retry-idempotent"
+
+
+@pytest.mark.server
+async def test_a_422_is_refused_once_naming_the_status_and_the_workflow_hears_the_apis_message(
+    served: Served, story: Story
+) -> None:
+    """A definite refusal: one POST, no payment, REFUSED (target_rejected) with the status in
+    the record (not the API's message, which may echo a value) and no retry."""
+    served.api.canned.append((422, {}, b'{"error": {"message": "amount_cents too large"}}'))
+    client = await story.client()
+    async with worker(client, story.queue, served.proxy.url, 2):
+        handle = await story.start(client)
+        with pytest.raises(WorkflowFailureError) as failed:
+            await asyncio.wait_for(handle.result(), 30)
+    assert len(served.api.posts) == 1 and served.api.payments == []
+    cause = failed.value.cause
+    assert isinstance(cause, ActivityError) and isinstance(cause.cause, ApplicationError)
+    assert cause.cause.type == "EffectRefused"
+    api = cause.cause.cause  # the target's own error, with the API's message
+    assert isinstance(api, ApplicationError) and api.type == "HttpRejected"
+    assert api.message == "payments-api: POST answered 422, rejected: amount_cents too large"
+    done = receipt(story.effect(), journal=story.journal)
+    assert (done.final, done.code, done.executed) == ("REFUSED", "target_rejected", False)
+    assert done.reason == "the target rejected the request (HttpRejected: HTTP 422)"
 
 
 @pytest.mark.server

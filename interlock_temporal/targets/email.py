@@ -145,6 +145,10 @@ class EmailSendError(Exception):
         self.code = code
         self.reply = reply
         self.refused = refused or []
+        #: recorded in the refusal's reason (the reply's code; its text may name an address)
+        codes = [code] if code is not None else sorted({r.code for r in self.refused})
+        said_codes = "/".join(str(c) for c in codes)
+        self.refusal_detail = f"SMTP {said_codes} at {stage}" if codes else f"at {stage}"
         said = f": {code} {reply}".rstrip() if code is not None else (f": {reply}" if reply else "")
         what = {
             "rejected": "the SMTP server rejected the message",

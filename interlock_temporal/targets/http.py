@@ -110,6 +110,8 @@ class HttpStatusError(ApplicationError):
         )
         self.status = status
         self.api_message = api_message
+        #: recorded in the refusal's reason (the status; the API's message may echo a value)
+        self.refusal_detail = f"HTTP {status}"
         self.retry_after = retry_after
 
 

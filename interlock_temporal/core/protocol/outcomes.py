@@ -98,7 +98,9 @@ class Outcomes:
                 # the target re-checked the facts as it sent (a compare-and-swap) and they moved
                 draft = refusal("stale_premise", premise.describe(changes), changes)
             elif verdict == "rejected":
-                draft = refusal("target_rejected", f"the target rejected the request ({kind})")
+                draft = refusal(
+                    "target_rejected", f"the target rejected the request ({kind}{_detail(error)})"
+                )
             elif verdict == "not_sent" and last_attempt:
                 # nothing happened and nothing will retry: say so, do not leave it pending
                 draft = refusal(
@@ -302,3 +304,12 @@ def ambiguity(code: str, reason: str, changes: Sequence[Change] = ()) -> Draft:
             "changes": [c.model_dump(mode="json") for c in changes],
         },
     )
+
+
+def _detail(error: BaseException) -> str:
+    """What the target answered, as its error states it in ``refusal_detail`` (a status code,
+    an SMTP reply code: no argument value), for the refusal's reason."""
+    detail = getattr(error, "refusal_detail", None)
+    if not isinstance(detail, str) or not detail.strip():
+        return ""
+    return f": {detail.strip()[:80]}"
