@@ -130,3 +130,70 @@ if __name__ == "__main__":
     parser.add_argument("tier", type=int)
     a = parser.parse_args()
     asyncio.run(main(a.address, a.queue, a.journal, a.database, a.tier))
+
+
+# -- a crash story: the worker SIGKILLs itself at a point, a fresh one finishes the effect ------
+
+
+async def kill_story(
+    client: Any, address: str, journal_url: str, point: str, workdir: Path, cwd: Path
+) -> dict[str, Any]:
+    """One effect on the journal's own database (tier 0): a worker that SIGKILLs itself at
+    ``point``, then a fresh worker. What it returns is read from the database and the journal:
+    whether the first worker died by SIGKILL, the rows and markers of the credit, the receipt's
+    final state, the AMBIGUOUS entries and the effects in doubt."""
+    import uuid
+
+    from interlock_temporal import open_journal, receipt
+    from interlock_temporal.core.identity import effect_id
+    from interlock_temporal.testing import WorkerProcess
+
+    from .server_workflows import CallActivity
+
+    queue = f"sql-{uuid.uuid4().hex[:10]}"
+    argv = ["-m", "tests.sql_app", address, queue, journal_url, journal_url, "0"]
+    first = WorkerProcess(argv, env={"KILL_AT": point}, cwd=cwd)
+    await first.start()
+    req = Credit(credit_id=f"c-{uuid.uuid4().hex[:10]}", account="acct-k", cents=125)
+    journal = open_journal(journal_url, signing_key=SIGNING_KEY)
+    second = None
+    try:
+        lease_id = journal.leases.issue(PRINCIPAL, activities=["credit"])
+        handle = await client.start_workflow(
+            CallActivity.run,
+            {
+                "activity": "credit",
+                "arg": req.model_dump(),
+                "principal": PRINCIPAL,
+                "lease": lease_id,
+                "heartbeat_s": 1,
+            },
+            id=f"credit-{queue}",
+            task_queue=queue,
+        )
+        await first.wait(60)
+        second = await WorkerProcess(argv, env={"KILL_AT": ""}, cwd=cwd).start()
+        result = await asyncio.wait_for(handle.result(), 60)
+        eid = effect_id("credit", {"credit": req.credit_id})
+        entries = journal.read(eid)
+        found = receipt(eid, journal=journal) if entries else None
+        return {
+            "killed": first.killed,
+            "result": result,
+            "rows": len(
+                rows(journal_url, "SELECT 1 FROM credits WHERE credit_id = ?", (req.credit_id,))
+            ),
+            "markers": len(
+                rows(journal_url, "SELECT 1 FROM interlock_markers WHERE effect_id = ?", (eid,))
+            ),
+            "final": found.final if found else None,
+            "executed": found.executed if found else None,
+            "ambiguous": sum(e.kind.value == "AMBIGUOUS" for e in entries),
+            "in_doubt": len(journal.in_doubt()),
+            "credit_id": req.credit_id,
+        }
+    finally:
+        journal.close()
+        for worker in (first, second):
+            if worker is not None:
+                await worker.stop()

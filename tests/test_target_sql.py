@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import functools
-import sys
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -31,7 +30,7 @@ from interlock_temporal.core.models import Change, Kind
 from interlock_temporal.core.protocol import Call, Done, Gate, Ticket
 from interlock_temporal.core.targets import TargetDeclarationError
 from interlock_temporal.targets.sql import SqlTarget, TimeLimitExceeded
-from interlock_temporal.testing import DevServer, PostgresServer, WorkerProcess
+from interlock_temporal.testing import DevServer, PostgresServer
 
 from .server_workflows import CallActivity
 from .sql_app import (
@@ -42,6 +41,7 @@ from .sql_app import (
     create_credits,
     credit_activity,
     credit_body,
+    kill_story,
     rows,
 )
 
@@ -388,3 +388,125 @@ def test_sql_target_declarations(tmp_path: Path) -> None:
 
         @gated(target=target)
         def credit() -> None: ...
+
+
+# -- on a real Temporal dev server ----------------------------------------------------------------
+
+
+@pytest.mark.server
+async def test_worker_refuses_tier_zero_on_another_database(
+    client: Client, tmp_path: Path, postgres: PostgresServer
+) -> None:
+    ledger = tmp_path / "ledger.db"
+    journal_db = tmp_path / "journal.db"
+    target = SqlTarget("ledger", f"sqlite:///{ledger}", tier=0)
+    with pytest.raises(WorkerSetupError) as refused:
+        Worker(
+            client,
+            task_queue=f"sql-{uuid.uuid4().hex[:8]}",
+            activities=[credit_activity(target)],
+            plugins=[InterlockPlugin(f"sqlite:///{journal_db}", signing_key=SIGNING_KEY)],
+        )
+    assert str(refused.value) == (
+        "gated activity 'credit': target ledger declares tier 0 (its write commits in the "
+        f"journal's own transaction), but its database sqlite:///{ledger} is not the "
+        f"journal's (sqlite:///{journal_db}): point the target at the journal's database, or "
+        "declare tier=2 (a marker table in the target's own database)"
+    )
+    # PostgreSQL: another database on the same server; the password never shown
+    other = postgres.database(f"ledger_{uuid.uuid4().hex[:8]}").replace(
+        "postgres@", "postgres:s3cret-pw@"
+    )
+    with pytest.raises(WorkerSetupError) as refused:
+        Worker(
+            client,
+            task_queue=f"sql-{uuid.uuid4().hex[:8]}",
+            activities=[credit_activity(SqlTarget("ledger", other, tier=0))],
+            plugins=[InterlockPlugin(postgres.url, signing_key=SIGNING_KEY)],
+        )
+    assert "target ledger declares tier 0" in str(refused.value)
+    assert "postgres:***@127.0.0.1" in str(refused.value)
+    assert "s3cret-pw" not in str(refused.value)
+    assert f"is not the journal's ({postgres.url})" in str(refused.value)
+    # the journal's own database (spelled through a symlinked directory) is accepted
+    (tmp_path / "alias").symlink_to(tmp_path)
+    create_credits(f"sqlite:///{journal_db}")
+    same = SqlTarget("ledger", f"sqlite:///{tmp_path / 'alias' / 'journal.db'}", tier=0)
+    Worker(
+        client,
+        task_queue=f"sql-{uuid.uuid4().hex[:8]}",
+        activities=[credit_activity(same)],
+        plugins=[InterlockPlugin(f"sqlite:///{journal_db}", signing_key=SIGNING_KEY)],
+    )
+    assert rows(f"sqlite:///{journal_db}", "SELECT COUNT(*) FROM interlock_markers") == [(0,)]
+
+
+@pytest.mark.server
+async def test_tier_zero_end_to_end(client: Client, tmp_path: Path) -> None:
+    """No crash: the workflow gets the body's result; one row, one marker, COMMITTED."""
+    url = f"sqlite:///{tmp_path / 'journal.db'}"
+    open_journal(url, signing_key=SIGNING_KEY).close()
+    create_credits(url)
+    queue = f"sql-{uuid.uuid4().hex[:8]}"
+    target = SqlTarget("ledger", url, tier=0)
+    journal = open_journal(url, signing_key=SIGNING_KEY)
+    lease_id = journal.leases.issue(PRINCIPAL, activities=["credit"])
+    plugin = InterlockPlugin(journal, signing_key=SIGNING_KEY)
+    req = new_credit()
+    async with Worker(
+        client,
+        task_queue=queue,
+        workflows=[CallActivity],
+        activities=[credit_activity(target)],
+        plugins=[plugin],
+    ):
+        spec = {"activity": "credit", "arg": req.model_dump(), "principal": PRINCIPAL}
+        result = await client.execute_workflow(
+            CallActivity.run, {**spec, "lease": lease_id}, id=queue, task_queue=queue
+        )
+        assert result == {"credit_id": req.credit_id, "balance": 250}
+        bad = new_credit(cents=-1)
+        with pytest.raises(WorkflowFailureError) as failed:
+            await client.execute_workflow(
+                CallActivity.run,
+                {**spec, "arg": bad.model_dump(), "lease": lease_id},
+                id=f"{queue}-bad",
+                task_queue=queue,
+            )
+    cause = failed.value.cause.cause  # type: ignore[union-attr]
+    assert cause.type == "EffectRefused" and cause.non_retryable
+    assert "target_rejected: the target rejected the request (IntegrityError)" in str(cause)
+    assert credits(url, req.credit_id) == 1 and credits(url, bad.credit_id) == 0
+    assert journal.in_doubt() == []
+    journal.close()
+
+
+#: where a worker dies: before the transaction (before the body), inside it (before the body,
+#: and after the body, the marker and COMMITTED, before the COMMIT), and after the commit,
+#: before the result returns
+KILL_POINTS = (
+    "before_dispatch_tx",
+    "atomic_before_body",
+    "atomic_before_commit",
+    "after_commit_tx",
+)
+
+
+@pytest.mark.server
+async def test_tier_zero_sigkill_at_each_point(
+    dev_server: DevServer, client: Client, tmp_path: Path
+) -> None:
+    """One real SIGKILL per point, workers in processes of their own, four stories at once on
+    one SQLite journal (the make-faults matrix runs both databases, many times)."""
+    url = f"sqlite:///{tmp_path / 'journal.db'}"
+    open_journal(url, signing_key=SIGNING_KEY).close()
+    create_credits(url)
+    stories = await asyncio.gather(
+        *(kill_story(client, dev_server.target, url, p, tmp_path, ROOT) for p in KILL_POINTS)
+    )
+    for point, story in zip(KILL_POINTS, stories, strict=True):
+        assert story["killed"], point
+        assert story["result"]["credit_id"] == story["credit_id"], point
+        assert (story["rows"], story["markers"]) == (1, 1), point
+        assert (story["final"], story["executed"], story["ambiguous"]) == ("COMMITTED", True, 0)
+        assert story["in_doubt"] == 0, point
