@@ -32,6 +32,7 @@ from interlock_temporal.core.targets import TargetDeclarationError
 from interlock_temporal.targets.sql import SqlTarget, TimeLimitExceeded
 from interlock_temporal.testing import DevServer, PostgresServer
 
+from .doc_snippets import load, snippet
 from .server_workflows import CallActivity
 from .sql_app import (
     PRINCIPAL,
@@ -510,3 +511,37 @@ async def test_tier_zero_sigkill_at_each_point(
         assert (story["rows"], story["markers"]) == (1, 1), point
         assert (story["final"], story["executed"], story["ambiguous"]) == ("COMMITTED", True, 0)
         assert story["in_doubt"] == 0, point
+
+
+@pytest.mark.server
+async def test_the_docs_ledger_example(
+    client: Client, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """docs/targets.md's ledger.py as written, on a worker whose plugin opens the same journal:
+    the credit lands once, its record in the same transaction."""
+    url = f"sqlite:///{tmp_path / 'interlock.db'}"
+    monkeypatch.setenv("INTERLOCK_JOURNAL", url)
+    ledger = load(snippet("docs/targets.md#b742b182a411"), tmp_path / "ledger.py")
+    journal = open_journal(url, signing_key=SIGNING_KEY)
+    create_credits(url)
+    lease_id = journal.leases.issue(PRINCIPAL, activities=["credit"])
+    queue = f"ledger-{uuid.uuid4().hex[:8]}"
+    async with Worker(
+        client,
+        task_queue=queue,
+        workflows=[CallActivity],
+        activities=[ledger.credit],
+        plugins=[InterlockPlugin(journal=ledger.JOURNAL, signing_key=SIGNING_KEY)],
+    ):
+        arg = {"credit_id": "c-doc-1", "account": "acct-d", "cents": 700}
+        spec = {"activity": "credit", "arg": arg, "principal": PRINCIPAL, "lease": lease_id}
+        for run in range(2):  # the second is the same effect: answered from the journal
+            result = await client.execute_workflow(
+                CallActivity.run, spec, id=f"{queue}-{run}", task_queue=queue
+            )
+            assert result == {"credit_id": "c-doc-1", "balance": 700}
+    assert rows(url, "SELECT account, cents FROM credits") == [("acct-d", 700)]
+    (row,) = journal.effects()
+    assert row.status is Kind.COMMITTED and journal.in_doubt() == []
+    assert journal.read(row.effect_id)[0].data["tier"] == 0
+    journal.close()
