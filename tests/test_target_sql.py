@@ -545,3 +545,30 @@ async def test_the_docs_ledger_example(
     assert row.status is Kind.COMMITTED and journal.in_doubt() == []
     assert journal.read(row.effect_id)[0].data["tier"] == 0
     journal.close()
+
+
+async def test_tier_zero_in_doubt_is_recovered_through_its_marker(place: Place) -> None:
+    """A tier-0 effect is never left in doubt by a crash; one that is anyway (sent while its
+    target was tier 2 on the same database, as here, or a journal edited by hand) is settled
+    through the marker, never resent blindly: found, COMMITTED via recovery-query; absent
+    (the send never committed), sent once, through a transaction of its own with the marker."""
+    create_credits(place.journal_url)
+    as_tier_two = SqlTarget("ledger", place.journal_url, tier=2)
+    target = place.target(0)
+    gate = Gate(place.journal)
+    lease_id = lease(place.journal)
+    landed, lost = new_credit(), new_credit()
+    for req, sent in ((landed, True), (lost, False)):
+        step = await gate.begin(call_of(as_tier_two, req, lease_id), as_tier_two)
+        assert isinstance(step, Ticket)
+        if sent:
+            await asyncio.to_thread(as_tier_two.run, credit_body, step.args, step.effect_id)
+        step.release()  # the crash
+    assert len(place.journal.in_doubt()) == 2
+    found = await attempt(gate, target, call_of(target, landed, lease_id))
+    assert isinstance(found, Done) and found.via == "recovery-query"
+    resent = await attempt(gate, target, call_of(target, lost, lease_id))
+    assert isinstance(resent, Done) and resent.via == "recovery-reapply"
+    for req in (landed, lost):
+        assert credits(place.journal_url, req.credit_id) == 1
+    assert place.journal.in_doubt() == []

@@ -12,6 +12,10 @@ the result), so "did it happen?" has an exact answer:
   and COMMITTED are one transaction. No crash can leave the effect in doubt. A worker whose
   journal is elsewhere refuses to start.
 
+An effect of a tier-0 target found dispatched and never confirmed (only an edited journal, or an
+effect sent while the target was tier 2, can be) is recovered as at tier 2: through its marker,
+never resent blindly.
+
 Every statement runs under ``time_limit``; a body that runs past it, or raises, rolls the whole
 transaction back: nothing happened. ``classify`` says what that means for a retry: a lock, a
 timeout or a lost connection (``OperationalError``) may succeed next time (``not_sent``); a
