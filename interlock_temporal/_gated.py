@@ -8,6 +8,7 @@ is, since it is part of what the effect *is*, not of where it runs."""
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import functools
 import inspect
@@ -25,7 +26,7 @@ from temporalio.converter import PayloadConverter
 
 from ._errors import InterlockNotInstalled, InvalidEffectInput, describe_invalid
 from .core.protocol import Measure
-from .core.targets import EffectTarget, check_declaration
+from .core.targets import EffectTarget, check_declaration, runs_transactions
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -143,6 +144,9 @@ class GateSpec:
     arg_types: tuple[Any, ...]
     return_type: Any
     is_async: bool
+    #: a body that takes its target's transaction first (``def credit(tx, req)``); the
+    #: activity Temporal runs takes the arguments after it
+    transaction: Callable[..., Any] | None = None
     inputs: Inputs = field(init=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -258,6 +262,9 @@ def gated(
     """
 
     def gate(body: Callable[P, R]) -> Callable[P, R]:
+        transaction = None
+        if target is not None and runs_transactions(target):
+            transaction, body = body, _in_transaction(body, target)
         params, hints = _typed_parameters(body, premises)
         if target is not None:
             check_declaration(target)
@@ -273,6 +280,7 @@ def gated(
             arg_types=tuple(hints[p.name] for p in params),
             return_type=hints.get("return"),
             is_async=inspect.iscoroutinefunction(body),
+            transaction=transaction,
         )
         return cast(Callable[P, R], _wrap(body, spec, hints))
 
@@ -301,6 +309,43 @@ def _typed_parameters(
     if premises is not None and len(params) != 1:
         raise TypeError("premises= names a field of the input: the activity needs one argument")
     return params, hints
+
+
+def _in_transaction(body: Callable[..., Any], target: EffectTarget) -> Callable[..., Any]:
+    """A body that takes its target's transaction first (``def credit(tx, req)``: an
+    ``SqlTarget``) as the activity Temporal runs: it takes the parameters after ``tx``, and
+    runs the body through the target (``target.run``: a transaction of the target's own, with
+    the effect's marker). At tier 0 the gate runs the body inside the journal's transaction
+    instead (``target.transact``), and this is only the way a resend goes."""
+    name = getattr(body, "__name__", "activity")
+    if inspect.iscoroutinefunction(body):
+        raise TypeError(
+            f"gated activity {name}: target {target.name} runs the body inside a database "
+            "transaction: write it as a plain def (its statements are synchronous)"
+        )
+    params = list(inspect.signature(body).parameters.values())
+    if not params:
+        raise TypeError(
+            f"gated activity {name}: target {target.name} runs the body inside a database "
+            f"transaction: take it first, def {name}(tx: SqlTransaction, ...)"
+        )
+    hints = get_type_hints(body)
+    rest = params[1:]
+    run = target.run  # type: ignore[attr-defined]
+
+    async def send(*args: Any) -> Any:
+        return await asyncio.to_thread(run, body, args, current_effect().effect_id)
+
+    functools.update_wrapper(send, body)
+    del send.__wrapped__  # type: ignore[attr-defined]
+    empty = inspect.Signature.empty
+    send.__signature__ = inspect.Signature(  # type: ignore[attr-defined]
+        rest, return_annotation=hints.get("return", empty)
+    )
+    send.__annotations__ = {p.name: hints[p.name] for p in rest if p.name in hints}
+    if "return" in hints:
+        send.__annotations__["return"] = hints["return"]
+    return send
 
 
 def _regate(

@@ -181,6 +181,7 @@ def install(config: Any, interceptor: InterlockInterceptor) -> None:
     elif isinstance(policy, Policy):
         check_arguments(policy, arguments)
     _ = runtime.gate
+    runtime.check_transactional()
     reconciler = ReconcileActivity(runtime, interceptor.desk)
     config["interceptors"] = [*(config.get("interceptors") or []), interceptor]
     config["activities"] = [

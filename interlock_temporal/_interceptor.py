@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import functools
 import logging
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from datetime import UTC, datetime, timedelta
@@ -178,7 +179,17 @@ def call_of(
         last_attempt=is_last_attempt(info),
         decode_args=spec.decode_json,
         param_names=spec.param_names,
+        transaction=_transaction_of(spec),
     )
+
+
+def _transaction_of(spec: GateSpec) -> Any:
+    """A body that takes its target's transaction, bound to the target's ``transact``: what the
+    gate runs inside the journal's transaction for a tier-0 target."""
+    if spec.transaction is None:
+        return None
+    transact = getattr(spec.require_target(), "transact", None)
+    return None if transact is None else functools.partial(transact, spec.transaction)
 
 
 def _non_retryable(error: BaseException, info: temporalio.activity.Info) -> bool:
@@ -455,9 +466,15 @@ class _ActivityInbound(temporalio.worker.ActivityInboundInterceptor):
         authority = self._root.authority(input)
         args = spec.decode(input.args, temporalio.activity.payload_converter())
         call = call_of(spec, info, args, authority)
-        with _as_temporal_errors():
-            gate = self._root.gate
-            step = await gate.begin(call, spec.require_target())
+        gate = self._root.gate
+        # tier 0 runs the body inside begin's transaction: heartbeat for it meanwhile
+        beat = None if call.transaction is None else self._heartbeat_while_sending(info)
+        try:
+            with _as_temporal_errors():
+                step = await gate.begin(call, spec.require_target())
+        finally:
+            if beat is not None:
+                beat.cancel()
         observed.effect(step.effect_id)
         if isinstance(step, Done):
             observed.event(step.via.upper())

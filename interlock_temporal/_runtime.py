@@ -20,12 +20,13 @@ from ._telemetry import Telemetry
 from .core.authority import AuthorityKeys
 from .core.errors import JournalConfigError
 from .core.journal import Journal, KeyLike, keyring_for, open_journal, parse_journal_url
+from .core.journal.interface import database_of, redacted
 from .core.journal.opening import configured_journal
 from .core.journal.signing import Keyring
 from .core.policy import Policy, PolicyFollower, PolicyGuard
 from .core.protocol import Gate
 from .core.review import ReviewRules
-from .core.targets import EffectTarget, check_declaration
+from .core.targets import EffectTarget, capabilities, check_declaration
 
 if TYPE_CHECKING:
     import temporalio.client
@@ -241,6 +242,35 @@ class WorkerRuntime:
         if activity_name not in self._gated:
             self._gated[activity_name] = Recoverable.of(spec)
         return spec
+
+    def check_transactional(self) -> None:
+        """A tier-0 target's write commits inside the journal's transaction: refuse a worker
+        whose journal is in another database, or whose tier-0 activity takes no transaction.
+        Then the target makes its marker table."""
+        journal = self.gate.journal
+        for name, spec in self._specs.items():
+            target = spec.require_target()
+            if capabilities(target).tier != 0:
+                continue
+            if spec.transaction is None:
+                raise WorkerSetupError(
+                    f"gated activity {name!r}: target {target.name} is tier 0, which runs the "
+                    "activity's body inside the journal's transaction, but the body takes no "
+                    f"transaction: write it as def {name}(tx, ...) under "
+                    "@gated(target=...) with the target declared there"
+                )
+            database = str(getattr(target, "database", ""))
+            if database_of(database) != journal.database():
+                raise WorkerSetupError(
+                    f"gated activity {name!r}: target {target.name} declares tier 0 (its write "
+                    f"commits in the journal's own transaction), but its database "
+                    f"{redacted(database)} is not the journal's ({journal.url}): point the "
+                    "target at the journal's database, or declare tier=2 (a marker table in "
+                    "the target's own database)"
+                )
+            prepare = getattr(target, "prepare", None)
+            if callable(prepare):
+                prepare()
 
     def check_heartbeat(self, info: activity.Info) -> None:
         """Warn once per activity type when a gated activity runs with no ``heartbeat_timeout``:

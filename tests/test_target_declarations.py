@@ -173,9 +173,17 @@ REFUSED: list[tuple[str, Callable[[], Any], str]] = [
         lambda: type("NoTier", (BaseTarget,), {"name": "no-tier", "capture": Duck.capture})(),
         "target no-tier: declares no tier; a BaseTarget sets tier = 1, 2 or 3",
     ),
-    ("tier_out_of_range", lambda: _with(Queried, tier=9), "target queried: tier must be 1, 2 or 3"),
-    ("tier_not_an_int", lambda: _with(Queried, tier="2"), "target queried: tier must be 1, 2 or 3"),
-    ("tier_a_bool", lambda: _with(Queried, tier=True), "target queried: tier must be 1, 2 or 3"),
+    (
+        "tier_out_of_range",
+        lambda: _with(Queried, tier=9),
+        "target queried: tier must be 0, 1, 2 or 3",
+    ),
+    (
+        "tier_not_an_int",
+        lambda: _with(Queried, tier="2"),
+        "target queried: tier must be 0, 1, 2 or 3",
+    ),
+    ("tier_a_bool", lambda: _with(Queried, tier=True), "target queried: tier must be 0, 1, 2 or 3"),
     (
         "duck_query_without_args",
         lambda: _with(Duck, query=_one_arg_query),

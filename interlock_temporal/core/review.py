@@ -215,10 +215,11 @@ def review_markdown(
     """The review's explanation for the Temporal UI: what was proposed, under which authority,
     what is known and unknown, and the exact JSON to send."""
     tier_text = {
+        0: "writes the effect in the journal's own transaction",
         1: "dedupes a resend by idempotency key, and can be asked",
         2: "can be asked whether the effect happened",
         3: "can neither dedupe a resend nor be asked whether it happened",
-    }.get(view.tier or 0, "unknown")
+    }.get(view.tier if view.tier is not None else -1, "unknown")
     lines = [
         f"## {'Effect in doubt' if kind == 'ambiguous' else 'Approval needed'}: "
         f"`{view.activity or view.effect_type}`",
@@ -226,7 +227,7 @@ def review_markdown(
         f"- effect id: `{view.effect_id}`",
         f"- principal: `{view.principal or '-'}` under lease `{view.lease_id or '-'}`",
         f"- target: `{view.target or '-'}` "
-        + (f"(tier {view.tier}: {tier_text})" if view.tier else "(tier not recorded)"),
+        + (f"(tier {view.tier}: {tier_text})" if view.tier is not None else "(tier not recorded)"),
         f"- proposed {_when(view.proposed_ts)}; dispatched {view.dispatches} time(s), "
         f"last {_when(view.last_dispatch_ts)}",
         f"- why a person is needed: {view.reason or '-'}",

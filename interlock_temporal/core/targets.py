@@ -1,8 +1,10 @@
 """What a target of effects can honestly promise, declared by its adapter.
 
 Tier 1: dedupes a resend that carries the effect id as its idempotency key, inside a window.
-Tier 2: can be asked whether an effect happened (``query``). Tier 3: neither.
-A target declares its tier (``tier = 1 | 2 | 3``) and ``gated`` checks the declaration against
+Tier 2: can be asked whether an effect happened (``query``). Tier 3: neither. Tier 0: the
+effect is a write to the journal's own database, run inside the journal's transaction
+(``transact``), so no crash can leave it in doubt.
+A target declares its tier (``tier = 0 | 1 | 2 | 3``) and ``gated`` checks the declaration against
 what the target can do when it is applied (``check_declaration``); a duck-typed target that
 declares none has its tier derived from what it can do. ``BaseTarget`` gives the optional
 methods their defaults. Methods may be sync or async; the gate awaits coroutines.
@@ -40,6 +42,13 @@ CLASSIFY_SIGNATURE = (
 )
 CONFIRMATION_SIGNATURE = "def confirmation(self, result: Any) -> str | None"
 CLOCK_SIGNATURE = "def clock(self) -> float"
+RUN_SIGNATURE = (
+    "def run(self, body: Callable[..., Any], args: tuple[Any, ...], effect_id: str) -> Any"
+)
+TRANSACT_SIGNATURE = (
+    "def transact(self, body: Callable[..., Any], db: Any, args: tuple[Any, ...], "
+    "effect_id: str) -> Any"
+)
 
 T = TypeVar("T")
 
@@ -186,9 +195,13 @@ class Capabilities:
     queryable: bool
     settle_time: timedelta
     dedupe_margin: timedelta = DEFAULT_DEDUPE_MARGIN
+    #: tier 0: the effect's write runs inside the journal's own transaction (``transact``)
+    transactional: bool = False
 
     @property
     def tier(self) -> int:
+        if self.transactional:
+            return 0
         if self.dedupe_window is not None:
             return 1
         return 2 if self.queryable else 3
@@ -217,7 +230,15 @@ def capabilities(target: EffectTarget) -> Capabilities:
         queryable=callable(getattr(target, "query", None)),
         settle_time=settle,
         dedupe_margin=getattr(target, "dedupe_margin", DEFAULT_DEDUPE_MARGIN),
+        transactional=getattr(target, "tier", None) == 0 and runs_transactions(target),
     )
+
+
+def runs_transactions(target: object) -> bool:
+    """Whether the target runs an effect's body itself, inside a database transaction it is
+    handed (``transact``, tier 0) or opens (``run``, its marker tier): a body written as
+    ``def body(tx, *args)``. ``SqlTarget`` (``interlock_temporal.targets.sql``) is one."""
+    return callable(getattr(target, "transact", None)) and callable(getattr(target, "run", None))
 
 
 def check_declaration(target: EffectTarget) -> Capabilities:
@@ -293,11 +314,13 @@ def _check_tier(target: object, name: str, caps: Capabilities) -> None:
                 f"target {name}: declares no tier; a BaseTarget sets tier = 1, 2 or 3"
             )
         return
-    if isinstance(tier, bool) or not isinstance(tier, int) or tier not in (1, 2, 3):
-        raise TargetDeclarationError(f"target {name}: tier must be 1, 2 or 3")
+    if isinstance(tier, bool) or not isinstance(tier, int) or tier not in (0, 1, 2, 3):
+        raise TargetDeclarationError(f"target {name}: tier must be 0, 1, 2 or 3")
     window = caps.dedupe_window is not None
     problem = None
-    if tier == 1 and not window:
+    if tier == 0:
+        problem = _tier_zero_problem(target, window, caps.queryable)
+    elif tier == 1 and not window:
         problem = (
             "declares tier 1 but has no dedupe_window: declare how long it dedupes a resend "
             "by key (a positive timedelta), or declare tier 2 or 3"
@@ -317,6 +340,27 @@ def _check_tier(target: object, name: str, caps: Capabilities) -> None:
         )
     if problem is not None:
         raise TargetDeclarationError(f"target {name}: {problem}")
+
+
+def _tier_zero_problem(target: object, window: bool, queryable: bool) -> str | None:
+    """Tier 0 promises that no crash leaves the effect in doubt: only a target that runs its
+    write inside the journal's own transaction can keep that (``SqlTarget``)."""
+    needs = (
+        (callable(getattr(target, "transact", None)), f"`{TRANSACT_SIGNATURE}`"),
+        (callable(getattr(target, "run", None)), f"`{RUN_SIGNATURE}`"),
+        (isinstance(getattr(target, "database", None), str), "`database: str`"),
+        (queryable, f"`{QUERY_SIGNATURE}`"),
+    )
+    missing = [what for ok, what in needs if not ok]
+    if missing:
+        return (
+            "declares tier 0 but cannot run its write inside the journal's transaction: it "
+            f"lacks {', '.join(missing)}. Use SqlTarget (interlock_temporal.targets.sql) on the "
+            "journal's database, or declare tier 1, 2 or 3"
+        )
+    if window:
+        return "declares tier 0 but has a dedupe_window: declare dedupe_window = None"
+    return None
 
 
 @dataclass(frozen=True)
@@ -355,6 +399,18 @@ _CALLS: dict[str, _Call] = {
     "classify": _Call((None,), "the error the send raised", CLASSIFY_SIGNATURE, False),
     "confirmation": _Call((None,), "the send's result", CONFIRMATION_SIGNATURE, False),
     "clock": _Call((), "no argument", CLOCK_SIGNATURE, False),
+    "transact": _Call(
+        (None, None, (), "effect_id"),
+        "the body, the journal's connection, the approved arguments and the effect id",
+        TRANSACT_SIGNATURE,
+        False,
+    ),
+    "run": _Call(
+        (None, (), "effect_id"),
+        "the body, the approved arguments and the effect id",
+        RUN_SIGNATURE,
+        False,
+    ),
 }
 
 

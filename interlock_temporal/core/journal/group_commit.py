@@ -8,9 +8,9 @@ import contextlib
 import dataclasses
 import functools
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from ..models import Entry
 from .interface import Build
@@ -20,12 +20,15 @@ if TYPE_CHECKING:
 
 #: an append's arguments: effect id, expected head, build, effect type, lease id, values
 AppendArgs = tuple[str, str, Build, str | None, str | None, Mapping[str, Any] | None]
+T = TypeVar("T")
 
 
 @dataclasses.dataclass(slots=True)
 class _Queued:
     args: AppendArgs
-    future: asyncio.Future[list[Entry]]
+    future: asyncio.Future[Any]
+    #: a transaction of its own (``run_alone``) instead of an append
+    job: Callable[[], Any] | None = None
 
 
 class GroupCommit:
@@ -62,6 +65,16 @@ class GroupCommit:
             self._start()
         return future
 
+    def run_alone(self, job: Callable[[], T]) -> asyncio.Future[T]:
+        """Run ``job`` (a whole transaction, synchronous) on the writer thread, alone: the
+        appends queued before it are written first, those that arrive while it runs wait for
+        it. The future resolves with what it returns, or its error."""
+        future: asyncio.Future[T] = self.loop.create_future()
+        self._queue.append(_Queued(("", "", (), None, None, None), future, job))
+        if not self._busy:
+            self._start()
+        return future
+
     def _start(self) -> None:
         delay = self.journal.commit_delay
         if delay > 0 and 0 < len(self._queue) < self.journal._claims_held():
@@ -74,7 +87,11 @@ class GroupCommit:
         while True:
             # an append whose caller was cancelled before it was written is not written
             batch = [q for q in self._queue if not q.future.cancelled()]
-            self._queue = []
+            job = next((i for i, q in enumerate(batch) if q.job is not None), None)
+            batch, self._queue = (batch, []) if job is None else (batch[:job], batch[job:])
+            if job == 0:
+                self._run_job(self._queue.pop(0))
+                return
             self._busy = bool(batch)
             if not batch:
                 return
@@ -85,6 +102,20 @@ class GroupCommit:
                 continue
             done.add_done_callback(functools.partial(self._finish, batch))
             return
+
+    def _run_job(self, queued: _Queued) -> None:
+        assert queued.job is not None
+        self._busy = True
+        done = self.loop.run_in_executor(self.writer, queued.job)
+        done.add_done_callback(functools.partial(self._finish_job, queued))
+
+    def _finish_job(self, queued: _Queued, done: asyncio.Future[Any]) -> None:
+        try:
+            outcome: Any = done.result()
+        except BaseException as err:
+            outcome = err
+        _resolve([queued], [outcome])
+        self._start()
 
     def _finish(
         self, batch: list[_Queued], done: asyncio.Future[list[list[Entry] | Exception]]

@@ -6,11 +6,12 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import os
 import re
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from typing import Any
-from urllib.parse import urlparse, urlunparse
+from typing import Any, Protocol, TypeVar
+from urllib.parse import parse_qs, unquote, urlparse, urlunparse
 
 from ..errors import JournalConfigError, JournalCorrupt
 from ..leases import LeaseStore
@@ -49,6 +50,47 @@ def redacted(url: str) -> str:
 
 
 Build = Sequence[Draft] | Callable[[Lease | None], Sequence[Draft]]
+T = TypeVar("T")
+
+
+def database_of(url: str) -> tuple[str, ...]:
+    """Which database ``url`` names, comparable across spellings: ``("sqlite", resolved
+    path)``, or ``("postgresql", host, port, database)`` (libpq's defaults filled in: port
+    5432, the database named after the user). Two URLs that give the same tuple are the same
+    database; hosts are compared as written (``localhost`` is not ``127.0.0.1``)."""
+    parsed = urlparse(url)
+    if parsed.scheme in ("postgresql", "postgres"):
+        query = {k: v[-1] for k, v in parse_qs(parsed.query).items()}
+        host = parsed.hostname or query.get("host") or "localhost"
+        port = str(parsed.port or query.get("port") or 5432)
+        user = parsed.username or query.get("user") or ""
+        name = unquote(parsed.path.lstrip("/")) or query.get("dbname") or user
+        return ("postgresql", host, port, name)
+    text = url[len("sqlite://") :] if parsed.scheme == "sqlite" else url
+    path = text.split("?", 1)[0]
+    if parsed.scheme == "sqlite" and path.startswith("/"):
+        path = path[1:]
+    return ("sqlite", os.path.realpath(path))
+
+
+class JournalTx(Protocol):
+    """One write transaction of the journal, handed to ``Journal.transact_async``'s function:
+    ``append`` as ``Journal.append`` does it, inside this transaction; ``db`` the connection
+    the transaction runs on (what a tier-0 target writes the effect with)."""
+
+    @property
+    def db(self) -> Any: ...
+
+    def append(
+        self,
+        effect_id: str,
+        expected_head: str,
+        build: Build,
+        *,
+        effect_type: str | None = None,
+        lease_id: str | None = None,
+        blobs: Mapping[str, Any] | None = None,
+    ) -> list[Entry]: ...
 
 
 #: measured on a 2-core machine, 64 activities in flight on one worker: batches of 3.3 to 4.2
@@ -143,6 +185,20 @@ class Journal(ABC):
             blobs=blobs,
         )
         return await asyncio.to_thread(write) if self.loop_shared else write()
+
+    async def transact_async(self, fn: Callable[[JournalTx], T]) -> T:
+        """Run ``fn(tx)``, a synchronous function, in one durable write transaction of this
+        journal, and return what it returns once committed; if it raises, nothing it wrote is
+        kept. It runs beside the coroutines' appends, never interleaved with them (they wait
+        for it), so keep it short. Tier 0 (a write in the journal's own database) needs it."""
+        raise JournalConfigError(
+            f"journal {self.url} cannot run an effect inside its own transaction: tier 0 needs "
+            "a SQL journal (sqlite:/// or postgresql://)"
+        )
+
+    def database(self) -> tuple[str, ...]:
+        """Which database holds the journal (``database_of``)."""
+        return database_of(self.url)
 
     @abstractmethod
     def effects(

@@ -31,7 +31,7 @@ from .entries import (
     values_digest,
 )
 from .group_commit import AppendArgs, GroupCommit, no_wakeup_preemption
-from .interface import POLICY_CHAIN_TYPE, SCHEMA_VERSION, Build, Journal
+from .interface import POLICY_CHAIN_TYPE, SCHEMA_VERSION, Build, Journal, JournalTx
 from .sql_leases import SqlLeases
 from .sql_policy import SqlPolicy
 
@@ -302,6 +302,12 @@ class SqlJournal(Journal):
                 blobs=blobs,
             )
         return await group.submit((effect_id, expected_head, build, effect_type, lease_id, blobs))
+
+    async def transact_async(self, fn: Callable[[JournalTx], T]) -> T:
+        """``fn(tx)`` in one ``_write`` transaction on the writer thread, alone (see
+        ``GroupCommit.run_alone``): the appends of this process wait for it, they do not fail."""
+        job = functools.partial(self._write, lambda db: fn(_Tx(self, db)))
+        return await self._group_commit().run_alone(job)
 
     def _group_commit(self) -> GroupCommit:
         loop = asyncio.get_running_loop()
@@ -621,6 +627,30 @@ class SqlJournal(Journal):
     @abstractmethod
     def _is_database_error(self, err: BaseException) -> bool:
         """An error of the database itself (its driver's), not of one append's inputs."""
+
+
+class _Tx:
+    """One write transaction, as ``transact_async``'s function sees it (``JournalTx``)."""
+
+    def __init__(self, journal: SqlJournal, db: Any) -> None:
+        self._journal = journal
+        self.db = db
+
+    def append(
+        self,
+        effect_id: str,
+        expected_head: str,
+        build: Build,
+        *,
+        effect_type: str | None = None,
+        lease_id: str | None = None,
+        blobs: Mapping[str, Any] | None = None,
+    ) -> list[Entry]:
+        args: AppendArgs = (effect_id, expected_head, build, effect_type, lease_id, blobs)
+        try:
+            return self._journal._append_tx(self.db, *args)
+        except Exception as err:
+            raise self._journal._append_error(args, err) from err
 
 
 class _Access:

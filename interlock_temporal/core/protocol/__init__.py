@@ -12,6 +12,7 @@ settling one whose owner is gone), ``gate`` (the attempt path, and ``Gate`` itse
 """
 
 from .calls import (
+    ATOMIC_POINTS,
     IN_FLIGHT_RETRY_S,
     NO_LEASE,
     NOT_OWNER_RETRY_S,
@@ -22,12 +23,14 @@ from .calls import (
     Measure,
     OwnerEnded,
     Ticket,
+    Transaction,
     decision_premises,
     proposed_payload,
 )
 from .gate import Gate
 
 __all__ = [
+    "ATOMIC_POINTS",
     "IN_FLIGHT_RETRY_S",
     "NOT_OWNER_RETRY_S",
     "NO_LEASE",
@@ -39,6 +42,7 @@ __all__ = [
     "Measure",
     "OwnerEnded",
     "Ticket",
+    "Transaction",
     "decision_premises",
     "proposed_payload",
 ]

@@ -43,6 +43,12 @@ POINTS = (
     "after_commit_tx",
     "before_recovery_tx",
 )
+#: the points of a tier-0 effect's one transaction (the body runs between them); before it is
+#: ``before_dispatch_tx``, after its commit ``after_commit_tx``
+ATOMIC_POINTS = ("atomic_before_body", "atomic_before_commit")
+#: a tier-0 effect's body, run inside the journal's transaction: ``(connection, approved
+#: arguments, effect id) -> result``
+Transaction = Callable[[Any, tuple[Any, ...], str], Any]
 
 
 @dataclass(frozen=True)
@@ -89,6 +95,9 @@ class Call:
     decode_args: Callable[[list[Any]], tuple[Any, ...]] | None = None
     #: the body's parameter names (policy rules may name arguments by them)
     param_names: tuple[str, ...] = ()
+    #: tier 0: the body, run inside the journal's transaction (the adapter binds it to its
+    #: target's ``transact``); the gate uses it only for a target that declares tier 0
+    transaction: Transaction | None = None
     #: the policy's decision for this attempt, made once however often the attempt re-reads
     admission: dict[str, Decision] = field(default_factory=dict, compare=False, repr=False)
 

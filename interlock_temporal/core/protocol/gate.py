@@ -18,6 +18,7 @@ from ..models import Draft, Kind, Lease, Receipt
 from ..receipts import EffectView, fold, receipt_of
 from ..targets import EffectTarget, capabilities
 from .admission import policy_deciders
+from .atomic import Atomic
 from .calls import (
     IN_FLIGHT_RETRY_S,
     NO_LEASE,
@@ -34,7 +35,7 @@ from .outcomes import refusal
 from .recovery import Recovery
 
 
-class Gate(Recovery):
+class Gate(Recovery, Atomic):
     """Runs the protocol against one journal. Cheap to construct; holds no per-effect state."""
 
     @staticmethod
@@ -169,7 +170,7 @@ class Gate(Recovery):
 
     async def _dispatch_first(
         self, call: Call, target: EffectTarget, eid: str, pdigest: str, claim: Claim | None
-    ) -> Ticket:
+    ) -> Ticket | Done:
         caps = capabilities(target)
         admitted = self._police(call, eid, pdigest, call.args)
         current = await premise.capture(target, call.input, eid)
@@ -178,23 +179,7 @@ class Gate(Recovery):
         changes = await premise.validate(target, recorded, current, call.input)
         approved, approved_json = self._approved(call, admitted)
         approved_digest = hashlib.sha256(approved_json).hexdigest()
-        proposed = Draft(
-            kind=Kind.PROPOSED,
-            data={
-                "effect_type": call.effect_type,
-                "activity": call.activity,
-                "payload_digest": pdigest,
-                "principal": call.principal,
-                "lease_id": call.lease_id,
-                "session": call.session,
-                "premises": recorded,
-                "premises_source": "capture" if decided is None else "decision",
-                "target": target.name,
-                "tier": caps.tier,
-                "delivery": delivery_record(call),
-                "input_digest": call.input_digest,
-            },
-        )
+        proposed = self._proposed(call, target, pdigest, recorded, decided is None)
         measured = call.measure(approved) if call.measure else Measure()
         demand = Demand(call.principal, call.activity, measured.amount_cents, measured.resource)
         decided_by = ["lease", *policy_deciders(admitted, self.policy_id)]
@@ -223,6 +208,10 @@ class Gate(Recovery):
             ]
 
         self._point("before_dispatch_tx", eid)
+        if caps.transactional and call.transaction is not None:
+            return await self._dispatch_atomic(
+                call, target, eid, "", build, approved, approved_json, "dispatch"
+            )
         written = await self.journal.append_async(
             eid,
             "",
@@ -233,9 +222,10 @@ class Gate(Recovery):
         )
         self._raise_if_refused(eid, written)
         self._point("after_dispatch_tx", eid)
+        head = written[-1].hash
         return Ticket(
             eid,
-            written[-1].hash,
+            head,
             "dispatch",
             approved,
             as_input(approved),
@@ -246,9 +236,31 @@ class Gate(Recovery):
             written=written,
         )
 
+    @staticmethod
+    def _proposed(
+        call: Call, target: EffectTarget, pdigest: str, recorded: Any, captured: bool
+    ) -> Draft:
+        return Draft(
+            kind=Kind.PROPOSED,
+            data={
+                "effect_type": call.effect_type,
+                "activity": call.activity,
+                "payload_digest": pdigest,
+                "principal": call.principal,
+                "lease_id": call.lease_id,
+                "session": call.session,
+                "premises": recorded,
+                "premises_source": "capture" if captured else "decision",
+                "target": target.name,
+                "tier": capabilities(target).tier,
+                "delivery": delivery_record(call),
+                "input_digest": call.input_digest,
+            },
+        )
+
     async def _dispatch_reopened(
         self, call: Call, target: EffectTarget, view: EffectView, claim: Claim
-    ) -> Ticket:
+    ) -> Ticket | Done:
         """A person reopened a refused effect: authorise it afresh, under the caller's authority
         and the facts current now (the new baseline for any later recovery)."""
         eid = view.effect_id
@@ -291,6 +303,10 @@ class Gate(Recovery):
                 self._dispatched("reopened", call, current, None, charge_for(lease, demand)),
             ]
 
+        if capabilities(target).transactional and call.transaction is not None:
+            return await self._dispatch_atomic(
+                call, target, eid, view.head, build, approved, approved_json, "reopened", view
+            )
         written = await self.journal.append_async(
             eid, view.head, build, lease_id=call.lease_id, blobs={"approved": approved_json}
         )
