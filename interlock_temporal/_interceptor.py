@@ -183,6 +183,10 @@ def call_of(
     )
 
 
+#: how a Done says this attempt sent (and committed) the effect itself
+_SENT_NOW = ("dispatch", "reopened")
+
+
 def _transaction_of(spec: GateSpec) -> Any:
     """A body that takes its target's transaction, bound to the target's ``transact``: what the
     gate runs inside the journal's transaction for a tier-0 target."""
@@ -476,6 +480,14 @@ class _ActivityInbound(temporalio.worker.ActivityInboundInterceptor):
             if beat is not None:
                 beat.cancel()
         observed.effect(step.effect_id)
+        if isinstance(step, Done) and call.transaction is not None and step.via in _SENT_NOW:
+            # tier 0: dispatched and committed in begin's one transaction, by this attempt
+            observed.event("DISPATCHED", via=step.via, dispatch=1)
+            observed.event("COMMITTED", via=step.via)
+            observed.ended("COMMITTED", gate_ms=None)
+            return self._policed_result(
+                gate, call, info, step.effect_id, call.args, meter, step.result
+            )
         if isinstance(step, Done):
             observed.event(step.via.upper())
             observed.ended("COMMITTED" if step.via != "resolved" else "RESOLVED")
@@ -508,20 +520,33 @@ class _ActivityInbound(temporalio.worker.ActivityInboundInterceptor):
         result, done = await _uncancellable(task)
         observed.event("COMMITTED", via=done.via)
         observed.ended("COMMITTED", gate_ms=None if done.gate_s is None else done.gate_s * 1000)
+        return self._policed_result(gate, call, info, step.effect_id, step.args, meter, result)
+
+    def _policed_result(
+        self,
+        gate: Gate,
+        call: Call,
+        info: temporalio.activity.Info,
+        effect_id: str,
+        args: Sequence[Any],
+        meter: list[float],
+        result: Any,
+    ) -> Any:
+        """A result this attempt committed: its actual cost recorded, the result rules run."""
         guard = gate.policy
         if guard is None:
             return result
         event = CallEvent(
             activity=call.activity,
-            args=step.args,
+            args=tuple(args),
             principal=call.principal,
             session=call.session,
             namespace=call.namespace,
             attempt=info.attempt,
             workflow_id=info.workflow_id,
-            effect_id=step.effect_id,
+            effect_id=effect_id,
         )
-        self._record_cost(guard, Scopes.of(event, f"effect:{step.effect_id}"), meter, result)
+        self._record_cost(guard, Scopes.of(event, f"effect:{effect_id}"), meter, result)
         return self._after_result(guard, event, result)
 
     async def _open_review(

@@ -29,6 +29,7 @@ from interlock_temporal.core.journal import Journal
 from interlock_temporal.core.models import Change, Kind
 from interlock_temporal.core.protocol import Call, Done, Gate, Ticket
 from interlock_temporal.core.targets import TargetDeclarationError
+from interlock_temporal.policy import CallEvent, Decision, Policy, modify
 from interlock_temporal.targets.sql import SqlTarget, TimeLimitExceeded
 from interlock_temporal.testing import DevServer, PostgresServer
 
@@ -452,7 +453,16 @@ async def test_tier_zero_end_to_end(client: Client, tmp_path: Path) -> None:
     target = SqlTarget("ledger", url, tier=0)
     journal = open_journal(url, signing_key=SIGNING_KEY)
     lease_id = journal.leases.issue(PRINCIPAL, activities=["credit"])
-    plugin = InterlockPlugin(journal, signing_key=SIGNING_KEY)
+    # the result rules see what a tier-0 body returned, as for any other tier
+    seen: list[Any] = []
+
+    def mask(e: CallEvent) -> Decision | None:
+        seen.append(e.result)
+        rich = e.result.balance > 1000
+        return modify(e.result.model_copy(update={"balance": -1})) if rich else None
+
+    policy = Policy(result_rules=[mask])
+    plugin = InterlockPlugin(journal, signing_key=SIGNING_KEY, policy=policy)
     req = new_credit()
     async with Worker(
         client,
@@ -466,6 +476,16 @@ async def test_tier_zero_end_to_end(client: Client, tmp_path: Path) -> None:
             CallActivity.run, {**spec, "lease": lease_id}, id=queue, task_queue=queue
         )
         assert result == {"credit_id": req.credit_id, "balance": 250}
+        assert seen == [Credited.model_validate(result)]
+        rich = new_credit(cents=5000)
+        masked = await client.execute_workflow(
+            CallActivity.run,
+            {**spec, "arg": rich.model_dump(), "lease": lease_id},
+            id=f"{queue}-rich",
+            task_queue=queue,
+        )
+        assert masked == {"credit_id": rich.credit_id, "balance": -1}
+        assert credits(url, rich.credit_id) == 1
         bad = new_credit(cents=-1)
         with pytest.raises(WorkflowFailureError) as failed:
             await client.execute_workflow(
