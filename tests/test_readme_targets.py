@@ -279,3 +279,33 @@ async def test_the_postgres_block_lets_a_second_worker_see_what_the_first_sent(
         1,
         results[0]["refund_id"],
     )
+
+
+# -- the Targets table --------------------------------------------------------------------------
+
+
+def _targets_table() -> list[list[str]]:
+    text = (Path(__file__).resolve().parent.parent / "README.md").read_text()
+    section = text[text.index("### Targets\n") :]
+    section = section[: section.index("\n### ", 1)]
+    lines = [ln for ln in section.splitlines() if ln.startswith("| `targets.")]
+    return [[cell.strip() for cell in ln.strip("|").split("|")] for ln in lines]
+
+
+def test_the_targets_table_names_every_ready_made_target_by_a_class_that_exists() -> None:
+    """Each row's ``targets.<module>.<Class>`` imports, and every public module of
+    ``interlock_temporal.targets`` has a row: a new target without one fails here."""
+    import importlib
+    import pkgutil
+
+    import interlock_temporal.targets as package
+
+    named: set[str] = set()
+    for target, _tier, _needs in _targets_table():
+        dotted = target.split("`")[1]
+        module_name, cls = dotted.rsplit(".", 1)
+        module = importlib.import_module(f"interlock_temporal.{module_name}")
+        assert isinstance(getattr(module, cls), type), dotted
+        named.add(module_name.split(".")[1])
+    public = {m.name for m in pkgutil.iter_modules(package.__path__) if not m.name.startswith("_")}
+    assert named == public
