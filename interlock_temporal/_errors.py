@@ -11,13 +11,25 @@ counts: a person must act.
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
 from datetime import timedelta
 from typing import Any
 
 from pydantic import ValidationError
 from temporalio.exceptions import ActivityError, ApplicationError, ApplicationErrorCategory
 
-from .core.errors import Denied
+from .core.errors import (
+    Ambiguous,
+    Denied,
+    InFlight,
+    InvalidCall,
+    JournalCorrupt,
+    JournalUnavailable,
+    NeedsApproval,
+    Refused,
+    UnstableEffectKey,
+)
 from .core.models import Receipt
 
 
@@ -207,3 +219,31 @@ def describe_invalid(err: BaseException, param: str) -> str:
         where = ".".join(str(part) for part in (param, *e["loc"]))
         problems.append(f"{where}: {e['type']}")
     return "; ".join(problems)
+
+
+@contextlib.contextmanager
+def as_temporal_errors() -> Iterator[None]:
+    """Core outcomes become the ``ApplicationError`` types workflows and operators see."""
+    try:
+        yield
+    except Refused as r:
+        # a target's refusal reaches the workflow with the target's own error as its cause (an
+        # API's message: the journal keeps only what ``refusal_detail`` says)
+        cause = r.__context__ if r.code == "target_rejected" and r.refused_at is None else None
+        raise EffectRefused(str(r), r.receipt) from cause
+    except Ambiguous as a:
+        raise AmbiguousEffect(a.reason, a.receipt) from None
+    except InFlight as f:
+        raise EffectInFlight(str(f), f.retry_after) from None
+    except InvalidCall as e:
+        raise InvalidEffectInput(str(e)) from None
+    except JournalUnavailable as e:
+        raise JournalUnavailableError(str(e)) from None
+    except JournalCorrupt as e:
+        raise JournalCorruptError(str(e), e.effect_id, e.seq) from None
+    except UnstableEffectKey as e:
+        raise UnstableEffectKeyError(str(e), e.receipt) from None
+    except Denied as d:
+        raise InterlockDenied(d) from None
+    except NeedsApproval as n:
+        raise ApprovalRequired(n.code, n.reason, n.binding, n.policy_id) from None

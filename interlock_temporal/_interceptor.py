@@ -8,7 +8,7 @@ import contextlib
 import dataclasses
 import functools
 import logging
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any, NoReturn
 
@@ -23,14 +23,10 @@ from ._errors import (
     AmbiguousEffect,
     ApprovalRequired,
     AuthorityRejected,
-    EffectInFlight,
-    EffectRefused,
     InterlockDenied,
-    InvalidEffectInput,
-    JournalCorruptError,
-    JournalUnavailableError,
     TargetNotBound,
     UnstableEffectKeyError,
+    as_temporal_errors,
 )
 from ._gated import (
     EffectContext,
@@ -56,15 +52,8 @@ from .core.authority import (
     for_start,
 )
 from .core.errors import (
-    Ambiguous,
     Denied,
-    InFlight,
-    InvalidCall,
-    JournalCorrupt,
     JournalUnavailable,
-    NeedsApproval,
-    Refused,
-    UnstableEffectKey,
 )
 from .core.journal import Journal, KeyLike
 from .core.models import Kind
@@ -85,34 +74,6 @@ from .core.review import ReviewKind, ReviewRules
 from .core.targets import EffectTarget, capabilities
 
 log = logging.getLogger("interlock_temporal")
-
-
-@contextlib.contextmanager
-def _as_temporal_errors() -> Iterator[None]:
-    """Core outcomes become the ``ApplicationError`` types workflows and operators see."""
-    try:
-        yield
-    except Refused as r:
-        # a target's refusal reaches the workflow with the target's own error as its cause (an
-        # API's message: the journal keeps only what ``refusal_detail`` says)
-        cause = r.__context__ if r.code == "target_rejected" and r.refused_at is None else None
-        raise EffectRefused(str(r), r.receipt) from cause
-    except Ambiguous as a:
-        raise AmbiguousEffect(a.reason, a.receipt) from None
-    except InFlight as f:
-        raise EffectInFlight(str(f), f.retry_after) from None
-    except InvalidCall as e:
-        raise InvalidEffectInput(str(e)) from None
-    except JournalUnavailable as e:
-        raise JournalUnavailableError(str(e)) from None
-    except JournalCorrupt as e:
-        raise JournalCorruptError(str(e), e.effect_id, e.seq) from None
-    except UnstableEffectKey as e:
-        raise UnstableEffectKeyError(str(e), e.receipt) from None
-    except Denied as d:
-        raise InterlockDenied(d) from None
-    except NeedsApproval as n:
-        raise ApprovalRequired(n.code, n.reason, n.binding, n.policy_id) from None
 
 
 def is_last_attempt(info: temporalio.activity.Info, now: datetime | None = None) -> bool:
@@ -424,7 +385,7 @@ class _ActivityInbound(temporalio.worker.ActivityInboundInterceptor):
         scopes = dataclasses.replace(
             scopes, binding=call_binding(event.activity, digest, scopes.principal)
         )
-        with self._root.telemetry.policy_span(event.activity) as span, _as_temporal_errors():
+        with self._root.telemetry.policy_span(event.activity) as span, as_temporal_errors():
             checked = guard.check(event, scopes, delivery=delivery_nonce(info), digest=digest)
             span.set_attributes({VERDICT: checked.verdict.value, REASON: checked.code or "-"})
             decision = enforce(checked, session=scopes.session, binding=scopes.binding)
@@ -474,7 +435,7 @@ class _ActivityInbound(temporalio.worker.ActivityInboundInterceptor):
         # tier 0 runs the body inside begin's transaction: heartbeat for it meanwhile
         beat = None if call.transaction is None else self._heartbeat_while_sending(info)
         try:
-            with _as_temporal_errors():
+            with as_temporal_errors():
                 step = await gate.begin(call, spec.require_target())
         finally:
             if beat is not None:
@@ -580,13 +541,13 @@ class _ActivityInbound(temporalio.worker.ActivityInboundInterceptor):
                 )
             except Exception as err:
                 last = step.call.last_attempt or _non_retryable(err, info)
-                with _as_temporal_errors():
+                with as_temporal_errors():
                     await gate.fail(step, err, last_attempt=last)
                 raise
             except BaseException:
                 step.release()
                 raise
-            with _as_temporal_errors():
+            with as_temporal_errors():
                 done = await gate.commit(step, result)
             if done.after is Kind.AMBIGUOUS:
                 await self._root.desk.late_commit(step.effect_id)
