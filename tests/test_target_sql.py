@@ -10,9 +10,10 @@ point of the tier-0 transaction) is at the bottom, on a real dev server.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import functools
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
@@ -30,7 +31,7 @@ from interlock_temporal.core.models import Change, Kind
 from interlock_temporal.core.protocol import Call, Done, Gate, Ticket
 from interlock_temporal.core.targets import TargetDeclarationError
 from interlock_temporal.policy import CallEvent, Decision, Policy, modify
-from interlock_temporal.targets.sql import SqlTarget, TimeLimitExceeded
+from interlock_temporal.targets.sql import SqlTarget, SqlTransaction, TimeLimitExceeded
 from interlock_temporal.testing import DevServer, PostgresServer
 
 from .doc_snippets import load, snippet
@@ -212,6 +213,41 @@ async def test_tier_zero_body_error_rolls_everything_back(place: Place) -> None:
     assert "IntegrityError" in refused.value.reason or "CheckViolation" in refused.value.reason
     assert refused.value.receipt.executed is False
     assert credits(place.journal_url, bad.credit_id) == 0
+    assert kinds(place.journal, refused.value.receipt.effect_id) == ["PROPOSED", "REFUSED"]
+    assert place.journal.in_doubt() == []
+
+
+def _ends_its_transaction(tx: SqlTransaction, req: Credit) -> Credited:
+    """A body that tries to commit its write early (a second statement after ``;``)."""
+    tx.execute(
+        f"INSERT INTO credits (credit_id, account, cents) VALUES ('{req.credit_id}', 'a', 1); "
+        "COMMIT"
+    )
+    return Credited(credit_id=req.credit_id, balance=1)
+
+
+def _commits(tx: SqlTransaction, req: Credit) -> Credited:
+    credit_body(tx, req)
+    tx.execute("COMMIT")
+    return Credited(credit_id=req.credit_id, balance=0)
+
+
+@pytest.mark.parametrize("body", [_ends_its_transaction, _commits])
+async def test_a_tier_zero_body_cannot_end_the_journals_transaction(
+    place: Place, body: Callable[..., Credited]
+) -> None:
+    """``COMMIT`` (or ``...; COMMIT`` smuggled after a first statement) would commit the
+    dispatch and the write without COMMITTED, and leave the effect in doubt: refused, all of
+    it rolled back, nothing in doubt."""
+    target = place.target(0)
+    lease_id = lease(place.journal)
+    req = new_credit()
+    call = call_of(target, req, lease_id)
+    call = dataclasses.replace(call, transaction=functools.partial(target.transact, body))
+    with pytest.raises(Refused) as refused:
+        await attempt(Gate(place.journal), target, call)
+    assert refused.value.code == "target_rejected"
+    assert credits(place.journal_url, req.credit_id) == 0
     assert kinds(place.journal, refused.value.receipt.effect_id) == ["PROPOSED", "REFUSED"]
     assert place.journal.in_doubt() == []
 

@@ -110,6 +110,9 @@ class SqlTransaction:
             )
         if self.dialect == "postgresql":
             sql = sql.replace("%", "%%").replace("?", "%s")
+            # prepared: one statement only ("...; COMMIT" would end the transaction it is given;
+            # sqlite3 refuses a second statement by itself)
+            return self._db.execute(sql, tuple(params), prepare=True)
         return self._db.execute(sql, tuple(params))
 
 
