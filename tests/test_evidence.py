@@ -77,6 +77,7 @@ def test_the_exhaustive_check_catches_a_gate_that_never_asks(gate_that_never_ask
     assert result.violations, "a planted bug went unnoticed"
 
 
+@FAULTS
 def test_the_exhaustive_check_catches_an_outcome_recorded_without_checking_the_chain(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
@@ -114,7 +115,18 @@ async def test_the_sweep_catches_the_planted_bug(bug: planted_bugs.Bug, tmp_path
     assert caught, f"the sweep did not catch {bug.name}"
 
 
-@pytest.mark.parametrize("bug", planted_bugs.BUGS, ids=lambda b: b.name.replace(" ", "-"))
+#: planted bugs the model check needs more than ten seconds to reach (make faults runs them;
+#: make test keeps the others, and the sweep's catch of every one)
+SLOW_TO_REACH = frozenset(
+    {"a journal read not verified", "the lease ignored at recovery", "the dedupe margin ignored"}
+)
+
+
+@pytest.mark.parametrize(
+    "bug",
+    [pytest.param(b, marks=FAULTS) if b.name in SLOW_TO_REACH else b for b in planted_bugs.BUGS],
+    ids=lambda b: b.name.replace(" ", "-"),
+)
 def test_the_model_check_catches_the_planted_bug(bug: planted_bugs.Bug) -> None:
     tier, variant, events = bug.model
     assert set(events) <= set(model_check.scope(tier, variant))  # make faults explores it
