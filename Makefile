@@ -5,7 +5,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-$(shell cat pyproject.toml requirements.lock | cksum | cut -d' ' -f1)
 
-.PHONY: setup browser stripe-mock demo test faults bench mutants lint clean
+.PHONY: setup browser pgbouncer stripe-mock demo test faults bench mutants lint clean
 
 setup: $(STAMP)
 
@@ -37,6 +37,15 @@ browser: setup
 	@test -x $(CHROMIUM) || { echo "$(CHROMIUM) is still missing after apt-get" >&2; exit 1; }
 	@$(BIN)/python -c "import playwright.async_api"
 
+# The PostgreSQL journal refuses a pooling proxy in transaction mode: its test puts Debian's
+# pgbouncer (started by the test, on loopback, never as a service) in front of a throwaway cluster.
+PGBOUNCER := /usr/sbin/pgbouncer
+
+pgbouncer:
+	@test -x $(PGBOUNCER) || $(APT_GET) install -y pgbouncer \
+		|| { $(APT_GET) update && $(APT_GET) install -y pgbouncer; }
+	@test -x $(PGBOUNCER) || { echo "$(PGBOUNCER) is still missing after apt-get" >&2; exit 1; }
+
 # The Stripe fake (stripe-stateful-mock, pinned in tools/stripe-mock/package-lock.json),
 # installed with the machine's npm; it runs on loopback only.
 STRIPE_MOCK := tools/stripe-mock/node_modules/stripe-stateful-mock
@@ -47,7 +56,7 @@ $(STRIPE_MOCK): tools/stripe-mock/package.json tools/stripe-mock/package-lock.js
 	cd tools/stripe-mock && npm ci --no-audit --no-fund --loglevel=error
 	@touch $@
 
-test: lint browser stripe-mock
+test: lint browser pgbouncer stripe-mock
 	$(BIN)/python -m pytest -q
 
 # The full fault matrix, then the tests too slow for make test (marked faults: the real code's

@@ -385,10 +385,12 @@ class PostgresServer:
     demos: ``url`` names its database ``interlock``; ``database(name)`` makes another.
 
     Run as root, the server runs as the ``postgres`` user (PostgreSQL refuses root).
+    ``settings`` are more server settings (``{"fsync": "off"}``), given as ``-c name=value``.
     """
 
-    def __init__(self, port: int | None = None) -> None:
+    def __init__(self, port: int | None = None, settings: dict[str, str] | None = None) -> None:
         self.port = port or free_port()
+        self.settings = dict(settings or {})
         self.directory = Path(tempfile.mkdtemp(prefix="interlock-pg-"))
         self.data = self.directory / "data"
         self.log = self.directory / "server.log"
@@ -429,7 +431,8 @@ class PostgresServer:
             "60",
             "-o",
             f"-p {self.port} -k {self.directory} -c listen_addresses=127.0.0.1 "
-            "-c max_connections=400 -c shared_buffers=64MB",
+            "-c max_connections=400 -c shared_buffers=64MB"
+            + "".join(f" -c {name}={value}" for name, value in self.settings.items()),
             "start",
         )
         self.database("interlock")

@@ -10,6 +10,9 @@ semantics as the SQLite journal.
   attempt runs: the server releases them the moment that connection dies. TCP keepalives are
   set short in the connection string (unless it sets them), so the connection of a host that
   vanished dies within seconds, not hours.
+- Every session sets ``synchronous_commit = on``; a server with ``fsync = off``, or a pooling
+  proxy in transaction mode under the connections, is refused when the journal opens, and
+  asynchronous standbys are warned about (``pg_server``).
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ from __future__ import annotations
 import hashlib
 import threading
 import time
+import weakref
 from collections.abc import Callable, Iterator
 from typing import Any, TypeVar
 from urllib.parse import parse_qs, urlencode, urlparse, urlunparse
@@ -26,6 +30,15 @@ from ..extras import needs_extra
 from .claims import Claim
 from .entries import RawEntry
 from .interface import SCHEMA_VERSION, redacted
+from .pg_server import (
+    POOLER_FIX,
+    backend_pid,
+    check_durability,
+    check_sessions,
+    configure_session,
+    journal_options,
+    warn_async_standbys,
+)
 from .signing import Keyring
 from .sql import ENTRY_COLUMNS, SqlJournal, raw_entry
 
@@ -199,6 +212,10 @@ class _PgClaim:
         self._claims.pool.putconn(conn)
 
 
+class SessionMoved(psycopg.OperationalError):
+    """The claim connection's server session is not the one it started with."""
+
+
 class _PgClaims:
     def __init__(self, conninfo: str) -> None:
         # a claim holds its connection for the whole send: as many as attempts in flight
@@ -207,12 +224,21 @@ class _PgClaims:
             min_size=0,
             max_size=256,
             kwargs={"autocommit": True},
+            configure=self._configure,
             timeout=ACQUIRE_TIMEOUT_S,
             open=True,
             name="interlock-claims",
         )
         self._held = 0
         self._lock = threading.Lock()
+        #: each connection's server session, as it was when the connection was opened
+        self._pids: weakref.WeakKeyDictionary[psycopg.Connection[Any], int] = (
+            weakref.WeakKeyDictionary()
+        )
+
+    def _configure(self, conn: psycopg.Connection[Any]) -> None:
+        configure_session(conn)
+        self._pids[conn] = backend_pid(conn)
 
     def count(self, change: int) -> None:
         with self._lock:
@@ -225,10 +251,21 @@ class _PgClaims:
         key = lock_key(effect_id)
         conn = self.pool.getconn()
         try:
-            row = conn.execute("SELECT pg_try_advisory_lock(%s)", (key,)).fetchone()
+            row = conn.execute(
+                "SELECT pg_try_advisory_lock(%s), pg_backend_pid()", (key,)
+            ).fetchone()
         except BaseException:
             self.pool.putconn(conn)
             raise
+        if row is not None and row[1] != self._pids.get(conn):
+            # the lock went to another server session than this connection's: a pool in
+            # transaction mode; this connection is not used again
+            conn.close()
+            self.pool.putconn(conn)
+            raise SessionMoved(
+                "the claim connection's server session changed between statements (a "
+                f"pooling proxy in transaction mode): {POOLER_FIX}"
+            )
         if row is None or not row[0]:
             self.pool.putconn(conn)
             return None
@@ -258,26 +295,32 @@ class PostgresJournal(SqlJournal):
         super().__init__()
         self.url = redacted(url)
         self.keyring = keyring
-        self._conninfo = with_keepalives(url.replace("postgres://", "postgresql://", 1))
+        plain_url, allow_unsafe = journal_options(url.replace("postgres://", "postgresql://", 1))
+        self._conninfo = with_keepalives(plain_url)
 
         def connect() -> None:
             # one direct connection first: a server that refuses fails now, not after the
-            # pool's patient retries
-            psycopg.connect(self._conninfo).close()
+            # pool's patient retries; and a server that would lose acknowledged entries is
+            # refused before anything is written to it
+            with psycopg.connect(self._conninfo, autocommit=True) as first:
+                check_durability(first, self.url, allow_unsafe=allow_unsafe)
+                warn_async_standbys(first, self.url)
             self._pool = self._opened(
                 ConnectionPool(
                     self._conninfo,
                     min_size=1,
                     max_size=pool_size,
                     kwargs={"autocommit": True},
+                    configure=configure_session,
                     timeout=ACQUIRE_TIMEOUT_S,
                     open=False,
                     name="interlock-journal",
                 )
             )
             self._pool.open(wait=True, timeout=ACQUIRE_TIMEOUT_S)
-            self._migrate()
             self._claims = self._opened(_PgClaims(self._conninfo))
+            check_sessions(self._claims.pool.connection, self.url)
+            self._migrate()
 
         self._open(connect, check_tail=check_tail)
 
