@@ -13,8 +13,11 @@ import importlib
 import os
 import signal
 import socket
+import sys
+import time
+from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from temporalio.client import Client
 from temporalio.worker import Worker
@@ -24,6 +27,8 @@ from interlock_temporal.targets.payments import SimulatedPayments
 from interlock_temporal.testing import kill_at
 from workflows.activities import support_activities
 from workflows.support_case import SupportCase
+
+T = TypeVar("T")
 
 
 def parse(argv: list[str] | None = None) -> argparse.Namespace:
@@ -75,10 +80,47 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
         help="how long a cached workflow's task waits for this worker before any worker takes "
         "it; short, so a dead worker delays its workflows by at most this (SDK default: 10 s)",
     )
+    p.add_argument(
+        "--connect-timeout-s",
+        type=float,
+        default=300.0,
+        help="keep retrying the connection to Temporal, with backoff, this long before giving "
+        "up (a cold start of the whole stack converges without restarts)",
+    )
     args = p.parse_args(argv)
     if not args.journal:
         p.error("--journal (or $INTERLOCK_JOURNAL) is required")
     return args
+
+
+async def with_backoff(
+    connect: Callable[[], Awaitable[T]],
+    *,
+    what: str,
+    give_up_after_s: float,
+    first_delay_s: float = 0.25,
+    max_delay_s: float = 5.0,
+    say: Callable[[str], object] = lambda line: print(line, file=sys.stderr, flush=True),
+) -> T:
+    """``connect()``, retried with exponential backoff (doubling from ``first_delay_s`` up to
+    ``max_delay_s``) while it fails to connect, for at most ``give_up_after_s``; each failure
+    is reported through ``say``. A server still starting is waited for, not crashed on."""
+    started = time.monotonic()
+    delay = first_delay_s
+    attempt = 0
+    while True:
+        attempt += 1
+        try:
+            return await connect()
+        except (RuntimeError, OSError) as err:
+            waited = time.monotonic() - started
+            if waited + delay > give_up_after_s:
+                raise RuntimeError(
+                    f"could not connect to {what} in {waited:.1f} s ({attempt} attempts): {err}"
+                ) from err
+            say(f"{what} not reachable yet (attempt {attempt}): {err}; retrying in {delay:.2f} s")
+        await asyncio.sleep(delay)
+        delay = min(delay * 2, max_delay_s)
 
 
 def workflow_class(spec: str) -> type:
@@ -118,7 +160,11 @@ async def main(argv: list[str] | None = None) -> None:
         ),
         reconcile_older_than=timedelta(seconds=args.reconcile_older_than_s),
     )
-    client = await Client.connect(args.target, namespace=args.namespace, plugins=[*plugins, plugin])
+    client = await with_backoff(
+        lambda: Client.connect(args.target, namespace=args.namespace, plugins=[*plugins, plugin]),
+        what=f"Temporal at {args.target}",
+        give_up_after_s=args.connect_timeout_s,
+    )
     identity = args.identity or f"{os.getpid()}@{socket.gethostname()}"
     worker = Worker(
         client,
