@@ -5,14 +5,21 @@ up with a clear message only after its time limit."""
 from __future__ import annotations
 
 import asyncio
+import subprocess
+import sys
 import time
+import uuid
+from pathlib import Path
 
 import pytest
 from temporalio.api.workflowservice.v1 import GetSystemInfoRequest
 from temporalio.client import Client
 
-from interlock_temporal.testing import DevServer, free_port
+from interlock_temporal.testing import DevServer, WorkerProcess, free_port
+from workers.health import beat, check
 from workers.worker import parse, with_backoff
+
+ROOT = Path(__file__).resolve().parents[1]
 
 pytestmark = pytest.mark.server
 
@@ -84,3 +91,53 @@ def test_the_limit_is_an_option_with_a_cold_start_sized_default() -> None:
     base = ["--target", "t:7233", "--journal", "sqlite:///x.db"]
     assert parse(base).connect_timeout_s == 300.0
     assert parse([*base, "--connect-timeout-s", "12"]).connect_timeout_s == 12.0
+
+
+# -- the container's health check: the real worker's heartbeat ------------------------------
+
+
+async def test_a_polling_worker_keeps_its_health_file_fresh(
+    dev_server: DevServer, tmp_path: Path
+) -> None:
+    health = tmp_path / "worker.health"
+    probe = [sys.executable, "-m", "workers.health", "--max-age-s", "10", str(health)]
+    assert subprocess.run(probe, cwd=ROOT, capture_output=True).returncode == 1  # not started
+    worker = WorkerProcess(
+        [
+            "-m",
+            "workers.worker",
+            *("--target", dev_server.target, "--task-queue", f"health-{uuid.uuid4().hex[:8]}"),
+            *("--journal", f"sqlite:///{tmp_path / 'journal.db'}"),
+            *("--payments", str(tmp_path / "payments.db")),
+        ],
+        cwd=ROOT,
+        env={"INTERLOCK_SIGNING_KEY": "11" * 32, "INTERLOCK_HEALTH_FILE": str(health)},
+    )
+    await worker.start()
+    try:
+        await asyncio.sleep(0.3)
+        done = subprocess.run(probe, cwd=ROOT, capture_output=True, text=True)
+        assert done.returncode == 0, done.stderr
+    finally:
+        await worker.stop()
+    written = float(health.read_text())
+    assert abs(written - time.time()) < 10
+    # a worker that stopped beating turns unhealthy once its last beat is older than the limit
+    stale = subprocess.run(
+        [*probe[:-3], "--max-age-s", "0.01", str(health)], cwd=ROOT, text=True, capture_output=True
+    )
+    assert stale.returncode == 1
+    assert f"heartbeat {health} is " in stale.stderr and "s old (more than 0.01 s)" in stale.stderr
+
+
+def test_the_health_check_says_why_without_a_heartbeat(tmp_path: Path) -> None:
+    assert check(tmp_path / "none", 30) == (
+        f"no heartbeat at {tmp_path / 'none'}: the worker has not started polling"
+    )
+    (tmp_path / "bad").write_text("not a time")
+    assert (check(tmp_path / "bad", 30) or "").startswith(
+        f"heartbeat {tmp_path / 'bad'} unreadable"
+    )
+    beat(tmp_path / "ok")
+    assert check(tmp_path / "ok", 30) is None
+    assert check(tmp_path / "ok", 30, now=time.time() + 31) is not None

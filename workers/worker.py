@@ -28,6 +28,8 @@ from interlock_temporal.testing import kill_at
 from workflows.activities import support_activities
 from workflows.support_case import SupportCase
 
+from .health import HEALTH_FILE_ENV, heartbeat
+
 T = TypeVar("T")
 
 
@@ -79,6 +81,13 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
         default=1.0,
         help="how long a cached workflow's task waits for this worker before any worker takes "
         "it; short, so a dead worker delays its workflows by at most this (SDK default: 10 s)",
+    )
+    p.add_argument(
+        "--health-file",
+        type=Path,
+        default=os.environ.get(HEALTH_FILE_ENV),
+        help="once polling, write the time into this file every few seconds, for "
+        "`python -m workers.health` (default: $INTERLOCK_HEALTH_FILE)",
     )
     p.add_argument(
         "--connect-timeout-s",
@@ -181,7 +190,10 @@ async def main(argv: list[str] | None = None) -> None:
         loop.add_signal_handler(sig, stop.set)
     async with worker:
         print(f"READY pid={os.getpid()} identity={identity}", flush=True)
+        beating = asyncio.create_task(heartbeat(args.health_file)) if args.health_file else None
         await stop.wait()
+        if beating is not None:
+            beating.cancel()
 
 
 if __name__ == "__main__":
