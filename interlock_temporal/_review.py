@@ -55,6 +55,15 @@ TITLES = {
 }
 
 
+async def _shown_input(runtime: WorkerRuntime, stored: Any) -> list[Any]:
+    """The approved input as a review shows it: secrets redacted, decoded where this worker
+    can decode it, else the word "encrypted"."""
+    guard = runtime.gate.policy
+    secrets = guard.policy.secret_arguments if guard is not None else frozenset()
+    shown = await runtime.gate.values.shown(stored)
+    return [shown] if shown == ENCRYPTED else redact(shown or [], secrets)
+
+
 class ReviewDesk:
     """A worker's side of reviews: opens them (for the interceptor and the reconciler), tells a
     review of a late COMMITTED, and records people's decisions (an activity). What it knows of
@@ -95,11 +104,7 @@ class ReviewDesk:
             view = fold(effect_id, entries)
             if view.status is not Kind.AMBIGUOUS:
                 return None
-            guard = runtime.gate.policy
-            secrets = guard.policy.secret_arguments if guard is not None else frozenset()
-            # decoded where this worker can decode it; else the page says "encrypted"
-            stored = await runtime.gate.values.shown(journal.blob(effect_id, "approved"))
-            approved = [stored] if stored == ENCRYPTED else redact(stored or [], secrets)
+            approved = await _shown_input(runtime, journal.blob(effect_id, "approved"))
             changes: list[dict[str, Any]] = next(
                 (e.data.get("changes", []) for e in reversed(entries) if e.kind is Kind.AMBIGUOUS),
                 [],
