@@ -23,6 +23,7 @@ from ._review_workflow import (
     Subscriber,
 )
 from .core.errors import JournalCorrupt
+from .core.identity import canonical
 from .core.models import Kind
 from .core.policy import redact
 from .core.receipts import fold, receipt_of
@@ -38,6 +39,7 @@ from .core.review import (
     review_id,
     review_markdown,
 )
+from .core.sealing import ENCRYPTED
 
 if TYPE_CHECKING:
     from ._runtime import WorkerRuntime
@@ -51,6 +53,15 @@ TITLES = {
     "approval": "Approval needed",
     "circuit": "Circuit open",
 }
+
+
+async def _shown_input(runtime: WorkerRuntime, stored: Any) -> list[Any]:
+    """The approved input as a review shows it: secrets redacted, decoded where this worker
+    can decode it, else the word "encrypted"."""
+    guard = runtime.gate.policy
+    secrets = guard.policy.secret_arguments if guard is not None else frozenset()
+    shown = await runtime.gate.values.shown(stored)
+    return [shown] if shown == ENCRYPTED else redact(shown or [], secrets)
 
 
 class ReviewDesk:
@@ -93,9 +104,7 @@ class ReviewDesk:
             view = fold(effect_id, entries)
             if view.status is not Kind.AMBIGUOUS:
                 return None
-            guard = runtime.gate.policy
-            secrets = guard.policy.secret_arguments if guard is not None else frozenset()
-            approved = redact(journal.blob(effect_id, "approved") or [], secrets)
+            approved = await _shown_input(runtime, journal.blob(effect_id, "approved"))
             changes: list[dict[str, Any]] = next(
                 (e.data.get("changes", []) for e in reversed(entries) if e.kind is Kind.AMBIGUOUS),
                 [],
@@ -150,7 +159,8 @@ class ReviewDesk:
             return
         journal = self._runtime.gate.journal
         view = fold(effect_id, journal.read(effect_id))
-        commit = LateCommit(receipt=receipt_of(view), result=journal.blob(effect_id, "result"))
+        result = await self._runtime.gate.values.shown(journal.blob(effect_id, "result"))
+        commit = LateCommit(receipt=receipt_of(view), result=result)
         try:
             await client.get_workflow_handle(review_id("ambiguous", effect_id)).signal(
                 EffectReview.late_commit, commit
@@ -165,6 +175,7 @@ class ReviewDesk:
         """Record a person's decision; one on an effect whose entries do not verify is refused
         (non-retryable ``JournalCorrupt``): nothing is recorded, and the review stays open."""
         journal = self._runtime.gate.journal
+        values = self._runtime.gate.values
         result = rec.result
         try:
             if rec.decision == "happened" and result is not None:
@@ -191,6 +202,8 @@ class ReviewDesk:
                 operators=rec.operators,
                 note=rec.note,
                 result=result,
+                values=values,
+                stored_result=None if result is None else await values.store(canonical(result)),
             )
         except ReviewError as err:
             raise ApplicationError(str(err), type="InvalidDecision", non_retryable=True) from None

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from temporalio import activity
 
+from ._codec import CodecSealer
 from ._gated import GateSpec
 from ._logs import announce_journal, install_ambiguous_line, no_heartbeat_warning
 from ._telemetry import Telemetry
@@ -26,6 +27,7 @@ from .core.journal.signing import Keyring
 from .core.policy import Policy, PolicyFollower, PolicyGuard
 from .core.protocol import Gate
 from .core.review import ReviewRules
+from .core.sealing import Values
 from .core.targets import EffectTarget, capabilities, check_declaration
 
 if TYPE_CHECKING:
@@ -91,6 +93,8 @@ class GateSource:
         self.telemetry = telemetry or Telemetry()
         self.targets = checked_targets(targets)
         self._gate: Gate | None = None
+        #: seals the journal's values: the payload codec of the workers' client, if it has one
+        self._sealer: CodecSealer | None = None
         self._authority_keys: AuthorityKeys | None = None
         self._announced = False
         install_ambiguous_line()
@@ -117,8 +121,27 @@ class GateSource:
                 if self.policy is None
                 else PolicyGuard(self.policy, journal.policy, on_decision=self.telemetry.decided)
             )
-            self._gate = Gate(journal, on_point=self._on_point, policy=guard)
+            values = Values(journal.keyring, self._sealer)
+            self._gate = Gate(journal, on_point=self._on_point, policy=guard, values=values)
         return self._gate
+
+    def use_client(self, client: temporalio.client.Client | None) -> None:
+        """The journal's values go through the payload codec of the workers' client (one
+        codec per gate: a worker whose client has none stores values as before; a second,
+        different codec is refused: the journal could not say which one a value needs)."""
+        codec = None if client is None else client.data_converter.payload_codec
+        if codec is None:
+            return
+        if self._sealer is not None:
+            if self._sealer.codec is not codec:
+                raise WorkerSetupError(
+                    "workers of one InterlockPlugin share one journal: their clients must "
+                    "share one payload codec"
+                )
+            return
+        self._sealer = CodecSealer(codec)
+        if self._gate is not None:
+            self._gate.values.sealer = self._sealer
 
     def authority_keys(self, *, replay_only: bool = False) -> AuthorityKeys:
         """The keys that sign and verify ``act_as`` headers, derived from the journal's keyring
@@ -198,6 +221,8 @@ class WorkerRuntime:
         self.source = source
         #: the worker's client, for thread-pool activities (they have no activity.client())
         self.client = client
+        if not replay_only:
+            source.use_client(client)
         self.review_rules = review_rules or ReviewRules()
         #: where reviews run (None: the task queue of the activity that opens one)
         self.review_task_queue = review_task_queue

@@ -732,12 +732,12 @@ async def test_a_recorded_input_that_does_not_match_its_digest_is_never_sent(
     gate = Gate(journal)
     view = fold(eid, journal.read(eid))
     with pytest.raises(InvalidCall) as err:
-        gate._recorded_args(dataclasses.replace(view, approved_digest="0" * 64), None)
+        await gate._recorded_args(dataclasses.replace(view, approved_digest="0" * 64), None)
     assert str(err.value) == (
         f"effect {eid[:16]}: the approved input in the journal is missing or does not match "
         "its recorded digest"
     )
-    assert gate._recorded_args(view, None) == (call.input,)
+    assert await gate._recorded_args(view, None) == (call.input,)
 
 
 # -- another workflow's attempt, and the last attempt while another holds the claim --------------

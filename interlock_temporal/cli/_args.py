@@ -98,6 +98,19 @@ def temporal_options(parser: argparse.ArgumentParser, *, top: bool) -> None:
         default=default,
         help=f"the Temporal namespace (default: $TEMPORAL_NAMESPACE, else {DEFAULT_NAMESPACE})",
     )
+    codec_option(parser, top=top)
+
+
+def codec_option(parser: argparse.ArgumentParser, *, top: bool) -> None:
+    """``--codec module:attr``: the workers' PayloadCodec (an instance or a factory), to decode
+    journal values and review payloads it encoded; without it they show as encrypted."""
+    parser.add_argument(
+        "--codec",
+        metavar="MODULE:ATTR",
+        default=None if top else argparse.SUPPRESS,
+        help="the payload codec the workers' client uses (a PayloadCodec or a factory of one), "
+        'to decode the values it encoded (without it they show as "encrypted")',
+    )
 
 
 def journal_options(parser: argparse.ArgumentParser, *, top: bool) -> None:

@@ -7,16 +7,26 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
 import gc
 import os
 import re
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING
 
-from ._shared import DEFAULT_ADDRESS, DEFAULT_NAMESPACE, EXIT_FAILED, EXIT_SERVER, CliError, Handler
+from ._shared import (
+    DEFAULT_ADDRESS,
+    DEFAULT_NAMESPACE,
+    EXIT_FAILED,
+    EXIT_SERVER,
+    EXIT_USAGE,
+    CliError,
+    Handler,
+)
 
 if TYPE_CHECKING:
     from temporalio.client import Client
+    from temporalio.converter import PayloadCodec
     from temporalio.service import RPCError
 
 
@@ -30,6 +40,19 @@ def temporal_namespace(args: argparse.Namespace) -> str:
     """``--namespace``, else ``$TEMPORAL_NAMESPACE``, else ``default``."""
     given: str | None = getattr(args, "namespace", None)
     return given or os.environ.get("TEMPORAL_NAMESPACE") or DEFAULT_NAMESPACE
+
+
+def payload_codec(args: argparse.Namespace) -> PayloadCodec | None:
+    """``--codec module:attr``, loaded (None when not given); a bad spec is a usage error."""
+    spec: str | None = getattr(args, "codec", None)
+    if not spec:
+        return None
+    from .._codec import codec_from_spec
+
+    try:
+        return codec_from_spec(spec)
+    except ValueError as err:
+        raise CliError(EXIT_USAGE, str(err)) from None
 
 
 def _reason(err: BaseException) -> str:
@@ -47,9 +70,13 @@ async def connect(args: argparse.Namespace) -> Client:
     from temporalio.contrib.pydantic import pydantic_data_converter
 
     address = temporal_address(args)
+    converter = pydantic_data_converter
+    codec = payload_codec(args)
+    if codec is not None:
+        converter = dataclasses.replace(converter, payload_codec=codec)
     try:
         return await Client.connect(
-            address, namespace=temporal_namespace(args), data_converter=pydantic_data_converter
+            address, namespace=temporal_namespace(args), data_converter=converter
         )
     except Exception as err:  # RuntimeError when refused, ValueError for a malformed address
         raise CliError(

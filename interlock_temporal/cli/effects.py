@@ -3,13 +3,26 @@
 from __future__ import annotations
 
 import argparse
+import asyncio
+import json
+from typing import Any
 
 from .._render import render_effects, render_entries, render_receipt
-from ..core.journal import Journal
-from ..core.models import ANNOTATIONS, Kind
+from ..core.journal import Journal, value_of
+from ..core.journal.signing import Keyring
+from ..core.models import ANNOTATIONS, Entry, Kind
 from ..core.receipts import receipt
 from ..core.review import ReviewError, reopen
-from ._args import command, journal_options, json_flag, operator_name, parse_duration, positive
+from ..core.sealing import ENCRYPTED, Values, is_sealed
+from ._args import (
+    codec_option,
+    command,
+    journal_options,
+    json_flag,
+    operator_name,
+    parse_duration,
+    positive,
+)
 from ._shared import (
     EXIT_FAILED,
     EXIT_OK,
@@ -22,6 +35,7 @@ from ._shared import (
     resolve_effect,
     warn,
 )
+from ._temporal import payload_codec
 
 _STATES = [k.value for k in Kind if k not in ANNOTATIONS]
 
@@ -73,13 +87,37 @@ def cmd_effects_show(args: argparse.Namespace) -> int:
             found = receipt(effect_id, journal=journal)
         except KeyError:
             raise CliError(EXIT_USAGE, f"effect {effect_id} has no journal entries") from None
+    values = asyncio.run(_values(args, entries))
     if args.json:
-        emit(found.model_dump_json(indent=2))
+        if values is None:
+            emit(found.model_dump_json(indent=2))
+        else:
+            emit_json({**found.model_dump(mode="json"), "values": values})
     else:
         emit(render_receipt(found))
+        for name, value in (values or {}).items():
+            shown = value if value == ENCRYPTED else json.dumps(value, ensure_ascii=False)
+            emit(f"{name:<18}{shown}")
         emit("")
         emit(render_entries(entries))
     return EXIT_OK
+
+
+async def _values(args: argparse.Namespace, entries: list[Entry]) -> dict[str, Any] | None:
+    """The effect's approved input and result, shown only with ``--codec`` (decoded) or when
+    they are sealed (then "encrypted" without it): a plaintext journal's output is as before."""
+    stored = {name: value_of(entries, name) for name in ("approved", "result")}
+    codec = payload_codec(args)
+    if codec is None and not any(is_sealed(v) for v in stored.values()):
+        return None
+    from .._codec import CodecSealer  # loads Temporal: only for a command that decodes
+
+    values = Values(Keyring(None), None if codec is None else CodecSealer(codec))
+    return {
+        f"{name} value": await values.shown(value)
+        for name, value in stored.items()
+        if value is not None
+    }
 
 
 def cmd_effects_reopen(args: argparse.Namespace) -> int:
@@ -148,6 +186,7 @@ def register(groups: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
         help=f"the effect id, or a unique prefix of at least {MIN_PREFIX} characters",
     )
     json_flag(show)
+    codec_option(show, top=True)
     reopen_cmd = command(
         effects_sub,
         "reopen",

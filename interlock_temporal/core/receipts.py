@@ -25,6 +25,9 @@ class EffectView:
     activity: str | None = None
     payload_digest: str | None = None
     approved_digest: str | None = None
+    #: the effect's digest scheme: None for plain sha256, ``hmac-sha256:<key id>`` for keyed
+    #: digests (its values are sealed by the user's codec; see ``core.sealing``)
+    digests: str | None = None
     principal: str | None = None
     lease_id: str | None = None
     session: str | None = None
@@ -125,6 +128,7 @@ def _fold_into(v: EffectView, entries: Sequence[Entry]) -> EffectView:
             v.effect_type = d.get("effect_type")
             v.activity = d.get("activity")
             v.payload_digest = d.get("payload_digest")
+            v.digests = d.get("digests")
             v.principal = d.get("principal")
             v.lease_id = d.get("lease_id")
             v.session = d.get("session")

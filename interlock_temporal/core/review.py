@@ -4,7 +4,6 @@ is in ``review_rules`` (imported here too)."""
 
 from __future__ import annotations
 
-import hashlib
 import json
 from collections.abc import Sequence
 from datetime import UTC, datetime
@@ -24,6 +23,7 @@ from .review_rules import Vote as Vote
 from .review_rules import review_id as review_id
 from .review_rules import tally as tally
 from .review_rules import vote_problem as vote_problem
+from .sealing import Values
 
 
 class ReviewError(InterlockError):
@@ -39,8 +39,13 @@ def record_resolution(
     operators: Sequence[str],
     note: str = "",
     result: Any = None,
+    values: Values | None = None,
+    stored_result: bytes | None = None,
 ) -> Recorded:
     """Append ``RESOLVED`` for an effect that is AMBIGUOUS, conditional on its head.
+
+    ``values``: how the gate digests values (the result's digest takes the effect's scheme);
+    ``stored_result``: the result as stored (sealed by the caller when values are sealed).
 
     An effect a late ``COMMITTED`` already closed is reported closed, and one already resolved
     is reported as it was: neither is changed.
@@ -80,8 +85,9 @@ def record_resolution(
     blobs: dict[str, Any] = {}
     if decision == "happened" and result is not None:
         result_json = canonical(result)
-        data["result_digest"] = hashlib.sha256(result_json).hexdigest()
-        blobs["result"] = result_json
+        digester = values or Values(journal.keyring)
+        data["result_digest"] = digester.digest(result_json, view.digests)
+        blobs["result"] = result_json if stored_result is None else stored_result
     written = journal.append(
         effect_id, view.head, [Draft(kind=Kind.RESOLVED, data=data)], blobs=blobs
     )

@@ -48,16 +48,25 @@ class Atomic(Outcomes):
         head: str,
         build: Callable[[Lease | None], list[Draft]],
         approved: tuple[Any, ...],
-        approved_json: bytes,
+        approved_stored: bytes,
         via: str,
         before: EffectView | None = None,
     ) -> Done:
         """Write ``build``'s drafts after ``head``, run the body, write COMMITTED: one
         transaction. A refusal ``build`` decides (a lease, a stale premise) is written and
-        raised, and the body never runs."""
+        raised, and the body never runs. ``approved_stored``: the approved input as stored
+        (sealed when values are); the result is sealed on the loop, from the writer thread."""
         body = call.transaction
         assert body is not None
         drafted: list[Draft] = []
+        scheme = self.values.scheme if before is None else before.digests
+        loop = asyncio.get_running_loop()
+
+        def stored_result(result_json: bytes) -> bytes:
+            if self.values.sealer is None:
+                return result_json
+            sealing = self.values.store_outcome(result_json)
+            return asyncio.run_coroutine_threadsafe(sealing, loop).result()
 
         def drafts(lease: Lease | None) -> list[Draft]:
             drafted[:] = build(lease)
@@ -70,7 +79,7 @@ class Atomic(Outcomes):
                 drafts,
                 effect_type=call.effect_type,
                 lease_id=call.lease_id,
-                blobs={"approved": approved_json},
+                blobs={"approved": approved_stored},
             )
             if written[-1].kind is Kind.REFUSED:
                 return written, None
@@ -80,8 +89,11 @@ class Atomic(Outcomes):
                 result_json = canonical(jsonable(result))
             except Exception as err:
                 raise BodyFailed(err) from err
-            commit = self._commit_draft(via, result_json, confirmation_of(target, result))
-            written += tx.append(eid, written[-1].hash, [commit], blobs={"result": result_json})
+            commit = self._commit_draft(
+                via, result_json, confirmation_of(target, result), scheme=scheme
+            )
+            stored = stored_result(result_json)
+            written += tx.append(eid, written[-1].hash, [commit], blobs={"result": stored})
             self._point(BEFORE_COMMIT, eid)
             return written, result
 

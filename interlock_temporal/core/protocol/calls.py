@@ -174,6 +174,8 @@ class Ticket:
     prior: EffectView | None = field(default=None, repr=False, compare=False)
     #: the entries the dispatch transaction wrote, ending at ``head``
     written: Sequence[Entry] = field(default=(), repr=False, compare=False)
+    #: the effect's digest scheme (None: plain sha256; see ``core.sealing``)
+    digests: str | None = None
 
     def release(self) -> None:
         if not self.released and self.claim is not None:
@@ -188,10 +190,15 @@ class Ticket:
         return fold_appended(self.prior or EffectView(effect_id=self.effect_id), self.written)
 
 
-def identify(call: Call) -> tuple[str, str]:
+def _sha256(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def identify(call: Call, digest: Callable[[bytes], str] = _sha256) -> tuple[str, str]:
     """(effect id, proposed payload digest). The digest covers the input as proposed, without
-    the premises it carries. A key or input with no single canonical JSON form (a set, NaN,
-    bytes in a key, an unknown object) is refused, naming where."""
+    the premises it carries; ``digest`` makes it (default sha256; the id is always sha256). A
+    key or input with no single canonical JSON form (a set, NaN, bytes in a key, an unknown
+    object) is refused, naming where."""
     unstable = None if call.key is None else unstable_part(call.key, "key")
     for name, arg in zip(call.arg_names, call.args, strict=True):
         unstable = unstable or unstable_part(arg, name, allow_bytes=call.key is not None)
@@ -203,7 +210,7 @@ def identify(call: Call) -> tuple[str, str]:
         # without decision-time premises to leave out, the proposal is the input as sent
         body = call.args_canonical if proposed is call.args_json else canonical_json(proposed)
         eid = effect_id(call.effect_type, key, key_json=body if key is proposed else None)
-        return eid, hashlib.sha256(body).hexdigest()
+        return eid, digest(body)
     except UnserializableInput as err:
         raise InvalidCall(
             f"the effect key or input of {call.activity} is not JSON data: {err}"

@@ -4,14 +4,14 @@ recovery; a recorded outcome answered as it is."""
 
 from __future__ import annotations
 
-import hashlib
+import functools
 import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
 from .. import premises as premise
 from ..errors import Ambiguous, HeadConflict, InFlight, Refused, UnstableEffectKey
-from ..journal import value_of
+from ..identity import origin_of
 from ..journal.claims import Claim
 from ..leases import Demand, charge_for, check_lease
 from ..models import Draft, Kind, Lease, Receipt
@@ -61,8 +61,30 @@ class Gate(Recovery, Atomic):
             raise
         return (await self.commit(step, result)).result
 
+    def _digest_in(self, scheme: str | None) -> Callable[[bytes], str]:
+        return functools.partial(self.values.digest, scheme=scheme)
+
+    def _payload_digest(self, call: Call, view: EffectView, pdigest: str) -> str:
+        """The call's payload digest in the scheme of the recorded effect (``pdigest`` is in
+        the scheme a new effect would get): an effect recorded before a codec was configured
+        keeps comparing on plain digests, and the other way round."""
+        if view.digests == self.values.scheme:
+            return pdigest
+        return identify(call, self._digest_in(view.digests))[1]
+
+    def _origins(self, call: Call) -> list[str]:
+        """The origins an earlier attempt of this activity may have recorded: with the plain
+        input digest, and with the keyed one (a codec configured between the attempts)."""
+        found = [] if call.origin is None else [call.origin]
+        scheme = self.values.scheme
+        if scheme is not None and found:
+            d = call.delivery
+            keyed = self.values.digest(call.args_canonical, scheme)
+            found.append(origin_of(d.workflow_id, d.run_id, d.activity_id, keyed) or "")
+        return found
+
     async def begin(self, call: Call, target: EffectTarget) -> Ticket | Done:
-        eid, pdigest = self.identify(call)
+        eid, pdigest = identify(call, self._digest_in(self.values.scheme))
         started = time.perf_counter()
         claim = self.journal.claim(eid)
         if claim is None:
@@ -100,8 +122,8 @@ class Gate(Recovery, Atomic):
             if not (call.last_attempt and row is not None and row.status is Kind.DISPATCHED):
                 break
             view = fold(eid, self.journal.read(eid))
-            if view.payload_digest != pdigest:
-                await self._reject_conflict(view, pdigest, call)
+            if view.payload_digest != (mine := self._payload_digest(call, view, pdigest)):
+                await self._reject_conflict(view, mine, call)
             try:
                 await self._ambiguous(
                     view,
@@ -120,11 +142,12 @@ class Gate(Recovery, Atomic):
             await self._refuse_an_unstable_key(call, target, eid)
             return await self._dispatch_first(call, target, eid, pdigest, claim)
         view = fold(eid, entries)
+        pdigest = self._payload_digest(call, view, pdigest)
         if view.payload_digest != pdigest:
             await self._reject_conflict(view, pdigest, call)
         status = view.status
         if status is Kind.COMMITTED:
-            return Done(eid, value_of(entries, "result"), "duplicate")
+            return Done(eid, await self.stored(eid, "result", entries), "duplicate")
         if status is Kind.REFUSED:
             # refused by an earlier attempt: say so, with when, instead of as if it were news
             raise Refused(
@@ -136,7 +159,7 @@ class Gate(Recovery, Atomic):
         if status is Kind.AMBIGUOUS:
             raise Ambiguous(view.reason or "ambiguous", receipt_of(view))
         if status is Kind.RESOLVED and view.resolution == "happened":
-            return Done(eid, value_of(entries, "result"), "resolved")
+            return Done(eid, await self.stored(eid, "result", entries), "resolved")
         if claim is None:  # pragma: no cover - _unclaimed only passes terminal states
             raise InFlight(eid, "another live attempt holds it", IN_FLIGHT_RETRY_S)
         if status is Kind.REOPENED:
@@ -151,7 +174,8 @@ class Gate(Recovery, Atomic):
         Only a retry can find one, so only a retry asks (an indexed query)."""
         if call.delivery.attempt <= 1 or call.origin is None:
             return
-        first = next((e for e in self.journal.by_origin(call.origin) if e != eid), None)
+        earlier = (e for o in self._origins(call) for e in self.journal.by_origin(o))
+        first = next((e for e in earlier if e != eid), None)
         if first is None:
             return
         try:
@@ -178,8 +202,10 @@ class Gate(Recovery, Atomic):
         recorded = decided if decided is not None else current
         changes = await premise.validate(target, recorded, current, call.input)
         approved, approved_json = self._approved(call, admitted)
-        approved_digest = hashlib.sha256(approved_json).hexdigest()
-        proposed = self._proposed(call, target, pdigest, recorded, decided is None)
+        scheme = self.values.scheme
+        approved_digest = self.values.digest(approved_json, scheme)
+        stored = await self.values.store(approved_json)
+        proposed = self._proposed(call, target, pdigest, recorded, decided is None, scheme)
         measured = call.measure(approved) if call.measure else Measure()
         demand = Demand(call.principal, call.activity, measured.amount_cents, measured.resource)
         decided_by = ["lease", *policy_deciders(admitted, self.policy_id)]
@@ -210,7 +236,7 @@ class Gate(Recovery, Atomic):
         self._point("before_dispatch_tx", eid)
         if caps.transactional and call.transaction is not None:
             return await self._dispatch_atomic(
-                call, target, eid, "", build, approved, approved_json, "dispatch"
+                call, target, eid, "", build, approved, stored, "dispatch"
             )
         written = await self.journal.append_async(
             eid,
@@ -218,7 +244,7 @@ class Gate(Recovery, Atomic):
             build,
             effect_type=call.effect_type,
             lease_id=call.lease_id,
-            blobs={"approved": approved_json},
+            blobs={"approved": stored},
         )
         self._raise_if_refused(eid, written)
         self._point("after_dispatch_tx", eid)
@@ -234,15 +260,26 @@ class Gate(Recovery, Atomic):
             call,
             claim,
             written=written,
+            digests=scheme,
         )
 
-    @staticmethod
     def _proposed(
-        call: Call, target: EffectTarget, pdigest: str, recorded: Any, captured: bool
+        self,
+        call: Call,
+        target: EffectTarget,
+        pdigest: str,
+        recorded: Any,
+        captured: bool,
+        scheme: str | None,
     ) -> Draft:
+        keyed = {} if scheme is None else {"digests": scheme}
+        input_digest = (
+            call.input_digest if scheme is None else self.values.digest(call.args_canonical, scheme)
+        )
         return Draft(
             kind=Kind.PROPOSED,
             data={
+                **keyed,
                 "effect_type": call.effect_type,
                 "activity": call.activity,
                 "payload_digest": pdigest,
@@ -254,7 +291,7 @@ class Gate(Recovery, Atomic):
                 "target": target.name,
                 "tier": capabilities(target).tier,
                 "delivery": delivery_record(call),
-                "input_digest": call.input_digest,
+                "input_digest": input_digest,
             },
         )
 
@@ -270,6 +307,8 @@ class Gate(Recovery, Atomic):
         changes = await premise.validate(target, recorded, current, call.input)
         admitted = self._police(call, eid, view.payload_digest or "", call.args)
         approved, approved_json = self._approved(call, admitted)
+        approved_digest = self.values.digest(approved_json, view.digests)
+        stored = await self.values.store(approved_json)
         measured = call.measure(approved) if call.measure else Measure()
         demand = Demand(call.principal, call.activity, measured.amount_cents, measured.resource)
 
@@ -290,7 +329,7 @@ class Gate(Recovery, Atomic):
                         "lease_id": call.lease_id,
                         "principal": call.principal,
                         "premises": recorded,
-                        "approved_digest": hashlib.sha256(approved_json).hexdigest(),
+                        "approved_digest": approved_digest,
                         "decided_by": [
                             "lease",
                             f"reopened:{view.operator}",
@@ -305,10 +344,10 @@ class Gate(Recovery, Atomic):
 
         if capabilities(target).transactional and call.transaction is not None:
             return await self._dispatch_atomic(
-                call, target, eid, view.head, build, approved, approved_json, "reopened", view
+                call, target, eid, view.head, build, approved, stored, "reopened", view
             )
         written = await self.journal.append_async(
-            eid, view.head, build, lease_id=call.lease_id, blobs={"approved": approved_json}
+            eid, view.head, build, lease_id=call.lease_id, blobs={"approved": stored}
         )
         self._raise_if_refused(eid, written, view)
         self._point("after_dispatch_tx", eid)
@@ -324,4 +363,5 @@ class Gate(Recovery, Atomic):
             claim,
             prior=view,
             written=written,
+            digests=view.digests,
         )

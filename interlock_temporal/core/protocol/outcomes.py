@@ -9,7 +9,6 @@ outcome with ``JournalCorrupt``.
 
 from __future__ import annotations
 
-import hashlib
 import os
 import socket
 import time
@@ -19,10 +18,11 @@ from typing import Any, NamedTuple
 from .. import premises as premise
 from ..errors import Ambiguous, HeadConflict, InFlight, Refused
 from ..identity import canonical, jsonable
-from ..journal import Journal
+from ..journal import Journal, value_of
 from ..models import Change, Draft, Entry, Kind, Receipt
 from ..policy import PolicyGuard
 from ..receipts import EffectView, fold, fold_checked, receipt_of
+from ..sealing import Values
 from ..targets import classify, confirmation_of
 from .calls import Call, Done, Ticket, delivery_record
 
@@ -50,8 +50,11 @@ class Outcomes:
         clock: Callable[[], float] = time.time,
         on_point: Callable[[str, str], None] | None = None,
         policy: PolicyGuard | None = None,
+        values: Values | None = None,
     ) -> None:
         self.journal = journal
+        #: how values are stored (plain, or sealed by the user's codec) and digested
+        self.values = values or Values(journal.keyring)
         self.clock = clock
         #: consulted when a new effect is about to be dispatched or one in doubt resent (a
         #: duplicate of a recorded outcome never reaches it)
@@ -78,6 +81,7 @@ class Outcomes:
                 jsonable(result),
                 confirmation or confirmation_of(ticket.target, result),
                 gate_s=gate_s,
+                scheme=ticket.digests,
             )
             done.gate_s = gate_s
             self._point("after_commit_tx", ticket.effect_id)
@@ -176,11 +180,17 @@ class Outcomes:
         raise InFlight(eid, "could not record the outcome: the record keeps moving", 0.1)
 
     def _commit_draft(
-        self, via: str, result_json: bytes, confirmation: str | None, gate_s: float | None = None
+        self,
+        via: str,
+        result_json: bytes,
+        confirmation: str | None,
+        gate_s: float | None = None,
+        *,
+        scheme: str | None = None,
     ) -> Draft:
         data: dict[str, Any] = {
             "via": via,
-            "result_digest": hashlib.sha256(result_json).hexdigest(),
+            "result_digest": self.values.digest(result_json, scheme),
             "confirmation": confirmation,
             "worker": self.worker,
         }
@@ -199,14 +209,21 @@ class Outcomes:
         confirmation: str | None,
         *,
         gate_s: float | None = None,
+        scheme: str | None = None,
     ) -> Done:
         result_json = canonical(result)
-        draft = self._commit_draft(via, result_json, confirmation, gate_s)
-        sent = await self._record_after_send(eid, head, draft, blobs={"result": result_json})
+        draft = self._commit_draft(via, result_json, confirmation, gate_s, scheme=scheme)
+        stored = await self.values.store_outcome(result_json)
+        sent = await self._record_after_send(eid, head, draft, blobs={"result": stored})
         if sent.recorded:
             return Done(eid, result, via, sent.after)
         view = sent.view if sent.view is not None else fold(eid, self.journal.read(eid))
-        return Done(eid, self.journal.blob(eid, "result"), view.via or via, sent.after)
+        return Done(eid, await self.stored(eid, "result"), view.via or via, sent.after)
+
+    async def stored(self, eid: str, name: str, entries: Sequence[Entry] | None = None) -> Any:
+        """The value last stored under ``name`` for the effect, decoded if it is sealed."""
+        found = value_of(self.journal.read(eid) if entries is None else entries, name)
+        return await self.values.open(found)
 
     # -- terminal records --------------------------------------------------------------------
 

@@ -5,14 +5,13 @@ only learns; ``close_out`` ends an effect whose owner is gone, without ever send
 from __future__ import annotations
 
 import functools
-import hashlib
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, get_args
 
 from .. import premises as premise
 from ..errors import HeadConflict, InFlight, InvalidCall
-from ..identity import canonical, digest, jsonable
+from ..identity import canonical, jsonable
 from ..journal.claims import Claim
 from ..leases import Demand, charge_for, check_lease
 from ..models import Change, Draft, Kind, Lease, Receipt
@@ -74,7 +73,7 @@ class Recovery(Admission):
         eid = view.effect_id
         caps = capabilities(target)
         absent = view.absence_confirmed
-        args = self._approved_args(call, view)
+        args = await self._approved_args(call, view)
         payload = as_input(args)
         past_settle_time = True
         if not absent:
@@ -88,6 +87,7 @@ class Recovery(Admission):
                         "recovery-query",
                         jsonable(found.result),
                         found.confirmation,
+                        scheme=view.digests,
                     )
                 absent = past_settle_time
 
@@ -211,11 +211,16 @@ class Recovery(Admission):
         its last attempt an effect still in doubt is AMBIGUOUS."""
         eid = view.effect_id
         if capabilities(target).queryable:
-            args = self._approved_args(call, view)
+            args = await self._approved_args(call, view)
             found = await query(target, eid, as_input(args))
             if found is not None:
                 return await self._record_commit(
-                    eid, view.head, "recovery-query", jsonable(found.result), found.confirmation
+                    eid,
+                    view.head,
+                    "recovery-query",
+                    jsonable(found.result),
+                    found.confirmation,
+                    scheme=view.digests,
                 )
         if call.last_attempt and not view.absence_confirmed:
             await self._ambiguous(
@@ -226,17 +231,19 @@ class Recovery(Admission):
             )
         raise InFlight(eid, "only the workflow that owns it may send it again", NOT_OWNER_RETRY_S)
 
-    def _approved_args(self, call: Call, view: EffectView) -> tuple[Any, ...]:
+    async def _approved_args(self, call: Call, view: EffectView) -> tuple[Any, ...]:
         """Recovery resends the recorded approved input, never one derived again."""
-        if view.approved_digest == hashlib.sha256(call.args_canonical).hexdigest():
+        if view.approved_digest == self.values.digest(call.args_canonical, view.digests):
             return call.args
-        return self._recorded_args(view, call.decode_args)
+        return await self._recorded_args(view, call.decode_args)
 
-    def _recorded_args(
+    async def _recorded_args(
         self, view: EffectView, decode_args: Callable[[list[Any]], tuple[Any, ...]] | None
     ) -> tuple[Any, ...]:
-        blob = self.journal.blob(view.effect_id, "approved")
-        if blob is None or digest(blob) != view.approved_digest:
+        blob = await self.stored(view.effect_id, "approved")
+        if blob is None or self.values.digest(canonical(blob), view.digests) != (
+            view.approved_digest
+        ):
             raise InvalidCall(
                 f"effect {view.effect_id[:16]}: the approved input in the journal is missing "
                 "or does not match its recorded digest"
@@ -307,13 +314,16 @@ class Recovery(Admission):
         caps = capabilities(target)
         absent = view.absence_confirmed
         if caps.queryable:
-            args = self._recorded_args(view, decode_args)
+            args = await self._recorded_args(view, decode_args)
             found = await query(target, eid, as_input(args))
             if found is not None:
                 result_json = canonical(jsonable(found.result))
-                draft = self._commit_draft("recovery-query", result_json, found.confirmation)
+                draft = self._commit_draft(
+                    "recovery-query", result_json, found.confirmation, scheme=view.digests
+                )
+                stored = await self.values.store_outcome(result_json)
                 sent = await self._record_after_send(
-                    eid, view.head, draft, blobs={"result": result_json}, view=view
+                    eid, view.head, draft, blobs={"result": stored}, view=view
                 )
                 return receipt_of(sent.view) if sent.view is not None else self.receipt(eid)
             if not absent and not self._past_settle_time(view, caps):
