@@ -252,6 +252,31 @@ async def test_a_tier_zero_body_cannot_end_the_journals_transaction(
     assert place.journal.in_doubt() == []
 
 
+async def test_a_tier_zero_result_is_sealed_by_the_codec_inside_the_transaction(
+    place: Place,
+) -> None:
+    """With a codec, the tier-0 result is sealed on the journal's writer thread (a loop of its
+    own, not the worker's): stored sealed, read back decoded by a duplicate attempt."""
+    from interlock_temporal._codec import CodecSealer
+    from interlock_temporal.core.journal import value_of
+    from interlock_temporal.core.sealing import Values, is_sealed
+
+    from .test_journal_codec import AesCodec
+
+    target = place.target(0)
+    gate = Gate(place.journal, values=Values(place.journal.keyring, CodecSealer(AesCodec())))
+    lease_id = lease(place.journal)
+    req = new_credit()
+    done = await attempt(gate, target, call_of(target, req, lease_id))
+    assert isinstance(done, Done) and done.result.credit_id == req.credit_id
+    stored = value_of(place.journal.read(done.effect_id), "result")
+    assert is_sealed(stored) and req.credit_id not in str(stored)
+    again = await attempt(gate, target, call_of(target, req, lease_id))
+    assert isinstance(again, Done) and again.via == "duplicate"
+    assert again.result == {"credit_id": req.credit_id, "balance": done.result.balance}
+    assert credits(place.journal_url, req.credit_id) == 1
+
+
 async def test_sqlite_time_limit_interrupts_a_long_statement(tmp_path: Path) -> None:
     """SQLite's progress handler stops a statement that runs past the limit (not only a body
     that returns late)."""

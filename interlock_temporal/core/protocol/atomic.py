@@ -60,13 +60,13 @@ class Atomic(Outcomes):
         assert body is not None
         drafted: list[Draft] = []
         scheme = self.values.scheme if before is None else before.digests
-        loop = asyncio.get_running_loop()
 
         def stored_result(result_json: bytes) -> bytes:
             if self.values.sealer is None:
                 return result_json
-            sealing = self.values.store_outcome(result_json)
-            return asyncio.run_coroutine_threadsafe(sealing, loop).result()
+            # on the writer thread, with the journal's write lock held: a loop of its own, never
+            # the worker's (whose coroutines may be waiting for that lock)
+            return asyncio.run(self.values.store_outcome(result_json))
 
         def drafts(lease: Lease | None) -> list[Draft]:
             drafted[:] = build(lease)
