@@ -163,7 +163,7 @@ _MIGRATIONS: list[str] = [
     # kinds never write it). It also keeps a release that cannot read archives from opening
     # an archived journal (it would take the archived seqs for missing entries).
     """
-    CREATE INDEX entries_anchors ON entries (seq) WHERE kind = 'ANCHOR';
+    CREATE INDEX IF NOT EXISTS entries_anchors ON entries (seq) WHERE kind = 'ANCHOR';
     """,
 ]
 assert len(_MIGRATIONS) == SCHEMA_VERSION
