@@ -56,7 +56,7 @@ from interlock_temporal.core.models import Draft, Entry, JournalHead, Kind, Leas
 from interlock_temporal.core.protocol import Gate, Ticket
 from interlock_temporal.core.receipts import receipt
 from interlock_temporal.core.retention import archive
-from interlock_temporal.core.review import record_resolution
+from interlock_temporal.core.review import record_resolution, reopen
 from interlock_temporal.targets.payments import SimulatedPayments
 
 from .fixtures import make_release_journal as release
@@ -479,6 +479,12 @@ class _ArchiveStory:
             result={"refund_id": "re-c-5"},
         )
         assert receipt(self.eids["c-5"], journal=self.journal).final == "RESOLVED"
+        # an archived REFUSED effect is reopened by a person, and its next attempt sends it
+        reopen(self.journal, self.eids["c-3"], operator="dave")
+        done = await self.gate.run(self.call("c-3", 700), self.payments, self.send)
+        assert done.amount_cents == 700
+        reopened = receipt(self.eids["c-3"], journal=self.journal)
+        assert (reopened.final, reopened.executed, reopened.operator) == ("COMMITTED", True, "dave")
         self.payments.close()
         self.tier3.close()
 

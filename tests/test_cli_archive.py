@@ -47,6 +47,10 @@ def test_archive_moves_settled_effects_and_both_verify(
             assert receipt(eid, journal=journal).final == final
         assert len(journal.read(world.in_doubt)) > 1 and len(journal.read(world.ambiguous)) > 1
 
+    listed = cli("--journal", world.url, "effects", "list", "--json")
+    counts = {row["effect_id"]: row["dispatches"] for row in listed.json()}
+    assert counts[world.committed] == 1 and counts[world.refused] == 0, counts
+
     live = cli("--journal", world.url, "journal", "verify")
     assert live.code == 0 and re.search(r"^result:\s+ok$", live.out, re.M), live.out
     alone = cli("--signing-key", _key(world), "journal", "verify", "--archive", str(to))

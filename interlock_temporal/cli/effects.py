@@ -7,7 +7,7 @@ import argparse
 from .._render import render_effects, render_entries, render_receipt
 from ..core.journal import Journal
 from ..core.models import ANNOTATIONS, Kind
-from ..core.receipts import receipt
+from ..core.receipts import fold, receipt
 from ..core.review import ReviewError, reopen
 from ._args import command, journal_options, json_flag, operator_name, parse_duration, positive
 from ._shared import (
@@ -23,7 +23,8 @@ from ._shared import (
     warn,
 )
 
-_STATES = [k.value for k in Kind if k not in ANNOTATIONS]
+#: an effect's row never has a tombstone's or an anchor's kind as its status
+_STATES = [k.value for k in Kind if k not in ANNOTATIONS | {Kind.ARCHIVED, Kind.ANCHOR}]
 
 
 def _state(text: str) -> Kind:
@@ -36,7 +37,8 @@ def _state(text: str) -> Kind:
 
 
 def _dispatches(journal: Journal, effect_id: str) -> int:
-    return sum(1 for e in journal.read(effect_id) if e.kind is Kind.DISPATCHED)
+    # folded: an archived effect's tombstone keeps the count its archived entries had
+    return fold(effect_id, journal.read(effect_id)).dispatches
 
 
 def cmd_effects_list(args: argparse.Namespace) -> int:
