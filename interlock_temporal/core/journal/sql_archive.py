@@ -6,7 +6,10 @@ removed again; a crash between the file's flush and the commit leaves a file who
 not in the journal (``journal verify --archive`` says so): it took nothing.
 
 Appends wait for the run (it holds the journal's seq, as an append does), so no effect moves
-while it is chosen; an effect an attempt holds a claim on is left alone."""
+while it is chosen. An effect an attempt holds a claim on when the run looks is left alone;
+the run takes no claims itself (on PostgreSQL each would hold a connection), so an attempt
+that claims an effect meanwhile reads it settled, and an append it makes waits for the run,
+finds the head moved to the tombstone and reads again: it answers as before."""
 
 from __future__ import annotations
 
@@ -27,7 +30,6 @@ from .archiving import (
     header_line,
     seq_ranges,
 )
-from .claims import Claim
 from .entries import (
     RawEntry,
     archive_root,
@@ -61,15 +63,8 @@ def archive_settled(
 ) -> ArchiveRun:
     """Move the settled effects last updated before ``cutoff`` that ``settle`` accepts to the
     archive file ``to`` (which must not exist), leaving tombstones and an anchor."""
-    claims: list[Claim] = []
     skipped: dict[str, int] = {}
-    try:
-        return journal._write(
-            lambda db: _run(journal, db, cutoff, to, settle, dict(header), claims, skipped)
-        )
-    finally:
-        for claim in claims:
-            claim.release()
+    return journal._write(lambda db: _run(journal, db, cutoff, to, settle, dict(header), skipped))
 
 
 def _run(
@@ -79,11 +74,10 @@ def _run(
     to: Path,
     settle: Settle,
     header: dict[str, Any],
-    claims: list[Claim],
     skipped: dict[str, int],
 ) -> ArchiveRun:
     seq = journal._seq_base(db)  # held until the commit: appends wait for the run
-    chosen = _choose(journal, db, cutoff, settle, claims, skipped)
+    chosen = _choose(journal, db, cutoff, settle, skipped)
     if not chosen:
         return ArchiveRun(None, None, 0, 0, [], None, None, skipped)
     raws = sorted((r for c in chosen for r in c.raws), key=lambda r: r.seq)
@@ -128,7 +122,6 @@ def _choose(
     db: Any,
     cutoff: float,
     settle: Settle,
-    claims: list[Claim],
     skipped: dict[str, int],
 ) -> list[_Chosen]:
     rows = journal._x(
@@ -140,11 +133,9 @@ def _choose(
     chosen = []
     for values in rows:
         row = effect_row(values)
-        claim = journal.claim(row.effect_id)
-        if claim is None:
+        if journal.is_claimed(row.effect_id):
             skipped["claimed"] = skipped.get("claimed", 0) + 1
             continue
-        claims.append(claim)
         stored = journal._x(
             db,
             f"SELECT {ENTRY_COLUMNS} FROM entries WHERE effect_id = ? ORDER BY seq",
