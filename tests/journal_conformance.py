@@ -35,9 +35,11 @@ import pytest
 import rfc8785
 
 from interlock_temporal.core.errors import (
+    Ambiguous,
     HeadConflict,
     JournalConfigError,
     JournalCorrupt,
+    Refused,
 )
 from interlock_temporal.core.identity import UnserializableInput, effect_id, origin_of
 from interlock_temporal.core.journal import (
@@ -47,9 +49,17 @@ from interlock_temporal.core.journal import (
     as_key,
     encode_entry,
 )
+from interlock_temporal.core.journal.archiving import verify_archive
 from interlock_temporal.core.journal.signing import Ed25519Key
 from interlock_temporal.core.leases import Demand, check_lease
 from interlock_temporal.core.models import Draft, Entry, JournalHead, Kind, Lease
+from interlock_temporal.core.protocol import Gate, Ticket
+from interlock_temporal.core.receipts import receipt
+from interlock_temporal.core.retention import archive
+from interlock_temporal.core.review import record_resolution, reopen
+from interlock_temporal.targets.payments import SimulatedPayments
+
+from .fixtures import make_release_journal as release
 
 KEY = "11" * 32
 OTHER_KEY = "22" * 32
@@ -311,8 +321,172 @@ class SqlTamper(ABC):
             ("UPDATE meta SET value = '2' WHERE key = 'schema_version'", ()),
         )
 
+    def put_back(self, raw: RawEntry) -> None:
+        """Store ``raw`` (as ``iter_raw`` read it, with its values) again at its seq."""
+        self._run(
+            (
+                "INSERT INTO entries (seq, effect_id, kind, prev, hash, key_id, sig, body, vals) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                (
+                    raw.seq,
+                    raw.effect_id,
+                    raw.kind,
+                    raw.prev,
+                    raw.hash,
+                    raw.key_id,
+                    raw.sig,
+                    raw.body,
+                    raw.vals,
+                ),
+            )
+        )
+
     def snapshot(self) -> dict[str, list[tuple[Any, ...]]]:
         return {t: sorted(self._query(f"SELECT * FROM {t}")) for t in self._tables()}
+
+
+_OWN_ORDER = "o-991"
+
+
+class _ArchiveStory:
+    """A journal in use, for the archive's tests: refunds COMMITTED (c-1), in doubt (c-2),
+    REFUSED on a revoked lease (c-3), AMBIGUOUS then resolved happened (c-4), AMBIGUOUS and
+    open (c-5), resolved not_happened (c-6), and one committed by a retry while its first
+    attempt, which had sent it, stalled (c-7: that attempt is the zombie)."""
+
+    def __init__(self, journal: Journal, tmp_path: Path) -> None:
+        self.journal = journal
+        self.file = tmp_path / "archive.jsonl"
+        self.payments = SimulatedPayments(tmp_path / "payments.db", tier=2)
+        self.tier3 = SimulatedPayments(tmp_path / "payments3.db", tier=3)
+        self.gate = Gate(journal)
+        self.eids: dict[str, str] = {}
+        self.chains: dict[str, list[Entry]] = {}
+        self.zombie: tuple[Ticket, Any] | None = None
+
+    def call(
+        self, case: str, amount: int, *, lease: str = release.LEASE, last: bool = False
+    ) -> Any:
+        facts = self.tier3 if case in ("c-4", "c-5", "c-6") else self.payments
+        req = release.request(case, amount, facts)
+        if case == "c-2":  # its own order: the others' refunds leave its premises as they were
+            req = req.model_copy(
+                update={"order_id": _OWN_ORDER, "premises": facts.order_facts(_OWN_ORDER)}
+            )
+        return release.call(req, lease, f"wf-{case}", last=last)
+
+    async def send(self, ticket: Ticket) -> Any:
+        r = ticket.input
+        return await self.payments.refund(
+            r.order_id, r.amount_cents, idempotency_key=ticket.effect_id
+        )
+
+    @classmethod
+    async def write(cls, journal: Journal, tmp_path: Path) -> _ArchiveStory:
+        s = cls(journal, tmp_path)
+        for facts in (s.payments, s.tier3):
+            facts.open_order(release.ORDER, release.PAID_CENTS)
+        s.payments.open_order(_OWN_ORDER, release.PAID_CENTS)
+        journal.leases.issue(
+            "refund-bot",
+            activities=["refund"],
+            max_amount_cents=5_000,
+            budget_cents=9_000,
+            lease_id=release.LEASE,
+        )
+        journal.leases.issue("refund-bot", activities=["refund"], lease_id=release.REVOKED)
+        journal.leases.revoke(release.REVOKED)
+        gate = s.gate
+        in_doubt = await gate.begin(s.call("c-2", 1_500), s.payments)
+        assert isinstance(in_doubt, Ticket)
+        in_doubt.release()
+        await gate.run(s.call("c-1", 2_000), s.payments, s.send)
+        with pytest.raises(Refused):
+            await gate.begin(s.call("c-3", 700, lease=release.REVOKED), s.payments)
+        for case, decision in (("c-4", "happened"), ("c-5", None), ("c-6", "not_happened")):
+            ticket = await gate.begin(s.call(case, 300, last=True), s.tier3)
+            assert isinstance(ticket, Ticket)
+            with pytest.raises(Ambiguous):
+                await gate.fail(ticket, TimeoutError(), last_attempt=True)
+            if decision is not None:
+                record_resolution(
+                    journal,
+                    ticket.effect_id,
+                    kind="ambiguous",
+                    decision=decision,
+                    operators=["carol"],
+                    result={"refund_id": f"re-{case}"} if decision == "happened" else None,
+                )
+        first = await gate.begin(s.call("c-7", 1_100), s.payments)
+        assert isinstance(first, Ticket)
+        sent = await s.send(first)
+        first.release()  # it stalls after the send; a retry finds it in doubt and recovers it
+        retry = await gate.begin(s.call("c-7", 1_100), s.payments)
+        if isinstance(retry, Ticket):  # recovery may also find the refund and record it itself
+            await gate.commit(retry, await s.send(retry))
+        assert receipt(first.effect_id, journal=journal).final == "COMMITTED"
+        s.zombie = (first, sent)
+        for case in ("c-1", "c-2", "c-3", "c-4", "c-5", "c-6", "c-7"):
+            s.eids[case] = gate.identify(s.call(case, 1))[0]
+            s.chains[case] = journal.read(s.eids[case])
+        return s
+
+    async def probe(self) -> dict[str, Any]:
+        """What attempts, people and auditors read of the journal now."""
+        gate, journal = self.gate, self.journal
+        seen: dict[str, Any] = {}
+        seen["duplicate"] = await gate.run(self.call("c-1", 2_000), self.payments, self.send)
+        seen["resolved"] = await gate.run(self.call("c-4", 300), self.tier3, self.send)
+        with pytest.raises(Refused) as refused:
+            await gate.begin(self.call("c-3", 700, lease=release.REVOKED), self.payments)
+        seen["refused"] = (refused.value.code, refused.value.reason, refused.value.refused_at)
+        with pytest.raises(Refused) as conflict:
+            await gate.begin(self.call("c-1", 2_100), self.payments)
+        seen["conflict"] = (conflict.value.code, str(conflict.value))
+        with pytest.raises(Ambiguous) as ambiguous:
+            await gate.begin(self.call("c-5", 300), self.tier3)
+        seen["ambiguous"] = ambiguous.value.reason
+        assert self.zombie is not None
+        done = await gate.commit(*self.zombie)
+        seen["zombie"] = (done.result, done.via)
+        lease = journal.leases.get(release.LEASE)
+        assert lease is not None
+        seen["reserved"] = lease.reserved_cents
+        seen["refunds"] = [r.effect_id for r in self.payments.refund_records(release.ORDER)]
+        seen["receipts"] = {
+            case: receipt(eid, journal=journal).model_dump(
+                mode="json", exclude={"journal_seq", "journal_hash"}
+            )
+            for case, eid in self.eids.items()
+        }
+        seen["results"] = {case: journal.blob(eid, "result") for case, eid in self.eids.items()}
+        return seen
+
+    async def recover_and_resolve(self) -> None:
+        """The effect in doubt is recovered and the open review resolved, after the archive."""
+        ticket = await self.gate.begin(self.call("c-2", 1_500), self.payments)
+        assert isinstance(ticket, Ticket) and ticket.effect_id == self.eids["c-2"]
+        await self.gate.commit(ticket, await self.send(ticket))
+        (refund,) = self.payments.refund_records(_OWN_ORDER)
+        assert (refund.effect_id, refund.amount_cents) == (self.eids["c-2"], 1_500)
+        assert receipt(self.eids["c-2"], journal=self.journal).final == "COMMITTED"
+        record_resolution(
+            self.journal,
+            self.eids["c-5"],
+            kind="ambiguous",
+            decision="happened",
+            operators=["carol"],
+            result={"refund_id": "re-c-5"},
+        )
+        assert receipt(self.eids["c-5"], journal=self.journal).final == "RESOLVED"
+        # an archived REFUSED effect is reopened by a person, and its next attempt sends it
+        reopen(self.journal, self.eids["c-3"], operator="dave")
+        done = await self.gate.run(self.call("c-3", 700), self.payments, self.send)
+        assert done.amount_cents == 700
+        reopened = receipt(self.eids["c-3"], journal=self.journal)
+        assert (reopened.final, reopened.executed, reopened.operator) == ("COMMITTED", True, "dave")
+        self.payments.close()
+        self.tier3.close()
 
 
 class JournalConformance:
@@ -1463,3 +1637,135 @@ class JournalConformance:
         assert journal.claim(A) is None
         taken.release()
         unrelated.release()
+
+    # -- retention: archives of settled effects ------------------------------------------------
+
+    async def test_archive_round_trip(self, journal: Journal, tmp_path: Path) -> None:
+        """Settled effects move to a verifiable archive; the live journal still verifies; what
+        is in doubt or under review stays and is still recovered or resolved; a duplicate, a
+        zombie attempt, a conflicting payload and the lease budget answer as before."""
+        story = await _ArchiveStory.write(journal, tmp_path)
+        before = await story.probe()
+        assert before["reserved"] > 0 and len(before["refunds"]) == 2  # c-1, c-7
+
+        run = archive(
+            journal,
+            before=time.time(),
+            to=story.file,
+            min_age=timedelta(0),
+            allow_short_min_age=True,
+        )
+
+        assert (run.effects, run.skipped) == (4, {"not_happened": 1}), run
+        settled = {story.eids[c] for c in ("c-1", "c-3", "c-4", "c-7")}
+        raws = list(journal.iter_raw())
+        live_seqs = {r.seq for r in raws}
+        # every archived seq left the live journal; live + archived cover 1..head exactly
+        archived_seqs = {s for a, b in run.ranges for s in range(a, b + 1)}
+        assert not archived_seqs & live_seqs
+        assert archived_seqs | live_seqs == set(range(1, raws[-1].seq + 1))
+        for eid in settled:
+            (tomb,) = journal.read(eid)
+            assert tomb.kind is Kind.ARCHIVED and tomb.data["archive_id"] == run.archive_id
+        report = journal.verify()
+        assert report.ok, report
+        anchor = journal.read(f"archive:{run.archive_id}")[0].data
+        with open(story.file, encoding="utf-8") as lines:
+            alone = verify_archive(lines, journal.keyring, anchor)
+        assert alone.ok, alone
+        assert (alone.entries, alone.effects) == (run.entries, 4)
+        # in doubt and under review: untouched (whole chains, same heads)
+        assert [e.kind for e in journal.read(story.eids["c-2"])][-1] is Kind.DISPATCHED
+        assert journal.read(story.eids["c-2"]) == story.chains["c-2"]
+        assert journal.read(story.eids["c-5"]) == story.chains["c-5"]
+        assert journal.read(story.eids["c-6"]) == story.chains["c-6"]  # resolved not_happened
+        assert [r.effect_id for r in journal.in_doubt()] == [story.eids["c-2"]]
+
+        after = await story.probe()
+        assert after == before
+        assert journal.verify().ok
+        await story.recover_and_resolve()
+        report = journal.verify()
+        assert report.ok, report
+
+    async def test_archive_tampering_is_caught(
+        self, journal: Journal, tamper: Any, tmp_path: Path
+    ) -> None:
+        story = await _ArchiveStory.write(journal, tmp_path)
+        run = archive(
+            journal,
+            before=time.time(),
+            to=story.file,
+            min_age=timedelta(0),
+            allow_short_min_age=True,
+        )
+        assert run.anchor is not None and journal.verify().ok
+        lines = story.file.read_text(encoding="utf-8").splitlines(keepends=True)
+        keyring = journal.keyring
+        anchor = journal.read(f"archive:{run.archive_id}")[0].data
+
+        def check(edited: list[str]) -> str:
+            report = verify_archive(edited, keyring, anchor)
+            assert not report.ok
+            return str(report.problem)
+
+        # an edited amount in an archived entry
+        at = next(i for i, line in enumerate(lines) if "2000" in line and i > 0)
+        assert "hash" in check(
+            [*lines[:at], lines[at].replace("2000", "2001", 1), *lines[at + 1 :]]
+        )
+        # an archived entry dropped: from the middle of its chain, or a chain's last
+        assert "prev is not the previous entry" in check([*lines[:at], *lines[at + 1 :]])
+        assert "seq ranges its header names" in check(lines[:-1])
+        # an edited header (its ranges widened): its signature no longer verifies
+        header = json.loads(lines[0])
+        header["archive"]["ranges"][0][0] -= 1
+        assert "signature" in check([json.dumps(header) + "\n", *lines[1:]])
+
+        # the live journal: a tombstone removed, the anchor removed, an archived-style gap
+        # without an anchor -- each caught
+        tomb = journal.row(story.eids["c-1"])
+        assert tomb is not None
+        stored = {r.seq: r for r in journal.iter_raw()}
+        for seq in (tomb.head_seq, run.anchor.seq):
+            tamper.delete(seq)
+            report = journal.verify()
+            assert not report.ok and "missing" in str(report.problem), report
+            tamper.put_back(stored[seq])
+            assert journal.verify().ok
+        # entries of a settled effect deleted with no archive at all
+        chain = journal.read(story.eids["c-2"])
+        for entry in chain[:2]:
+            tamper.delete(entry.seq)
+        report = journal.verify()
+        assert not report.ok and "missing" in str(report.problem), report
+
+    def test_archive_refuses_what_it_must(self, journal: Journal, tmp_path: Path) -> None:
+        with pytest.raises(ValueError, match="--before is in the future"):
+            archive(journal, before=time.time() + 3600, to=tmp_path / "a.jsonl")
+        with pytest.raises(ValueError, match="--min-age 3600s is under 1d"):
+            archive(
+                journal, before=time.time(), to=tmp_path / "a.jsonl", min_age=timedelta(hours=1)
+            )
+        (tmp_path / "exists.jsonl").write_text("")
+        with pytest.raises(ValueError, match="never overwritten"):
+            archive(journal, before=time.time(), to=tmp_path / "exists.jsonl")
+        # a claimed settled effect stays; an effect younger than min_age stays
+        journal.append(
+            A, "", [draft(Kind.PROPOSED), draft(Kind.REFUSED, code="x")], effect_type="t"
+        )
+        claim = journal.claim(A)
+        assert claim is not None
+        run = archive(
+            journal,
+            before=time.time(),
+            to=tmp_path / "b.jsonl",
+            min_age=timedelta(0),
+            allow_short_min_age=True,
+        )
+        assert (run.effects, run.skipped, run.path) == (0, {"claimed": 1}, None)
+        claim.release()
+        run = archive(journal, before=time.time(), to=tmp_path / "c.jsonl")  # 30 days
+        assert (run.effects, run.skipped) == (0, {})
+        assert not (tmp_path / "b.jsonl").exists() and not (tmp_path / "c.jsonl").exists()
+        assert [e.kind for e in journal.read(A)] == [Kind.PROPOSED, Kind.REFUSED]

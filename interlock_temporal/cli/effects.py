@@ -11,7 +11,7 @@ from .._render import render_effects, render_entries, render_receipt
 from ..core.journal import Journal, value_of
 from ..core.journal.signing import Keyring
 from ..core.models import ANNOTATIONS, Entry, Kind
-from ..core.receipts import receipt
+from ..core.receipts import fold, receipt
 from ..core.review import ReviewError, reopen
 from ..core.sealing import ENCRYPTED, Values, is_sealed
 from ._args import (
@@ -37,7 +37,8 @@ from ._shared import (
 )
 from ._temporal import payload_codec
 
-_STATES = [k.value for k in Kind if k not in ANNOTATIONS]
+#: an effect's row never has a tombstone's or an anchor's kind as its status
+_STATES = [k.value for k in Kind if k not in ANNOTATIONS | {Kind.ARCHIVED, Kind.ANCHOR}]
 
 
 def _state(text: str) -> Kind:
@@ -50,7 +51,8 @@ def _state(text: str) -> Kind:
 
 
 def _dispatches(journal: Journal, effect_id: str) -> int:
-    return sum(1 for e in journal.read(effect_id) if e.kind is Kind.DISPATCHED)
+    # folded: an archived effect's tombstone keeps the count its archived entries had
+    return fold(effect_id, journal.read(effect_id)).dispatches
 
 
 def cmd_effects_list(args: argparse.Namespace) -> int:

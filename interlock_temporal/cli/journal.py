@@ -1,19 +1,21 @@
-"""``interlock journal``: verify, export, keygen, public-key, head."""
+"""``interlock journal``: verify, export, archive, keygen, public-key, head."""
 
 from __future__ import annotations
 
 import argparse
 import contextlib
 import sys
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 from .._render import render_verify as _render_verify
 from ..core.errors import JournalConfigError, JournalCorrupt
 from ..core.journal import export_line, keyring_for, read_export, verify_entries
+from ..core.journal.archiving import archive_chain, read_archive, verify_archive
 from ..core.journal.signing import ED25519_PREFIX, ED25519_PUBLIC_PREFIX, Ed25519Key, Keyring
-from ..core.models import JournalHead
-from ._args import command, journal_options, json_flag
+from ..core.models import JournalHead, Kind
+from ._args import command, journal_options, json_flag, parse_age
 from ._shared import (
     EXIT_FAILED,
     EXIT_OK,
@@ -59,6 +61,8 @@ def _public_keys(args: argparse.Namespace) -> list[str]:
 
 def cmd_journal_verify(args: argparse.Namespace) -> int:
     public = _public_keys(args)
+    if args.archive is not None:
+        return _verify_archive(args, public)
     if args.export is not None:
         keyring = _verify_keyring(args, public)
         try:
@@ -78,6 +82,99 @@ def cmd_journal_verify(args: argparse.Namespace) -> int:
     else:
         emit(_render_verify(report, journal=where))
     return EXIT_OK if report.ok else EXIT_FAILED
+
+
+def _verify_archive(args: argparse.Namespace, public: list[str]) -> int:
+    """``verify --archive FILE``: the archive alone; with ``--journal``, also against the
+    anchor that journal keeps of it."""
+    try:
+        text = args.archive.read_text(encoding="utf-8")
+    except OSError as err:
+        raise CliError(EXIT_USAGE, f"{args.archive}: cannot be read: {err.strerror}") from None
+    lines = text.splitlines()
+    try:
+        archive_id = str(read_archive(lines)[0]["archive"].get("archive_id"))
+        if getattr(args, "journal", None) is None:
+            report = verify_archive(lines, _verify_keyring(args, public))
+            where = f"{args.archive} (alone: give --journal to check it against its anchor)"
+        else:
+            with open_for_verify(args, public_keys=public) as journal:
+                anchor = journal.read(archive_chain(archive_id))
+                if not anchor or anchor[0].kind is not Kind.ANCHOR:
+                    raise CliError(
+                        EXIT_FAILED,
+                        f"{args.archive}: journal {journal.url} has no anchor of archive "
+                        f"{archive_id}: the archive took nothing from it (a run that stopped "
+                        "before its commit), or it was taken from another journal",
+                    )
+                report = verify_archive(lines, journal.keyring, anchor[0].data)
+                where = f"{args.archive} (against the anchor in {journal.url})"
+    except JournalCorrupt as err:
+        raise CliError(EXIT_FAILED, f"{args.archive}: {err}") from None
+    if args.json:
+        emit_json({**report.model_dump(mode="json"), "archive_id": archive_id})
+    else:
+        verdict = "ok" if report.ok else f"FAILED at seq {report.first_bad_seq}: {report.problem}"
+        emit(f"archive  {where}\nid       {archive_id}\nresult   {verdict}")
+        if report.ok:
+            emit(f"entries  {report.entries}\neffects  {report.effects}")
+    return EXIT_OK if report.ok else EXIT_FAILED
+
+
+def _date(text: str) -> datetime:
+    """``--before``: an ISO date (``2026-01-31``, midnight UTC) or date and time (UTC unless
+    it names its offset)."""
+    try:
+        when = datetime.fromisoformat(text.strip())
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"invalid date {text!r}: use YYYY-MM-DD or YYYY-MM-DDTHH:MM[:SS][+HH:MM]"
+        ) from None
+    return when if when.tzinfo is not None else when.replace(tzinfo=UTC)
+
+
+def cmd_journal_archive(args: argparse.Namespace) -> int:
+    from ..core.retention import DEFAULT_MIN_AGE, archive
+
+    min_age = DEFAULT_MIN_AGE if args.min_age is None else args.min_age
+    with open_for(args) as journal:
+        try:
+            run = archive(
+                journal,
+                before=args.before,
+                to=args.to,
+                min_age=min_age,
+                allow_short_min_age=args.allow_short_min_age,
+            )
+        except ValueError as err:
+            raise CliError(EXIT_USAGE, str(err)) from None
+        except OSError as err:
+            raise CliError(
+                EXIT_USAGE, f"--to {args.to}: cannot be written: {err.strerror}"
+            ) from None
+    left = ", ".join(f"{why} {n}" for why, n in sorted(run.skipped.items())) or "none"
+    if args.json:
+        emit_json(
+            {
+                "archive_id": run.archive_id,
+                "file": None if run.path is None else str(run.path),
+                "effects": run.effects,
+                "entries": run.entries,
+                "ranges": run.ranges,
+                "root": run.root,
+                "anchor": None if run.anchor is None else str(run.anchor),
+                "skipped": run.skipped,
+            }
+        )
+    elif run.archive_id is None:
+        emit(f"nothing to archive before {args.before.isoformat()} (left: {left}); no file written")
+    else:
+        emit(
+            f"archived {run.effects} effects ({run.entries} entries) to {run.path}\n"
+            f"archive  {run.archive_id}\nanchor   {run.anchor}\nleft     {left}\n"
+            f"check it: interlock journal verify --archive {run.path} --journal {journal.url}"
+        )
+    return EXIT_OK
 
 
 def _verify_keyring(args: argparse.Namespace, public: list[str]) -> Keyring:
@@ -180,7 +277,15 @@ def register(groups: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
         metavar="FILE",
         help="verify a `journal export` file instead of the database",
     )
+    verify.add_argument(
+        "--archive",
+        type=Path,
+        metavar="FILE",
+        help="verify an archive file (`journal archive`); with --journal, also against the "
+        "anchor the journal keeps of it",
+    )
     json_flag(verify)
+    _register_archive(journal_sub)
     export = command(
         journal_sub,
         "export",
@@ -213,3 +318,36 @@ def register(groups: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
         example=["interlock journal head >> heads.txt", "interlock journal head --json"],
     )
     json_flag(head)
+
+
+def _register_archive(journal_sub: Any) -> None:
+    archive = command(
+        journal_sub,
+        "archive",
+        cmd_journal_archive,
+        "move settled effects (COMMITTED, REFUSED, RESOLVED happened) last updated before a "
+        "date to a signed archive file, leaving tombstones and a signed anchor",
+        example=[
+            "interlock journal archive --before 2026-01-01 --to archive-2025.jsonl",
+            "interlock journal archive --before 2026-06-01 --to a.jsonl --min-age 90d --json",
+        ],
+    )
+    archive.add_argument(
+        "--before", type=_date, required=True, metavar="DATE", help="archive what settled before"
+    )
+    archive.add_argument(
+        "--to", type=Path, required=True, metavar="FILE", help="the archive file (must not exist)"
+    )
+    archive.add_argument(
+        "--min-age",
+        type=parse_age,
+        metavar="DURATION",
+        help="never archive an effect younger than this (default 30d; at least the longest "
+        "schedule_to_close_timeout of your gated activities)",
+    )
+    archive.add_argument(
+        "--allow-short-min-age",
+        action="store_true",
+        help="accept a --min-age under 1d (you know no activity runs that long)",
+    )
+    json_flag(archive)

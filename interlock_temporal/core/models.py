@@ -24,6 +24,13 @@ class Kind(StrEnum):
     #: a policy event on a session's policy chain (``policy:<session>``): a denial, an
     #: escalation, an observed verdict, a circuit reset
     POLICY = "POLICY"
+    #: a tombstone: the first live entry of an effect whose earlier entries moved to an
+    #: archive (``interlock journal archive``). It signs what a later attempt reads of them
+    #: (the effect's folded state, its final status), its ``prev`` is their head
+    ARCHIVED = "ARCHIVED"
+    #: an archive's anchor, alone on its chain (``archive:<id>``): the seq ranges the archive
+    #: took from the journal and the root over their hashes
+    ANCHOR = "ANCHOR"
     # annotations: recorded on the effect's chain, never change its state
     REJECTED_PROPOSAL = "REJECTED_PROPOSAL"
     CONFIRMED = "CONFIRMED"

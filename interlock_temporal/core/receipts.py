@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import dataclasses
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -116,10 +117,38 @@ def _as_read(entry: Entry) -> Entry:
     return entry.model_copy(update={"ts": float(doc["ts"]), "data": doc["data"]})
 
 
+#: what a tombstone does not keep of an effect's view: where it is (the tombstone is its new
+#: head) and the facts captured when it was proposed (nothing settled reads them again)
+_NOT_KEPT = frozenset({"effect_id", "status", "head", "head_seq", "premises"})
+
+
+def settled_view(v: EffectView) -> dict[str, Any]:
+    """What a tombstone signs of a settled effect's view (``Kind.ARCHIVED``): everything a
+    later attempt, a receipt or a person's decision reads of it, so that the effect reads as
+    it did before its entries moved to an archive."""
+    return {
+        f.name: copy.deepcopy(getattr(v, f.name))
+        for f in dataclasses.fields(v)
+        if f.name not in _NOT_KEPT
+    }
+
+
+def _restore(v: EffectView, d: dict[str, Any]) -> None:
+    """A tombstone's view, folded in: the effect as its archived entries left it."""
+    names = {f.name for f in dataclasses.fields(v)} - _NOT_KEPT
+    for name, value in (d.get("view") or {}).items():
+        if name in names:
+            setattr(v, name, copy.deepcopy(value))
+    v.status = Kind(d["final"])
+
+
 def _fold_into(v: EffectView, entries: Sequence[Entry]) -> EffectView:
     for e in entries:
         d = e.data
         v.head, v.head_seq = e.hash, e.seq
+        if e.kind is Kind.ARCHIVED:
+            _restore(v, d)
+            continue
         if e.kind in ANNOTATIONS:
             continue
         v.status = e.kind

@@ -248,6 +248,8 @@ class _Chain:
 
 _ANNOTATION_KINDS = frozenset(k.value for k in ANNOTATIONS)
 _DISPATCHED = Kind.DISPATCHED.value
+_ARCHIVED = Kind.ARCHIVED.value
+_ANCHOR = Kind.ANCHOR.value
 
 
 def origin_in(first: Mapping[str, Any]) -> str | None:
@@ -268,6 +270,8 @@ class ChainCheck:
     def __init__(self, keyring: Keyring) -> None:
         self.keyring = keyring
         self.chains: dict[str, _Chain] = {}
+        #: the archives' anchors met so far (``Kind.ANCHOR``)
+        self.anchors: list[RawEntry] = []
 
     def add(self, raw: RawEntry) -> tuple[int, str] | None:
         """The next entry of its effect: None, or what is wrong and at which seq (an edited
@@ -279,7 +283,12 @@ class ChainCheck:
         chain = self.chains.get(raw.effect_id)
         if chain is None:
             chain = self.chains[raw.effect_id] = _Chain()
-        if raw.prev != chain.head:
+        tombstone = raw.kind == _ARCHIVED
+        if tombstone and chain.head:
+            return raw.seq, "a tombstone after other entries of its effect (inserted)"
+        # a tombstone starts its effect's live chain: its prev is the head of the entries it
+        # stands for, which its archive holds
+        if raw.prev != chain.head and not tombstone:
             return raw.seq, (
                 "its prev is not the previous entry of its effect (reordered or inserted)"
             )
@@ -288,7 +297,13 @@ class ChainCheck:
             data = data if isinstance(data, dict) else {}
             kind_type = data.get("effect_type")
             chain.effect_type = kind_type if isinstance(kind_type, str) else None
-            chain.origin = origin_in(data)
+            chain.origin = data.get("origin") if tombstone else origin_in(data)
+            if tombstone:
+                chain.status = data.get("final")
+                chain.first_dispatch = data.get("first_dispatch_ts")
+                chain.last_dispatch = data.get("last_dispatch_ts")
+        if raw.kind == _ANCHOR:
+            self.anchors.append(raw)
         if unbound:
             assert raw.vals is not None
             if chain.unbound is None:
@@ -304,7 +319,7 @@ class ChainCheck:
             raw,
             ts_at,
         )
-        if raw.kind not in _ANNOTATION_KINDS:
+        if raw.kind not in _ANNOTATION_KINDS and not tombstone:
             chain.status = raw.kind
         if raw.kind == _DISPATCHED:
             ts = _signed_ts(raw, ts_at)
@@ -388,19 +403,57 @@ def check_chain(
         raise JournalCorrupt.at(effect_id, *found)
 
 
+def archive_root(hashes: Iterable[str]) -> str:
+    """The root an archive's anchor signs over the entries it took: sha256 of their hashes,
+    in seq order, one per line."""
+    root = hashlib.sha256()
+    for digest in hashes:
+        root.update(digest.encode() + b"\n")
+    return root.hexdigest()
+
+
+def archived_runs(anchors: Iterable[RawEntry]) -> tuple[dict[int, int], tuple[int, str] | None]:
+    """The seqs the anchors say their archives took, as maximal runs (first seq -> last seq),
+    and what is wrong with the anchors, if anything (at which seq)."""
+    ranges: list[tuple[int, int, int]] = []
+    for anchor in anchors:
+        try:
+            data = json.loads(anchor.body)["data"]
+            ranges += [(int(a), int(b), anchor.seq) for a, b in data["ranges"]]
+        except (ValueError, KeyError, TypeError):
+            return {}, (anchor.seq, "an archive's anchor without its seq ranges")
+    runs: dict[int, int] = {}
+    start = end = -1
+    for a, b, at in sorted(ranges):
+        if a > b or a <= end:
+            return {}, (at, "an archive's anchor names seqs another archive took, or none")
+        if a == end + 1:
+            end = b
+            runs[start] = end
+        else:
+            start, end = a, b
+            runs[start] = end
+    return runs, None
+
+
 def verify_entries(
     raws: Iterable[RawEntry],
     keyring: Keyring,
     head: JournalHead | None = None,
     rows: Iterable[EffectRow] | None = None,
+    anchors: Sequence[RawEntry] = (),
 ) -> VerifyReport:
     """Check every entry in seq order; report the first bad one by seq. With ``rows`` (the
-    effects table), also that each row says what its entries add up to."""
+    effects table), also that each row says what its entries add up to. ``anchors``, the
+    journal's archive anchors (read before): the seqs they name are the only ones that may be
+    missing, and exactly those are."""
     checker = ChainCheck(keyring)
     expected_seq = 1
     count = 0
     last: RawEntry | None = None
     head_seen = head is None
+    runs, wrong = archived_runs(anchors)
+    covered: set[int] = set()
 
     def failed(seq: int, problem: str, final: JournalHead | None = None) -> VerifyReport:
         return VerifyReport(
@@ -412,9 +465,13 @@ def verify_entries(
             problem=problem,
         )
 
+    if wrong is not None:
+        return failed(*wrong)
     for raw in raws:
         found: tuple[int, str] | None = None
-        if raw.seq != expected_seq and check_entry(raw, keyring) in (None, UNBOUND):
+        if raw.seq > expected_seq and runs.get(expected_seq) == raw.seq - 1:
+            covered.add(expected_seq)  # an archive took them: its anchor says so
+        elif raw.seq != expected_seq and check_entry(raw, keyring) in (None, UNBOUND):
             found = (
                 raw.seq,
                 (
@@ -426,7 +483,7 @@ def verify_entries(
         found = found or checker.add(raw)
         if found is not None:
             return failed(*found)
-        expected_seq += 1
+        expected_seq = raw.seq + 1
         count += 1
         last = raw
         if head is not None and raw.seq == head.seq:
@@ -441,25 +498,47 @@ def verify_entries(
             f"the journal ends before the recorded head {head.seq} (tail cut)",
             final_head,
         )
-    unbound = checker.unbound()
+    unbound = checker.unbound() or _anchors_hold(runs, covered, anchors, checker.anchors)
     if unbound is not None:
         return failed(*unbound, final_head)
-    if rows is not None:
-        problems = []
-        listed = set()
-        for row in rows:
-            listed.add(row.effect_id)
-            found = checker.against(row.effect_id, row)
-            if found is not None:
-                problems.append(found)
-        problems += [
-            found
-            for eid in checker.chains.keys() - listed
-            if (found := checker.against(eid, None)) is not None
-        ]
-        if problems:
-            return failed(*min(problems), final_head)
+    found = None if rows is None else _rows_problem(checker, rows)
+    if found is not None:
+        return failed(*found, final_head)
     return VerifyReport(ok=True, entries=count, effects=len(checker.chains), head=final_head)
+
+
+def _rows_problem(checker: ChainCheck, rows: Iterable[EffectRow]) -> tuple[int, str] | None:
+    """The first row of the effects table (by seq) that its entries do not add up to."""
+    problems = []
+    listed = set()
+    for row in rows:
+        listed.add(row.effect_id)
+        found = checker.against(row.effect_id, row)
+        if found is not None:
+            problems.append(found)
+    problems += [
+        found
+        for eid in checker.chains.keys() - listed
+        if (found := checker.against(eid, None)) is not None
+    ]
+    return min(problems) if problems else None
+
+
+def _anchors_hold(
+    runs: Mapping[int, int],
+    covered: set[int],
+    given: Sequence[RawEntry],
+    seen: Sequence[RawEntry],
+) -> tuple[int, str] | None:
+    """What is wrong once every entry was read: an anchor read before that the pass did not
+    meet, or seqs an anchor names that are live."""
+    met = {a.hash for a in seen}
+    for anchor in given:
+        if anchor.hash not in met:
+            return anchor.seq, "an archive's anchor read before verifying is not in the journal"
+    for start in sorted(runs.keys() - covered):
+        return start, f"entries {start}..{runs[start]} an archive's anchor names are live"
+    return None
 
 
 def export_line(raw: RawEntry) -> str:

@@ -21,9 +21,13 @@ from .claims import Claim
 from .entries import RawEntry, check_entry, verify_entries
 from .signing import Keyring
 
-SCHEMA_VERSION = 5
+SCHEMA_VERSION = 6
 #: the effect type of policy chains (``policy:<session>``)
 POLICY_CHAIN_TYPE = "interlock.policy"
+#: the effect type of archive anchors' chains (``archive:<archive id>``)
+ARCHIVE_CHAIN_TYPE = "interlock.archive"
+#: the journal's own chains' types: they record no effect
+OWN_CHAIN_TYPES = (POLICY_CHAIN_TYPE, ARCHIVE_CHAIN_TYPE)
 
 
 def policy_chain(session: str) -> str:
@@ -256,7 +260,12 @@ class Journal(ABC):
         values stored beside it, and every effect's index row against its entries."""
         if isinstance(head, str):
             head = JournalHead.parse(head)
-        return verify_entries(self.iter_raw(), self.keyring, head, self.iter_rows())
+        anchors = self.anchor_entries()
+        return verify_entries(self.iter_raw(), self.keyring, head, self.iter_rows(), anchors)
+
+    def anchor_entries(self) -> list[RawEntry]:
+        """The anchors of the archives taken from this journal (``Kind.ANCHOR``), as stored."""
+        return [raw for raw in self.iter_raw() if raw.kind == Kind.ANCHOR.value]
 
     def check_tail(self) -> None:
         """Refuse to use a journal whose last entry is torn or not ours (checked at open)."""

@@ -31,7 +31,7 @@ from .entries import (
     values_digest,
 )
 from .group_commit import AppendArgs, GroupCommit, no_wakeup_preemption
-from .interface import POLICY_CHAIN_TYPE, SCHEMA_VERSION, Build, Journal, JournalTx
+from .interface import OWN_CHAIN_TYPES, SCHEMA_VERSION, Build, Journal, JournalTx
 from .sql_leases import SqlLeases
 from .sql_policy import SqlPolicy
 
@@ -557,9 +557,9 @@ class SqlJournal(Journal):
             sql = IN_DOUBT_SQL
             params: list[Any] = [time.time() - (older_than or 0.0)]
         else:
-            # policy chains are the policy layer's record, not effects
-            where: list[str] = ["effect_type <> ?"]
-            params = [POLICY_CHAIN_TYPE]
+            # policy chains and archive anchors are the journal's own records, not effects
+            where: list[str] = ["effect_type NOT IN (?, ?)"]
+            params = list(OWN_CHAIN_TYPES)
             if status is not None:
                 where.append("status = ?")
                 params.append(status.value)
@@ -590,6 +590,10 @@ class SqlJournal(Journal):
     def iter_rows(self) -> Iterator[EffectRow]:
         rows = self._read(lambda db: self._x(db, f"SELECT {ROW_COLUMNS} FROM effects").fetchall())
         return (effect_row(r) for r in rows)
+
+    def anchor_entries(self) -> list[RawEntry]:
+        sql = f"SELECT {ENTRY_COLUMNS} FROM entries WHERE kind = 'ANCHOR' ORDER BY seq"
+        return [raw_entry(r) for r in self._read(lambda db: self._x(db, sql).fetchall())]
 
     def last_raw(self) -> RawEntry | None:
         r = self._read(
