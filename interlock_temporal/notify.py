@@ -257,7 +257,9 @@ class Email(Notifier):
         text = notification.text() + "\n"
         headers = {}
         if self.secret is not None:
-            headers[SIGNATURE_HEADER] = sign(self.secret.get_secret_value(), text.encode())
+            # ", " between the parts: a header this long is folded there, not encoded
+            signature = sign(self.secret.get_secret_value(), text.encode())
+            headers[SIGNATURE_HEADER] = signature.replace(",", ", ")
         message = _Message(
             sender=self.sender,
             to=self.to,
