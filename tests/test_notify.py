@@ -44,6 +44,7 @@ from workers.scenarios import ORDER
 
 from . import test_policy_server as approvals
 from . import test_reviews as reviews
+from .doc_snippets import load, snippet
 from .test_policy_server import EXTRA, fresh_payee, over_threshold, ran, wire  # noqa: F401
 from .test_reviews import fresh_case, until  # noqa: F401
 from .test_server import rig
@@ -375,3 +376,34 @@ def test_settings_are_checked_naming_the_argument() -> None:
     assert SECRET not in repr(hook)
     with pytest.raises(ValidationError):
         Webhook(url="http://127.0.0.1:9/hook")  # type: ignore[call-arg]
+
+
+def test_the_operator_guides_notifier_configuration_builds(tmp_path: Path) -> None:
+    worker = load(snippet("docs/operator-guide.md#b65949f59b25"), tmp_path / "notify_worker.py")
+    settings = worker.plugin._review
+    assert settings["review_rules"].deadline_s == 8 * 3600 and settings["reminder_s"] == 7200
+    assert list(settings["notifiers"]) == ["webhook", "slack", "email"]
+
+
+def test_the_operator_guides_receiver_check_accepts_fresh_and_refuses_old_or_forged(
+    tmp_path: Path,
+) -> None:
+    receiver = load(snippet("docs/operator-guide.md#6c96bc686232"), tmp_path / "receiver.py")
+    body = b'{"schema":"interlock.notification/v1","event":"opened"}'
+    now = int(time.time())
+
+    def header(ts: int, key: bytes = SECRET.encode(), signed: bytes = body) -> str:
+        mac = hmac.new(key, f"{ts}.".encode() + signed, hashlib.sha256).hexdigest()
+        return f"t={ts},v1={mac}"
+
+    key = SECRET.encode()
+    assert receiver.verify(key, header(now), body)
+    assert receiver.verify(key, header(now - 299), body)
+    assert not receiver.verify(key, header(now - 301), body)  # older than 5 minutes
+    assert not receiver.verify(key, header(now, key=b"another secret"), body)
+    assert not receiver.verify(key, header(now), body + b" ")  # a changed body
+    assert not receiver.verify(key, "t=nonsense", body)
+    # and what the package's webhook sends verifies with it
+    from interlock_temporal.notify import sign
+
+    assert receiver.verify(key, sign(SECRET, body), body)
