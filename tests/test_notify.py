@@ -407,3 +407,15 @@ def test_the_operator_guides_receiver_check_accepts_fresh_and_refuses_old_or_for
     from interlock_temporal.notify import sign
 
     assert receiver.verify(key, sign(SECRET, body), body)
+
+
+def test_the_interceptor_takes_the_same_settings() -> None:
+    from interlock_temporal import InterlockInterceptor
+
+    hook = Webhook(url="http://127.0.0.1:9/hook", secret=SecretStr(SECRET), name="ops")
+    interceptor = InterlockInterceptor(
+        "sqlite:///unused.db", notify=[hook], review_deadline=None, reminder_every=timedelta(60)
+    )
+    runtime = interceptor.runtime
+    assert dict(runtime.notifiers) == {"ops": hook}
+    assert runtime.review_rules.deadline_s is None and runtime.reminder_s == 60 * 86400
