@@ -28,7 +28,7 @@ from datetime import timedelta
 from enum import Enum
 from typing import Any, Final, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, SecretStr
+from pydantic import AliasChoices, BaseModel, ConfigDict, Field, SecretStr
 
 __all__ = [
     "DEFAULT",
@@ -232,7 +232,8 @@ class Email(Notifier):
     name: str = "email"
     host: str
     port: int | None = None
-    sender: str
+    #: the From address (``from`` in a configuration file)
+    sender: str = Field(validation_alias=AliasChoices("sender", "from"))
     to: list[str] = Field(min_length=1)
     security: Literal["starttls", "ssl", "none"] = "starttls"
     username: str | None = None

@@ -161,6 +161,8 @@ async def test_ambiguous_review_is_told_reminded_escalated_stays_open_and_resolv
         # the timers are the workflow's: a reminder 1 s after it opened, the deadline at 2 s
         assert 0.9 <= reminder["at"] - opened["at"] <= 1.6
         assert 1.9 <= escalated["at"] - opened["at"] <= 2.6
+        arrived = [t for p, _, _, t in receiver.got if p == "/hook"]
+        assert 1.5 <= arrived[2] - arrived[0] <= 6  # delivered as they happened, in order
         assert escalated["deadline_at"] == pytest.approx(opened["opened_at"] + 2, abs=0.01)
         assert escalated["state"] == "escalated" and "stays open" in escalated["summary"]
         for path, headers, body, _ in receiver.got:
@@ -419,3 +421,6 @@ def test_the_interceptor_takes_the_same_settings() -> None:
     runtime = interceptor.runtime
     assert dict(runtime.notifiers) == {"ops": hook}
     assert runtime.review_rules.deadline_s is None and runtime.reminder_s == 60 * 86400
+    # an Email notifier is configured with "from" as a configuration file says it
+    mail = Email.model_validate({"host": "smtp.example", "from": "a@x.example", "to": ["b@x"]})
+    assert mail.sender == "a@x.example"
