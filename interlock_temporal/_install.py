@@ -29,6 +29,7 @@ from temporalio.worker import WorkflowInstance, WorkflowInstanceDetails, Workflo
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner
 
 from ._gated import argument_names, spec_of
+from ._notifying import NotifyDesk
 from ._reconciler import ReconcileActivity, Reconciler
 from ._review_workflow import EffectReview
 from ._runtime import WorkerSetupError
@@ -188,6 +189,7 @@ def install(config: Any, interceptor: InterlockInterceptor) -> None:
         *(config.get("activities") or []),
         interceptor.desk.record_decision,
         reconciler.reconcile,
+        NotifyDesk(runtime).notify,
     ]
     interceptor.installed = True
 

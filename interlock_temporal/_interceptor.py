@@ -38,6 +38,7 @@ from ._gated import (
     spec_of,
 )
 from ._install import BARE, worker_options
+from ._notifying import review_settings
 from ._review import ReviewDesk
 from ._runtime import GateSource, JournalArg, WorkerRuntime, WorkerSetupError
 from ._telemetry import REASON, VERDICT, Attempt, Telemetry
@@ -72,6 +73,7 @@ from .core.policy import (
 from .core.protocol import Call, Delivery, Done, Gate, Ticket
 from .core.review import ReviewKind, ReviewRules
 from .core.targets import EffectTarget, capabilities
+from .notify import DEFAULT, Notifier, _Default
 
 log = logging.getLogger("interlock_temporal")
 
@@ -177,7 +179,7 @@ class InterlockInterceptor(temporalio.worker.Interceptor):
 
     ``journal`` and ``targets`` as ``InterlockPlugin`` takes them. ``older_keys``: journal
     keys retired by a rotation, kept so that the entries and the authority headers they signed
-    still verify."""
+    still verify. ``notify``, ``review_deadline``, ``reminder_every``: as the plugin's."""
 
     def __init__(
         self,
@@ -191,6 +193,9 @@ class InterlockInterceptor(temporalio.worker.Interceptor):
         review_rules: ReviewRules | None = None,
         policy: Policy | PolicyFollower | None = None,
         telemetry: Telemetry | None = None,
+        notify: Sequence[Notifier] = (),
+        review_deadline: timedelta | _Default | None = DEFAULT,
+        reminder_every: timedelta | _Default | None = DEFAULT,
     ) -> None:
         source = GateSource(
             journal,
@@ -201,7 +206,8 @@ class InterlockInterceptor(temporalio.worker.Interceptor):
             telemetry=telemetry,
             targets=targets,
         )
-        self._bind(WorkerRuntime(source, client=client, review_rules=review_rules))
+        review = review_settings(review_rules, notify, review_deadline, reminder_every)
+        self._bind(WorkerRuntime(source, client=client, **review))
 
     @classmethod
     def of(cls, runtime: WorkerRuntime) -> InterlockInterceptor:

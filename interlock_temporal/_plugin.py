@@ -15,6 +15,7 @@ from temporalio.plugin import SimplePlugin
 
 from ._install import WORKFLOWS, close_cached_runs, install, with_passthrough
 from ._interceptor import InterlockInterceptor
+from ._notifying import review_settings
 from ._reconciler import Reconciler, ReconcileRequest
 from ._runtime import GateSource, JournalArg, WorkerRuntime
 from ._telemetry import Telemetry
@@ -23,6 +24,7 @@ from .core.policy import Policy
 from .core.policy.file import PolicySource
 from .core.review import ReviewRules
 from .core.targets import EffectTarget
+from .notify import DEFAULT, Notifier, _Default
 
 
 def _with_pydantic(existing: DataConverter | None) -> DataConverter:
@@ -53,7 +55,18 @@ class InterlockPlugin(SimplePlugin):
     from it), so only workers that hold it can grant authority.
     ``older_keys``: keys retired by a rotation: the entries and the headers of runs still under
     way that they signed keep verifying.
-    ``review``: who may decide reviews, how many must agree, a deadline.
+    ``review``: who may decide reviews, how many must agree (and a deadline, instead of
+    ``review_deadline``).
+    ``notify``: who is told when a review opens, nears its deadline (``reminder``), expires,
+    escalates or is resolved: notifiers from ``interlock_temporal.notify`` (``Webhook``,
+    ``Slack``, ``Email``), each called from an activity the review runs, retried by Temporal,
+    never in the gate's way; failed attempts are in ``interlock report``.
+    ``review_deadline``: how long a review waits for a person (default
+    ``notify.DEFAULT_REVIEW_DEADLINE``, 24 hours; ``None``: forever). At it an approval
+    expires (the call is refused); an AMBIGUOUS review escalates (told again, marked) and
+    stays open.
+    ``reminder_every``: how often the notifiers hear of an open review again (default
+    ``notify.DEFAULT_REMINDER_EVERY``, 4 hours; ``None``: never).
     ``review_task_queue``: where reviews run (default: the gated activity's task queue).
     ``reconcile_every``: also run the reconciler on each worker's task queue this often, for
     effects in doubt longer than ``reconcile_older_than``.
@@ -76,6 +89,9 @@ class InterlockPlugin(SimplePlugin):
         older_keys: Sequence[KeyLike] = (),
         review: ReviewRules | None = None,
         review_task_queue: str | None = None,
+        notify: Sequence[Notifier] = (),
+        review_deadline: timedelta | _Default | None = DEFAULT,
+        reminder_every: timedelta | _Default | None = DEFAULT,
         reconcile_every: timedelta | None = None,
         reconcile_older_than: timedelta = timedelta(seconds=60),
         on_point: Callable[[str, str], None] | None = None,
@@ -95,7 +111,7 @@ class InterlockPlugin(SimplePlugin):
             telemetry=telemetry,
             targets=targets,
         )
-        self._review = review or ReviewRules()
+        self._review = review_settings(review, notify, review_deadline, reminder_every)
         self._review_task_queue = review_task_queue
         self._reconcile = (
             None
@@ -120,8 +136,8 @@ class InterlockPlugin(SimplePlugin):
         runtime = WorkerRuntime(
             self._source,
             client=config.get("client"),
-            review_rules=self._review,
             review_task_queue=self._review_task_queue,
+            **self._review,
         )
         install(config, InterlockInterceptor.of(runtime))
         return super().configure_worker(config)
@@ -130,7 +146,7 @@ class InterlockPlugin(SimplePlugin):
         self, config: temporalio.worker.ReplayerConfig
     ) -> temporalio.worker.ReplayerConfig:
         # a replay runs no activity: the journal is not opened (nor created) for it
-        runtime = WorkerRuntime(self._source, review_rules=self._review, replay_only=True)
+        runtime = WorkerRuntime(self._source, replay_only=True, **self._review)
         interceptor = InterlockInterceptor.of(runtime)
         config["interceptors"] = [*(config.get("interceptors") or []), interceptor]
         return super().configure_replayer(config)

@@ -483,5 +483,17 @@ def render_report(report: JournalReport) -> str:
             f"p50 {ms(lat.p50)}, p95 {ms(lat.p95)}, p99 {ms(lat.p99)}, max {ms(lat.max)} "
             f"over {lat.count} commits",
         ),
+        (
+            "notification failures",
+            f"{sum(f.count for f in report.notification_failures)}",
+        ),
     ]
+    for f in report.notification_failures:
+        pairs.append(
+            (
+                f"  {f.notifier}",
+                f"{f.count} failed for {f.review_id} (last: {f.last_event}, "
+                f"{fmt_time(f.last_ts)}: {f.last_error})",
+            )
+        )
     return _fields(pairs)

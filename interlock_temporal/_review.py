@@ -131,8 +131,8 @@ class ReviewDesk:
             effect_id=effect_id,
             activity=activity_name,
             principal=principal,
-            rules=runtime.review_rules,
             details=details,
+            **self._settings(),
         )
         workflow_id = review_id(kind, effect_id)
         options: dict[str, Any] = {
@@ -151,6 +151,15 @@ class ReviewDesk:
             options["id_conflict_policy"] = WorkflowIDConflictPolicy.USE_EXISTING
         await client.start_workflow(EffectReview.run, req, **options)
         return workflow_id
+
+    def _settings(self) -> dict[str, Any]:
+        """A review's rules (its deadline included), and who is told of it and how often."""
+        runtime = self._runtime
+        return {
+            "rules": runtime.review_rules,
+            "notifiers": list(runtime.notifiers),
+            "reminder_s": runtime.reminder_s if runtime.notifiers else None,
+        }
 
     async def late_commit(self, effect_id: str) -> None:
         """A late COMMITTED closed an AMBIGUOUS effect: tell its review, if one is open."""

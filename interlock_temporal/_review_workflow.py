@@ -5,7 +5,8 @@ reviews, recording decisions) is ``_review``."""
 
 from __future__ import annotations
 
-from datetime import timedelta
+import asyncio
+from datetime import datetime, timedelta
 from typing import Any, Literal
 
 from pydantic import BaseModel, Field, ValidationError
@@ -27,6 +28,17 @@ from .core.review_rules import (
 
 RESOLUTION_SIGNAL = "interlock.resolution"
 RECORD_ACTIVITY = "interlock.record_decision"
+NOTIFY_ACTIVITY = "interlock.notify"
+#: guards what reviews do since notifications: tell people (opened, reminder, expired,
+#: escalated, resolved), remind, and escalate an AMBIGUOUS review at its deadline instead of
+#: expiring it. Reviews started before replay as they ran.
+NOTIFY_PATCH = "interlock-review-notify"
+ESCALATED = (
+    "escalated: no decision before the review's deadline; it stays open, because nobody may "
+    "guess whether the effect happened"
+)
+#: a timer that fired is due even if the workflow's clock reads a hair before it
+_DUE_SLACK = timedelta(milliseconds=50)
 
 ReviewState = Literal["open", "recording", "resolved", "closed", "expired"]
 
@@ -39,6 +51,10 @@ class ReviewRequest(BaseModel):
     rules: ReviewRules = Field(default_factory=ReviewRules)
     #: the explanation shown in the Web UI (markdown), prepared from the journal by the worker
     details: str = ""
+    #: the notifiers (by name) each event is sent to, from the worker's ``notify`` activity
+    notifiers: list[str] = Field(default_factory=list)
+    #: send a ``reminder`` this often while the review is open (None: never)
+    reminder_s: float | None = Field(default=None, gt=0)
 
 
 class Subscriber(BaseModel):
@@ -71,6 +87,30 @@ class ReviewStatus(BaseModel):
     subscribers: int = 0
     reason: str = ""
     receipt: Receipt | None = None
+    #: an AMBIGUOUS review past its deadline: people were told again; it stays open
+    escalated: bool = False
+    #: the review's deadline (unix seconds), if it has one
+    deadline_at: float | None = None
+
+
+class NotifyEvent(BaseModel):
+    """What the notify activity is asked to send to one notifier: the review as it stands
+    after the event (the worker adds what the journal knows)."""
+
+    notifier: str = ""
+    event: Literal["opened", "reminder", "expired", "escalated", "resolved"]
+    review_id: str
+    kind: ReviewKind
+    effect_id: str
+    activity: str
+    principal: str | None = None
+    state: str
+    reason: str = ""
+    decision: str | None = None
+    operators: list[str] = Field(default_factory=list)
+    opened_at: float
+    deadline_at: float | None = None
+    at: float
 
 
 class LateCommit(BaseModel):
@@ -145,9 +185,33 @@ class EffectReview:
         self._decided: tuple[str, list[str], str, Any] | None = None
         #: an approval's extent, from the votes that approved
         self._extent: tuple[Literal["once", "session"] | None, float | None] = (None, None)
+        #: since NOTIFY_PATCH: people are told, reminded, and an AMBIGUOUS review escalates
+        self._telling = False
+        self._escalated = False
+        self._opened_at = 0.0
+        self._deadline_at: float | None = None
+        #: each notifier's deliveries, in order (the last one's task)
+        self._deliveries: dict[str, asyncio.Task[None]] = {}
 
     @workflow.run
     async def run(self, req: ReviewRequest) -> ReviewStatus:
+        if workflow.patched(NOTIFY_PATCH):
+            await self._wait_telling(req)
+        else:
+            await self._wait(req)
+        self._outcome = self._resolution()
+        self._show()
+        for subscriber in list(self._subscribers):
+            await self._notify(subscriber)
+        if self._telling:
+            self._tell("expired" if self._state == "expired" else "resolved")
+            # the review ends once every notification went (or its retries ran out)
+            await asyncio.gather(*self._deliveries.values())
+        await workflow.wait_condition(workflow.all_handlers_finished)
+        return self.status()
+
+    async def _wait(self, req: ReviewRequest) -> None:
+        """Until decided, closed or past the deadline: as reviews ran before NOTIFY_PATCH."""
         deadline = (
             workflow.now() + timedelta(seconds=req.rules.deadline_s)
             if req.rules.deadline_s
@@ -173,12 +237,49 @@ class EffectReview:
                 self._reason = "a late COMMITTED from the attempt in doubt settled it"
                 break
             await self._record()
-        self._outcome = self._resolution()
+
+    async def _wait_telling(self, req: ReviewRequest) -> None:
+        """Until decided or closed, telling people: opened, a reminder every ``reminder_s``,
+        and at the deadline an approval (or circuit) review expires while an AMBIGUOUS one
+        escalates and stays open."""
+        self._telling = True
+        start = workflow.now()
+        self._opened_at = start.timestamp()
+        deadline = start + timedelta(seconds=req.rules.deadline_s) if req.rules.deadline_s else None
+        self._deadline_at = deadline.timestamp() if deadline else None
+        every = timedelta(seconds=req.reminder_s) if req.reminder_s else None
+        reminder = start + every if every else None
         self._show()
-        for subscriber in list(self._subscribers):
-            await self._notify(subscriber)
-        await workflow.wait_condition(workflow.all_handlers_finished)
-        return self.status()
+        self._tell("opened")
+        while self._state == "open":
+            due = [t for t in (None if self._escalated else deadline, reminder) if t]
+            timeout = None
+            if due:
+                timeout = max(0.001, (min(due) - workflow.now()).total_seconds())
+            try:
+                await workflow.wait_condition(
+                    lambda: self._pending is not None or self._closed_by is not None,
+                    timeout=timeout,
+                )
+            except TimeoutError:
+                now = workflow.now() + _DUE_SLACK
+                if deadline is not None and not self._escalated and now >= deadline:
+                    if req.kind != "ambiguous":
+                        self._state = "expired"
+                        self._reason = "no decision before the review's deadline"
+                        break
+                    self._escalated, self._reason = True, ESCALATED
+                    self._show()
+                    self._tell("escalated")
+                elif reminder is not None and now >= reminder:
+                    self._tell("reminder")
+                reminder = _next(reminder, every, now)
+                continue
+            if self._closed_by is not None:
+                self._state, self._receipt = "closed", self._closed_by.receipt
+                self._reason = "a late COMMITTED from the attempt in doubt settled it"
+                break
+            await self._record()
 
     async def _record(self) -> None:
         assert self._pending is not None
@@ -323,6 +424,8 @@ class EffectReview:
             subscribers=len(self._subscribers),
             reason=self._reason,
             receipt=self._receipt,
+            escalated=self._escalated,
+            deadline_at=self._deadline_at,
         )
 
     # -- telling people and workflows ------------------------------------------------------------
@@ -362,13 +465,61 @@ class EffectReview:
         except Exception as err:  # the waiter may be gone; that must not stop the others
             self._report(f"could not tell workflow {workflow_id}: {type(err).__name__}")
 
+    def _tell(self, event: str) -> None:
+        """Send ``event`` to every notifier, each in order after its previous one, without
+        waiting: the review goes on while a receiver is down and Temporal retries."""
+        if not self._req.notifiers:
+            return
+        outcome = self._outcome
+        told = NotifyEvent.model_validate(
+            {
+                "event": event,
+                "review_id": workflow.info().workflow_id,
+                "kind": self._req.kind,
+                "effect_id": self._req.effect_id,
+                "activity": self._req.activity,
+                "principal": self._req.principal,
+                "state": "escalated" if self._escalated and self._state == "open" else self._state,
+                "reason": self._reason,
+                "decision": outcome.decision if outcome else None,
+                "operators": outcome.operators if outcome else [],
+                "opened_at": self._opened_at,
+                "deadline_at": self._deadline_at,
+                "at": workflow.now().timestamp(),
+            }
+        )
+        for name in self._req.notifiers:
+            after = self._deliveries.get(name)
+            one = told.model_copy(update={"notifier": name})
+            self._deliveries[name] = asyncio.create_task(self._deliver(one, after))
+
+    async def _deliver(self, told: NotifyEvent, after: asyncio.Task[None] | None) -> None:
+        if after is not None:
+            await after
+        try:
+            await workflow.execute_activity(
+                NOTIFY_ACTIVITY,
+                told,
+                start_to_close_timeout=timedelta(seconds=60),
+                schedule_to_close_timeout=timedelta(days=3),
+                retry_policy=RetryPolicy(
+                    initial_interval=timedelta(seconds=1),
+                    maximum_interval=timedelta(minutes=5),
+                ),
+            )
+        except ActivityError as err:
+            cause = err.cause
+            message = cause.message if isinstance(cause, ApplicationError) else str(err)
+            self._report(f"{told.notifier} was not told of {told.event}: {message}")
+
     def _report(self, text: str) -> None:
         self._reported.append(text)
         del self._reported[:-20]
         self._show()
 
     def _show(self) -> None:
-        lines = [self._req.details, "", "---", "", f"**Review state: {self._state}**", ""]
+        state = self._state + (" (escalated)" if self._escalated else "")
+        lines = [self._req.details, "", "---", "", f"**Review state: {state}**", ""]
         if self._outcome and self._outcome.decision:
             lines.append(
                 f"- decided: `{self._outcome.decision}` by {', '.join(self._outcome.operators)}"
@@ -383,3 +534,12 @@ class EffectReview:
             lines.append(f"- {text}")
         lines.append(f"- workflows waiting: {len(self._subscribers)}")
         workflow.set_current_details("\n".join(lines))
+
+
+def _next(at: datetime | None, every: timedelta | None, now: datetime) -> datetime | None:
+    """The first reminder time after ``now``."""
+    if at is None or every is None:
+        return None
+    while at <= now:
+        at += every
+    return at

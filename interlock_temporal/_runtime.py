@@ -33,6 +33,8 @@ from .core.targets import EffectTarget, capabilities, check_declaration
 if TYPE_CHECKING:
     import temporalio.client
 
+    from .notify import Notifier
+
 log = logging.getLogger("interlock_temporal")
 
 #: the journal as ``InterlockPlugin`` and ``InterlockInterceptor`` take it: open, a URL or a
@@ -217,6 +219,8 @@ class WorkerRuntime:
         review_rules: ReviewRules | None = None,
         review_task_queue: str | None = None,
         replay_only: bool = False,
+        notifiers: Mapping[str, Notifier] | None = None,
+        reminder_s: float | None = None,
     ) -> None:
         self.source = source
         #: the worker's client, for thread-pool activities (they have no activity.client())
@@ -226,6 +230,10 @@ class WorkerRuntime:
         self.review_rules = review_rules or ReviewRules()
         #: where reviews run (None: the task queue of the activity that opens one)
         self.review_task_queue = review_task_queue
+        #: who is told when a review opens, nears its deadline, expires, escalates, ends
+        self.notifiers: Mapping[str, Notifier] = notifiers or {}
+        #: how often an open review is sent again (None: never)
+        self.reminder_s = reminder_s
         #: a Replayer's runtime: no journal is opened (or created) for it
         self.replay_only = replay_only
         self._gated: dict[str, Recoverable] = {}

@@ -25,6 +25,7 @@ import os
 import sqlite3
 import threading
 import time
+import uuid
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator, Sequence
 from datetime import timedelta
@@ -53,6 +54,7 @@ from interlock_temporal.core.journal.archiving import verify_archive
 from interlock_temporal.core.journal.signing import Ed25519Key
 from interlock_temporal.core.leases import Demand, check_lease
 from interlock_temporal.core.models import Draft, Entry, JournalHead, Kind, Lease
+from interlock_temporal.core.notifications import NotificationFailure
 from interlock_temporal.core.protocol import Gate, Ticket
 from interlock_temporal.core.receipts import receipt
 from interlock_temporal.core.retention import archive
@@ -596,6 +598,29 @@ class JournalConformance:
         assert row.head == written[-1].hash
         assert row.head_seq == 3
         assert journal.head() == JournalHead(seq=3, hash=written[-1].hash)
+
+    def test_notification_failures_are_kept_apart_from_every_chain(self, journal: Journal) -> None:
+        review = f"interlock-review-ambiguous-{uuid.uuid4().hex}"
+        head = journal.head()
+        for attempt, (notifier, event) in enumerate(
+            [("webhook", "opened"), ("webhook", "opened"), ("email", "reminder")], start=1
+        ):
+            journal.notifications.record_failure(
+                NotificationFailure(
+                    notifier=notifier,
+                    review_id=review,
+                    event=event,
+                    attempt=attempt,
+                    error=f"refused {attempt}",
+                    ts=time.time(),
+                )
+            )
+        found = {f.notifier: f for f in journal.notifications.failures() if f.review_id == review}
+        assert (found["webhook"].count, found["webhook"].last_error) == (2, "refused 2")
+        assert (found["email"].count, found["email"].last_event) == (1, "reminder")
+        assert journal.notifications.failures(since=time.time() + 60) == []
+        assert journal.head() == head  # nothing appended to any chain
+        assert journal.verify().ok
 
     def test_seq_is_dense_across_effects_and_prev_chains_per_effect(self, journal: Journal) -> None:
         entries = populate(journal)

@@ -19,7 +19,7 @@ from .journal_conformance import KEY, JournalConformance, SqlTamper, schema3_row
 
 TABLES = (
     "entries, effects, leases, policy_sessions, policy_spend, policy_admissions, "
-    "policy_approvals, lease_spend, lease_charges"
+    "policy_approvals, lease_spend, lease_charges, notification_failures"
 )
 
 

@@ -259,14 +259,25 @@ async def test_a_late_commit_closes_the_review(dev_server: DevServer, tmp_path: 
         assert r.payments.refunded_cents(ORDER) == 2000 and r.payments.calls() == 1
 
 
-async def test_a_review_past_its_deadline_expires(dev_server: DevServer, tmp_path: Path) -> None:
+async def test_an_ambiguous_review_past_its_deadline_escalates_and_stays_open(
+    dev_server: DevServer, tmp_path: Path
+) -> None:
+    """Nobody may guess whether an effect in doubt happened: at its deadline the review is
+    marked escalated and stays open (an approval expires: tests/test_notify.py)."""
     rules = ReviewRules(deadline_s=1.0)
     async with rig(dev_server, tmp_path, tier=3, plugin_options={"review": rules}) as r:
         case, review = await ambiguous(r)
-        outcome = await asyncio.wait_for(case.result(), 30)
-        assert outcome.status == "AMBIGUOUS"
-        assert (await review.result())["state"] == "expired"
+
+        async def escalated() -> bool:
+            return bool((await review.query("status"))["escalated"])
+
+        await until(escalated, 15)
+        status = await review.query("status")
+        assert status["state"] == "open" and status["reason"].startswith("escalated: ")
         assert r.journal.row(EFFECT).status is Kind.AMBIGUOUS  # type: ignore[union-attr]
+        await review.signal("resolve", {"decision": "happened", "operator": "carol"})
+        outcome = await asyncio.wait_for(case.result(), 30)
+        assert outcome.status == "RESOLVED"
 
 
 async def test_a_thread_pool_activity_opens_its_review(

@@ -1,5 +1,6 @@
 """What happened over a period, from the journal alone: effects by final state, what waits for
-a person, denials by reason, and the gate's own latency."""
+a person, denials by reason, the gate's own latency, and notifications that failed to reach
+people."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from pydantic import BaseModel, Field
 
 from .journal import Journal
 from .models import Kind
+from .notifications import NotificationFailures
 
 
 class Latency(BaseModel):
@@ -43,6 +45,8 @@ class JournalReport(BaseModel):
     escalations: dict[str, int] = Field(default_factory=dict)
     observed: dict[str, int] = Field(default_factory=dict)
     gate_latency_ms: Latency
+    #: failed notification deliveries in the period, per notifier and review
+    notification_failures: list[NotificationFailures] = Field(default_factory=list)
 
 
 def _nearest_rank(ordered: list[float], p: float) -> float:
@@ -99,4 +103,5 @@ def build_report(journal: Journal, since: float, until: float | None = None) -> 
         escalations=dict(escalations.most_common()),
         observed=dict(observed.most_common()),
         gate_latency_ms=latency,
+        notification_failures=journal.notifications.failures(since=since),
     )

@@ -16,12 +16,13 @@ from urllib.parse import parse_qs, unquote, urlparse, urlunparse
 from ..errors import JournalConfigError, JournalCorrupt
 from ..leases import LeaseStore
 from ..models import Draft, EffectRow, Entry, JournalHead, Kind, Lease, VerifyReport
+from ..notifications import NotificationLog
 from ..policy import PolicyStore
 from .claims import Claim
 from .entries import RawEntry, check_entry, verify_entries
 from .signing import Keyring
 
-SCHEMA_VERSION = 6
+SCHEMA_VERSION = 7
 #: the effect type of policy chains (``policy:<session>``)
 POLICY_CHAIN_TYPE = "interlock.policy"
 #: the effect type of archive anchors' chains (``archive:<archive id>``)
@@ -126,6 +127,11 @@ class Journal(ABC):
     @abstractmethod
     def policy(self) -> PolicyStore:
         """The policy layer's shared state (sessions, spend, admitted executions)."""
+
+    @property
+    @abstractmethod
+    def notifications(self) -> NotificationLog:
+        """Notifications that failed to reach people (not in any effect's chain)."""
 
     @abstractmethod
     def read(self, effect_id: str) -> list[Entry]:

@@ -178,6 +178,19 @@ _MIGRATIONS: list[str] = [
     """
     CREATE INDEX IF NOT EXISTS entries_anchors ON entries (seq) WHERE kind = 'ANCHOR';
     """,
+    # 7: notifications that failed to reach people (as in the embedded journal)
+    """
+    CREATE TABLE notification_failures (
+        id        BIGSERIAL PRIMARY KEY,
+        notifier  TEXT NOT NULL,
+        review_id TEXT NOT NULL,
+        event     TEXT NOT NULL,
+        attempt   INTEGER NOT NULL,
+        error     TEXT NOT NULL,
+        ts        DOUBLE PRECISION NOT NULL
+    );
+    CREATE INDEX notification_failures_ts ON notification_failures (ts);
+    """,
 ]
 assert len(_MIGRATIONS) == SCHEMA_VERSION
 

@@ -33,6 +33,7 @@ from .entries import (
 from .group_commit import AppendArgs, GroupCommit, no_wakeup_preemption
 from .interface import OWN_CHAIN_TYPES, SCHEMA_VERSION, Build, Journal, JournalTx
 from .sql_leases import SqlLeases
+from .sql_notify import SqlNotifications
 from .sql_policy import SqlPolicy
 
 T = TypeVar("T")
@@ -147,6 +148,7 @@ class SqlJournal(Journal):
         access = _Access(self)
         self._leases = SqlLeases(access)
         self._policy = SqlPolicy(access)
+        self._notifications = SqlNotifications(access)
 
     # -- opening and closing ---------------------------------------------------------------------
 
@@ -620,6 +622,10 @@ class SqlJournal(Journal):
     @property
     def policy(self) -> SqlPolicy:
         return self._policy
+
+    @property
+    def notifications(self) -> SqlNotifications:
+        return self._notifications
 
     @abstractmethod
     def _is_unique_violation(self, err: BaseException) -> bool: ...

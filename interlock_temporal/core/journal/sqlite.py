@@ -146,6 +146,20 @@ _MIGRATIONS: list[str] = [
     """
     CREATE INDEX IF NOT EXISTS entries_anchors ON entries (seq) WHERE kind = 'ANCHOR';
     """,
+    # 7: notifications that failed to reach people (review opened, reminder, expired,
+    # escalated, resolved): a table of their own, in no effect's chain
+    """
+    CREATE TABLE notification_failures (
+        id        INTEGER PRIMARY KEY,
+        notifier  TEXT NOT NULL,
+        review_id TEXT NOT NULL,
+        event     TEXT NOT NULL,
+        attempt   INTEGER NOT NULL,
+        error     TEXT NOT NULL,
+        ts        REAL NOT NULL
+    );
+    CREATE INDEX notification_failures_ts ON notification_failures (ts);
+    """,
 ]
 assert len(_MIGRATIONS) == SCHEMA_VERSION
 

@@ -1,0 +1,275 @@
+"""Telling people that a decision waits: notifiers for ``InterlockPlugin(notify=[...])``.
+
+A review that opens (an AMBIGUOUS effect, an approval, an open circuit), nears its deadline
+(``reminder``), expires (an approval: the call is refused), escalates (an AMBIGUOUS review at
+its deadline: it stays open, because nobody may guess) or is resolved is sent to each notifier
+from an activity the ``EffectReview`` workflow runs: retried by Temporal with backoff, never
+in the way of the gate or of the review. A failed attempt is recorded in the journal's
+``notification_failures`` table and shown by ``interlock report``.
+
+Built in: ``Webhook`` (a signed JSON body, the versioned ``Notification`` schema), ``Slack``
+(an incoming-webhook message) and ``Email`` (SMTP, through ``targets.email.SmtpEmail``'s
+client). Each has its own ``secret`` (never the journal's signing key or the authority key):
+the body is signed in the ``Interlock-Signature`` header as
+``t=<unix ts>,v1=<hex HMAC-SHA256(secret, "<ts>.<body>")>``. A notification carries no argument
+values unless the notifier says ``include_values=True``, and never a secret argument.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+import time
+import urllib.error
+import urllib.request
+from abc import ABC, abstractmethod
+from datetime import timedelta
+from enum import Enum
+from typing import Any, Final, Literal
+
+from pydantic import AliasChoices, BaseModel, ConfigDict, Field, SecretStr
+
+__all__ = [
+    "DEFAULT",
+    "DEFAULT_REMINDER_EVERY",
+    "DEFAULT_REVIEW_DEADLINE",
+    "SCHEMA",
+    "SIGNATURE_HEADER",
+    "Email",
+    "Event",
+    "Notification",
+    "Notifier",
+    "NotifyError",
+    "Slack",
+    "Webhook",
+    "sign",
+]
+
+#: the payload's schema, versioned: a field is only ever added under the same version
+SCHEMA: Final = "interlock.notification/v1"
+SIGNATURE_HEADER: Final = "Interlock-Signature"
+#: how long a review waits for a person by default: an approval then expires (the call is
+#: refused); an AMBIGUOUS review escalates and stays open
+DEFAULT_REVIEW_DEADLINE: Final = timedelta(hours=24)
+#: how often an open review is sent again as a ``reminder`` by default
+DEFAULT_REMINDER_EVERY: Final = timedelta(hours=4)
+
+Event = Literal["opened", "reminder", "expired", "escalated", "resolved"]
+
+
+class _Default(Enum):
+    DEFAULT = "DEFAULT"
+
+    def __repr__(self) -> str:
+        return "DEFAULT"
+
+
+#: the default of ``review_deadline`` and ``reminder_every`` (``None`` turns either off, as an
+#: explicit choice)
+DEFAULT: Final = _Default.DEFAULT
+
+
+class NotifyError(Exception):
+    """A delivery that failed: the message names the notifier and what went wrong, never its
+    URL (a Slack webhook's URL is its credential), secret or password."""
+
+
+class Notification(BaseModel):
+    """The webhook's JSON body (schema ``SCHEMA``), and what every notifier renders."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    schema_: str = Field(default=SCHEMA, alias="schema")
+    event: Event
+    review_id: str
+    kind: Literal["ambiguous", "approval", "circuit"]
+    effect_id: str
+    #: the review's state after the event: open, escalated, expired, resolved, closed
+    state: str
+    activity: str = ""
+    principal: str | None = None
+    #: what is known, in a sentence, without argument values
+    summary: str
+    #: the decisions a person may send
+    decisions: list[str] = Field(default_factory=list)
+    #: the decision and who made it (``resolved``)
+    decision: str | None = None
+    operators: list[str] = Field(default_factory=list)
+    #: when the review opened, its deadline (unix seconds; None: no deadline)
+    opened_at: float
+    deadline_at: float | None = None
+    #: when the event happened (the same on every retry of its delivery)
+    at: float
+    ui_url: str
+    resolve_command: str
+    #: the arguments as recorded (secret arguments masked): only with ``include_values=True``
+    values: Any = None
+
+    def body(self) -> bytes:
+        return json.dumps(
+            self.model_dump(mode="json", by_alias=True, exclude_none=False),
+            sort_keys=True,
+            separators=(",", ":"),
+        ).encode()
+
+    def title(self) -> str:
+        what = {"ambiguous": "Effect in doubt", "approval": "Approval needed"}.get(
+            self.kind, "Circuit open"
+        )
+        return f"{what} ({self.event}): {self.activity} {self.effect_id[:12]}"
+
+    def text(self) -> str:
+        lines = [self.title(), "", self.summary, ""]
+        if self.decision:
+            lines.append(f"Decided: {self.decision} by {', '.join(self.operators)}")
+        if self.deadline_at is not None and self.state in ("open", "escalated"):
+            stamp = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(self.deadline_at))
+            lines.append(f"Deadline: {stamp}")
+        lines += [f"Open it: {self.ui_url}", f"Or resolve it: {self.resolve_command}"]
+        return "\n".join(lines)
+
+
+def sign(secret: str | bytes, body: bytes, timestamp: int | None = None) -> str:
+    """The ``Interlock-Signature`` header of ``body``: ``t=<ts>,v1=<hex HMAC-SHA256>``."""
+    ts = int(time.time()) if timestamp is None else timestamp
+    key = secret.encode() if isinstance(secret, str) else secret
+    mac = hmac.new(key, f"{ts}.".encode() + body, hashlib.sha256).hexdigest()
+    return f"t={ts},v1={mac}"
+
+
+class Notifier(BaseModel, ABC):
+    """A way to tell people. ``name`` tells notifiers apart (in the failures table and the
+    report: each must be unique on a plugin); ``ui_url`` is the Temporal Web UI's base URL the
+    message links to; ``namespace`` is the reviews' namespace; ``include_values``: put the
+    recorded arguments in the message (secret arguments stay masked)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    name: str
+    ui_url: str = "http://localhost:8233"
+    namespace: str = "default"
+    include_values: bool = False
+    #: seconds for each attempt's connection and reply
+    timeout: float = Field(default=10.0, gt=0)
+
+    @abstractmethod
+    def deliver(self, notification: Notification) -> None:
+        """Send it (blocking: runs in a thread). Raises ``NotifyError`` when it did not go."""
+
+
+def _post(notifier: str, url: str, body: bytes, headers: dict[str, str], timeout: float) -> None:
+    request = urllib.request.Request(url, data=body, method="POST", headers=headers)
+    try:
+        with urllib.request.urlopen(request, timeout=timeout) as reply:
+            reply.read()
+    except urllib.error.HTTPError as err:
+        raise NotifyError(f"notifier {notifier!r}: the receiver answered HTTP {err.code}") from None
+    except (urllib.error.URLError, OSError) as err:
+        reason = getattr(err, "reason", err)
+        raise NotifyError(
+            f"notifier {notifier!r}: could not reach the receiver ({type(reason).__name__}: "
+            f"{getattr(reason, 'strerror', None) or 'no answer'})"
+        ) from None
+
+
+class Webhook(Notifier):
+    """POST the ``Notification`` as JSON, signed with ``secret`` in ``Interlock-Signature``."""
+
+    name: str = "webhook"
+    url: str
+    secret: SecretStr
+
+    def deliver(self, notification: Notification) -> None:
+        body = notification.body()
+        headers = {
+            "Content-Type": "application/json",
+            SIGNATURE_HEADER: sign(self.secret.get_secret_value(), body),
+        }
+        _post(self.name, self.url, body, headers, self.timeout)
+
+
+class Slack(Notifier):
+    """A Slack incoming-webhook message (``{"text": ..., "blocks": [...]}``); the URL Slack
+    gives is the credential. With ``secret``, the body is signed as a webhook's is, for a
+    relay that checks it."""
+
+    name: str = "slack"
+    url: SecretStr
+    secret: SecretStr | None = None
+
+    def message(self, n: Notification) -> dict[str, Any]:
+        summary = f"*{n.title()}*\n{n.summary}"
+        if n.decision:
+            summary += f"\nDecided: `{n.decision}` by {', '.join(n.operators)}"
+        return {
+            "text": f"{n.title()}: {n.summary}",
+            "blocks": [
+                {"type": "section", "text": {"type": "mrkdwn", "text": summary}},
+                {
+                    "type": "section",
+                    "text": {
+                        "type": "mrkdwn",
+                        "text": f"<{n.ui_url}|Open the review> or resolve it:\n"
+                        f"```{n.resolve_command}```",
+                    },
+                },
+            ],
+        }
+
+    def deliver(self, notification: Notification) -> None:
+        body = json.dumps(self.message(notification)).encode()
+        headers = {"Content-Type": "application/json"}
+        if self.secret is not None:
+            headers[SIGNATURE_HEADER] = sign(self.secret.get_secret_value(), body)
+        _post(self.name, self.url.get_secret_value(), body, headers, self.timeout)
+
+
+class Email(Notifier):
+    """A plain-text email over SMTP (the client of ``targets.email.SmtpEmail``). ``secret``
+    (optional) signs the text body in an ``Interlock-Signature`` header."""
+
+    name: str = "email"
+    host: str
+    port: int | None = None
+    #: the From address (``from`` in a configuration file)
+    sender: str = Field(validation_alias=AliasChoices("sender", "from"))
+    to: list[str] = Field(min_length=1)
+    security: Literal["starttls", "ssl", "none"] = "starttls"
+    username: str | None = None
+    password: SecretStr | None = None
+    secret: SecretStr | None = None
+
+    def deliver(self, notification: Notification) -> None:
+        # imported here: workflow code that imports the package never loads smtplib (which
+        # Temporal's sandbox restricts)
+        from .targets.email import Email as _Message
+        from .targets.email import SmtpEmail
+
+        smtp = SmtpEmail(
+            self.host,
+            self.port,
+            security=self.security,
+            username=self.username,
+            password=self.password,
+            timeout=self.timeout,
+            name=f"notify-{self.name}",
+        )
+        text = notification.text() + "\n"
+        headers = {}
+        if self.secret is not None:
+            # ", " between the parts: a header this long is folded there, not encoded
+            signature = sign(self.secret.get_secret_value(), text.encode())
+            headers[SIGNATURE_HEADER] = signature.replace(",", ", ")
+        message = _Message(
+            sender=self.sender,
+            to=self.to,
+            subject=f"[interlock] {notification.title()}",
+            text=text,
+            headers=headers,
+        )
+        token = f"{notification.review_id}.{notification.event}.{int(notification.at * 1000)}"
+        try:
+            smtp.send_blocking(message, effect_id=token)
+        except Exception as err:
+            raise NotifyError(f"notifier {self.name!r}: {err}") from None

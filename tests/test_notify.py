@@ -1,0 +1,426 @@
+"""People are told when a decision waits: notifiers called from the EffectReview workflow's
+activity, against real receivers on loopback (a stdlib HTTP server, aiosmtpd), with short real
+timers. The signature is checked here independently (hmac/hashlib), never with the package's
+own code."""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import hmac
+import json
+import os
+import sys
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+from datetime import timedelta
+from email import message_from_bytes
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+import pytest
+from aiosmtpd.controller import Controller
+from pydantic import SecretStr, ValidationError
+from temporalio.client import Client
+from temporalio.worker import Worker
+
+from interlock_temporal import InterlockPlugin
+from interlock_temporal._review_workflow import EffectReview, ReviewRequest
+from interlock_temporal.core.policy import Policy
+from interlock_temporal.core.review import ReviewRules
+from interlock_temporal.notify import (
+    DEFAULT_REMINDER_EVERY,
+    DEFAULT_REVIEW_DEADLINE,
+    SCHEMA,
+    Email,
+    Slack,
+    Webhook,
+)
+from interlock_temporal.testing import DevServer, free_port
+from workers.scenarios import ORDER
+
+from . import test_policy_server as approvals
+from . import test_reviews as reviews
+from .doc_snippets import load, snippet
+from .test_policy_server import EXTRA, fresh_payee, over_threshold, ran, wire  # noqa: F401
+from .test_reviews import fresh_case, until  # noqa: F401
+from .test_server import rig
+
+pytestmark = pytest.mark.server
+
+SECRET = "whsec-notify-" + "ab" * 16
+SLACK_SECRET = "slack-relay-" + "cd" * 16
+
+
+class Receiver:
+    """A webhook receiver on loopback: every POST kept as (path, headers, body, arrival)."""
+
+    def __init__(self, port: int | None = None) -> None:
+        self.port = port or free_port()
+        self.got: list[tuple[str, dict[str, str], bytes, float]] = []
+        self._server: ThreadingHTTPServer | None = None
+
+    def start(self) -> Receiver:
+        got = self.got
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:
+                body = self.rfile.read(int(self.headers["Content-Length"]))
+                got.append((self.path, dict(self.headers), body, time.monotonic()))
+                self.send_response(204)
+                self.end_headers()
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+        self._server = ThreadingHTTPServer(("127.0.0.1", self.port), Handler)
+        threading.Thread(target=self._server.serve_forever, daemon=True).start()
+        return self
+
+    def stop(self) -> None:
+        if self._server is not None:
+            self._server.shutdown()
+            self._server.server_close()
+
+    def url(self, path: str) -> str:
+        return f"http://127.0.0.1:{self.port}{path}"
+
+    def events(self, path: str = "/hook") -> list[dict[str, Any]]:
+        return [json.loads(body) for p, _, body, _ in self.got if p == path]
+
+    async def wait_for(self, path: str, count: int, timeout: float = 20) -> None:
+        async def enough() -> bool:
+            return len([g for g in self.got if g[0] == path]) >= count
+
+        await until(enough, timeout)
+
+
+@pytest.fixture
+def receiver() -> Iterator[Receiver]:
+    r = Receiver().start()
+    yield r
+    r.stop()
+
+
+def check_signature(secret: str, header: str, body: bytes) -> None:
+    """The receiver's check, written here from the documented format, not the package's."""
+    fields = dict(part.strip().split("=", 1) for part in header.split(","))
+    expected = hmac.new(
+        secret.encode(), fields["t"].encode() + b"." + body, hashlib.sha256
+    ).hexdigest()
+    assert hmac.compare_digest(expected, fields["v1"]), "the signature does not verify"
+    assert abs(time.time() - int(fields["t"])) < 60
+
+
+async def report(db: Path) -> tuple[int, str]:
+    """``interlock report`` in a subprocess, from this checkout (``python -m``)."""
+    environ = {k: v for k, v in os.environ.items() if not k.startswith(("INTERLOCK_", "TEMPORAL_"))}
+    environ["INTERLOCK_SIGNING_KEY"] = "11" * 32
+    process = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "interlock_temporal.cli",
+        "report",
+        "--journal",
+        f"sqlite:///{db}",
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.STDOUT,
+        env=environ,
+        cwd=Path(__file__).parents[1],
+    )
+    out, _ = await asyncio.wait_for(process.communicate(), 60)
+    assert process.returncode is not None
+    return process.returncode, out.decode()
+
+
+def webhook(receiver: Receiver, **kw: Any) -> Webhook:
+    return Webhook(url=receiver.url("/hook"), secret=SecretStr(SECRET), **kw)
+
+
+async def test_ambiguous_review_is_told_reminded_escalated_stays_open_and_resolves(
+    dev_server: DevServer, tmp_path: Path, receiver: Receiver
+) -> None:
+    notify = [
+        webhook(receiver, ui_url="http://ui.example:8080/"),
+        Slack(url=SecretStr(receiver.url("/slack")), secret=SecretStr(SLACK_SECRET)),
+    ]
+    options = {
+        "notify": notify,
+        "review_deadline": timedelta(seconds=2),
+        "reminder_every": timedelta(seconds=1),
+    }
+    async with rig(dev_server, tmp_path, tier=3, plugin_options=options) as r:
+        case, review = await reviews.ambiguous(r)
+        await receiver.wait_for("/hook", 3)
+        events = receiver.events()
+        assert [e["event"] for e in events[:3]] == ["opened", "reminder", "escalated"]
+        opened, reminder, escalated = events[:3]
+        # the timers are the workflow's: a reminder 1 s after it opened, the deadline at 2 s
+        assert 0.9 <= reminder["at"] - opened["at"] <= 1.6
+        assert 1.9 <= escalated["at"] - opened["at"] <= 2.6
+        arrived = [t for p, _, _, t in receiver.got if p == "/hook"]
+        assert 1.5 <= arrived[2] - arrived[0] <= 6  # delivered as they happened, in order
+        assert escalated["deadline_at"] == pytest.approx(opened["opened_at"] + 2, abs=0.01)
+        assert escalated["state"] == "escalated" and "stays open" in escalated["summary"]
+        for path, headers, body, _ in receiver.got:
+            if path == "/hook":
+                check_signature(SECRET, headers["Interlock-Signature"], body)
+        assert opened["schema"] == SCHEMA and opened["kind"] == "ambiguous"
+        assert opened["review_id"] == reviews.REVIEW and opened["effect_id"] == reviews.EFFECT
+        assert opened["ui_url"] == (
+            f"http://ui.example:8080/namespaces/default/workflows/{reviews.REVIEW}"
+        )
+        assert opened["resolve_command"].startswith(
+            f"temporal workflow signal --namespace default --workflow-id {reviews.REVIEW} "
+            "--name resolve --input "
+        )
+        assert opened["decisions"] == ["happened", "not_happened"]
+        # no argument values by default: the order id and the case id are nowhere
+        raw = b"".join(body for _, _, body, _ in receiver.got)
+        assert ORDER.encode() not in raw and reviews.CASE.encode() not in raw
+        assert opened["values"] is None
+        # the Slack message, signed with its own secret
+        slack = [(h, b) for p, h, b, _ in receiver.got if p == "/slack"]
+        headers, body = slack[0]
+        check_signature(SLACK_SECRET, headers["Interlock-Signature"], body)
+        message = json.loads(body)
+        assert message["text"].startswith("Effect in doubt (opened): refund")
+        assert reviews.REVIEW in json.dumps(message["blocks"])
+
+        # escalated, yet open: marked in the status and in the Web UI's details
+        status = await review.query("status")
+        assert status["state"] == "open" and status["escalated"] is True
+        page = (await review.query("__temporal_workflow_metadata")).current_details
+        assert "**Review state: open (escalated)**" in page
+        # a person can still decide, after the deadline
+        await review.signal("resolve", {"decision": "happened", "operator": "carol"})
+        outcome = await asyncio.wait_for(case.result(), 30)
+        assert outcome.status == "RESOLVED"
+        final = await asyncio.wait_for(review.result(), 30)
+        assert final["state"] == "resolved"
+        resolved = [e for e in receiver.events() if e["event"] == "resolved"]
+        assert len(resolved) == 1
+        assert resolved[0]["decision"] == "happened" and resolved[0]["operators"] == ["carol"]
+        assert r.journal.notifications.failures() == []
+
+
+async def test_a_receiver_that_is_down_gets_it_once_back_and_the_failures_are_reported(
+    dev_server: DevServer, tmp_path: Path
+) -> None:
+    down = Receiver()  # its port is chosen, nothing listens on it yet
+    options = {
+        "notify": [webhook(down, include_values=True)],
+        "review_deadline": None,
+        "reminder_every": None,
+    }
+    try:
+        async with rig(dev_server, tmp_path, tier=3, plugin_options=options) as r:
+            case, review = await reviews.ambiguous(r)  # the review opened anyway
+            assert (await review.query("status"))["state"] == "open"
+
+            async def failed_twice() -> bool:
+                found = r.journal.notifications.failures()
+                return bool(found) and found[0].count >= 2
+
+            await until(failed_twice, 20)
+            down.start()
+            await down.wait_for("/hook", 1)
+            (opened,) = down.events()
+            assert opened["event"] == "opened" and opened["review_id"] == reviews.REVIEW
+            check_signature(SECRET, down.got[0][1]["Interlock-Signature"], down.got[0][2])
+            # include_values=True: the recorded arguments are in it
+            assert opened["values"]["order_id"] == ORDER
+            assert opened["values"]["case_id"] == reviews.CASE
+            (failures,) = r.journal.notifications.failures()
+            assert failures.notifier == "webhook" and failures.review_id == reviews.REVIEW
+            assert failures.last_event == "opened"
+            assert "could not reach the receiver (ConnectionRefusedError" in failures.last_error
+            assert down.url("/hook") not in failures.last_error
+            # not in the effect's chain: the chain is as it was
+            kinds = [e.kind.value for e in r.journal.read(reviews.EFFECT)]
+            assert "NOTIFY" not in " ".join(kinds)
+            code, shown = await report(tmp_path / "journal.db")
+            assert code == 0, shown
+            assert f"notification failures: {failures.count}" in shown
+            assert f"{failures.count} failed for {reviews.REVIEW} (last: opened" in shown
+            await review.signal("resolve", {"decision": "not_happened", "operator": "carol"})
+            await asyncio.wait_for(case.result(), 30)
+            await down.wait_for("/hook", 2)
+            assert [e["event"] for e in down.events()] == ["opened", "resolved"]
+    finally:
+        down.stop()
+
+
+async def test_an_approval_at_its_deadline_expires_and_the_call_is_refused(
+    dev_server: DevServer, tmp_path: Path, receiver: Receiver
+) -> None:
+    options = {
+        "policy": Policy(rules=[over_threshold]),
+        "notify": [webhook(receiver)],
+        "review_deadline": timedelta(seconds=2),
+        "reminder_every": timedelta(seconds=1),
+    }
+    async with rig(dev_server, tmp_path, extra=[*EXTRA, wire], plugin_options=options) as r:
+        case = await approvals.start_approved(r, 6_000)
+        review, binding = await approvals.approval_review(r, 6_000)
+        outcome = await asyncio.wait_for(case.result(), 30)
+        # refused as an expired approval always was: the call fails, unapproved
+        assert outcome["error"] == "ApprovalRequired", outcome
+        assert ran(case.id) == []  # the wire never ran
+        assert (await review.result())["state"] == "expired"
+        await receiver.wait_for("/hook", 3)
+        events = receiver.events()
+        assert [e["event"] for e in events] == ["opened", "reminder", "expired"]
+        assert 1.9 <= events[2]["at"] - events[0]["at"] <= 2.6
+        assert events[0]["kind"] == "approval" and events[0]["effect_id"] == binding
+        assert "waits for a person's approval (rule OVER_THRESHOLD)" in events[0]["summary"]
+        assert events[2]["state"] == "expired" and "the call is refused" in events[2]["summary"]
+        raw = b"".join(body for _, _, body, _ in receiver.got)
+        assert approvals.PAYEE.encode() not in raw and b"6000" not in raw
+
+
+class Inbox:
+    def __init__(self) -> None:
+        self.messages: list[Any] = []
+
+    async def handle_DATA(self, server: Any, session: Any, envelope: Any) -> str:
+        self.messages.append((envelope.rcpt_tos, message_from_bytes(envelope.content)))
+        return "250 OK"
+
+
+async def test_email_is_sent_over_smtp(dev_server: DevServer, tmp_path: Path) -> None:
+    inbox = Inbox()
+    port = free_port()
+    controller = Controller(inbox, hostname="127.0.0.1", port=port)
+    controller.start()
+    notifier = Email(
+        host="127.0.0.1",
+        port=port,
+        security="none",
+        sender="interlock@ops.example",
+        to=["oncall@ops.example"],
+        secret=SecretStr("mail-" + "ef" * 16),
+    )
+    plugin = InterlockPlugin(
+        f"sqlite:///{tmp_path / 'journal.db'}",
+        signing_key="11" * 32,
+        notify=[notifier],
+        reminder_every=None,
+    )
+    try:
+        client = await Client.connect(dev_server.target, plugins=[plugin])
+        queue = f"notify-{uuid.uuid4().hex[:8]}"
+        review_id = f"interlock-review-approval-{uuid.uuid4().hex}"
+        async with Worker(client, task_queue=queue):
+            handle = await client.start_workflow(
+                EffectReview.run,
+                ReviewRequest(
+                    kind="approval",
+                    effect_id="f" * 64,
+                    activity="wire",
+                    principal="payments-agent",
+                    rules=ReviewRules(deadline_s=1.0),
+                    notifiers=["email"],
+                ),
+                id=review_id,
+                task_queue=queue,
+            )
+
+            assert (await asyncio.wait_for(handle.result(), 30)).state == "expired"
+            # the review ended once its notifications went
+            assert len(inbox.messages) == 2
+    finally:
+        controller.stop()
+    (to, first), (_, second) = inbox.messages
+    assert to == ["oncall@ops.example"]
+    assert first["Subject"] == "[interlock] Approval needed (opened): wire ffffffffffff"
+    text = first.get_payload(decode=True).decode().replace("\r\n", "\n")
+    assert f"/namespaces/default/workflows/{review_id}" in text
+    assert f"--workflow-id {review_id} --name resolve" in text
+    check_signature("mail-" + "ef" * 16, first["Interlock-Signature"], text.encode())
+    assert second["Subject"] == "[interlock] Approval needed (expired): wire ffffffffffff"
+    assert "the call is refused" in second.get_payload(decode=True).decode()
+
+
+def test_defaults_and_explicit_none() -> None:
+    plugin = InterlockPlugin("sqlite:///unused.db")
+    assert plugin._review["review_rules"].deadline_s == DEFAULT_REVIEW_DEADLINE.total_seconds()
+    assert plugin._review["reminder_s"] == DEFAULT_REMINDER_EVERY.total_seconds()
+    assert timedelta(hours=24) == DEFAULT_REVIEW_DEADLINE
+    assert timedelta(hours=4) == DEFAULT_REMINDER_EVERY
+    none = InterlockPlugin("sqlite:///unused.db", review_deadline=None, reminder_every=None)
+    assert none._review["review_rules"].deadline_s is None and none._review["reminder_s"] is None
+
+
+def test_settings_are_checked_naming_the_argument() -> None:
+    hook = Webhook(url="http://127.0.0.1:9/hook", secret=SecretStr(SECRET))
+    cases: list[tuple[dict[str, Any], str]] = [
+        ({"review_deadline": timedelta(0)}, "review_deadline must be a positive timedelta"),
+        ({"reminder_every": timedelta(seconds=-1)}, "reminder_every must be a positive"),
+        ({"notify": [hook, hook]}, "notify: two notifiers are named 'webhook'"),
+        ({"notify": ["http://x"]}, "notify takes notifiers from interlock_temporal.notify"),
+        (
+            {"review": ReviewRules(deadline_s=5), "review_deadline": timedelta(seconds=5)},
+            "review_deadline and ReviewRules(deadline_s=...) both set",
+        ),
+    ]
+    for options, says in cases:
+        with pytest.raises(ValueError) as refused:
+            InterlockPlugin("sqlite:///unused.db", **options)
+        assert says in str(refused.value)
+    # ReviewRules(deadline_s=None) given explicitly: no deadline
+    plugin = InterlockPlugin("sqlite:///unused.db", review=ReviewRules(deadline_s=None))
+    assert plugin._review["review_rules"].deadline_s is None
+    # a notifier's secret is never in its repr
+    assert SECRET not in repr(hook)
+    with pytest.raises(ValidationError):
+        Webhook(url="http://127.0.0.1:9/hook")  # type: ignore[call-arg]
+
+
+def test_the_operator_guides_notifier_configuration_builds(tmp_path: Path) -> None:
+    worker = load(snippet("docs/operator-guide.md#b65949f59b25"), tmp_path / "notify_worker.py")
+    settings = worker.plugin._review
+    assert settings["review_rules"].deadline_s == 8 * 3600 and settings["reminder_s"] == 7200
+    assert list(settings["notifiers"]) == ["webhook", "slack", "email"]
+
+
+def test_the_operator_guides_receiver_check_accepts_fresh_and_refuses_old_or_forged(
+    tmp_path: Path,
+) -> None:
+    receiver = load(snippet("docs/operator-guide.md#6c96bc686232"), tmp_path / "receiver.py")
+    body = b'{"schema":"interlock.notification/v1","event":"opened"}'
+    now = int(time.time())
+
+    def header(ts: int, key: bytes = SECRET.encode(), signed: bytes = body) -> str:
+        mac = hmac.new(key, f"{ts}.".encode() + signed, hashlib.sha256).hexdigest()
+        return f"t={ts},v1={mac}"
+
+    key = SECRET.encode()
+    assert receiver.verify(key, header(now), body)
+    assert receiver.verify(key, header(now - 299), body)
+    assert not receiver.verify(key, header(now - 301), body)  # older than 5 minutes
+    assert not receiver.verify(key, header(now, key=b"another secret"), body)
+    assert not receiver.verify(key, header(now), body + b" ")  # a changed body
+    assert not receiver.verify(key, "t=nonsense", body)
+    # and what the package's webhook sends verifies with it
+    from interlock_temporal.notify import sign
+
+    assert receiver.verify(key, sign(SECRET, body), body)
+
+
+def test_the_interceptor_takes_the_same_settings() -> None:
+    from interlock_temporal import InterlockInterceptor
+
+    hook = Webhook(url="http://127.0.0.1:9/hook", secret=SecretStr(SECRET), name="ops")
+    interceptor = InterlockInterceptor(
+        "sqlite:///unused.db", notify=[hook], review_deadline=None, reminder_every=timedelta(60)
+    )
+    runtime = interceptor.runtime
+    assert dict(runtime.notifiers) == {"ops": hook}
+    assert runtime.review_rules.deadline_s is None and runtime.reminder_s == 60 * 86400
+    # an Email notifier is configured with "from" as a configuration file says it
+    mail = Email.model_validate({"host": "smtp.example", "from": "a@x.example", "to": ["b@x"]})
+    assert mail.sender == "a@x.example"
