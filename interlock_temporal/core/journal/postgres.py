@@ -180,7 +180,7 @@ _MIGRATIONS: list[str] = [
     """,
     # 7: notifications that failed to reach people (as in the embedded journal)
     """
-    CREATE TABLE notification_failures (
+    CREATE TABLE IF NOT EXISTS notification_failures (
         id        BIGSERIAL PRIMARY KEY,
         notifier  TEXT NOT NULL,
         review_id TEXT NOT NULL,
@@ -189,7 +189,7 @@ _MIGRATIONS: list[str] = [
         error     TEXT NOT NULL,
         ts        DOUBLE PRECISION NOT NULL
     );
-    CREATE INDEX notification_failures_ts ON notification_failures (ts);
+    CREATE INDEX IF NOT EXISTS notification_failures_ts ON notification_failures (ts);
     """,
 ]
 assert len(_MIGRATIONS) == SCHEMA_VERSION

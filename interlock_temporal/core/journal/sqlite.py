@@ -149,7 +149,7 @@ _MIGRATIONS: list[str] = [
     # 7: notifications that failed to reach people (review opened, reminder, expired,
     # escalated, resolved): a table of their own, in no effect's chain
     """
-    CREATE TABLE notification_failures (
+    CREATE TABLE IF NOT EXISTS notification_failures (
         id        INTEGER PRIMARY KEY,
         notifier  TEXT NOT NULL,
         review_id TEXT NOT NULL,
@@ -158,7 +158,7 @@ _MIGRATIONS: list[str] = [
         error     TEXT NOT NULL,
         ts        REAL NOT NULL
     );
-    CREATE INDEX notification_failures_ts ON notification_failures (ts);
+    CREATE INDEX IF NOT EXISTS notification_failures_ts ON notification_failures (ts);
     """,
 ]
 assert len(_MIGRATIONS) == SCHEMA_VERSION
