@@ -70,7 +70,7 @@ from .core.policy import (
     enforce,
     input_digest,
 )
-from .core.protocol import Call, Delivery, Done, Gate, Ticket
+from .core.protocol import Call, Delivery, Done, Gate, Ticket, to_the_end
 from .core.review import ReviewKind, ReviewRules
 from .core.targets import EffectTarget, capabilities
 from .notify import DEFAULT, Notifier, _Default
@@ -484,7 +484,7 @@ class _ActivityInbound(temporalio.worker.ActivityInboundInterceptor):
             task = asyncio.ensure_future(self._send_and_record(gate, step, input, info))
         finally:
             _current.reset(token)
-        result, done = await _uncancellable(task)
+        result, done = await to_the_end(task)
         observed.event("COMMITTED", via=done.via)
         observed.ended("COMMITTED", gate_ms=None if done.gate_s is None else done.gate_s * 1000)
         return self._policed_result(gate, call, info, step.effect_id, step.args, meter, result)
@@ -576,23 +576,6 @@ class _ActivityInbound(temporalio.worker.ActivityInboundInterceptor):
                 await asyncio.sleep(period)
 
         return asyncio.ensure_future(beat())
-
-
-async def _uncancellable(task: asyncio.Future[Any]) -> Any:
-    """Await ``task`` to the end even if this attempt is cancelled: a send that went out must be
-    recorded. The cancellation is re-raised once the task is done."""
-    cancelled = False
-    while True:
-        try:
-            result = await asyncio.shield(task)
-        except asyncio.CancelledError:
-            if task.done():
-                raise
-            cancelled = True
-            continue
-        if cancelled:
-            raise asyncio.CancelledError()
-        return result
 
 
 class _WorkflowInbound(temporalio.worker.WorkflowInboundInterceptor):

@@ -26,6 +26,7 @@ from .calls import (
     Transaction,
     decision_premises,
     proposed_payload,
+    to_the_end,
 )
 from .gate import Gate
 
@@ -45,4 +46,5 @@ __all__ = [
     "Transaction",
     "decision_premises",
     "proposed_payload",
+    "to_the_end",
 ]

@@ -11,7 +11,7 @@ last attempt Temporal will make, it is refused ``not_sent``."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from typing import Any, TypeVar
 
 from ..identity import canonical, jsonable
@@ -20,7 +20,7 @@ from ..journal.interface import JournalTx
 from ..models import Draft, Entry, Kind, Lease
 from ..receipts import EffectView
 from ..targets import EffectTarget, classify, confirmation_of
-from .calls import ATOMIC_POINTS, Call, Done
+from .calls import ATOMIC_POINTS, Call, Done, to_the_end
 from .outcomes import Outcomes, refusal
 
 T = TypeVar("T")
@@ -98,7 +98,7 @@ class Atomic(Outcomes):
             return written, result
 
         try:
-            written, result = await _to_the_end(self.journal.transact_async(transaction))
+            written, result = await to_the_end(self.journal.transact_async(transaction))
         except BodyFailed as failed:
             await self._atomic_failed(call, target, eid, head, drafted, failed.error, before)
             raise failed.error from None
@@ -139,22 +139,3 @@ class Atomic(Outcomes):
             eid, head, [*proposal, draft], effect_type=call.effect_type
         )
         self._raise_if_refused(eid, written, before)
-
-
-async def _to_the_end(work: Awaitable[T]) -> T:
-    """Await ``work`` to its end even if the attempt is cancelled meanwhile: the transaction
-    runs on (it cannot be stopped half way), and the claim is held until it is over. The
-    cancellation is raised once it is."""
-    task = asyncio.ensure_future(work)
-    cancelled = False
-    while True:
-        try:
-            result = await asyncio.shield(task)
-        except asyncio.CancelledError:
-            if task.done():
-                raise
-            cancelled = True
-            continue
-        if cancelled:
-            raise asyncio.CancelledError()
-        return result

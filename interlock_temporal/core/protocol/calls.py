@@ -4,11 +4,12 @@ its effect (``identify``)."""
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 from ..errors import InvalidCall
 from ..identity import (
@@ -24,6 +25,8 @@ from ..models import Entry, Kind
 from ..policy import Decision
 from ..receipts import EffectView, fold_appended
 from ..targets import EffectTarget
+
+T = TypeVar("T")
 
 NO_LEASE = "no lease: run the activity under act_as(principal, lease)"
 #: how soon to try again when a live attempt holds the effect
@@ -261,3 +264,22 @@ def delivery_record(call: Call) -> dict[str, Any]:
         "activity_id": d.activity_id,
         "attempt": d.attempt,
     }
+
+
+async def to_the_end(work: Awaitable[T]) -> T:
+    """Await ``work`` to its end even if the attempt is cancelled meanwhile (a send that went
+    out must be recorded; a transaction cannot be stopped half way), holding the claim until it
+    is over. The cancellation is raised once it is."""
+    task = asyncio.ensure_future(work)
+    cancelled = False
+    while True:
+        try:
+            result = await asyncio.shield(task)
+        except asyncio.CancelledError:
+            if task.done():
+                raise
+            cancelled = True
+            continue
+        if cancelled:
+            raise asyncio.CancelledError()
+        return result
