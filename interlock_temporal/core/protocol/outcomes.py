@@ -19,7 +19,7 @@ from .. import premises as premise
 from ..errors import Ambiguous, HeadConflict, InFlight, Refused
 from ..identity import canonical, jsonable
 from ..journal import Journal, value_of
-from ..models import Change, Draft, Entry, Kind, Receipt
+from ..models import Change, Draft, Entry, Found, Kind, Receipt
 from ..policy import PolicyGuard
 from ..receipts import EffectView, fold, fold_checked, receipt_of
 from ..sealing import Values
@@ -219,6 +219,17 @@ class Outcomes:
             return Done(eid, result, via, sent.after)
         view = sent.view if sent.view is not None else fold(eid, self.journal.read(eid))
         return Done(eid, await self.stored(eid, "result"), view.via or via, sent.after)
+
+    async def _commit_found(self, view: EffectView, found: Found) -> Done:
+        """The target says the effect happened: record it, as the query found it."""
+        return await self._record_commit(
+            view.effect_id,
+            view.head,
+            "recovery-query",
+            jsonable(found.result),
+            found.confirmation,
+            scheme=view.digests,
+        )
 
     async def stored(self, eid: str, name: str, entries: Sequence[Entry] | None = None) -> Any:
         """The value last stored under ``name`` for the effect, decoded if it is sealed."""

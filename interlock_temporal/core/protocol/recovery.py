@@ -81,14 +81,7 @@ class Recovery(Admission):
             if caps.queryable:
                 found = await query(target, eid, payload)
                 if found is not None:
-                    return await self._record_commit(
-                        eid,
-                        view.head,
-                        "recovery-query",
-                        jsonable(found.result),
-                        found.confirmation,
-                        scheme=view.digests,
-                    )
+                    return await self._commit_found(view, found)
                 absent = past_settle_time
 
         current = await premise.capture(target, payload, eid)
@@ -214,14 +207,7 @@ class Recovery(Admission):
             args = await self._approved_args(call, view)
             found = await query(target, eid, as_input(args))
             if found is not None:
-                return await self._record_commit(
-                    eid,
-                    view.head,
-                    "recovery-query",
-                    jsonable(found.result),
-                    found.confirmation,
-                    scheme=view.digests,
-                )
+                return await self._commit_found(view, found)
         if call.last_attempt and not view.absence_confirmed:
             await self._ambiguous(
                 view,
