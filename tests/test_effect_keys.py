@@ -298,6 +298,7 @@ def refund_request(
 
 
 @pytest.mark.server
+@pytest.mark.faults
 async def test_a_clock_keyed_activity_killed_after_its_send_sends_once(
     client: Client, journal: Journal, payments: SimulatedPayments
 ) -> None:
@@ -340,6 +341,7 @@ async def test_a_clock_keyed_activity_killed_after_its_send_sends_once(
 
 
 @pytest.mark.server
+@pytest.mark.faults
 async def test_an_activity_id_reused_in_a_loop_with_a_retry_is_not_flagged(
     client: Client, journal: Journal, payments: SimulatedPayments
 ) -> None:

@@ -330,6 +330,7 @@ print(json.dumps({
 """
 
 
+@pytest.mark.faults
 def test_the_app_runs_at_the_declared_lower_bounds(
     dist: Dist, tmp_path: Path, postgres: PostgresServer
 ) -> None:

@@ -271,6 +271,7 @@ def replication_state(primary: PostgresServer, want: str) -> None:
     raise AssertionError(f"the standby never reached {want}: {rows}")
 
 
+@pytest.mark.faults
 def test_asynchronous_standbys_are_warned_about_synchronous_ones_are_not(
     replicated: tuple[PostgresServer, PostgresServer], caplog: pytest.LogCaptureFixture
 ) -> None:
