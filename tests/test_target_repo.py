@@ -698,3 +698,17 @@ def test_concurrent_agents_on_one_symbol_one_lands(
     assert len(definitions(show(repo_dir, "util.py"), "slugify")) == 1
     landed = effects_on_main(repo_dir)
     assert sorted(landed) == [won[0].effect_id] and landed[won[0].effect_id] == [won[0].commit]
+
+
+def test_every_parse_of_python_takes_the_one_lock() -> None:
+    """CPython 3.11's AST converter keeps its recursion depth in state all threads share: two
+    activities parsing at once failed with "AST constructor recursion depth mismatch" (CPython
+    gh-106905; seen once in CI). Every parse in the package goes through ``parse_python``."""
+    package = Path(__file__).resolve().parent.parent / "interlock_temporal"
+    raw = [
+        f"{path.relative_to(package)}:{number}"
+        for path in package.rglob("*.py")
+        for number, line in enumerate(path.read_text().splitlines(), 1)
+        if "ast.parse(" in line and "``ast.parse``" not in line
+    ]
+    assert len(raw) == 1 and raw[0].startswith("targets/repo/_facts.py:"), raw

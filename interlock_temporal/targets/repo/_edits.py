@@ -3,7 +3,6 @@ pydantic models a gated activity takes, and what a landed edit returns."""
 
 from __future__ import annotations
 
-import ast
 import textwrap
 from typing import Annotated, Any, Literal, TypeVar
 
@@ -18,12 +17,12 @@ from pydantic import (
 )
 
 from ._errors import EditRejected
-from ._facts import TRAILER, _check_qualname, _defined_name, _norm_path
+from ._facts import TRAILER, _check_qualname, _defined_name, _norm_path, parse_python
 
 
 def _single_definition(source: str, name: str) -> None:
     try:
-        module = ast.parse(textwrap.dedent(source))
+        module = parse_python(textwrap.dedent(source))
     except SyntaxError as err:
         raise ValueError(f"the source of {name!r} does not parse: {err.msg}") from None
     if len(module.body) != 1 or _defined_name(module.body[0]) != name:

@@ -19,6 +19,14 @@ _SHA = "sha256:"
 _PARSE_LOCK = threading.Lock()
 _UNPARSEABLE = "unparseable:"
 
+
+def parse_python(text: str | bytes) -> ast.Module:
+    """``ast.parse``, one thread at a time (see ``_PARSE_LOCK``): every parse of this target
+    goes through here."""
+    with _PARSE_LOCK:
+        return ast.parse(text)
+
+
 # -- facts ----------------------------------------------------------------------------------------
 
 
@@ -63,8 +71,7 @@ def symbol_value(content: bytes | None, qualname: str) -> str:
     if content is None:
         return ABSENT
     try:
-        with _PARSE_LOCK:
-            module = ast.parse(content)
+        module = parse_python(content)
     except (SyntaxError, ValueError):
         return _UNPARSEABLE + _digest(content)
     node = _locate(module, qualname)

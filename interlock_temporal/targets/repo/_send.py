@@ -3,7 +3,6 @@ index and landed with a compare-and-swap of the branch ref."""
 
 from __future__ import annotations
 
-import ast
 import io
 import subprocess
 import tempfile
@@ -25,7 +24,7 @@ from ._edits import (
     parse_edit,
 )
 from ._errors import EditDoesNotApply, GitCommandFailed, LandingInDoubt, NotLanded, PremiseChanged
-from ._facts import TRAILER, _locate, symbol_value
+from ._facts import TRAILER, _locate, parse_python, symbol_value
 
 
 class _Send(_Branch):
@@ -176,7 +175,7 @@ class _Send(_Branch):
         old = self._blobs(head, [edit.path])[edit.path]
         try:
             text = "" if old is None else old.decode()
-            module = ast.parse(text)
+            module = parse_python(text)
         except (UnicodeDecodeError, SyntaxError, ValueError):
             raise EditDoesNotApply(f"{edit.path} is not Python this worker can parse") from None
         node = _locate(module, edit.symbol)
