@@ -125,7 +125,21 @@ class GateSource:
             )
             values = Values(journal.keyring, self._sealer)
             self._gate = Gate(journal, on_point=self._on_point, policy=guard, values=values)
+            self._key_effect_ids()
         return self._gate
+
+    def _key_effect_ids(self) -> None:
+        """With a payload codec, the journal's effect ids are keyed: a plain id is the sha256
+        of the decision (``{order, amount}``), which a reader of workflow ids or of the journal
+        could find by trying values. Only a journal with no entries can be keyed; an older
+        one keeps plain ids, and says so once."""
+        gate = self._gate
+        if gate is None or self._sealer is None or gate.journal.effect_ids is not None:
+            return
+        try:
+            gate.journal.key_effect_ids(gate.values.id_scheme())
+        except JournalConfigError as err:
+            log.warning("interlock: effect ids stay plain sha256 with a payload codec: %s", err)
 
     def use_client(self, client: temporalio.client.Client | None) -> None:
         """The journal's values go through the payload codec of the workers' client (one
@@ -144,6 +158,7 @@ class GateSource:
         self._sealer = CodecSealer(codec)
         if self._gate is not None:
             self._gate.values.sealer = self._sealer
+            self._key_effect_ids()
 
     def authority_keys(self, *, replay_only: bool = False) -> AuthorityKeys:
         """The keys that sign and verify ``act_as`` headers, derived from the journal's keyring

@@ -61,6 +61,7 @@ from interlock_temporal.core.retention import archive
 from interlock_temporal.core.review import record_resolution, reopen
 from interlock_temporal.targets.payments import SimulatedPayments
 
+from .effect_ids_conformance import EffectIdsConformance
 from .fixtures import make_release_journal as release
 
 KEY = "11" * 32
@@ -92,6 +93,9 @@ LAYOUT: list[tuple[int, str, Kind]] = [
 
 class Tamper(Protocol):
     """Backend-specific edits of the stored entries, below the journal's API."""
+
+    def set_meta(self, key: str, value: str | None) -> None:
+        """Set (None: delete) a row of the journal's settings."""
 
     def edit_body(self, seq: int, new_bytes: bytes) -> None:
         """Replace the stored signed bytes of entry ``seq`` (nothing else)."""
@@ -233,6 +237,12 @@ class SqlTamper(ABC):
         assert self._query("SELECT 1 FROM entries WHERE seq = ?", (seq,)), (
             f"no entry {seq} to tamper with"
         )
+
+    def set_meta(self, key: str, value: str | None) -> None:
+        """Set (None: delete) a row of the journal's settings."""
+        self._run(("DELETE FROM meta WHERE key = ?", (key,)))
+        if value is not None:
+            self._run(("INSERT INTO meta (key, value) VALUES (?, ?)", (key, value)))
 
     def edit_body(self, seq: int, new_bytes: bytes) -> None:
         self._exists(seq)
@@ -491,7 +501,7 @@ class _ArchiveStory:
         self.tier3.close()
 
 
-class JournalConformance:
+class JournalConformance(EffectIdsConformance):
     """Inherit this in a backend's test module and provide ``journal_factory`` and ``tamper``.
     Set ``key_scheme = "ed25519"`` to run every test with Ed25519 signatures."""
 

@@ -32,7 +32,7 @@ from interlock_temporal._review_workflow import ReviewRequest
 from interlock_temporal.cli import main
 from interlock_temporal.core.identity import canonical
 from interlock_temporal.core.journal import Journal, open_journal, value_of
-from interlock_temporal.core.models import Kind
+from interlock_temporal.core.models import Draft, Kind
 from interlock_temporal.core.protocol import Delivery, Done, Gate, Ticket
 from interlock_temporal.core.receipts import fold, receipt
 from interlock_temporal.core.review import review_id
@@ -169,7 +169,7 @@ async def test_an_encrypting_codec_leaves_no_plaintext_in_the_journal(
         assert committed.status == "REFUNDED"
         pay.arm("after_commit", "reset")  # the send lands, its answer is lost: AMBIGUOUS
         waiting = await start(doubt_case, 1500, maximum_attempts=1, wait_for_review=True)
-        doubt = fold_id(doubt_case, 1500)
+        doubt = fold_id(journal_url, doubt_case, 1500)
         review = client.get_workflow_handle(review_id("ambiguous", doubt))
 
         async def opened() -> bool:
@@ -189,8 +189,11 @@ async def test_an_encrypting_codec_leaves_no_plaintext_in_the_journal(
         assert (await waiting.result()).status == "RESOLVED"
         assert pay.refunded_cents(ORDER) == 3500  # each sent once
 
-    done = fold_id(done_case, 2000)
+    done = fold_id(journal_url, done_case, 2000)
     with open_journal(journal_url, signing_key=KEY) as j:
+        # the ids are keyed too: a plain id is sha256 of {order, amount}, found by trying values
+        assert j.effect_ids == KEYED + j.keyring.signing.key_id
+        assert done != plain_id(done_case, 2000)
         entries = j.read(done)
         stored = value_of(entries, "approved")
         assert is_sealed(stored) and stored[SEALED] == "temporal-codec/v1"
@@ -205,6 +208,8 @@ async def test_an_encrypting_codec_leaves_no_plaintext_in_the_journal(
     everything = stored_bytes(journal_url)
     for plaintext in (done_case, doubt_case):
         assert plaintext.encode() not in everything, plaintext
+    for plain in (plain_id(done_case, 2000), plain_id(doubt_case, 1500)):
+        assert plain[:16].encode() not in everything
     # the result's one distinctive value is the target's confirmation (the refund id), which
     # COMMITTED records in the clear by design (a receipt names it, to find the effect at the
     # target): it appears there and nowhere else
@@ -223,11 +228,21 @@ async def test_an_encrypting_codec_leaves_no_plaintext_in_the_journal(
     assert code == 0 and done_case in out and refund_id in out
 
 
-def fold_id(case_id: str, amount: int) -> str:
+def plain_id(case_id: str, amount: int) -> str:
     from interlock_temporal.core.identity import effect_id
 
     request = RefundRequest(case_id=case_id, order_id=ORDER, amount_cents=amount)
     return effect_id("refund", refund_key(request))
+
+
+def fold_id(url: str, case_id: str, amount: int) -> str:
+    """The refund's effect id in the journal at ``url``, as it names effects now."""
+    from interlock_temporal.core.identity import effect_id
+
+    request = RefundRequest(case_id=case_id, order_id=ORDER, amount_cents=amount)
+    with open_journal(url, signing_key=KEY) as j:
+        keyed = Values(j.keyring).ids(j.effect_ids)
+    return effect_id("refund", refund_key(request), keyed=keyed)
 
 
 async def until_status(review: Any) -> None:
@@ -270,3 +285,31 @@ async def test_a_worker_restarted_with_the_codec_never_resends_an_effect_in_flig
     dup = await sealed.begin(again, target)
     assert isinstance(dup, Done) and dup.result == landed and target.sends == 1
     assert journal.verify().ok
+
+
+@pytest.mark.server
+async def test_a_codec_keys_a_new_journals_ids_and_an_older_journal_keeps_its_own(
+    dev_server: DevServer, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    from interlock_temporal._runtime import GateSource
+
+    converter = dataclasses.replace(pydantic_data_converter, payload_codec=AesCodec())
+    client = await Client.connect(dev_server.target, data_converter=converter)
+    new = GateSource(f"sqlite:///{tmp_path / 'new.db'}", signing_key=KEY)
+    new.use_client(client)
+    fresh = new.gate.journal
+    assert fresh.effect_ids == KEYED + fresh.keyring.signing.key_id
+
+    older_url = f"sqlite:///{tmp_path / 'older.db'}"
+    with open_journal(older_url, signing_key=KEY) as j:
+        draft = Draft(kind=Kind.PROPOSED, data={"effect_type": "refund"})
+        j.append("e" * 64, None, [draft], effect_type="refund")
+    older = GateSource(older_url, signing_key=KEY)
+    assert older.gate.journal.effect_ids is None
+    with caplog.at_level("WARNING", logger="interlock_temporal"):
+        older.use_client(client)
+    assert older.gate.journal.effect_ids is None  # its effects keep their names
+    assert "effect ids stay plain sha256 with a payload codec" in caplog.text
+    assert "has entries: keying its effect ids now" in caplog.text
+    for source in (new, older):
+        source.gate.journal.close()

@@ -34,6 +34,7 @@ def clean(pg_url: str) -> str:
     open_journal(pg_url, signing_key=KEY, check_tail=False).close()
     with psycopg.connect(pg_url, autocommit=True) as conn:
         conn.execute(f"TRUNCATE {TABLES}")  # type: ignore[arg-type]
+        conn.execute("DELETE FROM meta WHERE key = 'effect_ids'")
         conn.execute("UPDATE journal_seq SET seq = 0")
     return pg_url
 

@@ -273,16 +273,26 @@ def digest(value: Any) -> str:
     return hashlib.sha256(canonical(value)).hexdigest()
 
 
-def effect_id(effect_type: str, key: Any, *, key_json: bytes | None = None) -> str:
+def effect_id(
+    effect_type: str,
+    key: Any,
+    *,
+    key_json: bytes | None = None,
+    keyed: Callable[[bytes], str] | None = None,
+) -> str:
     """The effect's identity: 256 bits of sha256 over the effect type and the approved key.
     ``key_json``, the key's canonical JSON when the caller has it already, saves making it
-    again; the bytes hashed are the same."""
+    again; the bytes hashed are the same. ``keyed``: the digest of a journal whose ids are
+    keyed (HMAC-SHA256 under a key only the journal's holders have, so an id of a small key
+    such as ``{order, amount}`` cannot be reversed by trying values), over the same bytes."""
     if not effect_type:
         raise ValueError("effect_type must be a non-empty string")
     if key_json is None:
-        return digest({"effect_type": effect_type, "key": key})
+        key_json = canonical_json(jsonable(key, "key"))
     # the canonical object, keys in code-unit order ("effect_type" < "key")
     document = b'{"effect_type":' + canonical_json(effect_type) + b',"key":' + key_json + b"}"
+    if keyed is not None:
+        return keyed(document)
     return hashlib.sha256(document).hexdigest()
 
 

@@ -11,8 +11,9 @@ effect whose values are sealed digests its payload, input, approved input and re
 HMAC-SHA256 under a key derived (HKDF, label ``interlock-value-digests-v1``) from the journal's
 signing key. Its ``PROPOSED`` entry records the scheme (``digests``: ``hmac-sha256:<key id>``,
 absent: plain sha256), and every later digest of that effect uses the same scheme, so an
-effect recorded before the codec was configured keeps its plain digests (and its id, which is
-never keyed: it is the idempotency key targets dedupe on) and still verifies and compares.
+effect recorded before the codec was configured keeps its plain digests and still verifies
+and compares. Effect ids are keyed per journal, not per effect (``Values.ids``; the journal's
+``effect_ids`` setting), because every worker must name one decision the same way.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from __future__ import annotations
 import hashlib
 import hmac
 import json
+from collections.abc import Callable
 from typing import Any, Protocol
 
 from .authority import hkdf_sha256
@@ -34,6 +36,7 @@ UNAVAILABLE = "unavailable"
 #: the prefix of a keyed digest scheme (the key id follows)
 KEYED = "hmac-sha256:"
 _LABEL = b"interlock-value-digests-v1"
+_ID_LABEL = b"interlock-effect-ids-v1"
 ENCRYPTED = "encrypted"
 
 
@@ -75,7 +78,7 @@ class Values:
     def __init__(self, keyring: Keyring, sealer: Sealer | None = None) -> None:
         self.keyring = keyring
         self.sealer = sealer
-        self._keys: dict[str, bytes] = {}
+        self._keys: dict[tuple[str, bytes], bytes] = {}
 
     @property
     def scheme(self) -> str | None:
@@ -84,19 +87,36 @@ class Values:
             return None
         return KEYED + self.keyring.signing.key_id
 
-    def _key(self, scheme: str) -> bytes:
+    def _key(self, scheme: str, label: bytes = _LABEL) -> bytes:
         key_id = scheme.removeprefix(KEYED)
-        found = self._keys.get(key_id)
+        found = self._keys.get((key_id, label))
         if found is None:
             signing = self.keyring.get(key_id) if scheme.startswith(KEYED) else None
             material = None if signing is None else _material(signing)
             if material is None:
+                what = "effect ids are" if label == _ID_LABEL else "effect's digests are"
                 raise JournalConfigError(
-                    f"the effect's digests are keyed with journal key {key_id}, which this "
-                    "worker does not hold: add it to older_keys"
+                    f"the {what} keyed with journal key {key_id}, which this worker does not "
+                    "hold: add it to older_keys"
                 )
-            found = self._keys[key_id] = hkdf_sha256(material, _LABEL)
+            found = self._keys[(key_id, label)] = hkdf_sha256(material, label)
         return found
+
+    def ids(self, scheme: str | None) -> Callable[[bytes], str] | None:
+        """How a journal whose effect ids are ``scheme`` (``hmac-sha256:<key id>``; None: plain
+        sha256, the default) digests an id's document. The key is derived (HKDF, label
+        ``interlock-effect-ids-v1``) from the journal key the scheme names, which stays in the
+        keyring after a rotation (``older_keys``), so ids never change."""
+        if scheme is None:
+            return None
+        key = self._key(scheme, _ID_LABEL)
+        return lambda document: hmac.new(key, document, hashlib.sha256).hexdigest()
+
+    def id_scheme(self) -> str:
+        """The scheme a journal keyed now gets: its current signing key's."""
+        if not self.keyring.can_sign or _material(self.keyring.signing) is None:
+            raise JournalConfigError("keying effect ids needs the journal's signing key")
+        return KEYED + self.keyring.signing.key_id
 
     def digest(self, data: bytes, scheme: str | None) -> str:
         """The digest of ``data`` (canonical JSON) in ``scheme`` (None: plain sha256)."""

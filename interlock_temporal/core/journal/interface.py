@@ -118,6 +118,10 @@ class Journal(ABC):
     #: way and have not queued their appends, so they share its transaction and its flush. A
     #: lone effect never waits; 0 turns the wait off (see ``open_journal``)
     commit_delay: float = DEFAULT_COMMIT_DELAY
+    #: how this journal's effect ids are made: None, sha256 of the decision (the default); or
+    #: ``hmac-sha256:<key id>``, keyed with a key derived from that journal key (set once, on
+    #: a journal with no entries: ``key_effect_ids``)
+    effect_ids: str | None = None
 
     @property
     @abstractmethod
@@ -259,6 +263,11 @@ class Journal(ABC):
     def schema_version(self) -> int: ...
 
     @abstractmethod
+    def key_effect_ids(self, scheme: str) -> None:
+        """Key this journal's effect ids with ``scheme`` for good (only before its first
+        entry); see ``effect_ids``."""
+
+    @abstractmethod
     def close(self) -> None: ...
 
     def verify(self, head: JournalHead | str | None = None) -> VerifyReport:
@@ -267,7 +276,19 @@ class Journal(ABC):
         if isinstance(head, str):
             head = JournalHead.parse(head)
         anchors = self.anchor_entries()
-        return verify_entries(self.iter_raw(), self.keyring, head, self.iter_rows(), anchors)
+        report = verify_entries(self.iter_raw(), self.keyring, head, self.iter_rows(), anchors)
+        if report.ok:
+            try:
+                self.check_effect_ids()
+            except JournalCorrupt as err:
+                update = {"ok": False, "first_bad_seq": err.seq, "problem": err.problem}
+                report = report.model_copy(update=update)
+        return report
+
+    @abstractmethod
+    def check_effect_ids(self) -> None:
+        """Refuse (``JournalCorrupt``) a journal whose effect-id setting disagrees with its
+        signed entries."""
 
     def anchor_entries(self) -> list[RawEntry]:
         """The anchors of the archives taken from this journal (``Kind.ANCHOR``), as stored."""

@@ -40,7 +40,8 @@ from .pg_server import (
     warn_async_standbys,
 )
 from .signing import Keyring
-from .sql import ENTRY_COLUMNS, SqlJournal, raw_entry
+from .sql import ENTRY_COLUMNS, SqlJournal
+from .sql_rows import raw_entry
 
 with needs_extra("postgres", "a PostgreSQL journal (postgresql://)"):
     import psycopg

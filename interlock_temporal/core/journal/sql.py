@@ -20,6 +20,7 @@ from typing import Any, ClassVar, Protocol, TypeVar
 from ..errors import HeadConflict, JournalConfigError, JournalUnavailable
 from ..identity import canonical
 from ..models import Draft, EffectRow, Entry, JournalHead, Kind
+from . import sql_ids, sql_rows
 from .entries import (
     RawEntry,
     check_chain,
@@ -35,6 +36,7 @@ from .interface import OWN_CHAIN_TYPES, SCHEMA_VERSION, Build, Journal, JournalT
 from .sql_leases import SqlLeases
 from .sql_notify import SqlNotifications
 from .sql_policy import SqlPolicy
+from .sql_rows import effect_row, raw_entry
 
 T = TypeVar("T")
 C = TypeVar("C", bound="_Closable")
@@ -48,7 +50,7 @@ ROW_COLUMNS = (
     "effect_id, effect_type, status, head, head_seq, updated_ts, first_dispatch_ts, "
     "last_dispatch_ts, origin"
 )
-ENTRY_COLUMNS = "seq, effect_id, kind, prev, hash, key_id, sig, body, vals"
+ENTRY_COLUMNS = sql_rows.ENTRY_COLUMNS
 _ENTRY_COLUMNS_E = ", ".join("e." + c.strip() for c in ENTRY_COLUMNS.split(","))
 _ROW_COLUMNS_F = ", ".join("f." + c.strip() for c in ROW_COLUMNS.split(","))
 _NO_ENTRY = ", ".join(["NULL"] * len(ENTRY_COLUMNS.split(",")))
@@ -90,28 +92,6 @@ IN_DOUBT_SQL = (
 )
 
 
-def effect_row(values: Sequence[Any]) -> EffectRow:
-    return EffectRow(
-        effect_id=values[0],
-        effect_type=values[1],
-        status=Kind(values[2]),
-        head=values[3],
-        head_seq=values[4],
-        updated_ts=values[5],
-        first_dispatch_ts=values[6],
-        last_dispatch_ts=values[7],
-        origin=values[8],
-    )
-
-
-def raw_entry(values: Sequence[Any]) -> RawEntry:
-    """A stored entry as read. A body an operator rewrote as text (SQLite keeps what it is given)
-    is taken as its UTF-8 bytes, so the check names it as an edit instead of failing to read it."""
-    seq, eid, kind, prev, hash_, key_id, sig, body, vals = values
-    signed = body.encode() if isinstance(body, str) else bytes(body)
-    return RawEntry(seq, eid, kind, prev, hash_, key_id, sig, signed, vals)
-
-
 class _ItemFailed(Exception):
     """One append of a batch failed on its own (its head moved, its build raised): the batch's
     transaction is rolled back and run again without it."""
@@ -143,6 +123,8 @@ class SqlJournal(Journal):
         self._groups: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, GroupCommit] = (
             weakref.WeakKeyDictionary()
         )
+        #: the effect-id setting can no longer change (it is set, or entries exist): ``sql_ids``
+        self._ids_settled = False
         #: what the backend opened (connections, pools), closed with the journal
         self._resources: list[_Closable] = []
         access = _Access(self)
@@ -164,17 +146,27 @@ class SqlJournal(Journal):
             if self._is_database_error(err):
                 raise JournalUnavailable(f"journal {self.url} cannot be opened: {err}") from err
             raise
-        if check_tail:
-            try:
+        try:
+            self.effect_ids = self._read(functools.partial(sql_ids.recorded, self))
+            if check_tail:
                 self.check_tail()
-            except BaseException:
-                self.close()
-                raise
+                self.check_effect_ids()
+        except BaseException:
+            self.close()
+            raise
 
     def _opened(self, resource: C) -> C:
         """``resource``, a connection or a pool the backend opened, to close with the journal."""
         self._resources.append(resource)
         return resource
+
+    # -- effect ids (``sql_ids``) -----------------------------------------------------------------
+
+    def key_effect_ids(self, scheme: str) -> None:
+        sql_ids.key_effect_ids(self, scheme)
+
+    def check_effect_ids(self) -> None:
+        sql_ids.check_effect_ids(self)
 
     def _close_quietly(self) -> None:
         """Close what the backend opened, the last opened first: after an open that failed,
@@ -395,6 +387,7 @@ class SqlJournal(Journal):
         """``append`` inside a transaction the caller holds. ``expected_head=None`` appends
         after whatever the head is (for chains only this transaction writes)."""
         seq = self._seq_base(db)
+        sql_ids.confirm(self, db, seq, effect_id)
         row = self._x(
             db,
             "SELECT effect_type, status, head, first_dispatch_ts, last_dispatch_ts "

@@ -40,7 +40,8 @@ from .entries import (
     value_of,
 )
 from .interface import ARCHIVE_CHAIN_TYPE, POLICY_CHAIN_TYPE
-from .sql import ENTRY_COLUMNS, ROW_COLUMNS, SqlJournal, _values_json, effect_row, raw_entry
+from .sql import ENTRY_COLUMNS, ROW_COLUMNS, SqlJournal, _values_json
+from .sql_rows import effect_row, raw_entry
 
 #: what ``settle`` says of an effect: the tombstone's data, or why it stays (a ``skipped`` key)
 Settle = Callable[[str, list[Entry]], "dict[str, Any] | str"]

@@ -197,9 +197,14 @@ def _sha256(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
-def identify(call: Call, digest: Callable[[bytes], str] = _sha256) -> tuple[str, str]:
+def identify(
+    call: Call,
+    digest: Callable[[bytes], str] = _sha256,
+    keyed_ids: Callable[[bytes], str] | None = None,
+) -> tuple[str, str]:
     """(effect id, proposed payload digest). The digest covers the input as proposed, without
-    the premises it carries; ``digest`` makes it (default sha256; the id is always sha256). A
+    the premises it carries; ``digest`` makes it (default sha256). The id is sha256, or
+    ``keyed_ids`` in a journal whose ids are keyed (``Values.ids``). A
     key or input with no single canonical JSON form (a set, NaN, bytes in a key, an unknown
     object) is refused, naming where."""
     unstable = None if call.key is None else unstable_part(call.key, "key")
@@ -212,7 +217,8 @@ def identify(call: Call, digest: Callable[[bytes], str] = _sha256) -> tuple[str,
         key = proposed if call.key is None else jsonable(call.key, "key")
         # without decision-time premises to leave out, the proposal is the input as sent
         body = call.args_canonical if proposed is call.args_json else canonical_json(proposed)
-        eid = effect_id(call.effect_type, key, key_json=body if key is proposed else None)
+        key_json = body if key is proposed else None
+        eid = effect_id(call.effect_type, key, key_json=key_json, keyed=keyed_ids)
         return eid, digest(body)
     except UnserializableInput as err:
         raise InvalidCall(

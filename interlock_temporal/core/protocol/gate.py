@@ -40,7 +40,8 @@ class Gate(Recovery, Atomic):
 
     @staticmethod
     def identify(call: Call) -> tuple[str, str]:
-        """(effect id, proposed payload digest): see ``calls.identify``."""
+        """(effect id, proposed payload digest) in a journal whose ids are plain sha256 (the
+        default): see ``calls.identify``."""
         return identify(call)
 
     # -- the attempt ---------------------------------------------------------------------------
@@ -84,7 +85,9 @@ class Gate(Recovery, Atomic):
         return found
 
     async def begin(self, call: Call, target: EffectTarget) -> Ticket | Done:
-        eid, pdigest = identify(call, self._digest_in(self.values.scheme))
+        eid, pdigest = identify(
+            call, self._digest_in(self.values.scheme), self.values.ids(self.journal.effect_ids)
+        )
         started = time.perf_counter()
         claim = self.journal.claim(eid)
         if claim is None:
@@ -273,6 +276,8 @@ class Gate(Recovery, Atomic):
         scheme: str | None,
     ) -> Draft:
         keyed = {} if scheme is None else {"digests": scheme}
+        if self.journal.effect_ids is not None:
+            keyed["ids"] = self.journal.effect_ids
         input_digest = (
             call.input_digest if scheme is None else self.values.digest(call.args_canonical, scheme)
         )

@@ -1,0 +1,103 @@
+"""A SQL journal's effect-id setting (``Journal.effect_ids``): plain sha256 unless the journal
+was keyed before its first entry; kept in ``meta`` as ``effect_ids``, and recorded again (signed)
+in every ``PROPOSED`` entry as ``ids``, so an edit of the setting is caught.
+
+Every process reads the setting from the journal, never from its own configuration: two
+workers that named one decision two ways would each find nothing under their name and send it.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import TYPE_CHECKING, Any
+
+from ..errors import InFlight, JournalConfigError, JournalCorrupt
+from .entries import check_entry, decode_entry
+from .sql_rows import ENTRY_COLUMNS, raw_entry
+
+if TYPE_CHECKING:
+    from .sql import SqlJournal
+
+#: seconds before the attempt that names its effect again, after the journal's ids were keyed
+IDS_CHANGED_RETRY_S = 0.1
+
+
+def _one(journal: SqlJournal, sql: str, db: Any) -> Any:
+    return journal._x(db, sql).fetchone()
+
+
+def recorded(journal: SqlJournal, db: Any) -> str | None:
+    row = journal._x(db, "SELECT value FROM meta WHERE key = 'effect_ids'").fetchone()
+    return None if row is None else str(row[0])
+
+
+def key_effect_ids(journal: SqlJournal, scheme: str) -> None:
+    """Make the journal's effect ids keyed with ``scheme`` (``hmac-sha256:<key id>``) for
+    good. Only a journal that never had an entry can be keyed: an effect recorded before would
+    get a new id, and a duplicate of it would be sent again. Holds the journal's seq, as an
+    append does, so a first append cannot slip in beside it. Keying a journal keyed with
+    ``scheme`` already does nothing."""
+
+    def key(db: Any) -> None:
+        now = recorded(journal, db)
+        if now == scheme:
+            return
+        if now is not None:
+            raise JournalConfigError(
+                f"journal {journal.url}: its effect ids are keyed with {now} for good"
+            )
+        if journal._seq_base(db) > 0:
+            raise JournalConfigError(
+                f"journal {journal.url} has entries: keying its effect ids now would give the "
+                "effects it holds new ids, and a duplicate of one of them would be sent again; "
+                "key a new journal's ids before its first effect"
+            )
+        journal._x(db, "INSERT INTO meta (key, value) VALUES ('effect_ids', ?)", (scheme,))
+
+    journal._write(key)
+    journal.effect_ids = scheme
+
+
+def confirm(journal: SqlJournal, db: Any, seq: int, effect_id: str) -> None:
+    """Inside an append's transaction (``seq``: the journal's last, held), until the setting
+    can no longer change: refuse an effect named before the journal's ids were keyed by another
+    process, after this one opened it. Nothing is written nor sent; the next attempt names the
+    effect as the journal does now."""
+    if journal._ids_settled:
+        return
+    now = recorded(journal, db)
+    if now != journal.effect_ids:
+        journal.effect_ids = now
+        raise InFlight(
+            effect_id,
+            f"the journal's effect ids were keyed ({now}) after this process opened it: the "
+            "next attempt names the effect with them",
+            IDS_CHANGED_RETRY_S,
+        )
+    journal._ids_settled = seq > 0 or now is not None
+
+
+def check_effect_ids(journal: SqlJournal) -> None:
+    """Refuse (``JournalCorrupt``) a journal whose setting disagrees with its signed entries.
+    The setting is made before the first ``PROPOSED``, so the first and the last both record
+    it; a removed or edited setting would name the next duplicate differently and send it
+    again. An entry of a key this process lacks is not verified here (``verify`` judges it);
+    a mismatch in it still counts."""
+    setting = journal._read(functools.partial(recorded, journal))
+    for order in ("ASC", "DESC"):
+        sql = f"SELECT {ENTRY_COLUMNS} FROM entries WHERE kind = 'PROPOSED' ORDER BY seq {order}"
+        found = journal._read(functools.partial(_one, journal, sql + " LIMIT 1"))
+        if found is None:
+            return
+        raw = raw_entry(found)
+        held = journal.keyring.get(raw.key_id) is not None
+        problem = check_entry(raw, journal.keyring) if held else None
+        if problem is None:
+            named = decode_entry(raw).data.get("ids")
+            if named != setting:
+                problem = (
+                    f"it names its effect with ids {named or 'sha256'}, the journal's setting "
+                    f"says {setting or 'sha256'}"
+                )
+        if problem is not None:
+            raise JournalCorrupt.at(raw.effect_id, raw.seq, problem)
