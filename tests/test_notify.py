@@ -123,17 +123,15 @@ def leaked(value: str, raw: bytes) -> bool:
     return re.search(rf"(?<![0-9A-Za-z.]){re.escape(value)}(?![0-9A-Za-z.])", text) is not None
 
 
-async def report(db: Path) -> tuple[int, str]:
-    """``interlock report`` in a subprocess, from this checkout (``python -m``)."""
+async def interlock(*argv: str) -> tuple[int, str]:
+    """The ``interlock`` CLI in a subprocess, from this checkout (``python -m``)."""
     environ = {k: v for k, v in os.environ.items() if not k.startswith(("INTERLOCK_", "TEMPORAL_"))}
     environ["INTERLOCK_SIGNING_KEY"] = "11" * 32
     process = await asyncio.create_subprocess_exec(
         sys.executable,
         "-m",
         "interlock_temporal.cli",
-        "report",
-        "--journal",
-        f"sqlite:///{db}",
+        *argv,
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.STDOUT,
         env=environ,
@@ -142,6 +140,10 @@ async def report(db: Path) -> tuple[int, str]:
     out, _ = await asyncio.wait_for(process.communicate(), 60)
     assert process.returncode is not None
     return process.returncode, out.decode()
+
+
+async def report(db: Path) -> tuple[int, str]:
+    return await interlock("report", "--journal", f"sqlite:///{db}")
 
 
 def webhook(receiver: Receiver, **kw: Any) -> Webhook:
@@ -203,6 +205,10 @@ async def test_ambiguous_review_is_told_reminded_escalated_stays_open_and_resolv
         assert status["state"] == "open" and status["escalated"] is True
         page = (await review.query("__temporal_workflow_metadata")).current_details
         assert "**Review state: open (escalated)**" in page
+        where = ["--journal", f"sqlite:///{tmp_path / 'journal.db'}"]
+        code, listed = await interlock("reviews", "list", *where, "--address", dev_server.target)
+        (line,) = [x for x in listed.splitlines() if x.startswith("ambiguous")]
+        assert code == 0 and "open (escalated)" in line, listed
         # a person can still decide, after the deadline
         await review.signal("resolve", {"decision": "happened", "operator": "carol"})
         outcome = await asyncio.wait_for(case.result(), 30)

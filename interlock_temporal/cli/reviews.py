@@ -113,7 +113,7 @@ async def _review_line(
         workflow_id=execution.id,
         kind=status.kind,
         effect_id=status.effect_id,
-        state=status.state,
+        state=status.state + (" (escalated)" if status.escalated else ""),
         votes=status.votes,
         waiting=status.subscribers,
         started=execution.start_time,
