@@ -39,6 +39,7 @@ from workflows.agent_case import PRINCIPAL, AgentCase, AgentCaseFile, AgentCaseO
 from workflows.agent_refund import refund
 
 from .doc_snippets import snippet, swap
+from .waiting import until
 
 pytestmark = pytest.mark.server
 
@@ -185,17 +186,6 @@ async def test_the_agent_refunds_once_through_the_gate(tier2: Case, offline: Tra
     assert f'"refund_id":"{landed.refund_id}"' in told
     assert model.seen[-1] == [told]  # the model was given the refund's result
     assert done.final_output == "Your refund is on its way."
-
-
-async def until(check: Any, what: str, timeout: float = 30) -> Any:
-    deadline = asyncio.get_running_loop().time() + timeout
-    while True:
-        found = await check()
-        if found:
-            return found
-        if asyncio.get_running_loop().time() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        await asyncio.sleep(0.2)
 
 
 async def review_open(client: Client, eid: str) -> bool:

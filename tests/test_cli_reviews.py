@@ -47,6 +47,7 @@ from workflows.activities import support_activities
 from workflows.support_case import CaseFile, CaseOutcome, SupportCase
 
 from .test_cli import build_world
+from .waiting import until
 
 pytestmark = pytest.mark.server
 
@@ -111,19 +112,6 @@ def fields(text: str) -> dict[str, str]:
 
 def kinds(journal: Journal, effect_id: str) -> list[Kind]:
     return [e.kind for e in journal.read(effect_id)]
-
-
-async def until(check: Callable[[], Any], what: str, timeout: float = 15.0) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = check()
-        if asyncio.iscoroutine(value):
-            value = await value
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"{what} within {timeout} s")
-        await asyncio.sleep(0.1)
 
 
 # -- an in-process worker with the plugin, at any tier ----------------------------------------
@@ -242,6 +230,7 @@ async def test_list_and_resolve_a_review_a_workflow_waits_on(
         async def listed() -> Ran | None:
             ran = await r.cli("reviews", "list", "--json")
             assert ran.code == 0, ran.err
+            assert ran.out.lstrip().startswith("{"), ran.out[:2000]
             ids = [doc["workflow_id"] for doc in ran.json()["reviews"]]
             return ran if review_id("ambiguous", eid) in ids else None
 
@@ -334,6 +323,7 @@ async def test_list_and_resolve_a_review_a_workflow_waits_on(
         after = await r.cli("reviews", "list", "--json")
         assert eid not in [d["effect_id"] for d in after.json()["reviews"]]
         everything = await r.cli("reviews", "list", "--all", "--json")
+        assert everything.code == 0, everything.err
         (ended,) = [d for d in everything.json()["reviews"] if d["effect_id"] == eid]
         assert ended["state"] == "resolved"
         assert ended["status"]["operators"] == ["carol"]

@@ -226,6 +226,15 @@ async def test_an_encrypting_codec_leaves_no_plaintext_in_the_journal(
         *where, "effects", "show", done[:16], "--codec", "tests.test_journal_codec:codec"
     )
     assert code == 0 and done_case in out and refund_id in out
+    # the ended review's result is encoded too: listed with a hint, and read with the codec
+    temporal = ["--address", dev_server.target]
+    code, out = await cli(*where, "reviews", "list", "--all", *temporal)
+    (line,) = [x for x in out.splitlines() if doubt[:16] in x]
+    assert code == 0 and "encoded by a payload codec: pass --codec" in line, out
+    codec = ["--codec", "tests.test_journal_codec:codec"]
+    code, out = await cli(*where, "reviews", "list", "--all", *temporal, *codec)
+    (line,) = [x for x in out.splitlines() if doubt[:16] in x]
+    assert code == 0 and "resolved" in line and "codec" not in line, out
 
 
 def plain_id(case_id: str, amount: int) -> str:

@@ -207,7 +207,7 @@ async def test_ambiguous_review_is_told_reminded_escalated_stays_open_and_resolv
         assert "**Review state: open (escalated)**" in page
         where = ["--journal", f"sqlite:///{tmp_path / 'journal.db'}"]
         code, listed = await interlock("reviews", "list", *where, "--address", dev_server.target)
-        (line,) = [x for x in listed.splitlines() if x.startswith("ambiguous")]
+        (line,) = [x for x in listed.splitlines() if reviews.EFFECT[:16] in x]
         assert code == 0 and "open (escalated)" in line, listed
         # a person can still decide, after the deadline
         await review.signal("resolve", {"decision": "happened", "operator": "carol"})
@@ -239,7 +239,7 @@ async def test_a_receiver_that_is_down_gets_it_once_back_and_the_failures_are_re
                 found = r.journal.notifications.failures()
                 return bool(found) and found[0].count >= 2
 
-            await until(failed_twice, 20)
+            await until(failed_twice, timeout=20)
             down.start()
             await down.wait_for("/hook", 1)
             (opened,) = down.events()

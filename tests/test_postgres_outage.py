@@ -9,7 +9,6 @@ import asyncio
 import time
 import uuid
 from pathlib import Path
-from typing import Any
 
 import pytest
 from temporalio.client import Client, WorkflowExecutionStatus
@@ -21,17 +20,11 @@ from interlock_temporal.testing import PostgresServer
 from workers.scenarios import ORDER, REFUND_CENTS
 from workers.server_world import ServerWorld
 
+from .waiting import until
+
 pytestmark = pytest.mark.server
 
 KEY = "6b" * 32
-
-
-async def until(check: Any, timeout: float = 60.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not await check():
-        if time.monotonic() > deadline:
-            raise TimeoutError("condition not reached")
-        await asyncio.sleep(0.1)
 
 
 @pytest.mark.faults  # a real outage held for seconds: in make faults (pytest -m faults)
@@ -58,7 +51,7 @@ async def test_postgres_stopped_mid_send_loses_nothing(client: Client, tmp_path:
                 for w in worlds.values()
             )
 
-        await until(all_dispatched)
+        await until(all_dispatched, timeout=60)
         server.stop("fast")
         down_at = time.monotonic()
 
@@ -107,7 +100,7 @@ async def test_postgres_stopped_mid_send_loses_nothing(client: Client, tmp_path:
             except Exception:
                 return False
 
-        await until(review_open)
+        await until(review_open, timeout=60)
         for world in worlds.values():
             assert world.journal.verify().ok
     finally:

@@ -4,9 +4,7 @@ recorded in the journal, and heard by every workflow waiting on the effect."""
 from __future__ import annotations
 
 import asyncio
-import time
 import uuid
-from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +28,7 @@ from workflows.support_case import CaseFile, CaseOutcome, SupportCase
 
 from .server_workflows import CallActivity
 from .test_server import Rig, rig
+from .waiting import until
 
 pytestmark = pytest.mark.server
 
@@ -50,14 +49,6 @@ def fresh_case() -> None:
 
 EFFECT = ""
 REVIEW = ""
-
-
-async def until(check: Callable[[], Awaitable[bool]], timeout: float = 30) -> None:
-    deadline = time.monotonic() + timeout
-    while not await check():
-        if time.monotonic() > deadline:
-            raise TimeoutError("condition not reached")
-        await asyncio.sleep(0.1)
 
 
 async def start_case(r: Rig, **kw: Any) -> WorkflowHandle[Any, CaseOutcome]:
@@ -271,7 +262,7 @@ async def test_an_ambiguous_review_past_its_deadline_escalates_and_stays_open(
         async def escalated() -> bool:
             return bool((await review.query("status"))["escalated"])
 
-        await until(escalated, 15)
+        await until(escalated, timeout=15)
         status = await review.query("status")
         assert status["state"] == "open" and status["reason"].startswith("escalated: ")
         assert r.journal.row(EFFECT).status is Kind.AMBIGUOUS  # type: ignore[union-attr]

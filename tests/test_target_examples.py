@@ -32,7 +32,7 @@ import subprocess
 import sys
 import tempfile
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -63,6 +63,7 @@ from interlock_temporal.testing import DevServer, free_port, temporal_cli
 
 from .doc_snippets import snippet
 from .server_workflows import CallActivity
+from .waiting import until
 
 pytestmark = pytest.mark.server
 
@@ -274,19 +275,6 @@ async def app(dev_server: DevServer, client: Client, tmp_path: Path) -> AsyncIte
         smtp.stop()
 
 
-async def until(
-    check: Callable[[], Awaitable[Any]], what: str, app: App, timeout: float = 30
-) -> Any:
-    deadline = asyncio.get_running_loop().time() + timeout
-    while True:
-        found = await check()
-        if found:
-            return found
-        if asyncio.get_running_loop().time() > deadline:
-            raise AssertionError(f"timed out waiting for {what}:\n{app.worker_logs()}")
-        await asyncio.sleep(0.2)
-
-
 async def killed(app: App, process: asyncio.subprocess.Process) -> None:
     try:
         code = await asyncio.wait_for(process.wait(), 60)
@@ -406,7 +394,7 @@ async def test_a_crash_after_the_mail_server_accepted_the_email_is_put_to_a_pers
         except RPCError:
             return False
 
-    await until(review_open, "the review of the email in doubt", app)
+    await until(review_open, "the review of the email in doubt", detail=app.worker_logs)
     doubt = receipt(email_effect, journal=app.journal)
     assert (doubt.final, doubt.code, doubt.tier, doubt.executed) == (
         "AMBIGUOUS",

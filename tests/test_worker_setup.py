@@ -11,9 +11,8 @@ import logging
 import os
 import subprocess
 import sys
-import time
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -46,6 +45,7 @@ from interlock_temporal.testing import DevServer
 
 from .plain_workflows import PlainRefund
 from .server_workflows import CallActivity
+from .waiting import until
 
 pytestmark = pytest.mark.server
 
@@ -254,14 +254,6 @@ async def test_worker_options_needs_the_pydantic_converter(
     interceptor = InterlockInterceptor(f"sqlite:///{tmp_path / 'journal.db'}", signing_key=KEY)
     with pytest.raises(WorkerSetupError, match=r"data_converter=pydantic_data_converter"):
         interceptor.worker_options(plain_client, task_queue="never-runs")
-
-
-async def until(check: Callable[[], Awaitable[bool]], timeout: float = 30) -> None:
-    deadline = time.monotonic() + timeout
-    while not await check():
-        if time.monotonic() > deadline:
-            raise TimeoutError("condition not reached")
-        await asyncio.sleep(0.1)
 
 
 async def test_the_interceptor_without_the_plugin_runs_end_to_end(

@@ -90,12 +90,13 @@ async def _review_line(
             status = await handle.query("status", result_type=ReviewStatus, rpc_timeout=timeout)
         elif execution.status == WorkflowExecutionStatus.COMPLETED:
             status = await handle.result(follow_runs=False, rpc_timeout=timeout)
-    except (TemporalError, ValueError) as err:
-        note = (
-            "no worker answered its status query"
-            if running
-            else f"its result cannot be read ({type(err).__name__})"
-        )
+    except (TemporalError, ValueError, RuntimeError, KeyError) as err:
+        if "payload encoding" in str(err):  # the converter's word for a codec's payload
+            note = "its status is encoded by a payload codec: pass --codec"
+        elif running:
+            note = "no worker answered its status query"
+        else:
+            note = f"its result cannot be read ({type(err).__name__})"
     if status is None:
         state = "?" if running or execution.status is None else execution.status.name.lower()
         return (
