@@ -223,6 +223,12 @@ def _shift_table(c: CrashRecovery) -> list[str]:
         f"{_sec(None if c.standby_dist is None else c.standby_dist.max)} |",
         f"| {shift * 1000:g} ms | {len(c.timer_shift)} | {_sec(retry)} | "
         f"{_sec(None if d is None else d.p50)} | {_sec(None if d is None else d.max)} |",
+        "",
+        "With the short read-ahead the retry starts the retry interval "
+        f"({c.timer_shift[0].initial_interval_s:g} s) after the timeout"
+        + ("" if retry is None else f" ({retry:.2f} s measured)")
+        + ": the heartbeat timeout itself fires on time, and the rest of the default's second "
+        "is the read-ahead.",
     ]
 
 
@@ -262,8 +268,8 @@ def _spread(c: CrashRecovery) -> str:
         f"{v:.2f} s at {r.heartbeat_s:g} s / {r.initial_interval_s:g} s" for r, v in seen
     )
     return (
-        ": how far the horizon lies ahead depends on when the timer queue last read ahead, "
-        f"which other timers of the run decide (heartbeat_timeout / retry interval: {cells})"
+        "; how far the horizon lies ahead depends on when the timer queue last read ahead, "
+        f"which the run's other timers decide (heartbeat_timeout / retry interval: {cells})"
     )
 
 
