@@ -185,8 +185,8 @@ def summary(r: Report) -> str:
         c = r.crash
         d = c.dist
         lines.append(
-            f"2. SIGKILL mid-send → workflow result, {len(c.runs)} runs, "
-            f"{len(c.runs) - len(c.failed)} ok:"
+            f"2. SIGKILL mid-send → workflow result, {len(c.runs)} runs fresh and "
+            f"{len(c.standby)} standby, {len(c.failed)} failed (sensitivity runs included):"
         )
         if d is not None:
             lines.append(f"   fresh p50 {d.p50:.2f} s  p95 {d.p95:.2f} s  max {d.max:.2f} s")
