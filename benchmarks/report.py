@@ -9,7 +9,8 @@ from datetime import datetime
 
 from interlock_temporal.core.journal import DEFAULT_COMMIT_DELAY
 
-from .crash_recovery import SENSITIVITY_ROW, CrashRecovery, Run
+from . import crash_report
+from .crash_recovery import CrashRecovery
 from .gate_cost import ENTRIES_PER_EFFECT, GateCost, Series
 from .machine import Machine
 from .policy_cost import SHACKLE_DECIDE_P50_US, SHACKLE_SLA_MS, PolicyCost
@@ -30,7 +31,6 @@ from .verify_cost import TARGET_PER_S, VerifyCost
 GATE_P50_MAX_US = 1_000.0
 #: "flat from empty to 100,000 effects", read as: p50 at the largest size within 20 % of empty
 FLAT_RATIO_MAX = 1.20
-CRASH_P50_MAX_S = 5.0
 DECIDE_P50_MAX_US = 5.0
 POLICY_CHECK_P99_MAX_MS = 2.0
 
@@ -80,26 +80,7 @@ class Report:
                 )
             )
         if self.crash is not None:
-            d = self.crash.dist
-            hb = self.crash.settings.heartbeat_s
-            out.append(
-                Target(
-                    f"SIGKILL mid-send → workflow result, p50 (heartbeat_timeout {hb:g} s)",
-                    f"≤ {CRASH_P50_MAX_S:g} s",
-                    "no run measured" if d is None else f"{d.p50:.2f} s (max {d.max:.2f} s)",
-                    d is not None and d.p50 <= CRASH_P50_MAX_S,
-                )
-            )
-            runs = len(self.crash.runs)
-            ok = runs - len(self.crash.failed)
-            out.append(
-                Target(
-                    "Crash runs ending with the fault table's expected outcome",
-                    "all",
-                    f"{ok} / {runs}",
-                    ok == runs and runs > 0,
-                )
-            )
+            out += [Target(*row) for row in crash_report.targets(self.crash)]
         if self.policy is not None:
             p = self.policy
             out.append(
@@ -204,11 +185,14 @@ def summary(r: Report) -> str:
         c = r.crash
         d = c.dist
         lines.append(
-            f"2. SIGKILL mid-send → workflow result, {len(c.runs)} runs, "
-            f"{len(c.runs) - len(c.failed)} ok:"
+            f"2. SIGKILL mid-send → workflow result, {len(c.runs)} runs fresh and "
+            f"{len(c.standby)} standby, {len(c.failed)} failed (sensitivity runs included):"
         )
         if d is not None:
-            lines.append(f"   p50 {d.p50:.2f} s  p95 {d.p95:.2f} s  max {d.max:.2f} s")
+            lines.append(f"   fresh p50 {d.p50:.2f} s  p95 {d.p95:.2f} s  max {d.max:.2f} s")
+        sd = c.standby_dist
+        if sd is not None:
+            lines.append(f"   standby p50 {sd.p50:.2f} s  p95 {sd.p95:.2f} s  max {sd.max:.2f} s")
         for run in c.failed:
             lines.append(f"   FAILED run {run.index} {run.scenario} t{run.tier}: {run.problems}")
     if r.policy is not None:
@@ -404,155 +388,6 @@ def _gate_section(g: GateCost, command: str) -> list[str]:
     return lines
 
 
-def _crash_row(runs: list[Run]) -> str:
-    times = [r.crash_to_completion_s for r in runs if r.crash_to_completion_s is not None]
-    d = Dist.of(times) if times else None
-    vias = sorted({r.via or "-" for r in runs})
-    ok = sum(1 for r in runs if r.ok)
-    cells = "- | - | -" if d is None else f"{d.p50:.2f} s | {d.p95:.2f} s | {d.max:.2f} s"
-    return f"{len(runs)} | {ok} | {cells} | {', '.join(vias)}"
-
-
-def _delay(r: Run) -> float | None:
-    """Seconds from the heartbeat timeout's expiry (counted from attempt 1's scheduling) to the
-    retry's start."""
-    if r.retry_after_schedule_s is None or r.heartbeat_s is None:
-        return None
-    return r.retry_after_schedule_s - r.heartbeat_s
-
-
-def _crash_section(c: CrashRecovery, command: str) -> list[str]:
-    st = c.settings
-    d = c.dist
-    lines = [
-        "## 2. SIGKILL mid-send → workflow result",
-        "",
-        f"Command: `{command}`. One real Temporal dev server (`DevServer(ui_port=None)`), a "
-        "client with the pydantic data converter, and for each run a fresh "
-        '`ServerWorld.create(client, dir, tier, "gated")` driven by '
-        "`workers.scenarios.run_in(world, name)`, as `workers.faults` does: real worker "
-        "processes, the payments service SIGKILLs the worker inside the send, a fresh worker is "
-        f"started. Runs go one at a time (no overlap). Files under `{c.directory}` "
-        f"({c.filesystem.fstype}). The figure is `ServerWorld.crash_to_completion_s`: from the "
-        "observed SIGKILL to the workflow's result.",
-        "",
-        f"Settings: heartbeat_timeout {st.heartbeat_s:g} s (`CaseFile.heartbeat_s`), retry "
-        f"initial interval {st.initial_interval_s:g} s (the SupportCase retry policy), sticky "
-        f"queue schedule-to-start timeout {st.sticky_timeout_s:g} s (the demo worker's "
-        "`--sticky-timeout-s`).",
-        "",
-        "| row | tier | runs | ok | p50 | p95 | max | via |",
-        "|---|---|---|---|---|---|---|---|",
-    ]
-    for name, tier, runs in c.by_row():
-        lines.append(f"| {name} | {tier} | {_crash_row(runs)} |")
-    if d is not None:
-        lines += [
-            "",
-            f"**All {d.n} measured runs: p50 {d.p50:.2f} s, p95 {d.p95:.2f} s, max "
-            f"{d.max:.2f} s** ({len(c.runs) - len(c.failed)} of {len(c.runs)} runs ok). The "
-            "reference gate's recovery took a 43 s median, because of its 40 s claim TTL.",
-        ]
-    lines += [
-        "",
-        "Split, in seconds after the SIGKILL (journal timestamps of the recovery attempt's "
-        "entries and the workflow history's event times; all clocks on this one host):",
-        "",
-        "| point | p50 | max |",
-        "|---|---|---|",
-    ]
-    for label, part in (
-        ("replacement worker polling (started once the kill is seen)", c.part("worker_ready_s")),
-        ("the completing attempt starts (history)", c.part("last_attempt_started_s")),
-        ("its first journal write", c.part("recovery_write_s")),
-        ("its COMMITTED entry", c.part("committed_s")),
-        ("workflow task times out on the dead worker's sticky queue", c.part("sticky_timed_out_s")),
-        ("workflow completed (history)", c.part("workflow_completed_s")),
-        ("workflow result seen by the client (the figure)", d),
-    ):
-        if part is not None:
-            lines.append(f"| {label} | {part.p50:.2f} | {part.max:.2f} |")
-    retry = c.part("retry_after_schedule_s")
-    killed = c.part("killed_after_schedule_s")
-    attempts = sorted({r.completing_attempt for r in c.runs if r.completing_attempt})
-    failures = sorted({r.last_failure for r in c.runs if r.last_failure})
-    hb = st.heartbeat_s or 0.0
-    if retry is not None:
-        lines += [
-            "",
-            f"From attempt 1 being scheduled to the completing attempt (attempt "
-            f"{', '.join(map(str, attempts))}; its recorded last failure: "
-            f"{'; '.join(failures) or '-'}) starting: p50 {retry.p50:.2f} s, max "
-            f"{retry.max:.2f} s = heartbeat_timeout {hb:g} s + {retry.p50 - hb:.2f} s."
-            + (
-                ""
-                if killed is None
-                else f" The worker died {killed.p50 * 1000:.0f} ms (p50) into attempt 1."
-            ),
-        ]
-    if c.sensitivity:
-        lines += [
-            "",
-            "Sensitivity (not part of the figure; one run each of "
-            f"{SENSITIVITY_ROW[0]} at tier {SENSITIVITY_ROW[1]} with other settings):",
-            "",
-            "| heartbeat_timeout | retry initial interval | attempt 1 scheduled → retry "
-            "started | minus heartbeat_timeout | SIGKILL → result | ok |",
-            "|---|---|---|---|---|---|",
-        ]
-        for r in c.sensitivity:
-            lines.append(
-                f"| {r.heartbeat_s:g} s | {r.initial_interval_s:g} s | "
-                f"{sec(r.retry_after_schedule_s)} | {sec(_delay(r))} | "
-                f"{sec(r.crash_to_completion_s)} | {'yes' if r.ok else '**no**'} |"
-            )
-    delay = (retry.p50 - hb) if retry is not None else None
-    delays = [
-        (r, gap) for r in [*c.runs, *c.sensitivity] if r.ok and (gap := _delay(r)) is not None
-    ]
-    tried = [r for r, _ in delays]
-    deltas = [gap for _, gap in delays]
-    same_hb = {r.initial_interval_s: gap for r, gap in delays if r.heartbeat_s == hb}
-    why = ""
-    if c.sensitivity and deltas:
-        why = (
-            f" Across every run here (heartbeat timeouts "
-            f"{', '.join(sorted({f'{r.heartbeat_s:g}' for r in tried}))} s) that delay was "
-            f"{min(deltas):.2f}-{max(deltas):.2f} s"
-        )
-        if len(same_hb) >= 2 and max(same_hb.values()) - min(same_hb.values()) <= 0.2:
-            why += (
-                f", and at heartbeat_timeout {hb:g} s it stayed "
-                f"{min(same_hb.values()):.2f}-{max(same_hb.values()):.2f} s for retry intervals "
-                f"of {', '.join(f'{i:g}' for i in sorted(k for k in same_hb if k))} s: the "
-                "retry interval falls inside it rather than adding to it, so it is the "
-                "server's timer and retry handling, not the gate"
-            )
-        why += "."
-    lines += [
-        "",
-        "What the time consists of: the worker dies "
-        + ("early in attempt 1" if killed is None else f"{killed.p50 * 1000:.0f} ms into attempt 1")
-        + f"; the server finds it dead when the attempt's heartbeat_timeout ({hb:g} s, from the "
-        "attempt's start or last heartbeat) expires, and starts the retry "
-        + ("shortly after." if delay is None else f"{delay:.2f} s after that (p50).")
-        + why
-        + " The replacement worker was already polling (its startup runs in parallel with "
-        "those timers). The retry recovers in milliseconds (claim, read, query or re-check, "
-        "commit); then the workflow task waits out the dead worker's sticky queue "
-        f"({st.sticky_timeout_s:g} s) before the new worker replays the workflow and completes "
-        "it.",
-    ]
-    failed = c.failed
-    lines += ["", "Failed runs: " + ("none." if not failed else "")]
-    for r in failed:
-        lines.append(
-            f"- run {r.index} {r.scenario} tier {r.tier}: final {r.final}, "
-            f"{'; '.join(r.problems) or 'no detail'}"
-        )
-    return lines
-
-
 def markdown(r: Report) -> str:
     m = r.machine
     mode = (
@@ -607,7 +442,7 @@ def markdown(r: Report) -> str:
     if r.gate is not None:
         lines += ["", *_gate_section(r.gate, r.command)]
     if r.crash is not None:
-        lines += ["", *_crash_section(r.crash, r.command)]
+        lines += ["", *crash_report.section(r.crash, r.command)]
     if r.gate is not None:
         e: Series = r.gate.at(0)
         lines += [

@@ -41,6 +41,7 @@ from ._install import BARE, worker_options
 from ._notifying import review_settings
 from ._review import ReviewDesk
 from ._runtime import GateSource, JournalArg, WorkerRuntime, WorkerSetupError
+from ._sticky import finish_release, start_release
 from ._telemetry import REASON, VERDICT, Attempt, Telemetry
 from .core.authority import (
     ActivityBinding,
@@ -331,6 +332,11 @@ class _ActivityInbound(temporalio.worker.ActivityInboundInterceptor):
             check_executor(spec, input.executor, info.activity_type)
             spec = self._bound(spec, info)
             gate = self._root.gate
+            # a retry: the workflow's next task must not wait on a dead worker's sticky queue
+            runtime = self._root.runtime
+            release = (
+                start_release(runtime.temporal_client(), info) if runtime.release_sticky else None
+            )
             try:
                 with self._root.telemetry.attempt(
                     info.activity_type,
@@ -345,6 +351,8 @@ class _ActivityInbound(temporalio.worker.ActivityInboundInterceptor):
                 if err.receipt is not None and err.receipt.final == Kind.AMBIGUOUS.value:
                     await self._open_review(err.receipt.effect_id, info)
                 raise
+            finally:
+                await finish_release(release)
         except ApprovalRequired as err:
             await self._open_review(err.binding, temporalio.activity.info(), kind="approval")
             raise

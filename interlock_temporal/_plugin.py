@@ -76,6 +76,11 @@ class InterlockPlugin(SimplePlugin):
     ``telemetry``: where spans, metrics and receipt log records go (default: the global
     OpenTelemetry providers; put ``OpenTelemetryPlugin`` before this plugin to nest the gate's
     spans under Temporal's activity spans).
+    ``release_sticky_on_retry``: a retried gated attempt (attempt 2 or later) asks Temporal to
+    drop its workflow's sticky queue before it returns (default True), so after a worker dies
+    mid-send the workflow's next task goes to any live worker at once instead of waiting out
+    the dead worker's ``sticky_queue_schedule_to_start_timeout``; False keeps stickiness (a
+    retry on a live worker then needs no replay).
     ``on_point``: called at each named point of the protocol (tests use it to kill a worker at
     an exact step: ``interlock_temporal.testing.kill_at``).
     """
@@ -97,6 +102,7 @@ class InterlockPlugin(SimplePlugin):
         on_point: Callable[[str, str], None] | None = None,
         policy: Policy | str | os.PathLike[str] | None = None,
         telemetry: Telemetry | None = None,
+        release_sticky_on_retry: bool = True,
     ) -> None:
         self._policy: Policy | PolicySource | None = (
             PolicySource(policy) if isinstance(policy, str | os.PathLike) else policy
@@ -113,6 +119,7 @@ class InterlockPlugin(SimplePlugin):
         )
         self._review = review_settings(review, notify, review_deadline, reminder_every)
         self._review_task_queue = review_task_queue
+        self._release_sticky = release_sticky_on_retry
         self._reconcile = (
             None
             if reconcile_every is None
@@ -139,6 +146,7 @@ class InterlockPlugin(SimplePlugin):
             review_task_queue=self._review_task_queue,
             **self._review,
         )
+        runtime.release_sticky = self._release_sticky
         install(config, InterlockInterceptor.of(runtime))
         return super().configure_worker(config)
 

@@ -251,6 +251,8 @@ class WorkerRuntime:
         self.reminder_s = reminder_s
         #: a Replayer's runtime: no journal is opened (or created) for it
         self.replay_only = replay_only
+        #: a retried gated attempt drops its workflow's sticky queue (``_sticky``)
+        self.release_sticky = True
         self._gated: dict[str, Recoverable] = {}
         self._specs: dict[str, GateSpec] = {}
         #: the activity types already warned of a missing heartbeat_timeout

@@ -80,6 +80,9 @@ class DevServer:
     port: int = field(default_factory=free_port)
     ui_port: int | None = field(default_factory=free_port)
     process: asyncio.subprocess.Process | None = None
+    #: server settings (``--dynamic-config-value KEY=VALUE``, the value in JSON, e.g.
+    #: ``{"history.timerProcessorMaxTimeShift": '"100ms"'}``); none by default
+    dynamic_config: dict[str, str] = field(default_factory=dict)
 
     @property
     def target(self) -> str:
@@ -103,6 +106,8 @@ class DevServer:
         ]
         if self.db_file is not None:
             args += ["--db-filename", str(self.db_file)]
+        for key, value in self.dynamic_config.items():
+            args += ["--dynamic-config-value", f"{key}={value}"]
         if self.ui_port is None:
             args += ["--headless"]
         else:

@@ -3,6 +3,12 @@ per-round ratios beside them, and the CPU reading."""
 
 from __future__ import annotations
 
+from typing import Any
+
+from benchmarks.crash_recovery import CrashRecovery, Run, Settings
+from benchmarks.crash_report import section as crash_section
+from benchmarks.crash_report import targets as crash_targets
+from benchmarks.machine import Filesystem
 from benchmarks.report import _throughput_section
 from benchmarks.throughput import JOURNAL_ONLY, NO_DELAY, PLUGIN_ONLY, Throughput
 
@@ -80,3 +86,68 @@ def test_the_commit_delays_share_is_read_from_its_own_configuration() -> None:
     # a run without that configuration claims nothing about it
     t2 = Throughput(n=640, rounds=1, per_s=per_s, cpu_ms=cpu)
     assert "turns it off" not in "\n".join(_throughput_section(t2, "python -m benchmarks"))
+
+
+def _crash_run(setup: str, total: float, retry_start: float, **kw: Any) -> Run:
+    """A crash run whose points (seconds after the kill) are spaced as the server's are."""
+    return Run(
+        index=1,
+        scenario="crash_before_ack",
+        tier=2,
+        ok=True,
+        final="COMMITTED",
+        via="recovery-query",
+        crash_to_completion_s=total,
+        elapsed_s=total + 1,
+        heartbeat_s=2.0,
+        initial_interval_s=0.5,
+        setup=setup,  # type: ignore[arg-type]
+        last_attempt_started_s=retry_start,
+        activity_completed_s=retry_start + 0.02,
+        workflow_task_scheduled_s=retry_start + 0.02,
+        workflow_task_queue="normal",
+        workflow_task_started_s=retry_start + 0.03,
+        workflow_completed_s=total - 0.01,
+        **kw,
+    )
+
+
+def _crash(standby_total: float) -> CrashRecovery:
+    fs = Filesystem(path="/x", fstype="ext4", device="/dev/x", mount_point="/")
+    return CrashRecovery(
+        directory="/x",
+        filesystem=fs,
+        runs=[_crash_run("fresh", 3.04, 2.98), _crash_run("fresh", 3.06, 2.99)],
+        settings=Settings(heartbeat_s=2.0, initial_interval_s=0.5, sticky_timeout_s=1.0),
+        seconds=10.0,
+        standby=[_crash_run("standby", standby_total, standby_total - 0.05)],
+    )
+
+
+def test_the_standby_crash_target_is_judged_against_the_heartbeat_timeout() -> None:
+    rows = {
+        figure: (target, measured, met)
+        for figure, target, measured, met in crash_targets(_crash(3.03))
+    }
+    target, measured, met = rows[
+        "SIGKILL mid-send → workflow result, p50, standby worker already polling"
+    ]
+    assert target == "≤ heartbeat_timeout + 1 s = 3 s"
+    assert measured.startswith("3.03 s = heartbeat_timeout + 1.03 s")
+    assert "fresh worker beside it: 3.04 s" in measured
+    assert not met
+    assert dict((f, m) for f, _, _, m in crash_targets(_crash(2.95)))[
+        "SIGKILL mid-send → workflow result, p50, standby worker already polling"
+    ]
+
+
+def test_the_crash_section_splits_the_time_into_stages_that_add_up() -> None:
+    text = "\n".join(crash_section(_crash(3.03), "python -m benchmarks"))
+    # the retry starts 2.98 s after the kill: 0.98 s after the 2 s heartbeat timeout
+    assert (
+        "| the server's retry: the completing attempt starts (history), minus the above "
+        "| 0.98 s | 0.98 s |" in text
+    )
+    assert "| **SIGKILL → result (the figure)** | **3.04 s** | **3.03 s** |" in text
+    assert "is missed by 0.03 s" in text
+    assert "(3 on the normal queue, 0 on a sticky queue)" in text

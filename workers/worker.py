@@ -83,6 +83,12 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
         "it; short, so a dead worker delays its workflows by at most this (SDK default: 10 s)",
     )
     p.add_argument(
+        "--keep-sticky-on-retry",
+        action="store_true",
+        help="InterlockPlugin(release_sticky_on_retry=False): a retried gated attempt leaves its "
+        "workflow on its (maybe dead) worker's sticky queue (the benchmark's comparison)",
+    )
+    p.add_argument(
         "--health-file",
         type=Path,
         default=os.environ.get(HEALTH_FILE_ENV),
@@ -168,6 +174,7 @@ async def main(argv: list[str] | None = None) -> None:
             None if args.reconcile_every_s is None else timedelta(seconds=args.reconcile_every_s)
         ),
         reconcile_older_than=timedelta(seconds=args.reconcile_older_than_s),
+        release_sticky_on_retry=not args.keep_sticky_on_retry,
     )
     client = await with_backoff(
         lambda: Client.connect(args.target, namespace=args.namespace, plugins=[*plugins, plugin]),
