@@ -51,6 +51,7 @@ ROW_COLUMNS = (
 ENTRY_COLUMNS = "seq, effect_id, kind, prev, hash, key_id, sig, body, vals"
 _ENTRY_COLUMNS_E = ", ".join("e." + c.strip() for c in ENTRY_COLUMNS.split(","))
 _ROW_COLUMNS_F = ", ".join("f." + c.strip() for c in ROW_COLUMNS.split(","))
+_INSERT_ENTRY = f"INSERT INTO entries ({ENTRY_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)"
 _NO_ENTRY = ", ".join(["NULL"] * len(ENTRY_COLUMNS.split(",")))
 #: an effect's entries and its index row, in one statement (one snapshot): the entries with the
 #: row beside each, or the row alone when it has no entries
@@ -394,13 +395,7 @@ class SqlJournal(Journal):
     ) -> list[Entry]:
         """``append`` inside a transaction the caller holds. ``expected_head=None`` appends
         after whatever the head is (for chains only this transaction writes)."""
-        seq = self._seq_base(db)
-        row = self._x(
-            db,
-            "SELECT effect_type, status, head, first_dispatch_ts, last_dispatch_ts "
-            f"FROM effects WHERE effect_id = ?{self.FOR_UPDATE}",
-            (effect_id,),
-        ).fetchone()
+        seq, row = self._seq_and_row(db, effect_id)
         actual = row[2] if row else ""
         if expected_head is not None and actual != expected_head:
             raise HeadConflict(effect_id, expected_head, actual)
@@ -422,6 +417,18 @@ class SqlJournal(Journal):
         self._keep_budgets(db, effect_id, drafts)
         self._put_row(db, effect_id, etype, row, drafts, written[-1], now)
         return written
+
+    def _seq_and_row(self, db: Any, effect_id: str) -> tuple[int, Sequence[Any] | None]:
+        """Inside a write transaction: the last seq (``_seq_base``) and the effect's index row
+        (effect_type, status, head, dispatch times; None: a new effect), locked till the end."""
+        seq = self._seq_base(db)
+        row = self._x(
+            db,
+            "SELECT effect_type, status, head, first_dispatch_ts, last_dispatch_ts "
+            f"FROM effects WHERE effect_id = ?{self.FOR_UPDATE}",
+            (effect_id,),
+        ).fetchone()
+        return seq, row
 
     def _insert_entries(
         self,
@@ -457,10 +464,10 @@ class SqlJournal(Journal):
             + ((vals,) if e is last else (None,))
             for e in written
         ]
-        db.cursor().executemany(
-            self._sql(f"INSERT INTO entries ({ENTRY_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)"),
-            rows,
-        )
+        if len(rows) == 1:
+            self._x(db, _INSERT_ENTRY, rows[0])
+        else:
+            db.cursor().executemany(self._sql(_INSERT_ENTRY), rows)
         self._seq_advance(db, seq)
         return written
 

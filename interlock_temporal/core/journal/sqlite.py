@@ -163,6 +163,14 @@ _MIGRATIONS: list[str] = [
 ]
 assert len(_MIGRATIONS) == SCHEMA_VERSION
 
+#: the last seq and an effect's index row as an append reads them (``SqlJournal._seq_and_row``),
+#: in one statement (``effect_type`` is NOT NULL, so a missing row reads as NULL there)
+_SEQ_AND_ROW = (
+    "SELECT (SELECT COALESCE(MAX(seq), 0) FROM entries), f.effect_type, f.status, f.head, "
+    "f.first_dispatch_ts, f.last_dispatch_ts FROM (SELECT 1) LEFT JOIN effects f "
+    "ON f.effect_id = ?"
+)
+
 
 class SqliteJournal(SqlJournal):
     MIGRATIONS = _MIGRATIONS
@@ -314,6 +322,13 @@ class SqliteJournal(SqlJournal):
     def _read(self, fn: Callable[[sqlite3.Connection], T]) -> T:
         with self._reader_lock:
             return fn(self._reader)
+
+    def _seq_and_row(
+        self, db: sqlite3.Connection, effect_id: str
+    ) -> tuple[int, Sequence[object] | None]:
+        """One statement for both: the transaction holds the whole database already."""
+        found = db.execute(_SEQ_AND_ROW, (effect_id,)).fetchone()
+        return int(found[0]), None if found[1] is None else found[1:]
 
     def _seq_base(self, db: sqlite3.Connection) -> int:
         (seq,) = db.execute("SELECT COALESCE(MAX(seq), 0) FROM entries").fetchone()
