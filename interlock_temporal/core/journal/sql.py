@@ -51,6 +51,7 @@ ROW_COLUMNS = (
 ENTRY_COLUMNS = "seq, effect_id, kind, prev, hash, key_id, sig, body, vals"
 _ENTRY_COLUMNS_E = ", ".join("e." + c.strip() for c in ENTRY_COLUMNS.split(","))
 _ROW_COLUMNS_F = ", ".join("f." + c.strip() for c in ROW_COLUMNS.split(","))
+_APPEND_ROW = "effect_type, status, head, first_dispatch_ts, last_dispatch_ts"
 _INSERT_ENTRY = f"INSERT INTO entries ({ENTRY_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)"
 _NO_ENTRY = ", ".join(["NULL"] * len(ENTRY_COLUMNS.split(",")))
 #: an effect's entries and its index row, in one statement (one snapshot): the entries with the
@@ -144,6 +145,7 @@ class SqlJournal(Journal):
         self._groups: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, GroupCommit] = (
             weakref.WeakKeyDictionary()
         )
+        self._last_group: Callable[[], GroupCommit | None] = lambda: None
         #: what the backend opened (connections, pools), closed with the journal
         self._resources: list[_Closable] = []
         access = _Access(self)
@@ -314,6 +316,9 @@ class SqlJournal(Journal):
 
     def _group_commit(self) -> GroupCommit:
         loop = asyncio.get_running_loop()
+        last = self._last_group()
+        if last is not None and last.loop is loop and self._writer is not None:
+            return last
         with self._writer_lock:
             if self._writer is None:
                 self._writer = ThreadPoolExecutor(
@@ -322,6 +327,7 @@ class SqlJournal(Journal):
             group = self._groups.get(loop)
             if group is None:
                 group = self._groups[loop] = GroupCommit(self, loop, self._writer)
+            self._last_group = weakref.ref(group)
             return group
 
     def _close_writer(self) -> None:
@@ -421,14 +427,8 @@ class SqlJournal(Journal):
     def _seq_and_row(self, db: Any, effect_id: str) -> tuple[int, Sequence[Any] | None]:
         """Inside a write transaction: the last seq (``_seq_base``) and the effect's index row
         (effect_type, status, head, dispatch times; None: a new effect), locked till the end."""
-        seq = self._seq_base(db)
-        row = self._x(
-            db,
-            "SELECT effect_type, status, head, first_dispatch_ts, last_dispatch_ts "
-            f"FROM effects WHERE effect_id = ?{self.FOR_UPDATE}",
-            (effect_id,),
-        ).fetchone()
-        return seq, row
+        sql = f"SELECT {_APPEND_ROW} FROM effects WHERE effect_id = ?{self.FOR_UPDATE}"
+        return self._seq_base(db), self._x(db, sql, (effect_id,)).fetchone()
 
     def _insert_entries(
         self,
