@@ -320,6 +320,17 @@ class SqliteJournal(SqlJournal):
         return outcomes
 
     def _read(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+        """``fn`` on the writers' connection when it is idle (no transaction open on it, no
+        COMMIT being flushed: both need ``_lock``): its page cache holds what it wrote, where
+        the readers' connection drops its whole cache whenever the database changed since its
+        last read, so every read after a commit started cold. Else on the readers' connection,
+        which WAL lets read while a write is flushed."""
+        if self._lock.acquire(blocking=False):
+            try:
+                if self._flushed.is_set() and not self._db.in_transaction:
+                    return fn(self._db)
+            finally:
+                self._lock.release()
         with self._reader_lock:
             return fn(self._reader)
 
