@@ -301,7 +301,8 @@ def _cpu_split_lines(g: GateCost) -> list[str]:
             f"over the {ms(GATE_CPU_P50_MAX_US)} target: two SQLite write transactions per "
             "effect cannot meet it, whatever the Python costs."
             if c.sql_us.p50 > GATE_CPU_P50_MAX_US
-            else f"within the {ms(GATE_CPU_P50_MAX_US)} target; the Python part is the rest."
+            else f"{c.sql_us.p50 / GATE_CPU_P50_MAX_US:.0%} of the {ms(GATE_CPU_P50_MAX_US)} "
+            f"target, leaving {usf(GATE_CPU_P50_MAX_US - c.sql_us.p50)} for all of the Python."
         ),
     ]
 
@@ -370,12 +371,13 @@ def _gate_section(g: GateCost, command: str) -> list[str]:
         f"traced with `set_trace_callback` over {st.effects} new effects): "
         f"**{st.commits:g} COMMIT** and {st.begins:g} `BEGIN IMMEDIATE` per effect "
         f"({st.rollbacks:g} rollbacks), {st.statements:g} statements in all, {st.inserts:g} of "
-        "them inserts: the dispatch transaction (PROPOSED, AUTHORIZED and DISPATCHED, the approved "
-        "input on the last of them; the lease, its budget's reservations and the effect's own "
-        "charge read inside it in one statement, the reservation taken in it) and the commit "
-        "transaction (COMMITTED, the result on it). Each transaction reads the last seq and the "
-        "effect's index row in one statement. The lease has a cumulative budget, so every "
-        "figure here includes reserving it.",
+        "them inserts: the verified read before deciding (on this connection while it is idle, "
+        "whose page cache holds what it wrote), the dispatch transaction (PROPOSED, AUTHORIZED "
+        "and DISPATCHED, the approved input on the last of them; the lease, its budget's "
+        "reservations and the effect's own charge read inside it in one statement, the "
+        "reservation taken in it) and the commit transaction (COMMITTED, the result on it). "
+        "Each transaction reads the last seq and the effect's index row in one statement. The "
+        "lease has a cumulative budget, so every figure here includes reserving it.",
         "",
         "### Where the time goes",
         "",
