@@ -212,7 +212,8 @@ def identify(call: Call, digest: Callable[[bytes], str] = _sha256) -> tuple[str,
         key = proposed if call.key is None else jsonable(call.key, "key")
         # without decision-time premises to leave out, the proposal is the input as sent
         body = call.args_canonical if proposed is call.args_json else canonical_json(proposed)
-        eid = effect_id(call.effect_type, key, key_json=body if key is proposed else None)
+        key_json = body if key is proposed else canonical_json(key)
+        eid = effect_id(call.effect_type, key, key_json=key_json)
         return eid, digest(body)
     except UnserializableInput as err:
         raise InvalidCall(
