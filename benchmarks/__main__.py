@@ -121,6 +121,7 @@ def main(argv: list[str] | None = None) -> int:
             block=args.block,
             profile_n=200 if args.quick else 1_000,
             checkpoint_n=500 if args.quick else 1_500,
+            cpu_n=500 if args.quick else 3_000,
         )
         if not args.keep:
             shutil.rmtree(BENCH_DIR / "gate", ignore_errors=True)

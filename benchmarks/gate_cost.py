@@ -42,6 +42,9 @@ SIGNING_KEY = "42" * 32
 LEASE_ID = "lease_bench"
 PRINCIPAL = "bench-bot"
 ACTIVITY = "bench_refund"
+#: the lease's cumulative budget: every figure is measured under a lease with one (each
+#: dispatch reserves its amount in its transaction); far more than any run spends
+BUDGET_CENTS = 10**13
 #: journal entries a new, committed effect writes: PROPOSED, AUTHORIZED, DISPATCHED, COMMITTED
 ENTRIES_PER_EFFECT = 4
 FACTS: Mapping[str, Any] = {"order_paid_cents": 10_000, "refunded_cents": 0, "eligible": True}
@@ -135,6 +138,7 @@ def open_bench_journal(path: Path, *, durable: bool = True) -> Journal:
             PRINCIPAL,
             activities=[ACTIVITY],
             max_amount_cents=5_000,
+            budget_cents=BUDGET_CENTS,
             resources=["order:*"],
             lease_id=LEASE_ID,
         )
@@ -416,6 +420,85 @@ async def count_statements(subject: Subject, n: int) -> StatementCount:
     )
 
 
+class _TimedConnection:
+    """A journal's SQLite connection that adds the thread CPU time spent inside its statements
+    (``execute``, a cursor's ``executemany``) to ``spent``; everything else is passed through."""
+
+    def __init__(self, db: sqlite3.Connection, spent: list[int]) -> None:
+        self._db = db
+        self._spent = spent
+
+    def execute(self, *args: Any) -> sqlite3.Cursor:
+        started = time.thread_time_ns()
+        try:
+            return self._db.execute(*args)
+        finally:
+            self._spent[0] += time.thread_time_ns() - started
+            self._spent[1] += 1
+
+    def cursor(self) -> _TimedConnection:
+        return _TimedConnection(self._db.cursor(), self._spent)  # type: ignore[arg-type]
+
+    def executemany(self, *args: Any) -> Any:
+        started = time.thread_time_ns()
+        try:
+            return self._db.executemany(*args)
+        finally:
+            self._spent[0] += time.thread_time_ns() - started
+            self._spent[1] += 1
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._db, name)
+
+
+@dataclass(frozen=True)
+class CpuSplit:
+    """The gate with ``synchronous=OFF`` on the thread's CPU clock (the machine's other work
+    does not count, unlike the wall-clock series): the whole ``Gate.run``, the part inside the
+    journal's SQL statements (its writer's and its reader's, the two COMMITs included), and
+    the rest (Python)."""
+
+    effects: int
+    total_us: Dist
+    sql_us: Dist
+    rest_us: Dist
+    sql_calls: float
+
+
+async def cpu_split(directory: Path, n: int) -> CpuSplit:
+    """``n`` new effects on a fresh ``synchronous=OFF`` journal, each timed on the thread's CPU
+    clock, with the time inside the journal's SQL calls counted apart."""
+    journal = open_bench_journal(directory / "journal-cpu.db", durable=False)
+    spent = [0, 0]
+    try:
+        if not isinstance(journal, SqliteJournal):
+            raise TypeError("the CPU split needs the SQLite journal")
+        journal._db = _TimedConnection(journal._db, spent)  # type: ignore[assignment]
+        journal._reader = _TimedConnection(journal._reader, spent)  # type: ignore[assignment]
+        gate, target, send = Gate(journal), TrivialTarget(), ConstantSend()
+        for i in range(ROTATE_WARMUP):
+            await gate.run(make_call("cpu-warm", i), target, send)
+        totals: list[int] = []
+        sqls: list[int] = []
+        calls = spent[1]
+        for i in range(n):
+            call = make_call("cpu", i)
+            sql0, started = spent[0], time.thread_time_ns()
+            await gate.run(call, target, send)
+            totals.append(time.thread_time_ns() - started)
+            sqls.append(spent[0] - sql0)
+        calls = spent[1] - calls
+    finally:
+        journal.close()
+    return CpuSplit(
+        effects=n,
+        total_us=Dist.of(t / 1000 for t in totals),
+        sql_us=Dist.of(q / 1000 for q in sqls),
+        rest_us=Dist.of((t - q) / 1000 for t, q in zip(totals, sqls, strict=True)),
+        sql_calls=calls / n,
+    )
+
+
 @dataclass(frozen=True)
 class ProfileLine:
     function: str
@@ -638,6 +721,8 @@ class GateCost:
     checkpoint: CheckpointProbe | None
     profile: Profile
     seconds: float
+    #: the ``synchronous=OFF`` gate's CPU, SQL and the rest (None: not measured)
+    cpu: CpuSplit | None = None
 
     def at(self, size: int) -> Series:
         return next(s for s in self.series if s.size_at_start == size)
@@ -659,6 +744,7 @@ async def measure(
     count_n: int = 200,
     checkpoint_n: int = 1_500,
     profile_n: int = 500,
+    cpu_n: int = 2_000,
 ) -> GateCost:
     began = time.monotonic()
     directory = bench_dir("gate")
@@ -739,6 +825,7 @@ async def measure(
         floor_sqlite.close()
         floor_fsync.close()
     prof = await profile(directory, profile_n)
+    split = await cpu_split(directory, cpu_n) if cpu_n > 0 else None
     return GateCost(
         directory=str(directory.relative_to(ROOT)),
         filesystem=fs,
@@ -755,6 +842,7 @@ async def measure(
         checkpoint=checkpoint,
         profile=prof,
         seconds=time.monotonic() - began,
+        cpu=split,
     )
 
 

@@ -324,6 +324,13 @@ def test_values_with_one_canonical_form_pass(value: object) -> None:
         ((1, 2), False),
         (True, True),
         (None, True),
+        # deep inside containers too: leaves are checked where they stand
+        ({"a": [0.5, {"b": None, "c": [True, "x"]}]}, True),
+        ({"a": [{"b": 2.0}]}, False),
+        ([{"k": {1: "x"}}], False),
+        ({"a": {"b": "caf\u00e9"}}, False),
+        ([[1, [2**53]]], False),
+        ([{"a": (1,)}], False),
     ],
 )
 def test_json_dumps_is_trusted_only_where_it_writes_rfc8785(data: object, plain: bool) -> None:

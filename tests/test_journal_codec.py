@@ -187,6 +187,7 @@ async def test_an_encrypting_codec_leaves_no_plaintext_in_the_journal(
         assert doubt_case in request.details
         await review.execute_update("decide", {"decision": "happened", "operator": "carol"})
         assert (await waiting.result()).status == "RESOLVED"
+        await asyncio.wait_for(review.result(), 30)  # the review has ended, with the worker here
         assert pay.refunded_cents(ORDER) == 3500  # each sent once
 
     done = fold_id(journal_url, done_case, 2000)

@@ -199,29 +199,41 @@ def _json_module_is_canonical(data: Any) -> bool:
     not integral, and between 1e-4 and 1e16 in magnitude (both then print plain shortest
     round-trip digits). Anything else goes through the reference implementation.
     """
+    t = type(data)
+    if t is not dict and t is not list:
+        return _canonical_leaf(data, t)
+    # containers on the stack; their leaves (most of the nodes) are checked where they stand
     stack = [data]
     while stack:
         x = stack.pop()
-        t = type(x)
-        if t is str:
-            if not x.isascii():
-                return False
-        elif t is dict:
-            for k, v in x.items():
+        if type(x) is dict:
+            for k in x:
                 if type(k) is not str or not k.isascii():
                     return False
+            items = x.values()
+        else:
+            items = x
+        for v in items:
+            t = type(v)
+            if t is str:
+                if not v.isascii():
+                    return False
+            elif t is dict or t is list:
                 stack.append(v)
-        elif t is list:
-            stack.extend(x)
-        elif t is int:
-            if not -_SAFE_INT <= x <= _SAFE_INT:
+            elif not _canonical_leaf(v, t):
                 return False
-        elif t is float:
-            if not (1e-4 <= abs(x) < 1e16) or x.is_integer():
-                return False
-        elif not (t is bool or x is None):
-            return False
     return True
+
+
+def _canonical_leaf(x: Any, t: type) -> bool:
+    """``_json_module_is_canonical`` for a value that is not a container."""
+    if t is str:
+        return bool(x.isascii())
+    if t is int:
+        return bool(-_SAFE_INT <= x <= _SAFE_INT)
+    if t is float:
+        return bool(1e-4 <= abs(x) < 1e16 and not x.is_integer())
+    return t is bool or x is None
 
 
 def _sorted_compact_encoder() -> Callable[[Any], str]:

@@ -33,6 +33,10 @@ from .signing import Keyring, SigningKey
 
 #: 2: the signed bytes hold the digest of the values stored beside the entry (``vals``)
 ENTRY_VERSION = 2
+#: the largest integer every JSON reader holds exactly (2**53 - 1)
+_SAFE_INT = 2**53 - 1
+#: a JSON string as ``json.dumps(..., ensure_ascii=False)`` writes it (the C encoder)
+_quoted = encode_basestring
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,6 +59,56 @@ def values_digest(vals: str) -> str:
     return hashlib.sha256(vals.encode()).hexdigest()
 
 
+def _envelope(
+    seq: int,
+    ts: float,
+    effect_id: str,
+    kind: str,
+    prev: str,
+    key_id: str,
+    data: dict[str, Any],
+    values_hex: str | None,
+) -> bytes:
+    """The signed bytes of an entry: the canonical JSON of ``{v, seq, ts, effect_id, kind,
+    prev, key_id, data[, vals]}``. Only ``data`` is canonicalised; the fields around it are
+    written in their canonical order and form when that form is plain (ASCII strings, a seq
+    in the interoperable range, a timestamp Python and ECMAScript print alike), else the
+    whole document goes through ``canonical_json``: the bytes are the same either way."""
+    if (
+        type(seq) is int
+        and 0 <= seq <= _SAFE_INT
+        and type(ts) is float
+        and 1e-4 <= ts < 1e16
+        and not ts.is_integer()
+        and effect_id.isascii()
+        and kind.isascii()
+        and prev.isascii()
+        and key_id.isascii()
+    ):
+        head = b'{"data":' + canonical_json(data)
+        tail = (
+            f',"effect_id":{_quoted(effect_id)},"key_id":{_quoted(key_id)}'
+            f',"kind":{_quoted(kind)},"prev":{_quoted(prev)},"seq":{seq},"ts":{ts!r},'
+            f'"v":{ENTRY_VERSION}'
+        )
+        if values_hex is not None:
+            tail += f',"vals":{_quoted(values_hex)}'
+        return head + (tail + "}").encode()
+    doc: dict[str, Any] = {
+        "v": ENTRY_VERSION,
+        "seq": seq,
+        "ts": ts,
+        "effect_id": effect_id,
+        "kind": kind,
+        "prev": prev,
+        "key_id": key_id,
+        "data": data,
+    }
+    if values_hex is not None:
+        doc["vals"] = values_hex
+    return canonical_json(doc)
+
+
 def encode_entry(
     *,
     seq: int,
@@ -69,19 +123,8 @@ def encode_entry(
     """Build and sign one entry; ``vals``, the values to store beside it, are bound by digest."""
     if type(data) is not dict:
         data = dict(data)
-    doc: dict[str, Any] = {
-        "v": ENTRY_VERSION,
-        "seq": seq,
-        "ts": ts,
-        "effect_id": effect_id,
-        "kind": kind.value,
-        "prev": prev,
-        "key_id": key.key_id,
-        "data": data,
-    }
-    if vals is not None:
-        doc["vals"] = values_digest(vals)
-    body = canonical_json(doc)
+    values_hex = None if vals is None else values_digest(vals)
+    body = _envelope(seq, ts, effect_id, kind.value, prev, key.key_id, data, values_hex)
     digest = hashlib.sha256(body).digest()
     # validated (the entry gets its own copy of ``data``): faster than model_construct
     return Entry(
@@ -123,10 +166,6 @@ def value_of(entries: Sequence[Entry], name: str) -> Any:
         if entry.values is not None and name in entry.values:
             return entry.values[name]
     return None
-
-
-#: a JSON string as ``json.dumps(..., ensure_ascii=False)`` writes it (the C encoder)
-_quoted = encode_basestring
 
 
 def _signed_tail(raw: RawEntry) -> bytes:

@@ -53,6 +53,8 @@ ROW_COLUMNS = (
 ENTRY_COLUMNS = sql_rows.ENTRY_COLUMNS
 _ENTRY_COLUMNS_E = ", ".join("e." + c.strip() for c in ENTRY_COLUMNS.split(","))
 _ROW_COLUMNS_F = ", ".join("f." + c.strip() for c in ROW_COLUMNS.split(","))
+_APPEND_ROW = "effect_type, status, head, first_dispatch_ts, last_dispatch_ts"
+_INSERT_ENTRY = f"INSERT INTO entries ({ENTRY_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)"
 _NO_ENTRY = ", ".join(["NULL"] * len(ENTRY_COLUMNS.split(",")))
 #: an effect's entries and its index row, in one statement (one snapshot): the entries with the
 #: row beside each, or the row alone when it has no entries
@@ -125,6 +127,7 @@ class SqlJournal(Journal):
         )
         #: the effect-id setting can no longer change (it is set, or entries exist): ``sql_ids``
         self._ids_settled = False
+        self._last_group: Callable[[], GroupCommit | None] = lambda: None
         #: what the backend opened (connections, pools), closed with the journal
         self._resources: list[_Closable] = []
         access = _Access(self)
@@ -305,6 +308,9 @@ class SqlJournal(Journal):
 
     def _group_commit(self) -> GroupCommit:
         loop = asyncio.get_running_loop()
+        last = self._last_group()
+        if last is not None and last.loop is loop and self._writer is not None:
+            return last
         with self._writer_lock:
             if self._writer is None:
                 self._writer = ThreadPoolExecutor(
@@ -313,6 +319,7 @@ class SqlJournal(Journal):
             group = self._groups.get(loop)
             if group is None:
                 group = self._groups[loop] = GroupCommit(self, loop, self._writer)
+            self._last_group = weakref.ref(group)
             return group
 
     def _close_writer(self) -> None:
@@ -386,14 +393,8 @@ class SqlJournal(Journal):
     ) -> list[Entry]:
         """``append`` inside a transaction the caller holds. ``expected_head=None`` appends
         after whatever the head is (for chains only this transaction writes)."""
-        seq = self._seq_base(db)
+        seq, row = self._seq_and_row(db, effect_id)
         sql_ids.confirm(self, db, seq, effect_id)
-        row = self._x(
-            db,
-            "SELECT effect_type, status, head, first_dispatch_ts, last_dispatch_ts "
-            f"FROM effects WHERE effect_id = ?{self.FOR_UPDATE}",
-            (effect_id,),
-        ).fetchone()
         actual = row[2] if row else ""
         if expected_head is not None and actual != expected_head:
             raise HeadConflict(effect_id, expected_head, actual)
@@ -415,6 +416,12 @@ class SqlJournal(Journal):
         self._keep_budgets(db, effect_id, drafts)
         self._put_row(db, effect_id, etype, row, drafts, written[-1], now)
         return written
+
+    def _seq_and_row(self, db: Any, effect_id: str) -> tuple[int, Sequence[Any] | None]:
+        """Inside a write transaction: the last seq (``_seq_base``) and the effect's index row
+        (effect_type, status, head, dispatch times; None: a new effect), locked till the end."""
+        sql = f"SELECT {_APPEND_ROW} FROM effects WHERE effect_id = ?{self.FOR_UPDATE}"
+        return self._seq_base(db), self._x(db, sql, (effect_id,)).fetchone()
 
     def _insert_entries(
         self,
@@ -450,10 +457,10 @@ class SqlJournal(Journal):
             + ((vals,) if e is last else (None,))
             for e in written
         ]
-        db.cursor().executemany(
-            self._sql(f"INSERT INTO entries ({ENTRY_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)"),
-            rows,
-        )
+        if len(rows) == 1:
+            self._x(db, _INSERT_ENTRY, rows[0])
+        else:
+            db.cursor().executemany(self._sql(_INSERT_ENTRY), rows)
         self._seq_advance(db, seq)
         return written
 

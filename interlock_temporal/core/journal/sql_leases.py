@@ -11,6 +11,23 @@ from ..leases import LeaseStore, lease_from_doc
 from ..models import Lease
 from .sql_access import SqlAccess
 
+#: a lease, what its budget has reserved and this effect's own active charge, in one
+#: statement (for a backend whose write transaction holds the whole database)
+_LEASE_READ = (
+    "SELECT l.doc, s.reserved_cents, c.cents FROM leases l "
+    "LEFT JOIN lease_spend s ON s.lease_id = l.lease_id "
+    "LEFT JOIN lease_charges c ON c.effect_id = ? AND c.active = 1 WHERE l.lease_id = ?"
+)
+
+
+def _with_others(lease: Lease, reserved: Any, own: Any) -> Lease:
+    """A budgeted lease with what its *other* effects hold reserved (its reservations, less
+    this effect's own active charge); a lease without a budget as it is."""
+    if lease.budget_cents is None:
+        return lease
+    others = int(reserved or 0) - (int(own) if own is not None else 0)
+    return lease.model_copy(update={"reserved_cents": others})
+
 
 def _lease_doc(lease: Lease) -> str:
     """A lease as stored: its reservations live in ``lease_spend``, never in the document."""
@@ -102,6 +119,12 @@ class SqlLeases(LeaseStore):
         ``lease_spend`` is locked until the transaction ends, and read with what its *other*
         effects hold reserved, so concurrent dispatches under one budget take turns."""
         access = self._access
+        if not (access.for_share or access.for_update):
+            # the transaction holds the whole database (SQLite): one statement reads it all
+            found = access.execute(db, _LEASE_READ, (effect_id, lease_id)).fetchone()
+            if found is None:
+                return None
+            return _with_others(lease_from_doc(found[0]), found[1], found[2])
         doc = access.execute(
             db, f"SELECT doc FROM leases WHERE lease_id = ?{access.for_share}", (lease_id,)
         )
@@ -119,25 +142,22 @@ class SqlLeases(LeaseStore):
             "SELECT cents FROM lease_charges WHERE effect_id = ? AND active = 1",
             (effect_id,),
         ).fetchone()
-        others = int(reserved) - (int(own[0]) if own else 0)
-        return lease.model_copy(update={"reserved_cents": others})
+        return _with_others(lease, reserved, None if own is None else own[0])
 
     def charge_tx(self, db: Any, effect_id: str, lease_id: str, cents: int) -> bool:
         """Reserve ``cents`` of ``lease_id`` for ``effect_id``, once: an effect that holds a
         reservation already keeps it. True when this reserved something."""
         access = self._access
-        held = access.execute(
-            db, "SELECT active FROM lease_charges WHERE effect_id = ?", (effect_id,)
-        ).fetchone()
-        if held is not None and int(held[0]) == 1:
-            return False
-        access.execute(
+        # one statement: a held reservation is left as it is (no row changes)
+        taken = access.execute(
             db,
             "INSERT INTO lease_charges (effect_id, lease_id, cents, active) VALUES (?, ?, ?, 1) "
             "ON CONFLICT (effect_id) DO UPDATE SET lease_id = excluded.lease_id, "
-            "cents = excluded.cents, active = 1",
+            "cents = excluded.cents, active = 1 WHERE lease_charges.active <> 1",
             (effect_id, lease_id, cents),
         )
+        if taken.rowcount != 1:
+            return False
         access.execute(
             db,
             "UPDATE lease_spend SET reserved_cents = reserved_cents + ? WHERE lease_id = ?",

@@ -163,6 +163,14 @@ _MIGRATIONS: list[str] = [
 ]
 assert len(_MIGRATIONS) == SCHEMA_VERSION
 
+#: the last seq and an effect's index row as an append reads them (``SqlJournal._seq_and_row``),
+#: in one statement (``effect_type`` is NOT NULL, so a missing row reads as NULL there)
+_SEQ_AND_ROW = (
+    "SELECT (SELECT COALESCE(MAX(seq), 0) FROM entries), f.effect_type, f.status, f.head, "
+    "f.first_dispatch_ts, f.last_dispatch_ts FROM (SELECT 1) LEFT JOIN effects f "
+    "ON f.effect_id = ?"
+)
+
 
 class SqliteJournal(SqlJournal):
     MIGRATIONS = _MIGRATIONS
@@ -312,8 +320,26 @@ class SqliteJournal(SqlJournal):
         return outcomes
 
     def _read(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+        """``fn`` on the writers' connection when it is idle (no transaction open on it, no
+        COMMIT being flushed: both need ``_lock``): its page cache holds what it wrote, where
+        the readers' connection drops its whole cache whenever the database changed since its
+        last read, so every read after a commit started cold. Else on the readers' connection,
+        which WAL lets read while a write is flushed."""
+        if self._lock.acquire(blocking=False):
+            try:
+                if self._flushed.is_set() and not self._db.in_transaction:
+                    return fn(self._db)
+            finally:
+                self._lock.release()
         with self._reader_lock:
             return fn(self._reader)
+
+    def _seq_and_row(
+        self, db: sqlite3.Connection, effect_id: str
+    ) -> tuple[int, Sequence[object] | None]:
+        """One statement for both: the transaction holds the whole database already."""
+        found = db.execute(_SEQ_AND_ROW, (effect_id,)).fetchone()
+        return int(found[0]), None if found[1] is None else found[1:]
 
     def _seq_base(self, db: sqlite3.Connection) -> int:
         (seq,) = db.execute("SELECT COALESCE(MAX(seq), 0) FROM entries").fetchone()

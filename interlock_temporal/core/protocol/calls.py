@@ -217,7 +217,7 @@ def identify(
         key = proposed if call.key is None else jsonable(call.key, "key")
         # without decision-time premises to leave out, the proposal is the input as sent
         body = call.args_canonical if proposed is call.args_json else canonical_json(proposed)
-        key_json = body if key is proposed else None
+        key_json = body if key is proposed else canonical_json(key)
         eid = effect_id(call.effect_type, key, key_json=key_json, keyed=keyed_ids)
         return eid, digest(body)
     except UnserializableInput as err:

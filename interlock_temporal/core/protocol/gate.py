@@ -208,7 +208,9 @@ class Gate(Recovery, Atomic):
         scheme = self.values.scheme
         approved_digest = self.values.digest(approved_json, scheme)
         stored = await self.values.store(approved_json)
-        proposed = self._proposed(call, target, pdigest, recorded, decided is None, scheme)
+        proposed = self._proposed(
+            call, target, pdigest, recorded, decided is None, scheme, caps.tier
+        )
         measured = call.measure(approved) if call.measure else Measure()
         demand = Demand(call.principal, call.activity, measured.amount_cents, measured.resource)
         decided_by = ["lease", *policy_deciders(admitted, self.policy_id)]
@@ -274,6 +276,7 @@ class Gate(Recovery, Atomic):
         recorded: Any,
         captured: bool,
         scheme: str | None,
+        tier: int,
     ) -> Draft:
         keyed = {} if scheme is None else {"digests": scheme}
         if self.journal.effect_ids is not None:
@@ -294,7 +297,7 @@ class Gate(Recovery, Atomic):
                 "premises": recorded,
                 "premises_source": "capture" if captured else "decision",
                 "target": target.name,
-                "tier": capabilities(target).tier,
+                "tier": tier,
                 "delivery": delivery_record(call),
                 "input_digest": input_digest,
             },

@@ -17,7 +17,7 @@ from typing import Any, NamedTuple
 
 from .. import premises as premise
 from ..errors import Ambiguous, HeadConflict, InFlight, Refused
-from ..identity import canonical, jsonable
+from ..identity import canonical_json, jsonable
 from ..journal import Journal, value_of
 from ..models import Change, Draft, Entry, Found, Kind, Receipt
 from ..policy import PolicyGuard
@@ -211,7 +211,7 @@ class Outcomes:
         gate_s: float | None = None,
         scheme: str | None = None,
     ) -> Done:
-        result_json = canonical(result)
+        result_json = canonical_json(result)  # JSON data already (``jsonable``)
         draft = self._commit_draft(via, result_json, confirmation, gate_s, scheme=scheme)
         stored = await self.values.store_outcome(result_json)
         sent = await self._record_after_send(eid, head, draft, blobs={"result": stored})

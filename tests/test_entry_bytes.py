@@ -1,0 +1,134 @@
+"""An entry's signed bytes are the RFC 8785 canonical JSON of its whole document, checked here
+against the reference implementation (``rfc8785.dumps``), not against the journal's own
+canonicaliser: the writer builds the fields around ``data`` by hand where their form is plain,
+and must write exactly the bytes the reference writes, or refuse where it refuses."""
+
+from __future__ import annotations
+
+import hashlib
+from typing import Any
+
+import pytest
+import rfc8785
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from interlock_temporal.core.identity import UnserializableInput
+from interlock_temporal.core.journal.entries import RawEntry, check_entry, encode_entry
+from interlock_temporal.core.journal.signing import HmacKey, Keyring
+from interlock_temporal.core.models import Kind
+
+KEY = HmacKey(bytes.fromhex("42" * 32))
+KEYRING = Keyring(KEY)
+
+_text = st.text(alphabet=st.characters(codec=None), max_size=6) | st.sampled_from(
+    ["", "a", "é", "\U0001f600", "\x00\x1f\x7f", '"\\/', "\ud800", "0" * 64]
+)
+_data = st.dictionaries(
+    _text,
+    st.none()
+    | st.booleans()
+    | st.integers(min_value=-(2**60), max_value=2**60)
+    | st.floats(allow_nan=False, allow_infinity=False)
+    | _text
+    | st.lists(st.integers(min_value=-5, max_value=5), max_size=3),
+    max_size=4,
+)
+_ts = st.floats(allow_nan=False, allow_infinity=False) | st.sampled_from(
+    [1796193111.9328914, 1000.0, 1e-5, 1e16, 1e21, -3.5, 0.5, 1e-4]
+)
+_seq = st.integers(min_value=0, max_value=2**60) | st.sampled_from([1, 2**53 - 1, 2**53])
+
+
+def reference(doc: dict[str, Any]) -> bytes | None:
+    try:
+        return rfc8785.dumps(doc)
+    except (rfc8785.CanonicalizationError, UnicodeError):
+        return None
+
+
+@settings(max_examples=1500, deadline=None)
+@given(
+    seq=_seq,
+    ts=_ts,
+    effect_id=_text,
+    kind=st.sampled_from(list(Kind)),
+    prev=_text,
+    data=_data,
+    vals=st.none() | st.sampled_from(['{"result":1}', '{"approved":["é"]}']),
+)
+def test_the_signed_bytes_are_the_reference_canonical_json(
+    seq: int,
+    ts: float,
+    effect_id: str,
+    kind: Kind,
+    prev: str,
+    data: dict[str, Any],
+    vals: str | None,
+) -> None:
+    doc: dict[str, Any] = {
+        "v": 2,
+        "seq": seq,
+        "ts": ts,
+        "effect_id": effect_id,
+        "kind": kind.value,
+        "prev": prev,
+        "key_id": KEY.key_id,
+        "data": data,
+    }
+    if vals is not None:
+        doc["vals"] = hashlib.sha256(vals.encode()).hexdigest()
+    expected = reference(doc)
+    fields: dict[str, Any] = dict(
+        seq=seq, ts=ts, effect_id=effect_id, kind=kind, prev=prev, key=KEY, data=data, vals=vals
+    )
+    if expected is None:
+        with pytest.raises(UnserializableInput):
+            encode_entry(**fields)
+        return
+    entry = encode_entry(**fields)
+    assert entry.body == expected
+    assert entry.hash == hashlib.sha256(expected).hexdigest()
+    raw = RawEntry(
+        entry.seq,
+        entry.effect_id,
+        entry.kind.value,
+        entry.prev,
+        entry.hash,
+        entry.key_id,
+        entry.sig,
+        entry.body,
+        vals,
+    )
+    assert check_entry(raw, KEYRING) is None
+
+
+def test_a_typical_entry_is_written_as_the_reference_writes_it() -> None:
+    data = {
+        "delivery": {"activity_id": "2", "attempt": 1, "namespace": None, "run_id": "run-1"},
+        "premises_now": {"eligible": True, "order_paid_cents": 10_000, "ratio": 0.25},
+        "via": "dispatch",
+    }
+    entry = encode_entry(
+        seq=3,
+        ts=1796193111.9328914,
+        effect_id="9d63" * 16,
+        kind=Kind.DISPATCHED,
+        prev="676d" * 16,
+        key=KEY,
+        data=data,
+        vals='{"approved":[{"amount_cents":2000}]}',
+    )
+    assert entry.body == rfc8785.dumps(
+        {
+            "v": 2,
+            "seq": 3,
+            "ts": 1796193111.9328914,
+            "effect_id": "9d63" * 16,
+            "kind": "DISPATCHED",
+            "prev": "676d" * 16,
+            "key_id": KEY.key_id,
+            "data": data,
+            "vals": hashlib.sha256(b'{"approved":[{"amount_cents":2000}]}').hexdigest(),
+        }
+    )
