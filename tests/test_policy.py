@@ -34,6 +34,7 @@ from interlock_temporal.core.policy import (
     modify,
     reset_circuit,
 )
+from interlock_temporal.core.policy.breaker import plan_of
 
 ACTIVITIES = ("search", "refund", "send_email")
 
@@ -787,6 +788,10 @@ def test_a_copy_of_limits_decides_by_its_own_settings(copied: Any) -> None:
     thawed = pickle.loads(pickle.dumps(capped))
     assert thawed == capped and thawed.model_dump() == capped.model_dump()
     assert decide(state, call, thawed, 0.5).code == Reason.GLOBAL_LIMIT
+    # each works out its own once, and keeps it
+    for each in (limits, capped, thawed):
+        assert plan_of(each) is plan_of(each)
+        assert plan_of(each).max_total_calls == each.max_total_calls
 
 
 def test_hitl_activities_are_matched_by_glob_and_remembered_per_activity() -> None:
@@ -795,3 +800,9 @@ def test_hitl_activities_are_matched_by_glob_and_remembered_per_activity() -> No
         d = decide(PolicyState(), CallFacts(activity, "q", now=0.0), limits, 0.5)
         assert d.verdict is (Verdict.ESCALATE if asks else Verdict.ALLOW), activity
         assert limits.needs_person(activity) is asks
+    for always in (Limits(hitl_mode=HitlMode.ALWAYS), Limits(hitl_always=True)):
+        assert always.needs_person("search") is True
+        assert decide(PolicyState(), CallFacts("search", "q", now=0.0), always, 0.5).code == (
+            Reason.HITL_REQUIRED
+        )
+    assert Limits(hitl_mode=HitlMode.ON_DENY).needs_person("search") is False

@@ -184,7 +184,7 @@ class _Plan:
     max_total_calls: int | None
     #: ``deny_jitter_ratio`` with ``probabilistic_deny``, else None
     jitter: float | None
-    #: every call needs a person (``always``)
+    #: every call needs a person (``always``), else those of ``hitl_activities`` (``asks``)
     always_person: bool
     hitl_activities: tuple[str, ...]
     #: whether an activity matches ``hitl_activities``, by activity (a memo of ``fnmatch``)
@@ -220,12 +220,8 @@ class _Plan:
             person={},
         )
 
-    def needs_person(self, activity: str) -> bool:
-        """``Limits.needs_person``, remembered per activity name."""
-        if self.always_person:
-            return True
-        if not self.hitl_activities:
-            return False
+    def asks(self, activity: str) -> bool:
+        """Whether ``activity`` matches one of ``hitl_activities``, remembered per name."""
         known = self.person.get(activity)
         if known is None:
             if len(self.person) >= _PERSON_MEMO:
@@ -440,9 +436,7 @@ def decide(state: PolicyState, call: CallFacts, limits: Limits, rng: float) -> D
         return _deny(state, call, Reason.BUDGET_EXHAUSTED, _over(lowest_scope), probabilistic=True)
 
     if (
-        call.escalate
-        or plan.always_person
-        or (plan.hitl_activities and plan.needs_person(call.activity))
+        call.escalate or plan.always_person or (plan.hitl_activities and plan.asks(call.activity))
     ) and not call.approved:
         return _escalate(state, Reason.HITL_REQUIRED, "a person must approve this call")
     d = _new(Decision)  # Decision(Verdict.ALLOW, state=...), every field set (see _new)
