@@ -256,9 +256,14 @@ def summary(r: Report) -> str:
             lines.append(f"   FAILED run {run.index} {run.scenario} t{run.tier}: {run.problems}")
     if r.policy is not None:
         p = r.policy
+        lines.append(
+            f"4. policy: decide p50 every layer {usf(p.decide_us.p50)} "
+            f"p99 {usf(p.decide_us.p99)}; check with state I/O p50 {ms(p.check_ms.p50 * 1000)} "
+            f"p99 {ms(p.check_ms.p99 * 1000)} (floor p50 {ms(p.floor_ms.p50 * 1000)})"
+        )
         if p.shackle_config_us is not None:
             lines.append(
-                f"4. policy: decide p50 with SHACKLE's configuration "
+                f"   decide p50 with SHACKLE's configuration "
                 f"{usf(p.shackle_config_us.p50)}{_versus_shackle(p)}"
             )
         if p.long_session_us is not None:
@@ -266,11 +271,6 @@ def summary(r: Report) -> str:
                 f"   decide p50 every layer after {p.deliveries:,} deliveries "
                 f"{usf(p.long_session_us.p50)} p99 {usf(p.long_session_us.p99)}"
             )
-        lines += [
-            f"4. policy: decide p50 {usf(p.decide_us.p50)} p99 {usf(p.decide_us.p99)}; "
-            f"check with state I/O p50 {ms(p.check_ms.p50 * 1000)} "
-            f"p99 {ms(p.check_ms.p99 * 1000)} (floor p50 {ms(p.floor_ms.p50 * 1000)})",
-        ]
     if r.throughput is not None:
         flow = r.throughput
         parts = [
