@@ -78,6 +78,13 @@ def parse(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--crash-runs", type=int, help="crash runs for figure 2")
     p.add_argument("--sizes", help="journal sizes for figure 1, comma-separated (must include 0)")
     p.add_argument("--json", type=Path, help="also write every figure as JSON here")
+    p.add_argument(
+        "--shackle-spec",
+        type=Path,
+        default=None,
+        help="the directory holding SHACKLE's decide.py (its repository's v2/spec; default: "
+        f"${policy_cost.SHACKLE_SPEC_ENV}): figure 4 then times it interleaved with ours",
+    )
     p.add_argument("--strict", action="store_true", help="exit 1 if a target is missed")
     p.add_argument(
         "--keep",
@@ -129,7 +136,10 @@ def main(argv: list[str] | None = None) -> int:
     policy = None
     if args.only in (None, "policy"):
         policy = policy_cost.run(
-            20_000 if args.quick else 200_000, 500 if args.quick else 5_000, block=args.block
+            20_000 if args.quick else 200_000,
+            500 if args.quick else 5_000,
+            block=args.block,
+            shackle_spec=policy_cost.shackle_spec_dir(args.shackle_spec),
         )
     if args.only in (None, "crash"):
         crash = crash_recovery.run(crash_runs, sensitivity=not args.quick)

@@ -13,7 +13,7 @@ from . import crash_report
 from .crash_recovery import CrashRecovery
 from .gate_cost import ENTRIES_PER_EFFECT, GateCost, Series
 from .machine import Machine
-from .policy_cost import SHACKLE_DECIDE_P50_US, SHACKLE_SLA_MS, PolicyCost
+from .policy_cost import SHACKLE_RECORDED_P50_US, SHACKLE_SLA_MS, PolicyCost
 from .stats import Dist
 from .throughput import (
     CONCURRENCY,
@@ -35,7 +35,10 @@ FLAT_RATIO_MAX = 1.20
 #: in the same rounds), and its CPU part (the gate with ``synchronous=OFF``), p50
 GATE_FLOOR_RATIO_MAX = 1.5
 GATE_CPU_P50_MAX_US = 120.0
-DECIDE_P50_MAX_US = 5.0
+#: issue 22: decide() with SHACKLE's benchmark's configuration, and with every layer (also
+#: after 10,000 deliveries in one session)
+DECIDE_SHACKLE_P50_MAX_US = 0.9
+DECIDE_P50_MAX_US = 3.0
 POLICY_CHECK_P99_MAX_MS = 2.0
 
 
@@ -105,14 +108,7 @@ class Report:
             out += [Target(*row) for row in crash_report.targets(self.crash)]
         if self.policy is not None:
             p = self.policy
-            out.append(
-                Target(
-                    "Policy `decide` p50 (pure, every layer configured)",
-                    f"≤ {DECIDE_P50_MAX_US:g} µs",
-                    f"{usf(p.decide_us.p50)} (p99 {usf(p.decide_us.p99)})",
-                    p.decide_us.p50 <= DECIDE_P50_MAX_US,
-                )
-            )
+            out += _decide_targets(p)
             out.append(
                 Target(
                     "Whole policy check with its state I/O, p99",
@@ -159,6 +155,53 @@ class Report:
     def correct(self) -> bool:
         """No correctness failure (a failed crash run); targets are judged separately."""
         return self.crash is None or (not self.crash.failed and bool(self.crash.runs))
+
+
+def _versus_shackle(p: PolicyCost) -> str:
+    """How SHACKLE's own decide() compares with ours under its configuration."""
+    if p.shackle_config_us is None:
+        return ""
+    if p.shackle_us is None:
+        return (
+            f"; ours alone: SHACKLE's decide.py was not given (recorded: "
+            f"{SHACKLE_RECORDED_P50_US:g} µs)"
+        )
+    ratio = p.shackle_config_us.p50 / p.shackle_us.p50
+    return f"; SHACKLE's, interleaved: {usf(p.shackle_us.p50)}, ours ÷ SHACKLE's {ratio:.2f}"
+
+
+def _decide_targets(p: PolicyCost) -> list[Target]:
+    out: list[Target] = []
+    if p.shackle_config_us is not None:
+        d = p.shackle_config_us
+        out.append(
+            Target(
+                "Policy `decide` p50, configured as SHACKLE's benchmark configures its own",
+                f"≤ {DECIDE_SHACKLE_P50_MAX_US:g} µs",
+                f"{usf(d.p50)} (p99 {usf(d.p99)}){_versus_shackle(p)}",
+                d.p50 <= DECIDE_SHACKLE_P50_MAX_US,
+            )
+        )
+    out.append(
+        Target(
+            "Policy `decide` p50, every layer configured",
+            f"≤ {DECIDE_P50_MAX_US:g} µs",
+            f"{usf(p.decide_us.p50)} (p99 {usf(p.decide_us.p99)})",
+            p.decide_us.p50 <= DECIDE_P50_MAX_US,
+        )
+    )
+    if p.long_session_us is not None:
+        d = p.long_session_us
+        out.append(
+            Target(
+                f"Policy `decide` p50, every layer, after {p.deliveries:,} deliveries in one "
+                "session (with the replay check)",
+                f"≤ {DECIDE_P50_MAX_US:g} µs",
+                f"{usf(d.p50)} (p99 {usf(d.p99)})",
+                d.p50 <= DECIDE_P50_MAX_US,
+            )
+        )
+    return out
 
 
 def ms(us: float) -> str:
@@ -219,11 +262,21 @@ def summary(r: Report) -> str:
             lines.append(f"   FAILED run {run.index} {run.scenario} t{run.tier}: {run.problems}")
     if r.policy is not None:
         p = r.policy
-        lines += [
-            f"4. policy: decide p50 {usf(p.decide_us.p50)} p99 {usf(p.decide_us.p99)}; "
-            f"check with state I/O p50 {ms(p.check_ms.p50 * 1000)} "
-            f"p99 {ms(p.check_ms.p99 * 1000)} (floor p50 {ms(p.floor_ms.p50 * 1000)})",
-        ]
+        lines.append(
+            f"4. policy: decide p50 every layer {usf(p.decide_us.p50)} "
+            f"p99 {usf(p.decide_us.p99)}; check with state I/O p50 {ms(p.check_ms.p50 * 1000)} "
+            f"p99 {ms(p.check_ms.p99 * 1000)} (floor p50 {ms(p.floor_ms.p50 * 1000)})"
+        )
+        if p.shackle_config_us is not None:
+            lines.append(
+                f"   decide p50 with SHACKLE's configuration "
+                f"{usf(p.shackle_config_us.p50)}{_versus_shackle(p)}"
+            )
+        if p.long_session_us is not None:
+            lines.append(
+                f"   decide p50 every layer after {p.deliveries:,} deliveries "
+                f"{usf(p.long_session_us.p50)} p99 {usf(p.long_session_us.p99)}"
+            )
     if r.throughput is not None:
         flow = r.throughput
         parts = [
@@ -724,25 +777,72 @@ def _verify_section(v: VerifyCost, command: str) -> list[str]:
     return lines
 
 
+def _decide_rows(p: PolicyCost) -> list[str]:
+    rows = []
+    if p.shackle_config_us is not None:
+        rows.append(f"| ours, SHACKLE's configuration | {_us_cells(p.shackle_config_us)} |")
+    if p.shackle_us is not None:
+        rows.append(f"| SHACKLE's `decide()`, its benchmark's inputs | {_us_cells(p.shackle_us)} |")
+    rows.append(f"| ours, every layer | {_us_cells(p.decide_us)} |")
+    if p.long_session_us is not None:
+        rows.append(
+            f"| ours, every layer, after {p.deliveries:,} deliveries | "
+            f"{_us_cells(p.long_session_us)} |"
+        )
+    return rows
+
+
+def _us_cells(d: Dist) -> str:
+    return f"{d.n:,} | {usf(d.p50)} | {usf(d.p90)} | {usf(d.p99)} | {usf(d.max)}"
+
+
+def _shackle_note(p: PolicyCost) -> str:
+    if p.shackle_us is not None and p.shackle_config_us is not None:
+        return (
+            "SHACKLE's `decide()` was loaded from its `decide.py`, given at run time "
+            "(`--shackle-spec DIR` or `$SHACKLE_SPEC_DIR`; its code is not part of this "
+            "repository), and timed in the same rounds with its benchmark's exact inputs: ours "
+            f"÷ SHACKLE's = {p.shackle_config_us.p50 / p.shackle_us.p50:.2f} at p50. Ours "
+            "does more per call: it also returns the state after the call (counted, charged, "
+            "its window updated), which SHACKLE's daemon applies in a separate step."
+        )
+    return (
+        "SHACKLE's `decide.py` was not given (`--shackle-spec DIR` or `$SHACKLE_SPEC_DIR`), so "
+        "the figures are ours alone; interleaved with ours in one process on these machines, "
+        f"SHACKLE's `decide()` took {SHACKLE_RECORDED_P50_US:g} µs p50 with its benchmark's "
+        "inputs (issue 22). Ours also returns the state after the call, which SHACKLE's daemon "
+        "applies in a separate step."
+    )
+
+
 def _policy_section(p: PolicyCost, command: str) -> list[str]:
     return [
         "## 4. The policy layer's cost",
         "",
         f"Command: `{command}` (alone: `python -m benchmarks --only policy --out FILE`).",
         "",
-        "a. `decide(state, call, limits, rng)`, the pure circuit breaker, with every layer "
-        "configured (three budgets, an escalation threshold, repeats, a window, a call cap) on a "
-        "session whose window holds 20 recent calls; each sample one call timed with "
-        f"`perf_counter_ns` (its own overhead, {usf(p.timer_overhead_us)}, is included), the "
-        "calls built beforehand, the garbage collector paused.",
+        "a. `decide(state, call, limits, rng)`, the pure circuit breaker, each sample one call "
+        "timed with `perf_counter_ns` as SHACKLE's benchmark times its own (the timer's "
+        f"overhead, {usf(p.timer_overhead_us)}, is included), the calls built beforehand, the "
+        "garbage collector paused, the series interleaved in blocks of 1,000 in one process. "
+        "SHACKLE's configuration is its benchmark's (`v2/benchmarks/perf.py` in its public "
+        "repository): a $1.00 budget with $0.75 left, a repeat limit of 3 with error "
+        "amplification, a cap of 1,000 calls, a session 42 calls in whose last call was the "
+        "same tool with other parameters, an estimated cost of $0.002, rng 0.5. Every layer: "
+        "three budgets, an escalation threshold, repeats, a window, a call cap, the random "
+        "denial and an activity that needs a person (not this one), on a session whose window "
+        f"holds 20 recent calls. After {p.deliveries:,} deliveries: every layer, on the state "
+        f"`decide` made from {p.deliveries:,} allowed deliveries in one session (one a second "
+        f"over four activity types, so the timed call's window holds {p.long_session_window} "
+        "calls of its activity), with the replay check of the timed call's delivery against "
+        f"the session's {p.deliveries:,} inside the timed region (a set here; the store's "
+        "indexed table in a worker).",
         "",
         "| series | samples | p50 | p90 | p99 | max |",
         "|---|---|---|---|---|---|",
-        f"| `decide` | {p.decide_us.n:,} | {usf(p.decide_us.p50)} | {usf(p.decide_us.p90)} | "
-        f"{usf(p.decide_us.p99)} | {usf(p.decide_us.max)} |",
+        *_decide_rows(p),
         "",
-        f"SHACKLE's published figure for its `decide()` is about {SHACKLE_DECIDE_P50_US:g} µs "
-        "p50; ours also returns the state after the call, which the store writes.",
+        _shackle_note(p),
         "",
         "b. `PolicyGuard.check` of one ungated call: a rule, `decide`, and the session's state, "
         "the principal's and namespace's spend and the admitted execution read and written in "

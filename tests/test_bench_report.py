@@ -1,5 +1,6 @@
 """The throughput figure's text is computed from its own numbers: ratios of medians, the
-per-round ratios beside them, and the CPU reading."""
+per-round ratios beside them, and the CPU reading; the policy figure's targets say met or
+missed, and whether SHACKLE's decide() was measured beside ours."""
 
 from __future__ import annotations
 
@@ -9,7 +10,9 @@ from benchmarks.crash_recovery import CrashRecovery, Run, Settings
 from benchmarks.crash_report import section as crash_section
 from benchmarks.crash_report import targets as crash_targets
 from benchmarks.machine import Filesystem
-from benchmarks.report import _throughput_section
+from benchmarks.policy_cost import PolicyCost
+from benchmarks.report import _decide_targets, _policy_section, _throughput_section
+from benchmarks.stats import Dist
 from benchmarks.throughput import JOURNAL_ONLY, NO_DELAY, PLUGIN_ONLY, Throughput
 
 
@@ -151,3 +154,47 @@ def test_the_crash_section_splits_the_time_into_stages_that_add_up() -> None:
     assert "| **SIGKILL → result (the figure)** | **3.04 s** | **3.03 s** |" in text
     assert "is missed by 0.03 s" in text
     assert "(3 on the normal queue, 0 on a sticky queue)" in text
+
+
+def _policy(with_shackle: bool) -> PolicyCost:
+    def dist(p50: float) -> Dist:
+        return Dist(n=100, p50=p50, p90=p50, p95=p50, p99=p50 * 2, max=p50 * 3, min=p50, mean=p50)
+
+    return PolicyCost(
+        decide_us=dist(1.5),
+        timer_overhead_us=0.04,
+        check_ms=dist(0.5),
+        floor_ms=dist(0.3),
+        samples_decide=100,
+        samples_check=100,
+        block=25,
+        shackle_config_us=dist(0.8),
+        shackle_us=dist(0.5) if with_shackle else None,
+        long_session_us=dist(3.5),
+        long_session_window=14,
+    )
+
+
+def test_decides_targets_say_met_or_missed_and_whether_shackles_was_measured_beside() -> None:
+    with_them = {t.figure: t for t in _decide_targets(_policy(with_shackle=True))}
+    assert [t.met for t in with_them.values()] == [True, True, False]
+    shackle_row = next(t for f, t in with_them.items() if "SHACKLE" in f)
+    assert shackle_row.target == "≤ 0.9 µs"
+    assert shackle_row.measured == (
+        "0.80 µs (p99 1.60 µs); SHACKLE's, interleaved: 0.50 µs, ours ÷ SHACKLE's 1.60"
+    )
+    long_row = next(t for f, t in with_them.items() if "10,000 deliveries" in f)
+    assert (long_row.target, long_row.met) == ("≤ 3 µs", False)
+    text = "\n".join(_policy_section(_policy(with_shackle=True), "python -m benchmarks"))
+    assert "| SHACKLE's `decide()`, its benchmark's inputs | 100 | 0.50 µs |" in text
+    assert "ours ÷ SHACKLE's = 1.60 at p50" in text
+    assert "window holds 14 calls of its activity" in text
+
+    alone = _decide_targets(_policy(with_shackle=False))
+    assert alone[0].measured == (
+        "0.80 µs (p99 1.60 µs); ours alone: SHACKLE's decide.py was not given (recorded: 0.93 µs)"
+    )
+    text = "\n".join(_policy_section(_policy(with_shackle=False), "python -m benchmarks"))
+    assert (
+        "SHACKLE's `decide()` took 0.93 µs p50" in text and "SHACKLE's `decide()`, its" not in text
+    )

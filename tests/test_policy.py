@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import pickle
 from typing import Any
 
 import pytest
@@ -33,6 +34,7 @@ from interlock_temporal.core.policy import (
     modify,
     reset_circuit,
 )
+from interlock_temporal.core.policy.breaker import plan_of
 
 ACTIVITIES = ("search", "refund", "send_email")
 
@@ -736,3 +738,71 @@ def test_an_unknown_mode_enforces_and_the_epoch_follows_the_content() -> None:
 def test_limits_reject_unknown_keys() -> None:
     with pytest.raises(ValueError, match="max_repeats"):
         Limits.model_validate({"max_repeats": 3})
+
+
+def test_an_allowed_decision_is_the_one_the_constructors_make() -> None:
+    """``decide`` fills an allowed call's decision and states slot by slot (the constructors
+    cost more than the rest of it): every field must be set and equal what the constructors
+    would make, so a field added to one of those classes and not filled there fails here."""
+    limits = Limits(session_budget_usd=1.0, window_s=60.0, window_max_calls=5)
+    before = PolicyState(
+        SessionState(None, "search\x00q", 2, 7, 0.25, {"search": (1.0,), "other": (2.0,)}),
+        principal_spent_usd=1.5,
+        namespace_spent_usd=2.5,
+    )
+    for digest, streak in (("q", 3), ("r", 1)):
+        d = decide(before, CallFacts("search", digest, now=3.0, cost_usd=0.125), limits, 0.5)
+        after = SessionState(
+            None, f"search\x00{digest}", streak, 8, 0.375, {"search": (1.0, 3.0), "other": (2.0,)}
+        )
+        assert d == Decision(Verdict.ALLOW, state=PolicyState(after, 1.625, 2.625))
+        assert d.state is not None and d.state.session == after
+        assert [f.name for f in dataclasses.fields(d)] == [
+            f.name for f in dataclasses.fields(Decision)
+        ]
+        # every field readable (an unset slot raises)
+        assert dataclasses.astuple(d.state) == dataclasses.astuple(PolicyState(after, 1.625, 2.625))
+
+
+@pytest.mark.parametrize(
+    "copied",
+    [
+        lambda x: x.model_copy(update={"max_total_calls": 1}),
+        lambda x: x.model_copy(update={"max_total_calls": 1}, deep=True),
+        lambda x: Limits.model_validate(x.model_dump() | {"max_total_calls": 1}),
+    ],
+    ids=["model_copy", "deep model_copy", "validated"],
+)
+def test_a_copy_of_limits_decides_by_its_own_settings(copied: Any) -> None:
+    """``decide`` works out what it reads of a ``Limits`` once, kept on the instance; a copy
+    carries its original's, and must decide by its own settings all the same."""
+    limits = Limits(max_total_calls=1000)
+    state = PolicyState(SessionState(total=1))
+    call = CallFacts("search", "q", now=0.0)
+    assert decide(state, call, limits, 0.5).verdict is Verdict.ALLOW
+    capped = copied(limits)
+    d = decide(state, call, capped, 0.5)
+    assert (d.verdict, d.code) == (Verdict.DENY, Reason.GLOBAL_LIMIT)
+    assert decide(state, call, limits, 0.5).verdict is Verdict.ALLOW
+    # pickled with what it worked out, it still decides by its settings
+    thawed = pickle.loads(pickle.dumps(capped))
+    assert thawed == capped and thawed.model_dump() == capped.model_dump()
+    assert decide(state, call, thawed, 0.5).code == Reason.GLOBAL_LIMIT
+    # each works out its own once, and keeps it
+    for each in (limits, capped, thawed):
+        assert plan_of(each) is plan_of(each)
+        assert plan_of(each).max_total_calls == each.max_total_calls
+
+
+def test_hitl_activities_are_matched_by_glob_and_remembered_per_activity() -> None:
+    limits = Limits(hitl_activities=("send_*", "refund"))
+    for activity, asks in (("send_email", True), ("refund", True), ("search", False)) * 2:
+        d = decide(PolicyState(), CallFacts(activity, "q", now=0.0), limits, 0.5)
+        assert d.verdict is (Verdict.ESCALATE if asks else Verdict.ALLOW), activity
+        assert limits.needs_person(activity) is asks
+    for always in (Limits(hitl_mode=HitlMode.ALWAYS), Limits(hitl_always=True)):
+        assert always.needs_person("search") is True
+        assert decide(PolicyState(), CallFacts("search", "q", now=0.0), always, 0.5).code == (
+            Reason.HITL_REQUIRED
+        )
+    assert Limits(hitl_mode=HitlMode.ON_DENY).needs_person("search") is False

@@ -17,6 +17,7 @@ import warnings
 from bisect import bisect_right, insort
 from dataclasses import InitVar, dataclass
 from enum import StrEnum
+from functools import cached_property
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
@@ -153,6 +154,94 @@ class Limits(BaseModel):
             fnmatch.fnmatchcase(activity, p) for p in self.hitl_activities
         )
 
+    @cached_property
+    def _plan(self) -> _Plan:
+        # kept in the instance's __dict__, where pydantic neither dumps nor compares it; a copy
+        # (model_copy, pickle) carries its original's, which ``plan_of`` tells by its owner
+        return _Plan.of(self)
+
+
+@dataclass(frozen=True, slots=True)
+class _Plan:
+    """What ``decide`` reads of a ``Limits``, worked out once per ``Limits`` (``plan_of``): a
+    field of a pydantic model costs several times a slot to read, and the HITL mode, the
+    budgets set and the repeat limits are derived from several fields."""
+
+    #: ``id`` of the ``Limits`` it was made from
+    owner: int
+    #: (scope, limit, which spend: 0 the session's, 1 the principal's, 2 the namespace's), in
+    #: the order the budget layer reads them
+    budgets: tuple[tuple[str, float, int], ...]
+    #: the fraction ``on_threshold`` escalates at or below; None in any other mode
+    threshold: float | None
+    #: ``on_deny`` or ``always``: a cost over what remains asks a person
+    escalate_over: bool
+    #: the repeat limit, and the same with an error signal in the input
+    repeat: int | None
+    repeat_amplified: int
+    window_s: float | None
+    window_max_calls: int | None
+    max_total_calls: int | None
+    #: ``deny_jitter_ratio`` with ``probabilistic_deny``, else None
+    jitter: float | None
+    #: every call needs a person (``always``), else those of ``hitl_activities`` (``asks``)
+    always_person: bool
+    hitl_activities: tuple[str, ...]
+    #: whether an activity matches ``hitl_activities``, by activity (a memo of ``fnmatch``)
+    person: dict[str, bool]
+
+    @classmethod
+    def of(cls, limits: Limits) -> _Plan:
+        mode = hitl_mode_of(limits)
+        budgets = (
+            ("session", limits.session_budget_usd, 0),
+            ("principal", limits.principal_budget_usd, 1),
+            ("namespace", limits.namespace_budget_usd, 2),
+        )
+        repeat = limits.max_repeat_calls
+        amplified = repeat or 0
+        if limits.error_amplification:
+            amplified = max(1, amplified - 1)
+        return cls(
+            owner=id(limits),
+            budgets=tuple((scope, b, i) for scope, b, i in budgets if b is not None),
+            threshold=(
+                (limits.escalate_below_fraction or 0.0) if mode is HitlMode.ON_THRESHOLD else None
+            ),
+            escalate_over=mode in (HitlMode.ON_DENY, HitlMode.ALWAYS),
+            repeat=repeat,
+            repeat_amplified=amplified,
+            window_s=limits.window_s,
+            window_max_calls=limits.window_max_calls,
+            max_total_calls=limits.max_total_calls,
+            jitter=limits.deny_jitter_ratio if limits.probabilistic_deny else None,
+            always_person=limits.hitl_always or limits.hitl_mode is HitlMode.ALWAYS,
+            hitl_activities=limits.hitl_activities,
+            person={},
+        )
+
+    def asks(self, activity: str) -> bool:
+        """Whether ``activity`` matches one of ``hitl_activities``, remembered per name."""
+        known = self.person.get(activity)
+        if known is None:
+            if len(self.person) >= _PERSON_MEMO:
+                self.person.clear()
+            known = any(fnmatch.fnmatchcase(activity, p) for p in self.hitl_activities)
+            self.person[activity] = known
+        return known
+
+
+#: activity names remembered per plan (past this, the memo starts again)
+_PERSON_MEMO = 4096
+
+
+def plan_of(limits: Limits) -> _Plan:
+    """The plan of ``limits``, made once (``decide`` does the same inline)."""
+    plan = limits._plan
+    if plan.owner != id(limits):
+        plan = limits.__dict__["_plan"] = _Plan.of(limits)
+    return plan
+
 
 def hitl_mode_of(limits: Limits) -> HitlMode:
     mode = limits.hitl_mode
@@ -208,12 +297,22 @@ class CallFacts:
 
 # -- the breaker ------------------------------------------------------------------------------
 
+# read once: an enum member costs a lookup through its class's metaclass at each use
+_ALLOW = Verdict.ALLOW
+_DENY = Verdict.DENY
+_ESCALATE = Verdict.ESCALATE
+#: the states and the decision of an allowed call are made with this and filled slot by slot:
+#: a dataclass's ``__init__`` costs more than the object it makes (``decide``'s whole budget is
+#: about a microsecond). tests/test_policy.py checks they equal the ones the constructors make,
+#: so a field added to one of those classes and not set here fails there
+_new = object.__new__
+
 
 def _deny(
     state: PolicyState, call: CallFacts, code: Reason, reason: str, probabilistic: bool = False
 ) -> Decision:
     if code in _NO_TRIP:
-        return Decision(Verdict.DENY, code.value, reason, state=state)
+        return Decision(_DENY, code.value, reason, state=state)
     s = state.session
     session = SessionState(
         Circuit(code.value, call.activity, call.now),
@@ -224,53 +323,46 @@ def _deny(
         s.windows,
     )
     after = PolicyState(session, state.principal_spent_usd, state.namespace_spent_usd)
-    return Decision(Verdict.DENY, code.value, reason, state=after, probabilistic=probabilistic)
-
-
-def _budgets(state: PolicyState, limits: Limits) -> list[tuple[str, float, float]]:
-    """(scope, limit, spent) for each configured budget."""
-    out: list[tuple[str, float, float]] = []
-    if limits.session_budget_usd is not None:
-        out.append(("session", limits.session_budget_usd, state.session.spent_usd))
-    if limits.principal_budget_usd is not None:
-        out.append(("principal", limits.principal_budget_usd, state.principal_spent_usd))
-    if limits.namespace_budget_usd is not None:
-        out.append(("namespace", limits.namespace_budget_usd, state.namespace_spent_usd))
-    return out
+    return Decision(_DENY, code.value, reason, state=after, probabilistic=probabilistic)
 
 
 def admit(state: PolicyState, call: CallFacts, limits: Limits) -> PolicyState:
     """The state after ``call`` is allowed: counted, and charged its estimated cost."""
-    s = state.session
     if call.admitted:
         return state
-    signature = call.signature
+    return _admit(state, call, plan_of(limits), f"{call.activity}\x00{call.digest}")
+
+
+def _admit(state: PolicyState, call: CallFacts, plan: _Plan, signature: str) -> PolicyState:
+    s = state.session
     windows = s.windows
-    if limits.window_s is not None:
+    window_s = plan.window_s
+    if window_s is not None:
         # sorted times; only the newest ``window_max_calls`` inside the window can matter
+        now = call.now
         times = list(windows.get(call.activity, ()))
-        insort(times, call.now)
-        del times[: bisect_right(times, call.now - limits.window_s)]
-        if limits.window_max_calls is not None:
-            del times[: -limits.window_max_calls]
+        insort(times, now)
+        del times[: bisect_right(times, now - window_s)]
+        if plan.window_max_calls is not None:
+            del times[: -plan.window_max_calls]
         windows = {**windows, call.activity: tuple(times)}
-    session = SessionState(
-        s.circuit,
-        signature,
-        s.streak + 1 if signature == s.last_call else 1,
-        s.total + 1,
-        s.spent_usd + call.cost_usd,
-        windows,
-    )
-    return PolicyState(
-        session,
-        state.principal_spent_usd + call.cost_usd,
-        state.namespace_spent_usd + call.cost_usd,
-    )
+    cost = call.cost_usd
+    session = _new(SessionState)  # every field set (see _new)
+    session.circuit = s.circuit
+    session.last_call = signature
+    session.streak = s.streak + 1 if signature == s.last_call else 1
+    session.total = s.total + 1
+    session.spent_usd = s.spent_usd + cost
+    session.windows = windows
+    after = _new(PolicyState)
+    after.session = session
+    after.principal_spent_usd = state.principal_spent_usd + cost
+    after.namespace_spent_usd = state.namespace_spent_usd + cost
+    return after
 
 
 def _escalate(state: PolicyState, code: Reason, reason: str) -> Decision:
-    return Decision(Verdict.ESCALATE, code.value, reason, state=state)
+    return Decision(_ESCALATE, code.value, reason, state=state)
 
 
 def _over(scope: str) -> str:
@@ -288,61 +380,73 @@ def decide(state: PolicyState, call: CallFacts, limits: Limits, rng: float) -> D
     if call.replayed:
         return _deny(state, call, Reason.REPLAY, "this delivery was already allowed once")
     if call.admitted:
-        return Decision(Verdict.ALLOW, "RETRY", state=state)
+        return Decision(_ALLOW, "RETRY", state=state)
+    plan = limits._plan
+    if plan.owner != id(limits):
+        plan = plan_of(limits)
 
-    mode = hitl_mode_of(limits)
-    budgets = _budgets(state, limits)
     lowest = 1.0
-    lowest_scope = ""
-    over = ""
-    for scope, limit, spent in budgets:
-        remaining = limit - spent
-        if remaining <= 0:
-            return _deny(state, call, Reason.BUDGET_EXHAUSTED, f"the {scope} budget is spent")
-        if not over and call.cost_usd > remaining:
-            over = scope
-        fraction = remaining / limit
-        if fraction < lowest or not lowest_scope:
-            lowest, lowest_scope = fraction, scope
-    if budgets and not call.approved:
-        if mode is HitlMode.ON_THRESHOLD and lowest <= (limits.escalate_below_fraction or 0.0):
-            why = f"the {lowest_scope} budget fell to its escalation threshold"
-            return _escalate(state, Reason.BUDGET_THRESHOLD, why)
-        if over and mode in (HitlMode.ON_DENY, HitlMode.ALWAYS):
-            return _escalate(state, Reason.BUDGET_EXHAUSTED, _over(over))
-    if over and not (call.approved and mode in (HitlMode.ON_DENY, HitlMode.ALWAYS)):
-        return _deny(state, call, Reason.BUDGET_EXHAUSTED, _over(over))
+    lowest_scope = over = ""
+    budgets = plan.budgets
+    if budgets:
+        for scope, limit, which in budgets:
+            remaining = limit - (
+                s.spent_usd
+                if which == 0
+                else state.principal_spent_usd
+                if which == 1
+                else state.namespace_spent_usd
+            )
+            if remaining <= 0:
+                return _deny(state, call, Reason.BUDGET_EXHAUSTED, f"the {scope} budget is spent")
+            if not over and call.cost_usd > remaining:
+                over = scope
+            fraction = remaining / limit
+            if fraction < lowest or not lowest_scope:
+                lowest, lowest_scope = fraction, scope
+        if not call.approved:
+            if plan.threshold is not None and lowest <= plan.threshold:
+                why = f"the {lowest_scope} budget fell to its escalation threshold"
+                return _escalate(state, Reason.BUDGET_THRESHOLD, why)
+            if over and plan.escalate_over:
+                return _escalate(state, Reason.BUDGET_EXHAUSTED, _over(over))
+        if over and not (call.approved and plan.escalate_over):
+            return _deny(state, call, Reason.BUDGET_EXHAUSTED, _over(over))
 
-    if limits.max_repeat_calls is not None and call.signature == s.last_call:
-        limit = limits.max_repeat_calls
-        if limits.error_amplification and call.error_signal:
-            limit = max(1, limit - 1)
+    signature = f"{call.activity}\x00{call.digest}"
+    if plan.repeat is not None and signature == s.last_call:
+        limit = plan.repeat_amplified if call.error_signal else plan.repeat
         if s.streak >= limit:
             why = f"{s.streak} identical calls of {call.activity} in a row (limit {limit})"
             return _deny(state, call, Reason.MAX_REPEAT_EXCEEDED, why)
 
-    if limits.window_s is not None and limits.window_max_calls is not None:
+    if plan.window_s is not None and plan.window_max_calls is not None:
         times = s.windows.get(call.activity, ())
-        recent = len(times) - bisect_right(times, call.now - limits.window_s)
-        if recent >= limits.window_max_calls:
-            why = f"{recent} calls of {call.activity} in {limits.window_s:g} s"
+        recent = len(times) - bisect_right(times, call.now - plan.window_s)
+        if recent >= plan.window_max_calls:
+            why = f"{recent} calls of {call.activity} in {plan.window_s:g} s"
             return _deny(state, call, Reason.WINDOW_EXCEEDED, why)
 
-    if limits.max_total_calls is not None and s.total >= limits.max_total_calls:
+    if plan.max_total_calls is not None and s.total >= plan.max_total_calls:
         return _deny(state, call, Reason.GLOBAL_LIMIT, f"{s.total} calls in this session")
 
-    if (
-        limits.probabilistic_deny
-        and budgets
-        and lowest < 0.2
-        and rng < limits.deny_jitter_ratio * (1.0 - lowest)
-    ):
+    jitter = plan.jitter
+    if jitter is not None and budgets and lowest < 0.2 and rng < jitter * (1.0 - lowest):
         # worded as a real over-budget denial on purpose: the agent cannot tell them apart
         return _deny(state, call, Reason.BUDGET_EXHAUSTED, _over(lowest_scope), probabilistic=True)
 
-    if (call.escalate or limits.needs_person(call.activity)) and not call.approved:
+    if (
+        call.escalate or plan.always_person or (plan.hitl_activities and plan.asks(call.activity))
+    ) and not call.approved:
         return _escalate(state, Reason.HITL_REQUIRED, "a person must approve this call")
-    return Decision(Verdict.ALLOW, state=admit(state, call, limits))
+    d = _new(Decision)  # Decision(Verdict.ALLOW, state=...), every field set (see _new)
+    d.verdict = _ALLOW
+    d.code = d.reason = ""
+    d.policy_id = d.argument = d.args = d.epoch = None
+    d.state = _admit(state, call, plan, signature)
+    d.observed = d.probabilistic = False
+    d.approvers = ()
+    return d
 
 
 def _mentions(text: str, signal: str) -> bool:
