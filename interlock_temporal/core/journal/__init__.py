@@ -32,7 +32,6 @@ if TYPE_CHECKING:
         state_kind,
         value_of,
         values_digest,
-        verify_entries,
     )
     from .interface import (
         DEFAULT_COMMIT_DELAY,
@@ -45,6 +44,7 @@ if TYPE_CHECKING:
     )
     from .opening import JournalLocation, keyring_for, open_journal, parse_journal_url
     from .signing import KeyLike, as_key
+    from .verifying import verify_entries
 
 __all__ = [
     "DEFAULT_COMMIT_DELAY",
@@ -96,7 +96,6 @@ __getattr__ = lender(
                 "state_kind",
                 "value_of",
                 "values_digest",
-                "verify_entries",
             ),
             ".entries",
         ),
@@ -116,5 +115,6 @@ __getattr__ = lender(
             ("JournalLocation", "keyring_for", "open_journal", "parse_journal_url"), ".opening"
         ),
         **dict.fromkeys(("KeyLike", "as_key"), ".signing"),
+        "verify_entries": ".verifying",
     },
 )

@@ -19,8 +19,9 @@ from ..models import Draft, EffectRow, Entry, JournalHead, Kind, Lease, VerifyRe
 from ..notifications import NotificationLog
 from ..policy import PolicyStore
 from .claims import Claim
-from .entries import RawEntry, check_entry, verify_entries
+from .entries import RawEntry, check_entry
 from .signing import Keyring
+from .verifying import verify_stored
 
 SCHEMA_VERSION = 7
 #: the effect type of policy chains (``policy:<session>``)
@@ -247,9 +248,32 @@ class Journal(ABC):
     def iter_raw(self) -> Iterator[RawEntry]:
         """Every stored entry in seq order, as stored."""
 
+    def iter_raw_batches(self) -> Iterator[Sequence[Sequence[Any]]]:
+        """Every stored entry in seq order, as the values of its ``RawEntry`` (in field order),
+        a batch at a time: what ``verify`` reads."""
+        for r in self.iter_raw():
+            yield ((r.seq, r.effect_id, r.kind, r.prev, r.hash, r.key_id, r.sig, r.body, r.vals),)
+
     @abstractmethod
     def iter_rows(self) -> Iterator[EffectRow]:
         """Every effect's index row (policy chains included), for ``verify``."""
+
+    def row_values(self) -> Sequence[Sequence[Any]]:
+        """Every effect's index row as its values (in ``EffectRow``'s field order), read now."""
+        return [
+            (
+                r.effect_id,
+                r.effect_type,
+                r.status.value,
+                r.head,
+                r.head_seq,
+                r.updated_ts,
+                r.first_dispatch_ts,
+                r.last_dispatch_ts,
+                r.origin,
+            )
+            for r in self.iter_rows()
+        ]
 
     @abstractmethod
     def head(self) -> JournalHead | None:
@@ -267,7 +291,8 @@ class Journal(ABC):
         if isinstance(head, str):
             head = JournalHead.parse(head)
         anchors = self.anchor_entries()
-        return verify_entries(self.iter_raw(), self.keyring, head, self.iter_rows(), anchors)
+        rows = self.row_values()
+        return verify_stored(self.iter_raw_batches(), self.keyring, head, rows, anchors)
 
     def anchor_entries(self) -> list[RawEntry]:
         """The anchors of the archives taken from this journal (``Kind.ANCHOR``), as stored."""

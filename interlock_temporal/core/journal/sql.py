@@ -24,8 +24,10 @@ from .entries import (
     RawEntry,
     check_chain,
     decode_entry,
+    effect_row,
     encode_entry,
     origin_in,
+    raw_entry,
     state_kind,
     value_of,
     values_digest,
@@ -88,28 +90,6 @@ IN_DOUBT_SQL = (
     f"SELECT {ROW_COLUMNS} FROM effects WHERE status = 'DISPATCHED' AND last_dispatch_ts <= ? "
     "ORDER BY last_dispatch_ts"
 )
-
-
-def effect_row(values: Sequence[Any]) -> EffectRow:
-    return EffectRow(
-        effect_id=values[0],
-        effect_type=values[1],
-        status=Kind(values[2]),
-        head=values[3],
-        head_seq=values[4],
-        updated_ts=values[5],
-        first_dispatch_ts=values[6],
-        last_dispatch_ts=values[7],
-        origin=values[8],
-    )
-
-
-def raw_entry(values: Sequence[Any]) -> RawEntry:
-    """A stored entry as read. A body an operator rewrote as text (SQLite keeps what it is given)
-    is taken as its UTF-8 bytes, so the check names it as an edit instead of failing to read it."""
-    seq, eid, kind, prev, hash_, key_id, sig, body, vals = values
-    signed = body.encode() if isinstance(body, str) else bytes(body)
-    return RawEntry(seq, eid, kind, prev, hash_, key_id, sig, signed, vals)
 
 
 class _ItemFailed(Exception):
@@ -590,8 +570,10 @@ class SqlJournal(Journal):
         return [r[0] for r in rows]
 
     def iter_rows(self) -> Iterator[EffectRow]:
-        rows = self._read(lambda db: self._x(db, f"SELECT {ROW_COLUMNS} FROM effects").fetchall())
-        return (effect_row(r) for r in rows)
+        return (effect_row(r) for r in self.row_values())
+
+    def row_values(self) -> Sequence[Sequence[Any]]:
+        return self._read(lambda db: self._x(db, f"SELECT {ROW_COLUMNS} FROM effects").fetchall())
 
     def anchor_entries(self) -> list[RawEntry]:
         sql = f"SELECT {ENTRY_COLUMNS} FROM entries WHERE kind = 'ANCHOR' ORDER BY seq"

@@ -14,12 +14,12 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from ..errors import JournalUnavailable
 from ..models import Entry
 from .claims import Claim, Claims, host_claims
-from .entries import RawEntry
+from .entries import RawEntry, raw_entry
 from .group_commit import AppendArgs
 from .interface import SCHEMA_VERSION
 from .signing import Keyring
@@ -328,13 +328,17 @@ class SqliteJournal(SqlJournal):
     # -- reading everything ----------------------------------------------------------------------
 
     def iter_raw(self) -> Iterator[RawEntry]:
+        for batch in self.iter_raw_batches():
+            for r in batch:
+                yield raw_entry(r)
+
+    def iter_raw_batches(self) -> Iterator[Sequence[Sequence[Any]]]:
         # a separate connection: a long verify must not hold the writers' lock
         db = sqlite3.connect(f"{self.path.resolve().as_uri()}?mode=ro", uri=True)
         try:
             cursor = db.execute(f"SELECT {ENTRY_COLUMNS} FROM entries ORDER BY seq")
             while batch := cursor.fetchmany(4096):
-                for r in batch:
-                    yield RawEntry(*r)
+                yield batch
         finally:
             db.close()
 
