@@ -9,7 +9,7 @@ import functools
 import os
 import re
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any, Protocol, TypeVar
 from urllib.parse import parse_qs, unquote, urlparse, urlunparse
 
@@ -248,7 +248,7 @@ class Journal(ABC):
     def iter_raw(self) -> Iterator[RawEntry]:
         """Every stored entry in seq order, as stored."""
 
-    def iter_raw_batches(self) -> Iterator[Sequence[Sequence[Any]]]:
+    def iter_raw_batches(self) -> Iterator[Iterable[Sequence[Any]]]:
         """Every stored entry in seq order, as the values of its ``RawEntry`` (in field order),
         a batch at a time: what ``verify`` reads."""
         for r in self.iter_raw():

@@ -21,7 +21,7 @@ import hashlib
 import threading
 import time
 import weakref
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any, TypeVar
 from urllib.parse import parse_qs, urlencode, urlparse, urlunparse
 
@@ -395,7 +395,7 @@ class PostgresJournal(SqlJournal):
             for r in batch:
                 yield raw_entry(r)
 
-    def iter_raw_batches(self) -> Iterator[Sequence[Sequence[Any]]]:
+    def iter_raw_batches(self) -> Iterator[Iterable[Sequence[Any]]]:
         # its own connection and a server-side cursor: a long verify holds no pooled connection
         with psycopg.connect(self._conninfo) as conn, conn.cursor(name="interlock_verify") as cur:
             cur.execute(f"SELECT {ENTRY_COLUMNS} FROM entries ORDER BY seq")

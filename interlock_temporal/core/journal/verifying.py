@@ -112,7 +112,7 @@ def _row_values(row: EffectRow) -> tuple[Any, ...]:
 
 
 def verify_stored(
-    batches: Iterable[Sequence[Sequence[Any]]],
+    batches: Iterable[Iterable[Sequence[Any]]],
     keyring: Keyring,
     head: JournalHead | None = None,
     rows: Iterable[Sequence[Any]] | None = None,
@@ -205,7 +205,7 @@ class _Pass:
         return self.keys[key_id]
 
     def entries(
-        self, batches: Iterable[Sequence[Sequence[Any]]]
+        self, batches: Iterable[Iterable[Sequence[Any]]]
     ) -> tuple[tuple[int, str] | None, Sequence[Any] | None]:
         """Check every entry: what is wrong first (at which seq), and the last entry read. The
         next entry of a known effect is checked here, the first of an effect by ``first``; any
@@ -276,7 +276,7 @@ class _Pass:
         return None, last
 
     def full(
-        self, batches: Iterable[Sequence[Sequence[Any]]]
+        self, batches: Iterable[Iterable[Sequence[Any]]]
     ) -> tuple[tuple[int, str] | None, Sequence[Any] | None]:
         """``entries`` with every entry checked the full way."""
         last: Sequence[Any] | None = None
