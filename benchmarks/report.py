@@ -230,6 +230,9 @@ def summary(r: Report) -> str:
                 f"5. verify {v.scheme}: {v.entries:,} entries, median {v.median_per_s:,.0f}/s "
                 f"(best {v.best_per_s:,.0f}/s); as a command {v.cli_seconds:.1f} s"
             )
+        if r.verify.bounds:
+            bounds = ", ".join(f"{name} {us:.2f}" for name, us in r.verify.bounds.items())
+            lines.append(f"5. verify HMAC, µs per entry: {bounds}")
     lines.append("targets:")
     for t in r.targets():
         lines.append(f"   {'met   ' if t.met else 'MISSED'} {t.figure}: {t.measured} ({t.target})")

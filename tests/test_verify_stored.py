@@ -1,7 +1,7 @@
-"""``journal verify`` over more entries than one read returns (4,096): the short path checks the
-common entry, the full check names what is wrong. An edit in the middle of a later batch is
-named by its seq, as the full check alone names it (real SQLite; entries signed as the journal
-signs them, written straight into its tables to keep the test fast)."""
+"""``journal verify`` of 9,000 entries: the short path checks the common entry, the full check
+names what is wrong. An edit deep in the journal, between entries the short path accepted, is
+named by its seq exactly as the full check alone names it (real SQLite; entries signed as the
+journal signs them, written straight into its tables to keep the test fast)."""
 
 from __future__ import annotations
 
@@ -20,9 +20,9 @@ from interlock_temporal.core.journal.verifying import verify_stored
 from interlock_temporal.core.models import Kind, VerifyReport
 
 KEY = "5e" * 32
-EFFECTS = 3_000  # three entries each: 9,000 entries, three reads of 4,096
+EFFECTS = 3_000  # three entries each: 9,000 entries
 #: the first entry of effect 2,000 (it starts a chain), its DISPATCHED (values beside it) and
-#: its COMMITTED (the effect's head), all in the second read
+#: its COMMITTED (the effect's head)
 FIRST, DISPATCHED, COMMITTED = 6_001, 6_002, 6_003
 
 
@@ -187,7 +187,7 @@ EDITS: list[tuple[str, int, Callable[[Path, int], None], str]] = [
     ("seq", "edit", "problem"),
     [pytest.param(seq, edit, problem, id=name) for name, seq, edit, problem in EDITS],
 )
-def test_an_edit_in_the_middle_of_a_later_read_is_named_by_its_seq(
+def test_an_edit_deep_in_the_journal_is_named_by_its_seq(
     journal_path: Path, seq: int, edit: Callable[[Path, int], None], problem: str
 ) -> None:
     edit(journal_path, seq)
@@ -203,7 +203,7 @@ def test_an_edit_in_the_middle_of_a_later_read_is_named_by_its_seq(
     ("column", "value"),
     [("head", "0" * 64), ("origin", "f" * 64), ("updated_ts", 1.0), ("status", "DISPATCHED")],
 )
-def test_an_edited_row_of_a_later_read_is_named_by_its_head(
+def test_an_edited_row_deep_in_the_journal_is_named_by_its_head(
     journal_path: Path, column: str, value: Any
 ) -> None:
     eid = _stored(journal_path, COMMITTED, "effect_id")
