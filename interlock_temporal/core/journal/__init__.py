@@ -1,10 +1,10 @@
 """The journal: append-only, one signed entry per transition, hash-chained per effect.
 
 ``interface`` is what every backend implements (``Journal``); ``entries`` signs, checks and
-exports the entries; ``opening`` opens a journal by URL; ``sql`` is what the SQL backends share
-(``sqlite``, ``postgres``), with the leases and the policy's state kept in their database
-(``sql_leases``, ``sql_policy``); ``claims`` are the effects' exclusive claims and ``signing``
-the keys that sign entries.
+exports the entries, ``verifying`` checks a whole journal; ``opening`` opens a journal by URL;
+``sql`` is what the SQL backends share (``sqlite``, ``postgres``), with the leases and the
+policy's state kept in their database (``sql_leases``, ``sql_policy``); ``claims`` are the
+effects' exclusive claims and ``signing`` the keys that sign entries.
 
 Each name is imported on first use, so importing one module of this package loads only that
 module.

@@ -45,14 +45,20 @@ class HmacKey:
     def verify(self, entry_hash: bytes, sig: str) -> bool:
         return hmac.compare_digest(self.sign(entry_hash), sig)
 
-    def verifier(self) -> Callable[[bytes, str], bool]:
-        """``verify`` for many entries in a row: HMAC as RFC 2104 defines it, from the key's
-        inner and outer pads hashed once (two ``sha256`` copies per entry, no HMAC object)."""
+    def pads(self) -> tuple[Any, Any]:
+        """The key's inner and outer pads, hashed (RFC 2104): ``hexdigest`` of ``outer`` after
+        ``digest`` of ``inner`` after the message is the HMAC; copy them, never update them."""
         block = hashlib.sha256().block_size
         secret = self.secret if len(self.secret) <= block else hashlib.sha256(self.secret).digest()
         secret = secret.ljust(block, b"\0")
         inner = hashlib.sha256(bytes(b ^ 0x36 for b in secret))
         outer = hashlib.sha256(bytes(b ^ 0x5C for b in secret))
+        return inner, outer
+
+    def verifier(self) -> Callable[[bytes, str], bool]:
+        """``verify`` for many entries in a row: HMAC from the key's hashed pads (two
+        ``sha256`` copies per entry, no HMAC object)."""
+        inner, outer = self.pads()
         compare = hmac.compare_digest
 
         def verify(entry_hash: bytes, sig: str) -> bool:

@@ -17,6 +17,7 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from hmac import compare_digest
 from json.encoder import encode_basestring  # type: ignore[attr-defined]
 from typing import Any
 
@@ -33,7 +34,7 @@ from .entries import (
     signed_ts,
     values_digest,
 )
-from .signing import Keyring
+from .signing import HmacKey, Keyring
 
 #: entries the short path leaves to the full check: they start a chain or add to its checks
 _SPECIAL = frozenset({Kind.ARCHIVED.value, Kind.ANCHOR.value, Kind.VALUES_BOUND.value})
@@ -50,8 +51,9 @@ _AT_LEN = len(_AT)
 _DATA = b'{"data":'
 #: the scanner ``json.loads`` reads a document with
 _scan_once: Callable[[str, int], tuple[Any, int]] = json.JSONDecoder().scan_once  # type: ignore[attr-defined]
-#: a key's signature check and its id as the signed bytes write it
-_KeyCheck = tuple[Callable[[bytes, str], bool], str]
+#: a key's signature check, its id as the signed bytes write it, and an HMAC key's hashed pads
+#: (``HmacKey.pads``: the check inlined) or None
+_KeyCheck = tuple[Callable[[bytes, str], bool], str, Any, Any]
 
 
 def archived_runs(anchors: Iterable[RawEntry]) -> tuple[dict[int, int], tuple[int, str] | None]:
@@ -201,7 +203,10 @@ class _Pass:
     def key(self, key_id: str) -> _KeyCheck | None:
         if key_id not in self.keys:
             key = self.keyring.get(key_id)
-            self.keys[key_id] = None if key is None else (key.verifier(), encode_basestring(key_id))
+            pads = key.pads() if isinstance(key, HmacKey) else (None, None)
+            self.keys[key_id] = (
+                None if key is None else (key.verifier(), encode_basestring(key_id), *pads)
+            )
         return self.keys[key_id]
 
     def entries(
@@ -212,7 +217,7 @@ class _Pass:
         other, or one that fails a check, by ``step``."""
         chains, keys, first = self.checker.chains, self.keys, self.first
         head_seq = -1 if self.head is None else self.head.seq
-        sha256, kinds, annotations = hashlib.sha256, _KINDS, _ANNOTATIONS
+        sha256, kinds, annotations, compare = hashlib.sha256, _KINDS, _ANNOTATIONS, compare_digest
         last: Sequence[Any] | None = None
         expected, count = self.expected, self.count
         for batch in batches:
@@ -236,6 +241,16 @@ class _Pass:
                         continue
                 elif prev == chain.head:
                     digest = sha256(body).digest()
+                    if digest.hex() != digest_hex:  # the hash first, as the full check
+                        signed = False
+                    elif key[2] is None:
+                        signed = key[0](digest, sig)
+                    else:  # HMAC, inlined
+                        mac = key[2].copy()
+                        mac.update(digest)
+                        mac_out = key[3].copy()
+                        mac_out.update(mac.digest())
+                        signed = compare(mac_out.hexdigest(), sig)
                     # prev hashed to it: hex, written as it is
                     tail = (
                         f'{chain.quoted_id},"key_id":{key[1]},"kind":{quoted_kind},'
@@ -243,20 +258,19 @@ class _Pass:
                     ).encode()
                     at = body.rfind(_AT) + _AT_LEN
                     if (
-                        digest.hex() == digest_hex
-                        and key[0](digest, sig)
+                        signed
                         and at > _AT_LEN
                         and body.startswith(tail, at)
                         and body.startswith(_DATA)
-                        and _binds(body, vals)
+                        and (
+                            (body.endswith(_V2_END) or body.endswith(_V1_END))
+                            if vals is None
+                            else _binds(body, vals)
+                        )
                     ):
                         at += len(tail)
-                        chain.head, chain.head_seq, chain.head_body, chain.head_ts_at = (
-                            digest_hex,
-                            seq,
-                            body,
-                            at,
-                        )
+                        chain.head, chain.head_seq = digest_hex, seq
+                        chain.head_body, chain.head_ts_at = body, at
                         if kind not in annotations:
                             chain.status = kind
                             if kind == _DISPATCHED:
@@ -371,7 +385,8 @@ def _rows_problem(
             and origin == chain.origin
             and first == chain.first_dispatch
             and last == chain.last_dispatch
-            and updated == chain.updated
+            and chain.head_body is not None
+            and updated == signed_ts(chain.head_body, chain.head_ts_at)
         ):
             continue
         found = checker.against(eid, effect_row(values))
