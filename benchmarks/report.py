@@ -831,7 +831,8 @@ def _verify_section(v: VerifyCost, command: str) -> list[str]:
         "and the digest of its values checked on the tuple the database returns; anything "
         "else, and any entry that fails a check, goes through the full per-entry check, which "
         "names what is wrong (tests/test_verify_stored.py and the conformance suite check that "
-        "both report every edit alike). One process, one thread.",
+        "both report every edit alike). One process, one thread; Python's cyclic garbage "
+        "collector pauses during the pass (it makes no cycles).",
     ]
     if v.bounds:
         total = sum(v.bounds.values())

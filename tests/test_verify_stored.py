@@ -5,6 +5,7 @@ journal signs them, written straight into its tables to keep the test fast)."""
 
 from __future__ import annotations
 
+import gc
 import json
 import sqlite3
 from collections.abc import Callable
@@ -212,3 +213,21 @@ def test_an_edited_row_deep_in_the_journal_is_named_by_its_head(
     assert not report.ok and report.first_bad_seq == COMMITTED, report
     assert report.problem is not None and column in report.problem, report
     assert report.entries == 3 * EFFECTS
+
+
+@pytest.mark.parametrize("enabled", [True, False])
+def test_verify_leaves_the_garbage_collector_as_it_found_it(
+    journal_path: Path, enabled: bool
+) -> None:
+    """The collector pauses during a pass (it makes no cycles) and is restored after it, also
+    after a pass that finds an edit."""
+    was = gc.isenabled()
+    try:
+        (gc.enable if enabled else gc.disable)()
+        assert _verified(journal_path).ok
+        assert gc.isenabled() is enabled
+        _edit(journal_path, "UPDATE entries SET sig = ? WHERE seq = ?", "0" * 64, DISPATCHED)
+        assert _verified(journal_path).first_bad_seq == DISPATCHED
+        assert gc.isenabled() is enabled
+    finally:
+        (gc.enable if was else gc.disable)()

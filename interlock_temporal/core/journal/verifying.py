@@ -14,9 +14,11 @@ add up to passes; any other row is checked by ``ChainCheck.against``.
 
 from __future__ import annotations
 
+import contextlib
+import gc
 import hashlib
 import json
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from hmac import compare_digest
 from json.encoder import encode_basestring  # type: ignore[attr-defined]
 from typing import Any
@@ -125,7 +127,33 @@ def verify_stored(
     """``verify_entries`` of entries as stored: ``batches`` of tuples in ``RawEntry``'s field
     order, in seq order; ``rows``, the effects table's rows in ``EffectRow``'s field order.
     ``short=False`` checks every entry and row the full way (what the short path is tested
-    against)."""
+    against). The cyclic garbage collector pauses meanwhile (``_collector_paused``)."""
+    with _collector_paused():
+        return _verify_stored(batches, keyring, head, rows, anchors, short)
+
+
+@contextlib.contextmanager
+def _collector_paused() -> Iterator[None]:
+    """A pass allocates a row, a chain or a parsed first entry per entry and makes no cycles;
+    with the collector running, its full collections walk every chain kept so far, again and
+    again (measured: 18% of a pass over 200,000 entries, 34% over 1,000,000)."""
+    running = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if running:
+            gc.enable()
+
+
+def _verify_stored(
+    batches: Iterable[Iterable[Sequence[Any]]],
+    keyring: Keyring,
+    head: JournalHead | None,
+    rows: Iterable[Sequence[Any]] | None,
+    anchors: Sequence[RawEntry],
+    short: bool,
+) -> VerifyReport:
     run = _Pass(keyring, head, anchors)
     if run.wrong is not None:
         return run.failed(*run.wrong)
