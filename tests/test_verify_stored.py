@@ -8,7 +8,8 @@ from __future__ import annotations
 import gc
 import json
 import sqlite3
-from collections.abc import Callable
+import threading
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -17,7 +18,7 @@ import pytest
 from interlock_temporal.core.identity import effect_id, origin_of
 from interlock_temporal.core.journal import Journal, encode_entry, open_journal
 from interlock_temporal.core.journal.signing import HmacKey
-from interlock_temporal.core.journal.verifying import verify_stored
+from interlock_temporal.core.journal.verifying import read_ahead, verify_stored
 from interlock_temporal.core.models import Kind, VerifyReport
 
 KEY = "5e" * 32
@@ -231,3 +232,31 @@ def test_verify_leaves_the_garbage_collector_as_it_found_it(
         assert gc.isenabled() is enabled
     finally:
         (gc.enable if was else gc.disable)()
+
+
+def test_read_ahead_yields_every_batch_in_order_and_raises_what_the_reader_raised() -> None:
+    def batches() -> Iterator[list[int]]:
+        yield from ([n] for n in range(100))
+        raise sqlite3.OperationalError("the server went away")
+
+    read: list[int] = []
+    with pytest.raises(sqlite3.OperationalError, match="the server went away"):
+        for batch in read_ahead(batches):
+            read += batch
+    assert read == list(range(100))
+
+
+def test_read_ahead_closed_early_closes_its_source_and_stops() -> None:
+    closed = threading.Event()
+
+    def batches() -> Iterator[int]:
+        try:
+            yield from range(1_000_000)
+        finally:
+            closed.set()
+
+    reading = read_ahead(batches)
+    assert [next(reading) for _ in range(5)] == [0, 1, 2, 3, 4]
+    reading.close()  # as a verify that found an edit stops reading
+    assert closed.is_set()
+    assert not any(t.name == "interlock-read-ahead" for t in threading.enumerate())

@@ -41,6 +41,7 @@ from .pg_server import (
 )
 from .signing import Keyring
 from .sql import ENTRY_COLUMNS, SqlJournal
+from .verifying import read_ahead
 
 with needs_extra("postgres", "a PostgreSQL journal (postgresql://)"):
     import psycopg
@@ -396,6 +397,10 @@ class PostgresJournal(SqlJournal):
                 yield raw_entry(r)
 
     def iter_raw_batches(self) -> Iterator[Iterable[Sequence[Any]]]:
+        # the server reads the next batch while this process checks the last one
+        return read_ahead(self._fetch_batches)
+
+    def _fetch_batches(self) -> Iterator[Sequence[Sequence[Any]]]:
         # its own connection and a server-side cursor: a long verify holds no pooled connection
         with psycopg.connect(self._conninfo) as conn, conn.cursor(name="interlock_verify") as cur:
             cur.execute(f"SELECT {ENTRY_COLUMNS} FROM entries ORDER BY seq")
