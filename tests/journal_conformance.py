@@ -52,8 +52,9 @@ from interlock_temporal.core.journal import (
 )
 from interlock_temporal.core.journal.archiving import verify_archive
 from interlock_temporal.core.journal.signing import Ed25519Key
+from interlock_temporal.core.journal.verifying import verify_stored
 from interlock_temporal.core.leases import Demand, check_lease
-from interlock_temporal.core.models import Draft, Entry, JournalHead, Kind, Lease
+from interlock_temporal.core.models import Draft, Entry, JournalHead, Kind, Lease, VerifyReport
 from interlock_temporal.core.notifications import NotificationFailure
 from interlock_temporal.core.protocol import Gate, Ticket
 from interlock_temporal.core.receipts import receipt
@@ -1382,6 +1383,95 @@ class JournalConformance(EffectIdsConformance):
         assert not report.ok
         assert report.first_bad_seq == seq
         assert report.entries == seq - 1
+
+    def test_the_short_path_reports_every_edit_as_the_full_check_does(
+        self, journal: Journal, tamper: Tamper
+    ) -> None:
+        """``verify`` checks the common entry on a short path and leaves the rest to the full
+        per-entry check: every edit of every stored column, body, value and index row is
+        reported exactly as the full check alone reports it, and none passes."""
+        populate(journal)
+        delivery = {"workflow_id": "wf-1", "run_id": "run-1", "activity_id": "7"}
+        _, dispatched = journal.append(
+            D,
+            "",
+            [
+                Draft(kind=Kind.PROPOSED, data={"delivery": delivery, "input_digest": "ab" * 32}),
+                draft(Kind.DISPATCHED, via="dispatch"),
+            ],
+            effect_type="conformance.email",
+            blobs={"approved": [{"amount_cents": 2000}]},
+        )
+        journal.append(D, dispatched.hash, [draft(Kind.COMMITTED)], blobs={"result": "fine"})
+        row = journal.row(D)
+        assert row is not None and row.origin is not None
+
+        def verified() -> VerifyReport:
+            fast = journal.verify()
+            full = verify_stored(
+                journal.iter_raw_batches(),
+                journal.keyring,
+                None,
+                journal.row_values(),
+                journal.anchor_entries(),
+                short=False,
+            )
+            assert fast == full
+            return fast
+
+        assert verified().ok
+        raws = list(journal.iter_raw())
+        # an effect's first entry, one between two of its effect's, D's first (an origin), D's
+        # DISPATCHED (values beside it) and the last entry (the journal's head)
+        for raw in (raws[0], raws[3], raws[8], raws[9], raws[-1]):
+            other = raws[raw.seq % len(raws)]  # the next entry, another effect's or kind
+            edits: list[tuple[str, Any]] = [
+                # (the store refuses a second first entry of an effect: no fork)
+                ("effect_id", other.effect_id if raw.prev else E),
+                ("kind", other.kind if other.kind != raw.kind else "COMMITTED"),
+                ("prev", "0" * 64),
+                ("prev", other.hash if other.effect_id != raw.effect_id else "f" * 64),
+                ("hash", "0" * 64),
+                ("key_id", "hmac-0000000000000000"),
+                ("sig", other.sig),
+                ("body", raw.body.replace(b'"v":2', b'"v":3')),
+                ("body", raw.body[:20] + bytes([raw.body[20] ^ 1]) + raw.body[21:]),
+                ("vals", '{"result":"edited"}'),
+                ("vals", None),
+            ]
+            for column, value in edits:
+                stored = getattr(raw, column)
+                if value == stored:
+                    continue
+                for edited in (value, stored):
+                    if column == "body":
+                        tamper.edit_body(raw.seq, edited)
+                    elif column == "vals":
+                        tamper.edit_vals(raw.seq, edited)
+                    else:
+                        tamper.edit_column(raw.seq, column, edited)
+                    if edited is value:
+                        report = verified()
+                        assert not report.ok and report.first_bad_seq == raw.seq, (column, report)
+        assert verified().ok
+        rows = {r.effect_id: r for r in journal.iter_rows()}
+        for eid, row in ((B, rows[B]), (D, rows[D])):
+            for column, value in [
+                ("status", "REFUSED" if row.status is not Kind.REFUSED else "COMMITTED"),
+                ("head", "0" * 64),
+                ("head_seq", row.head_seq - 1),
+                ("effect_type", "conformance.other"),
+                ("updated_ts", row.updated_ts + 1),
+                ("first_dispatch_ts", 1.0),
+                ("last_dispatch_ts", 2.0),
+                ("origin", "f" * 64),
+            ]:
+                tamper.edit_row(eid, column, value)
+                report = verified()
+                assert not report.ok and report.first_bad_seq == row.head_seq, (column, report)
+                stored = getattr(row, column)
+                tamper.edit_row(eid, column, stored.value if column == "status" else stored)
+        assert verified().ok
 
     @pytest.mark.parametrize("dropped", [1, 4, 7])
     def test_verify_detects_a_dropped_entry(

@@ -1,10 +1,10 @@
 """The journal: append-only, one signed entry per transition, hash-chained per effect.
 
 ``interface`` is what every backend implements (``Journal``); ``entries`` signs, checks and
-exports the entries; ``opening`` opens a journal by URL; ``sql`` is what the SQL backends share
-(``sqlite``, ``postgres``), with the leases and the policy's state kept in their database
-(``sql_leases``, ``sql_policy``); ``claims`` are the effects' exclusive claims and ``signing``
-the keys that sign entries.
+exports the entries, ``verifying`` checks a whole journal; ``opening`` opens a journal by URL;
+``sql`` is what the SQL backends share (``sqlite``, ``postgres``), with the leases and the
+policy's state kept in their database (``sql_leases``, ``sql_policy``); ``claims`` are the
+effects' exclusive claims and ``signing`` the keys that sign entries.
 
 Each name is imported on first use, so importing one module of this package loads only that
 module.
@@ -32,7 +32,6 @@ if TYPE_CHECKING:
         state_kind,
         value_of,
         values_digest,
-        verify_entries,
     )
     from .interface import (
         DEFAULT_COMMIT_DELAY,
@@ -45,6 +44,7 @@ if TYPE_CHECKING:
     )
     from .opening import JournalLocation, keyring_for, open_journal, parse_journal_url
     from .signing import KeyLike, as_key
+    from .verifying import verify_entries
 
 __all__ = [
     "DEFAULT_COMMIT_DELAY",
@@ -96,7 +96,6 @@ __getattr__ = lender(
                 "state_kind",
                 "value_of",
                 "values_digest",
-                "verify_entries",
             ),
             ".entries",
         ),
@@ -116,5 +115,6 @@ __getattr__ = lender(
             ("JournalLocation", "keyring_for", "open_journal", "parse_journal_url"), ".opening"
         ),
         **dict.fromkeys(("KeyLike", "as_key"), ".signing"),
+        "verify_entries": ".verifying",
     },
 )

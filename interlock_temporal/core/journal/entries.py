@@ -28,7 +28,7 @@ from typing import Any
 
 from ..errors import JournalCorrupt
 from ..identity import canonical_json, origin_of
-from ..models import ANNOTATIONS, Draft, EffectRow, Entry, JournalHead, Kind, VerifyReport
+from ..models import ANNOTATIONS, Draft, EffectRow, Entry, Kind
 from .signing import Keyring, SigningKey
 
 #: 2: the signed bytes hold the digest of the values stored beside the entry (``vals``)
@@ -52,6 +52,32 @@ class RawEntry:
     sig: str
     body: bytes
     vals: str | None = None
+
+
+def effect_row(values: Sequence[Any]) -> EffectRow:
+    return EffectRow(
+        effect_id=values[0],
+        effect_type=values[1],
+        status=Kind(values[2]),
+        head=values[3],
+        head_seq=values[4],
+        updated_ts=values[5],
+        first_dispatch_ts=values[6],
+        last_dispatch_ts=values[7],
+        origin=values[8],
+    )
+
+
+#: the columns of a stored entry, in the order ``raw_entry`` reads them
+ENTRY_COLUMNS = "seq, effect_id, kind, prev, hash, key_id, sig, body, vals"
+
+
+def raw_entry(values: Sequence[Any]) -> RawEntry:
+    """A stored entry as read. A body an operator rewrote as text (SQLite keeps what it is given)
+    is taken as its UTF-8 bytes, so the check names it as an edit instead of failing to read it."""
+    seq, eid, kind, prev, hash_, key_id, sig, body, vals = values
+    signed = body.encode() if isinstance(body, str) else bytes(body)
+    return RawEntry(seq, eid, kind, prev, hash_, key_id, sig, signed, vals)
 
 
 def values_digest(vals: str) -> str:
@@ -195,10 +221,15 @@ def check_entry(raw: RawEntry, keyring: Keyring) -> str | None:
     return _check(raw, keyring)[0]
 
 
+def _signed_bytes(raw: RawEntry) -> bytes:
+    """An entry's signed bytes; a body an operator rewrote as text is taken as its UTF-8."""
+    return raw.body if isinstance(raw.body, bytes) else str(raw.body).encode()
+
+
 def _check(raw: RawEntry, keyring: Keyring) -> tuple[str | None, int]:
     """``check_entry``, and where the signed timestamp starts in the bytes (-1: not known
     without parsing them)."""
-    body = raw.body if isinstance(raw.body, bytes) else str(raw.body).encode()
+    body = _signed_bytes(raw)
     digest = hashlib.sha256(body).digest()
     if digest.hex() != raw.hash:
         return "its bytes do not match its hash (edited or torn)", -1
@@ -252,15 +283,15 @@ def _check_slowly(raw: RawEntry, body: bytes) -> str | None:
     return None
 
 
-def _signed_ts(raw: RawEntry, at: int) -> float:
-    """The timestamp an entry that checked signed: read where ``_check`` found it, else
-    parsed."""
+def signed_ts(body: bytes, at: int) -> float:
+    """The timestamp an entry that checked signed (``body``: its signed bytes): read where
+    ``_check`` found it, else parsed."""
     if at >= 0:
         try:
-            return float(raw.body[at : raw.body.find(b",", at)])
+            return float(body[at : body.find(b",", at)])
         except ValueError:
             pass
-    return float(json.loads(raw.body)["ts"])
+    return float(json.loads(body)["ts"])
 
 
 @dataclass(slots=True)
@@ -274,15 +305,18 @@ class _Chain:
     origin: str | None = None
     first_dispatch: float | None = None
     last_dispatch: float | None = None
-    #: the head entry, and where its timestamp starts (read only when a row is checked)
-    head_raw: RawEntry | None = None
+    #: the head entry's signed bytes, and where its timestamp starts (read only when a row is
+    #: checked)
+    head_body: bytes | None = None
     head_ts_at: int = -1
+    #: the effect id as its entries' signed bytes write it (JSON), once known
+    quoted_id: str = ""
     #: format-1 entries' values (seq -> digest) no VALUES_BOUND entry has bound yet
     unbound: dict[int, str] | None = None
 
     @property
     def updated(self) -> float | None:
-        return None if self.head_raw is None else _signed_ts(self.head_raw, self.head_ts_at)
+        return None if self.head_body is None else signed_ts(self.head_body, self.head_ts_at)
 
 
 _ANNOTATION_KINDS = frozenset(k.value for k in ANNOTATIONS)
@@ -352,16 +386,16 @@ class ChainCheck:
             found = self._bind(raw, chain)
             if found is not None:
                 return found
-        chain.head, chain.head_seq, chain.head_raw, chain.head_ts_at = (
+        chain.head, chain.head_seq, chain.head_body, chain.head_ts_at = (
             raw.hash,
             raw.seq,
-            raw,
+            _signed_bytes(raw),
             ts_at,
         )
         if raw.kind not in _ANNOTATION_KINDS and not tombstone:
             chain.status = raw.kind
         if raw.kind == _DISPATCHED:
-            ts = _signed_ts(raw, ts_at)
+            ts = signed_ts(_signed_bytes(raw), ts_at)
             if chain.first_dispatch is None:
                 chain.first_dispatch = ts
             chain.last_dispatch = ts
@@ -449,135 +483,6 @@ def archive_root(hashes: Iterable[str]) -> str:
     for digest in hashes:
         root.update(digest.encode() + b"\n")
     return root.hexdigest()
-
-
-def archived_runs(anchors: Iterable[RawEntry]) -> tuple[dict[int, int], tuple[int, str] | None]:
-    """The seqs the anchors say their archives took, as maximal runs (first seq -> last seq),
-    and what is wrong with the anchors, if anything (at which seq)."""
-    ranges: list[tuple[int, int, int]] = []
-    for anchor in anchors:
-        try:
-            data = json.loads(anchor.body)["data"]
-            ranges += [(int(a), int(b), anchor.seq) for a, b in data["ranges"]]
-        except (ValueError, KeyError, TypeError):
-            return {}, (anchor.seq, "an archive's anchor without its seq ranges")
-    runs: dict[int, int] = {}
-    start = end = -1
-    for a, b, at in sorted(ranges):
-        if a > b or a <= end:
-            return {}, (at, "an archive's anchor names seqs another archive took, or none")
-        if a == end + 1:
-            end = b
-            runs[start] = end
-        else:
-            start, end = a, b
-            runs[start] = end
-    return runs, None
-
-
-def verify_entries(
-    raws: Iterable[RawEntry],
-    keyring: Keyring,
-    head: JournalHead | None = None,
-    rows: Iterable[EffectRow] | None = None,
-    anchors: Sequence[RawEntry] = (),
-) -> VerifyReport:
-    """Check every entry in seq order; report the first bad one by seq. With ``rows`` (the
-    effects table), also that each row says what its entries add up to. ``anchors``, the
-    journal's archive anchors (read before): the seqs they name are the only ones that may be
-    missing, and exactly those are."""
-    checker = ChainCheck(keyring)
-    expected_seq = 1
-    count = 0
-    last: RawEntry | None = None
-    head_seen = head is None
-    runs, wrong = archived_runs(anchors)
-    covered: set[int] = set()
-
-    def failed(seq: int, problem: str, final: JournalHead | None = None) -> VerifyReport:
-        return VerifyReport(
-            ok=False,
-            entries=count,
-            effects=len(checker.chains),
-            head=final,
-            first_bad_seq=seq,
-            problem=problem,
-        )
-
-    if wrong is not None:
-        return failed(*wrong)
-    for raw in raws:
-        found: tuple[int, str] | None = None
-        if raw.seq > expected_seq and runs.get(expected_seq) == raw.seq - 1:
-            covered.add(expected_seq)  # an archive took them: its anchor says so
-        elif raw.seq != expected_seq and check_entry(raw, keyring) in (None, UNBOUND):
-            found = (
-                raw.seq,
-                (
-                    f"entries {expected_seq}..{raw.seq - 1} are missing"
-                    if raw.seq > expected_seq
-                    else f"out of order (expected seq {expected_seq})"
-                ),
-            )
-        found = found or checker.add(raw)
-        if found is not None:
-            return failed(*found)
-        expected_seq = raw.seq + 1
-        count += 1
-        last = raw
-        if head is not None and raw.seq == head.seq:
-            if raw.hash != head.hash:
-                return failed(raw.seq, "the recorded head does not match this entry")
-            head_seen = True
-    final_head = None if last is None else JournalHead(seq=last.seq, hash=last.hash)
-    if not head_seen:
-        assert head is not None
-        return failed(
-            expected_seq,
-            f"the journal ends before the recorded head {head.seq} (tail cut)",
-            final_head,
-        )
-    unbound = checker.unbound() or _anchors_hold(runs, covered, anchors, checker.anchors)
-    if unbound is not None:
-        return failed(*unbound, final_head)
-    found = None if rows is None else _rows_problem(checker, rows)
-    if found is not None:
-        return failed(*found, final_head)
-    return VerifyReport(ok=True, entries=count, effects=len(checker.chains), head=final_head)
-
-
-def _rows_problem(checker: ChainCheck, rows: Iterable[EffectRow]) -> tuple[int, str] | None:
-    """The first row of the effects table (by seq) that its entries do not add up to."""
-    problems = []
-    listed = set()
-    for row in rows:
-        listed.add(row.effect_id)
-        found = checker.against(row.effect_id, row)
-        if found is not None:
-            problems.append(found)
-    problems += [
-        found
-        for eid in checker.chains.keys() - listed
-        if (found := checker.against(eid, None)) is not None
-    ]
-    return min(problems) if problems else None
-
-
-def _anchors_hold(
-    runs: Mapping[int, int],
-    covered: set[int],
-    given: Sequence[RawEntry],
-    seen: Sequence[RawEntry],
-) -> tuple[int, str] | None:
-    """What is wrong once every entry was read: an anchor read before that the pass did not
-    meet, or seqs an anchor names that are live."""
-    met = {a.hash for a in seen}
-    for anchor in given:
-        if anchor.hash not in met:
-            return anchor.seq, "an archive's anchor read before verifying is not in the journal"
-    for start in sorted(runs.keys() - covered):
-        return start, f"entries {start}..{runs[start]} an archive's anchor names are live"
-    return None
 
 
 def export_line(raw: RawEntry) -> str:

@@ -9,7 +9,7 @@ import functools
 import os
 import re
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any, Protocol, TypeVar
 from urllib.parse import parse_qs, unquote, urlparse, urlunparse
 
@@ -19,8 +19,9 @@ from ..models import Draft, EffectRow, Entry, JournalHead, Kind, Lease, VerifyRe
 from ..notifications import NotificationLog
 from ..policy import PolicyStore
 from .claims import Claim
-from .entries import RawEntry, check_entry, verify_entries
+from .entries import RawEntry, check_entry
 from .signing import Keyring
+from .verifying import verify_stored
 
 SCHEMA_VERSION = 7
 #: the effect type of policy chains (``policy:<session>``)
@@ -251,9 +252,32 @@ class Journal(ABC):
     def iter_raw(self) -> Iterator[RawEntry]:
         """Every stored entry in seq order, as stored."""
 
+    def iter_raw_batches(self) -> Iterator[Iterable[Sequence[Any]]]:
+        """Every stored entry in seq order, as the values of its ``RawEntry`` (in field order),
+        a batch at a time: what ``verify`` reads."""
+        for r in self.iter_raw():
+            yield ((r.seq, r.effect_id, r.kind, r.prev, r.hash, r.key_id, r.sig, r.body, r.vals),)
+
     @abstractmethod
     def iter_rows(self) -> Iterator[EffectRow]:
         """Every effect's index row (policy chains included), for ``verify``."""
+
+    def row_values(self) -> Sequence[Sequence[Any]]:
+        """Every effect's index row as its values (in ``EffectRow``'s field order), read now."""
+        return [
+            (
+                r.effect_id,
+                r.effect_type,
+                r.status.value,
+                r.head,
+                r.head_seq,
+                r.updated_ts,
+                r.first_dispatch_ts,
+                r.last_dispatch_ts,
+                r.origin,
+            )
+            for r in self.iter_rows()
+        ]
 
     @abstractmethod
     def head(self) -> JournalHead | None:
@@ -276,7 +300,8 @@ class Journal(ABC):
         if isinstance(head, str):
             head = JournalHead.parse(head)
         anchors = self.anchor_entries()
-        report = verify_entries(self.iter_raw(), self.keyring, head, self.iter_rows(), anchors)
+        rows = self.row_values()
+        report = verify_stored(self.iter_raw_batches(), self.keyring, head, rows, anchors)
         if report.ok:
             try:
                 self.check_effect_ids()

@@ -21,14 +21,14 @@ import hashlib
 import threading
 import time
 import weakref
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any, TypeVar
 from urllib.parse import parse_qs, urlencode, urlparse, urlunparse
 
 from ..errors import JournalUnavailable
 from ..extras import needs_extra
 from .claims import Claim
-from .entries import RawEntry
+from .entries import ENTRY_COLUMNS, RawEntry, raw_entry
 from .interface import SCHEMA_VERSION, redacted
 from .pg_server import (
     POOLER_FIX,
@@ -40,8 +40,8 @@ from .pg_server import (
     warn_async_standbys,
 )
 from .signing import Keyring
-from .sql import ENTRY_COLUMNS, SqlJournal
-from .sql_rows import raw_entry
+from .sql import SqlJournal
+from .verifying import read_ahead
 
 with needs_extra("postgres", "a PostgreSQL journal (postgresql://)"):
     import psycopg
@@ -392,12 +392,20 @@ class PostgresJournal(SqlJournal):
     # -- reading everything ----------------------------------------------------------------------
 
     def iter_raw(self) -> Iterator[RawEntry]:
+        for batch in self.iter_raw_batches():
+            for r in batch:
+                yield raw_entry(r)
+
+    def iter_raw_batches(self) -> Iterator[Iterable[Sequence[Any]]]:
+        # the server reads the next batch while this process checks the last one
+        return read_ahead(self._fetch_batches)
+
+    def _fetch_batches(self) -> Iterator[Sequence[Sequence[Any]]]:
         # its own connection and a server-side cursor: a long verify holds no pooled connection
         with psycopg.connect(self._conninfo) as conn, conn.cursor(name="interlock_verify") as cur:
-            cur.itersize = 4096
             cur.execute(f"SELECT {ENTRY_COLUMNS} FROM entries ORDER BY seq")
-            for r in cur:
-                yield raw_entry(r)
+            while batch := cur.fetchmany(4096):
+                yield batch
 
     # -- claims ----------------------------------------------------------------------------------
 

@@ -20,13 +20,16 @@ from typing import Any, ClassVar, Protocol, TypeVar
 from ..errors import HeadConflict, JournalConfigError, JournalUnavailable
 from ..identity import canonical
 from ..models import Draft, EffectRow, Entry, JournalHead, Kind
-from . import sql_ids, sql_rows
+from . import sql_ids
 from .entries import (
+    ENTRY_COLUMNS,
     RawEntry,
     check_chain,
     decode_entry,
+    effect_row,
     encode_entry,
     origin_in,
+    raw_entry,
     state_kind,
     value_of,
     values_digest,
@@ -36,7 +39,6 @@ from .interface import OWN_CHAIN_TYPES, SCHEMA_VERSION, Build, Journal, JournalT
 from .sql_leases import SqlLeases
 from .sql_notify import SqlNotifications
 from .sql_policy import SqlPolicy
-from .sql_rows import effect_row, raw_entry
 
 T = TypeVar("T")
 C = TypeVar("C", bound="_Closable")
@@ -50,7 +52,6 @@ ROW_COLUMNS = (
     "effect_id, effect_type, status, head, head_seq, updated_ts, first_dispatch_ts, "
     "last_dispatch_ts, origin"
 )
-ENTRY_COLUMNS = sql_rows.ENTRY_COLUMNS
 _ENTRY_COLUMNS_E = ", ".join("e." + c.strip() for c in ENTRY_COLUMNS.split(","))
 _ROW_COLUMNS_F = ", ".join("f." + c.strip() for c in ROW_COLUMNS.split(","))
 _APPEND_ROW = "effect_type, status, head, first_dispatch_ts, last_dispatch_ts"
@@ -590,8 +591,10 @@ class SqlJournal(Journal):
         return [r[0] for r in rows]
 
     def iter_rows(self) -> Iterator[EffectRow]:
-        rows = self._read(lambda db: self._x(db, f"SELECT {ROW_COLUMNS} FROM effects").fetchall())
-        return (effect_row(r) for r in rows)
+        return (effect_row(r) for r in self.row_values())
+
+    def row_values(self) -> Sequence[Sequence[Any]]:
+        return self._read(lambda db: self._x(db, f"SELECT {ROW_COLUMNS} FROM effects").fetchall())
 
     def anchor_entries(self) -> list[RawEntry]:
         sql = f"SELECT {ENTRY_COLUMNS} FROM entries WHERE kind = 'ANCHOR' ORDER BY seq"

@@ -31,17 +31,19 @@ from .archiving import (
     seq_ranges,
 )
 from .entries import (
+    ENTRY_COLUMNS,
     RawEntry,
     archive_root,
     check_chain,
     decode_entry,
+    effect_row,
     encode_entry,
     export_line,
+    raw_entry,
     value_of,
 )
 from .interface import ARCHIVE_CHAIN_TYPE, POLICY_CHAIN_TYPE
-from .sql import ENTRY_COLUMNS, ROW_COLUMNS, SqlJournal, _values_json
-from .sql_rows import effect_row, raw_entry
+from .sql import ROW_COLUMNS, SqlJournal, _values_json
 
 #: what ``settle`` says of an effect: the tombstone's data, or why it stays (a ``skipped`` key)
 Settle = Callable[[str, list[Entry]], "dict[str, Any] | str"]

@@ -12,8 +12,7 @@ import functools
 from typing import TYPE_CHECKING, Any
 
 from ..errors import InFlight, JournalConfigError, JournalCorrupt
-from .entries import check_entry, decode_entry
-from .sql_rows import ENTRY_COLUMNS, raw_entry
+from .entries import ENTRY_COLUMNS, check_entry, decode_entry, raw_entry
 
 if TYPE_CHECKING:
     from .sql import SqlJournal

@@ -1,0 +1,262 @@
+"""``journal verify`` of 9,000 entries: the short path checks the common entry, the full check
+names what is wrong. An edit deep in the journal, between entries the short path accepted, is
+named by its seq exactly as the full check alone names it (real SQLite; entries signed as the
+journal signs them, written straight into its tables to keep the test fast)."""
+
+from __future__ import annotations
+
+import gc
+import json
+import sqlite3
+import threading
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from interlock_temporal.core.identity import effect_id, origin_of
+from interlock_temporal.core.journal import Journal, encode_entry, open_journal
+from interlock_temporal.core.journal.signing import HmacKey
+from interlock_temporal.core.journal.verifying import read_ahead, verify_stored
+from interlock_temporal.core.models import Kind, VerifyReport
+
+KEY = "5e" * 32
+EFFECTS = 3_000  # three entries each: 9,000 entries
+#: the first entry of effect 2,000 (it starts a chain), its DISPATCHED (values beside it) and
+#: its COMMITTED (the effect's head)
+FIRST, DISPATCHED, COMMITTED = 6_001, 6_002, 6_003
+
+
+def _build(path: Path) -> None:
+    open_journal(f"sqlite:///{path}", signing_key=KEY).close()  # the schema
+    key = HmacKey(bytes.fromhex(KEY))
+    entries: list[tuple[Any, ...]] = []
+    rows: list[tuple[Any, ...]] = []
+    seq = 0
+    for n in range(EFFECTS):
+        eid = effect_id("verify.refund", {"n": n})
+        delivery = {"workflow_id": f"wf-{n}", "run_id": "run-1", "activity_id": "1"}
+        digest = f"{n:064x}"
+        prev = ""
+        stamps: dict[Kind, float] = {}
+        for kind, data, vals in (
+            (Kind.PROPOSED, {"delivery": delivery, "input_digest": digest}, None),
+            (Kind.DISPATCHED, {"via": "dispatch"}, json.dumps({"approved": {"n": n}})),
+            (Kind.COMMITTED, {"via": "dispatch"}, json.dumps({"result": {"id": f"re_{n}"}})),
+        ):
+            seq += 1
+            stamps[kind] = 1_800_000_000.0 + seq / 1_000
+            if kind is Kind.PROPOSED:
+                data = {**data, "effect_type": "verify.refund"}
+            e = encode_entry(
+                seq=seq,
+                ts=stamps[kind],
+                effect_id=eid,
+                kind=kind,
+                prev=prev,
+                key=key,
+                data=data,
+                vals=vals,
+            )
+            entries.append((seq, eid, kind.value, prev, e.hash, e.key_id, e.sig, e.body, vals))
+            prev = e.hash
+        dispatched = stamps[Kind.DISPATCHED]
+        origin = origin_of(delivery["workflow_id"], delivery["run_id"], "1", digest)
+        committed = stamps[Kind.COMMITTED]
+        row = (eid, "verify.refund", "COMMITTED", prev, seq, committed, dispatched, dispatched)
+        rows.append((*row, origin))
+    db = sqlite3.connect(path, isolation_level=None)
+    db.execute("BEGIN")
+    db.executemany(
+        "INSERT INTO entries (seq, effect_id, kind, prev, hash, key_id, sig, body, vals) "
+        "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+        entries,
+    )
+    db.executemany(
+        "INSERT INTO effects (effect_id, effect_type, status, head, head_seq, updated_ts, "
+        "first_dispatch_ts, last_dispatch_ts, origin) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+        rows,
+    )
+    db.execute("COMMIT")
+    db.close()
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    path = tmp_path_factory.mktemp("verify") / "journal.db"
+    _build(path)
+    return path
+
+
+@pytest.fixture
+def journal_path(built: Path, tmp_path: Path) -> Path:
+    path = tmp_path / "journal.db"
+    path.write_bytes(built.read_bytes())
+    return path
+
+
+def _verified(path: Path) -> VerifyReport:
+    """``journal.verify()``, which must report exactly what the full check alone reports."""
+    with open_journal(f"sqlite:///{path}", create=False, check_tail=False, signing_key=KEY) as j:
+        fast = j.verify()
+        full = _full(j)
+    assert fast == full
+    return fast
+
+
+def _full(j: Journal) -> VerifyReport:
+    rows = j.row_values()
+    return verify_stored(
+        j.iter_raw_batches(), j.keyring, None, rows, j.anchor_entries(), short=False
+    )
+
+
+def _edit(path: Path, sql: str, *params: Any) -> None:
+    db = sqlite3.connect(path, isolation_level=None)
+    db.execute(sql, params)
+    db.close()
+
+
+def _flip(body: bytes) -> bytes:
+    at = body.index(b'"via":"dispatch"') + 8 if b'"via"' in body else body.index(b"wf-") + 3
+    return body[:at] + bytes([body[at] ^ 1]) + body[at + 1 :]
+
+
+def _stored(path: Path, seq: int, column: str) -> Any:
+    db = sqlite3.connect(path)
+    (value,) = db.execute(f"SELECT {column} FROM entries WHERE seq = ?", (seq,)).fetchone()
+    db.close()
+    return value
+
+
+def test_a_sound_journal_of_several_reads_verifies(journal_path: Path) -> None:
+    report = _verified(journal_path)
+    assert report.ok, report
+    assert (report.entries, report.effects) == (3 * EFFECTS, EFFECTS)
+    assert report.head is not None and report.head.seq == 3 * EFFECTS
+
+
+EDITS: list[tuple[str, int, Callable[[Path, int], None], str]] = [
+    (
+        "a flipped byte of a chain's first entry",
+        FIRST,
+        lambda p, s: _edit(
+            p, "UPDATE entries SET body = ? WHERE seq = ?", _flip(_stored(p, s, "body")), s
+        ),
+        "its bytes do not match its hash (edited or torn)",
+    ),
+    (
+        "a flipped byte in the middle of a chain",
+        DISPATCHED,
+        lambda p, s: _edit(
+            p, "UPDATE entries SET body = ? WHERE seq = ?", _flip(_stored(p, s, "body")), s
+        ),
+        "its bytes do not match its hash (edited or torn)",
+    ),
+    (
+        "another entry's signature",
+        DISPATCHED,
+        lambda p, s: _edit(
+            p, "UPDATE entries SET sig = ? WHERE seq = ?", _stored(p, s + 3, "sig"), s
+        ),
+        "its signature does not verify with key",
+    ),
+    (
+        "an edited value",
+        DISPATCHED,
+        lambda p, s: _edit(
+            p, "UPDATE entries SET vals = ? WHERE seq = ?", '{"approved":{"n":99999}}', s
+        ),
+        "the values stored beside it are not the ones it signed (edited)",
+    ),
+    (
+        "an edited kind",
+        COMMITTED,
+        lambda p, s: _edit(p, "UPDATE entries SET kind = 'REFUSED' WHERE seq = ?", s),
+        "its stored columns differ from what was signed",
+    ),
+    (
+        "a dropped entry",
+        DISPATCHED,
+        lambda p, s: _edit(p, "DELETE FROM entries WHERE seq = ?", s),
+        f"entries {DISPATCHED}..{DISPATCHED} are missing",
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("seq", "edit", "problem"),
+    [pytest.param(seq, edit, problem, id=name) for name, seq, edit, problem in EDITS],
+)
+def test_an_edit_deep_in_the_journal_is_named_by_its_seq(
+    journal_path: Path, seq: int, edit: Callable[[Path, int], None], problem: str
+) -> None:
+    edit(journal_path, seq)
+    report = _verified(journal_path)
+    # a dropped entry is named by the entry after the gap, which is not missing
+    named = seq + 1 if "missing" in problem else seq
+    assert not report.ok and report.first_bad_seq == named, report
+    assert report.problem is not None and report.problem.startswith(problem), report
+    assert report.entries == seq - 1  # every entry before it checked
+
+
+@pytest.mark.parametrize(
+    ("column", "value"),
+    [("head", "0" * 64), ("origin", "f" * 64), ("updated_ts", 1.0), ("status", "DISPATCHED")],
+)
+def test_an_edited_row_deep_in_the_journal_is_named_by_its_head(
+    journal_path: Path, column: str, value: Any
+) -> None:
+    eid = _stored(journal_path, COMMITTED, "effect_id")
+    _edit(journal_path, f"UPDATE effects SET {column} = ? WHERE effect_id = ?", value, eid)
+    report = _verified(journal_path)
+    assert not report.ok and report.first_bad_seq == COMMITTED, report
+    assert report.problem is not None and column in report.problem, report
+    assert report.entries == 3 * EFFECTS
+
+
+@pytest.mark.parametrize("enabled", [True, False])
+def test_verify_leaves_the_garbage_collector_as_it_found_it(
+    journal_path: Path, enabled: bool
+) -> None:
+    """The collector pauses during a pass (it makes no cycles) and is restored after it, also
+    after a pass that finds an edit."""
+    was = gc.isenabled()
+    try:
+        (gc.enable if enabled else gc.disable)()
+        assert _verified(journal_path).ok
+        assert gc.isenabled() is enabled
+        _edit(journal_path, "UPDATE entries SET sig = ? WHERE seq = ?", "0" * 64, DISPATCHED)
+        assert _verified(journal_path).first_bad_seq == DISPATCHED
+        assert gc.isenabled() is enabled
+    finally:
+        (gc.enable if was else gc.disable)()
+
+
+def test_read_ahead_yields_every_batch_in_order_and_raises_what_the_reader_raised() -> None:
+    def batches() -> Iterator[list[int]]:
+        yield from ([n] for n in range(100))
+        raise sqlite3.OperationalError("the server went away")
+
+    read: list[int] = []
+    with pytest.raises(sqlite3.OperationalError, match="the server went away"):
+        for batch in read_ahead(batches):
+            read += batch
+    assert read == list(range(100))
+
+
+def test_read_ahead_closed_early_closes_its_source_and_stops() -> None:
+    closed = threading.Event()
+
+    def batches() -> Iterator[int]:
+        try:
+            yield from range(1_000_000)
+        finally:
+            closed.set()
+
+    reading = read_ahead(batches)
+    assert [next(reading) for _ in range(5)] == [0, 1, 2, 3, 4]
+    reading.close()  # as a verify that found an edit stops reading
+    assert closed.is_set()
+    assert not any(t.name == "interlock-read-ahead" for t in threading.enumerate())
