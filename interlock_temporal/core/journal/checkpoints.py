@@ -84,6 +84,8 @@ class Checkpointer:
             if self._stopping.wait(self._interval_s):
                 return
             self._nudged.clear()
+            if self._stopping.is_set():  # ``close`` may have nudged just before the clear
+                return
             try:
                 self.checkpoint()
             except sqlite3.Error as err:  # the next commit tries again; the backstop holds

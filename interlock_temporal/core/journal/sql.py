@@ -32,6 +32,7 @@ from .entries import (
 )
 from .group_commit import AppendArgs, GroupCommit, no_wakeup_preemption
 from .interface import OWN_CHAIN_TYPES, SCHEMA_VERSION, Build, Journal, JournalTx
+from .sql_access import JournalAccess, SqlTx
 from .sql_leases import SqlLeases
 from .sql_notify import SqlNotifications
 from .sql_policy import SqlPolicy
@@ -135,6 +136,8 @@ class SqlJournal(Journal):
     FOR_SHARE = ""
     #: the schema's migrations in the backend's dialect: the n-th brings schema n to n + 1
     MIGRATIONS: ClassVar[Sequence[str]] = ()
+    #: whether appends pipeline their statements (``_write_appends``)
+    PIPELINES = False
 
     def __init__(self) -> None:
         #: the thread that writes ``append_async``'s batches, and each event loop's queue
@@ -145,7 +148,7 @@ class SqlJournal(Journal):
         )
         #: what the backend opened (connections, pools), closed with the journal
         self._resources: list[_Closable] = []
-        access = _Access(self)
+        access = JournalAccess(self)
         self._leases = SqlLeases(access)
         self._policy = SqlPolicy(access)
         self._notifications = SqlNotifications(access)
@@ -220,6 +223,21 @@ class SqlJournal(Journal):
     def _seq_advance(self, db: Any, seq: int) -> None:
         """Inside the same transaction: the new last seq (for backends that keep a counter)."""
 
+    def _seq_ask(self, db: Any) -> Callable[[], int]:
+        """``_seq_base``, asked now and read when the returned function is called (a backend
+        that pipelines sends the question with the next ones)."""
+        seq = self._seq_base(db)
+        return lambda: seq
+
+    def _settle(self, db: Any) -> None:
+        """The statements sent so far in this transaction have run: their errors are raised
+        here (a backend that pipelines its writes waits for them; the others already have)."""
+
+    def _write_appends(self, fn: Callable[[Any], T]) -> T:
+        """``_write`` for appends. A backend may pipeline it: the errors of the last writes
+        are then raised by the COMMIT, out of ``fn`` (``_settle`` raises them sooner)."""
+        return self._write(fn)
+
     def _migrate_in(self, db: Any) -> None:
         """Bring the schema to ``SCHEMA_VERSION`` inside the caller's transaction (which keeps
         other processes out while it runs)."""
@@ -276,7 +294,7 @@ class SqlJournal(Journal):
     ) -> list[Entry]:
         args: AppendArgs = (effect_id, expected_head, build, effect_type, lease_id, blobs)
         try:
-            return self._write(lambda db: self._append_tx(db, *args))
+            return self._write_appends(lambda db: self._append_tx(db, *args))
         except HeadConflict:
             raise
         except Exception as err:
@@ -308,7 +326,7 @@ class SqlJournal(Journal):
     async def transact_async(self, fn: Callable[[JournalTx], T]) -> T:
         """``fn(tx)`` in one ``_write`` transaction on the writer thread, alone (see
         ``GroupCommit.run_alone``): the appends of this process wait for it, they do not fail."""
-        job = functools.partial(self._write, lambda db: fn(_Tx(self, db)))
+        job = functools.partial(self._write, lambda db: fn(SqlTx(self, db)))
         return await self._group_commit().run_alone(job)
 
     def _group_commit(self) -> GroupCommit:
@@ -339,7 +357,7 @@ class SqlJournal(Journal):
         """Write a batch of appends in one transaction; the future resolves once it is durable.
         Here the whole transaction runs on the writer thread, leaving the loop free while a
         database server is asked."""
-        return loop.run_in_executor(writer, self._append_many, batch, self._write)
+        return loop.run_in_executor(writer, self._append_many, batch, self._write_appends)
 
     def _append_many(
         self, batch: Sequence[AppendArgs], transaction: Callable[[Callable[[Any], Any]], Any]
@@ -359,6 +377,11 @@ class SqlJournal(Journal):
                 outcomes[index] = self._append_error(batch[index], failed.error)
                 continue
             except Exception as err:
+                if self._is_unique_violation(err):
+                    # raised by the COMMIT: the last append's writes (the others had settled)
+                    index = left.pop()
+                    outcomes[index] = self._append_error(batch[index], err)
+                    continue
                 outcomes.update(dict.fromkeys(left, err))
                 break
             outcomes.update(zip(left, written, strict=True))
@@ -372,10 +395,14 @@ class SqlJournal(Journal):
         return err
 
     def _append_batch(self, batch: Sequence[AppendArgs], db: Any) -> list[list[Entry]]:
+        """The appends of a batch, each settled before the next (its errors are its own); the
+        last one's writes settle with the COMMIT (``_append_many`` knows whose they are)."""
         written = []
         for index, args in enumerate(batch):
             try:
                 written.append(self._append_tx(db, *args))
+                if index < len(batch) - 1:
+                    self._settle(db)
             except Exception as err:
                 if self._is_database_error(err) and not self._is_unique_violation(err):
                     raise
@@ -394,19 +421,27 @@ class SqlJournal(Journal):
     ) -> list[Entry]:
         """``append`` inside a transaction the caller holds. ``expected_head=None`` appends
         after whatever the head is (for chains only this transaction writes)."""
-        seq = self._seq_base(db)
-        row = self._x(
+        # everything read is asked before any of it is read: one round trip where the backend
+        # pipelines (the locks are taken in the same order: the seq, the effect, the lease)
+        seq_of = self._seq_ask(db)
+        asked = self._x(
             db,
             "SELECT effect_type, status, head, first_dispatch_ts, last_dispatch_ts "
             f"FROM effects WHERE effect_id = ?{self.FOR_UPDATE}",
             (effect_id,),
-        ).fetchone()
+        )
+        lease_of = (
+            self._leases.ask_tx(db, lease_id, effect_id)
+            if callable(build) and lease_id is not None
+            else None
+        )
+        seq = seq_of()
+        row = asked.fetchone()
         actual = row[2] if row else ""
         if expected_head is not None and actual != expected_head:
             raise HeadConflict(effect_id, expected_head, actual)
         if callable(build):
-            lease = None if lease_id is None else self._leases.read_tx(db, lease_id, effect_id)
-            drafts = list(build(lease))
+            drafts = list(build(None if lease_of is None else lease_of()))
         else:
             drafts = list(build)
         if not drafts:
@@ -637,57 +672,3 @@ class SqlJournal(Journal):
     @abstractmethod
     def _is_database_error(self, err: BaseException) -> bool:
         """An error of the database itself (its driver's), not of one append's inputs."""
-
-
-class _Tx:
-    """One write transaction, as ``transact_async``'s function sees it (``JournalTx``)."""
-
-    def __init__(self, journal: SqlJournal, db: Any) -> None:
-        self._journal = journal
-        self.db = db
-
-    def append(
-        self,
-        effect_id: str,
-        expected_head: str,
-        build: Build,
-        *,
-        effect_type: str | None = None,
-        lease_id: str | None = None,
-        blobs: Mapping[str, Any] | None = None,
-    ) -> list[Entry]:
-        args: AppendArgs = (effect_id, expected_head, build, effect_type, lease_id, blobs)
-        try:
-            return self._journal._append_tx(self.db, *args)
-        except Exception as err:
-            raise self._journal._append_error(args, err) from err
-
-
-class _Access:
-    """The SQL journal's narrow API (``SqlAccess``), as its lease and policy stores use it."""
-
-    def __init__(self, journal: SqlJournal) -> None:
-        self._journal = journal
-        self.for_update = journal.FOR_UPDATE
-        self.for_share = journal.FOR_SHARE
-        self.greatest = journal.GREATEST
-
-    def reading(self, fn: Callable[[Any], T]) -> T:
-        return self._journal._read(fn)
-
-    def writing(self, fn: Callable[[Any], T]) -> T:
-        return self._journal._write(fn)
-
-    def execute(self, db: Any, sql: str, params: Sequence[Any] = ()) -> Any:
-        return self._journal._x(db, sql, params)
-
-    def append_within(
-        self, db: Any, chain: str, drafts: Sequence[Draft], *, effect_type: str
-    ) -> list[Entry]:
-        return self._journal._append_tx(db, chain, None, drafts, effect_type=effect_type)
-
-    def is_unique_violation(self, err: BaseException) -> bool:
-        return self._journal._is_unique_violation(err)
-
-    def read(self, effect_id: str) -> list[Entry]:
-        return self._journal.read(effect_id)
