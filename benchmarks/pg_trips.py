@@ -99,7 +99,7 @@ async def _count(journal: Journal, n: int, warmup: int) -> RoundTrips:
     )
 
 
-def count(url: str, key: str, n: int = 50, warmup: int = 10) -> RoundTrips:
+async def count(url: str, key: str, n: int = 50, warmup: int = 10) -> RoundTrips:
     """Round trips per new effect through ``Gate.run`` against the PostgreSQL journal at
     ``url`` (a lease for figure 1's calls is issued first)."""
     journal = open_journal(url, signing_key=key)
@@ -112,7 +112,7 @@ def count(url: str, key: str, n: int = 50, warmup: int = 10) -> RoundTrips:
                 resources=["order:*"],
                 lease_id=LEASE_ID,
             )
-        return asyncio.run(_count(journal, n, warmup))
+        return await _count(journal, n, warmup)
     finally:
         journal.close()
 
@@ -122,6 +122,6 @@ if __name__ == "__main__":
 
     server = PostgresServer().start()
     try:
-        print(count(server.database("trips"), "42" * 32))
+        print(asyncio.run(count(server.database("trips"), "42" * 32)))
     finally:
         server.close()
