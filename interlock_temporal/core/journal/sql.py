@@ -113,6 +113,11 @@ def raw_entry(values: Sequence[Any]) -> RawEntry:
     return RawEntry(seq, eid, kind, prev, hash_, key_id, sig, signed, vals)
 
 
+class _Unsettled(Exception):
+    """A pipelined batch's append was refused, and which one is not known: the batch's
+    transaction is rolled back and run again, each append settled before the next."""
+
+
 class _ItemFailed(Exception):
     """One append of a batch failed on its own (its head moved, its build raised): the batch's
     transaction is rolled back and run again without it."""
@@ -367,11 +372,17 @@ class SqlJournal(Journal):
         are written again without it; an error of the database fails them all."""
         outcomes: dict[int, list[Entry] | Exception] = {}
         left = list(range(len(batch)))
+        settle_each = not self.PIPELINES
         while left:
             try:
                 written = transaction(
-                    functools.partial(self._append_batch, [batch[i] for i in left])
+                    functools.partial(
+                        self._append_batch, [batch[i] for i in left], settle_each=settle_each
+                    )
                 )
+            except _Unsettled:
+                settle_each = True
+                continue
             except _ItemFailed as failed:
                 index = left.pop(failed.index)
                 outcomes[index] = self._append_error(batch[index], failed.error)
@@ -394,18 +405,24 @@ class SqlJournal(Journal):
             return HeadConflict(args[0], args[1], "?")
         return err
 
-    def _append_batch(self, batch: Sequence[AppendArgs], db: Any) -> list[list[Entry]]:
-        """The appends of a batch, each settled before the next (its errors are its own); the
-        last one's writes settle with the COMMIT (``_append_many`` knows whose they are)."""
+    def _append_batch(
+        self, batch: Sequence[AppendArgs], db: Any, *, settle_each: bool
+    ) -> list[list[Entry]]:
+        """The appends of a batch. Pipelined, an append's writes are sent with the next one's
+        reads, and their refusal comes with those reads: whose it is, is not known, and the
+        batch is written again with each append settled before the next (``settle_each``).
+        The last one's writes settle with the COMMIT (``_append_many`` knows whose they are)."""
         written = []
         for index, args in enumerate(batch):
             try:
                 written.append(self._append_tx(db, *args))
-                if index < len(batch) - 1:
+                if settle_each and index < len(batch) - 1:
                     self._settle(db)
             except Exception as err:
                 if self._is_database_error(err) and not self._is_unique_violation(err):
                     raise
+                if not settle_each and self._is_unique_violation(err):
+                    raise _Unsettled() from err
                 raise _ItemFailed(index, err) from err
         return written
 
