@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import os
 import tempfile
 from collections.abc import Iterator
@@ -18,18 +19,24 @@ from psycopg import pq
 from psycopg_pool import ConnectionPool
 
 from interlock_temporal.core.journal import Journal, open_journal
-from interlock_temporal.core.protocol import Gate
+from interlock_temporal.core.protocol import Call, Gate
 
 from .gate_cost import ACTIVITY, LEASE_ID, PRINCIPAL, ConstantSend, TrivialTarget, make_call
+
+#: a lease like figure 1's, with a cumulative budget besides (its reservation is checked and
+#: kept in the dispatch transaction)
+BUDGET_LEASE_ID = "lease_bench_budget"
 
 
 @dataclass(frozen=True)
 class RoundTrips:
     effects: int
-    #: round trips per new effect
+    #: round trips per new effect, under figure 1's lease (a cap per effect, no budget)
     per_effect: float
     #: statements per new effect (Execute and Query messages)
     statements: float
+    #: round trips per new effect under a lease with a cumulative budget
+    budgeted: float
 
 
 @contextlib.contextmanager
@@ -83,38 +90,43 @@ def _tally(files: list[Path]) -> tuple[int, int]:
     return trips, statements
 
 
-async def _count(journal: Journal, n: int, warmup: int) -> RoundTrips:
+async def _count(journal: Journal, n: int, warmup: int, lease_id: str) -> tuple[float, float]:
+    """(round trips, statements) per new effect under ``lease_id``."""
     gate = Gate(journal)
     target, send = TrivialTarget(), ConstantSend()
+
+    def call(prefix: str, i: int) -> Call:
+        return dataclasses.replace(make_call(f"{prefix}-{lease_id}", i), lease_id=lease_id)
+
     for i in range(warmup):  # statements prepared, pools filled
-        await gate.run(make_call("trips-warm", i), target, send)
+        await gate.run(call("trips-warm", i), target, send)
     with tempfile.TemporaryDirectory(prefix="interlock-trips-") as tmp, _traced(Path(tmp)) as files:
         for i in range(n):
-            await gate.run(make_call("trips", i), target, send)
+            await gate.run(call("trips", i), target, send)
         trips, statements = _tally(files)
-    return RoundTrips(
-        effects=n,
-        per_effect=trips / n,
-        statements=statements / n,
-    )
+    return trips / n, statements / n
 
 
 async def count(url: str, key: str, n: int = 50, warmup: int = 10) -> RoundTrips:
     """Round trips per new effect through ``Gate.run`` against the PostgreSQL journal at
-    ``url`` (a lease for figure 1's calls is issued first)."""
+    ``url``, under figure 1's lease and under one with a cumulative budget."""
     journal = open_journal(url, signing_key=key)
     try:
-        if journal.leases.get(LEASE_ID) is None:
-            journal.leases.issue(
-                PRINCIPAL,
-                activities=[ACTIVITY],
-                max_amount_cents=5_000,
-                resources=["order:*"],
-                lease_id=LEASE_ID,
-            )
-        return await _count(journal, n, warmup)
+        for lease_id, budget in ((LEASE_ID, None), (BUDGET_LEASE_ID, 10**12)):
+            if journal.leases.get(lease_id) is None:
+                journal.leases.issue(
+                    PRINCIPAL,
+                    activities=[ACTIVITY],
+                    max_amount_cents=5_000,
+                    budget_cents=budget,
+                    resources=["order:*"],
+                    lease_id=lease_id,
+                )
+        trips, statements = await _count(journal, n, warmup, LEASE_ID)
+        budgeted, _ = await _count(journal, n, warmup, BUDGET_LEASE_ID)
     finally:
         journal.close()
+    return RoundTrips(effects=n, per_effect=trips, statements=statements, budgeted=budgeted)
 
 
 if __name__ == "__main__":

@@ -745,7 +745,8 @@ def _throughput_section(t: Throughput, command: str) -> list[str]:
         lines += [
             "",
             f"Round trips to PostgreSQL: **{trips.per_effect:.1f} per new effect** "
-            f"({trips.statements:.1f} statements), counted with libpq's protocol trace on every "
+            f"({trips.statements:.1f} statements; {trips.budgeted:.1f} under a lease with a "
+            "cumulative budget), counted with libpq's protocol trace on every "
             f"connection the journal hands out, over {trips.effects} new effects through "
             "`Gate.run` (figure 1's calls, under a lease), after the rounds: the claim and its "
             "release, the read before deciding, and two per transaction, of which there are "

@@ -38,7 +38,7 @@ log = logging.getLogger("interlock_temporal.journal")
 INTERVAL_S = 0.05
 #: checkpoint passes per round, while commits keep adding frames behind the last one
 PASSES = 4
-#: frames left behind after a round's passes beyond which the last pass holds the writers
+#: the WAL's frames (about 16 MiB) beyond which a round ends with a pass holding the writers
 SOFT_LIMIT_FRAMES = 4_000
 #: the writers' own (inline) auto-checkpoint, a backstop only: about 64 MiB of 4 KiB pages
 BACKSTOP_PAGES = 16_384
