@@ -7,7 +7,8 @@ committed effects through the same API; size 0 on fresh journals), interleaved i
 with two floors taken in the same directory: a bare SQLite WAL + ``synchronous=FULL`` single-row
 insert+commit, and an fsync of a small append. Plus: the durable commits per effect (counted
 from the SQL the journal runs), the gate with ``synchronous=OFF`` (the CPU part), the WAL
-auto-checkpoint's share of the tail, and where the time goes (cProfile, and ``rfc8785.dumps``
+checkpoint's share of the tail (inline, as SQLite runs it by default, against the journal's own
+checkpointer, off the effect's path), and where the time goes (cProfile, and ``rfc8785.dumps``
 timed by wrapping it).
 """
 
@@ -30,6 +31,8 @@ from pathlib import Path
 from typing import Any
 
 from interlock_temporal.core.journal import Journal, open_journal
+from interlock_temporal.core.journal.checkpoints import BACKSTOP_PAGES, Checkpointer
+from interlock_temporal.core.journal.group_commit import no_wakeup_preemption
 from interlock_temporal.core.journal.sqlite import SqliteJournal
 from interlock_temporal.core.models import VerifyReport
 from interlock_temporal.core.protocol import Call, Delivery, Gate, Measure, Ticket
@@ -359,33 +362,60 @@ class FsyncFloor:
 
 @dataclass(frozen=True)
 class CheckpointProbe:
-    """The tail's cause: the same journal with SQLite's WAL auto-checkpoint at its default
-    (run synchronously by the commit that crosses it) and switched off."""
+    """The tail's cause: the same journal with its WAL checkpointed inline (SQLite's default
+    auto-checkpoint, run by the commit that crosses it, as the journal did before) and off
+    the effect's path (the journal's own checkpointer), in alternating blocks."""
 
     size_at_start: int
     autocheckpoint_pages: int
-    with_autocheckpoint_us: Dist
-    without_autocheckpoint_us: Dist
+    inline_us: Dist
+    background_us: Dist
 
 
-async def checkpoint_probe(subject: Subject, n: int) -> CheckpointProbe:
-    db = connection_of(subject.journal)
-    (pages,) = db.execute("PRAGMA wal_autocheckpoint").fetchone()
+#: SQLite's default auto-checkpoint, in pages
+SQLITE_AUTOCHECKPOINT = 1_000
+
+
+def checkpoint_inline(journal: Journal, inline: bool) -> None:
+    """Switch ``journal`` between SQLite's inline auto-checkpoint (its checkpointer stopped)
+    and its own checkpointer (the auto-checkpoint back at the backstop)."""
+    if not isinstance(journal, SqliteJournal):
+        raise TypeError(f"expected the SQLite journal, got {type(journal).__name__}")
+    if inline:
+        if journal._checkpointer is not None:
+            journal._checkpointer.close()
+            journal._checkpointer = None
+        journal._db.execute(f"PRAGMA wal_autocheckpoint={SQLITE_AUTOCHECKPOINT}")
+        return
+    journal._db.execute(f"PRAGMA wal_autocheckpoint={BACKSTOP_PAGES}")
+    if journal._checkpointer is None:
+        journal._checkpointer = journal._opened(
+            Checkpointer(
+                lambda: journal._connect(10.0),
+                journal._writers_held,
+                on_start=no_wakeup_preemption,
+            )
+        )
+
+
+async def checkpoint_probe(subject: Subject, n: int, block: int = 25) -> CheckpointProbe:
     size = subject.size_now
-    runs: dict[int, list[int]] = {}
-    for setting in (int(pages), 0):
-        db.execute(f"PRAGMA wal_autocheckpoint={setting}")
-        subject.net_ns.clear()
-        for _ in range(n):
-            await subject.one()
-        runs[setting] = list(subject.net_ns)
-    db.execute(f"PRAGMA wal_autocheckpoint={int(pages)}")
-    db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    runs: dict[bool, list[int]] = {True: [], False: []}
+    try:
+        for r in range(-(-n // block)):
+            for inline in (r % 2 == 0, r % 2 == 1):
+                checkpoint_inline(subject.journal, inline)
+                subject.net_ns.clear()
+                for _ in range(block):
+                    await subject.one()
+                runs[inline] += subject.net_ns
+    finally:
+        checkpoint_inline(subject.journal, False)
     return CheckpointProbe(
         size_at_start=size,
-        autocheckpoint_pages=int(pages),
-        with_autocheckpoint_us=Dist.of(ns / 1000 for ns in runs[int(pages)]),
-        without_autocheckpoint_us=Dist.of(ns / 1000 for ns in runs[0]),
+        autocheckpoint_pages=SQLITE_AUTOCHECKPOINT,
+        inline_us=Dist.of(ns / 1000 for ns in runs[True]),
+        background_us=Dist.of(ns / 1000 for ns in runs[False]),
     )
 
 

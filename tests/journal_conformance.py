@@ -977,6 +977,38 @@ class JournalConformance(EffectIdsConformance):
         assert sum(isinstance(o, HeadConflict) for o in outcomes) == 4, outcomes
         assert journal.read(A) == winners[0]
 
+    @pytest.mark.parametrize("position", ["middle", "last"])
+    async def test_an_append_the_chain_index_refuses_fails_alone_in_its_batch(
+        self, journal: Journal, tamper: SqlTamper, in_flight: None, position: str
+    ) -> None:
+        """The UNIQUE (effect, prev) backstop: an index row that lags its chain lets an append
+        past the head check, and its INSERT is refused. That append alone gets HeadConflict,
+        wherever it stands in its batch (a backend that pipelines learns of the last append's
+        refusal from the COMMIT)."""
+        first, second = journal.append(
+            A, "", [draft(Kind.PROPOSED), draft(Kind.AUTHORIZED)], effect_type="refund"
+        )
+        tamper.edit_row(A, "head", first.hash)  # the index row lags its chain by one entry
+        with pytest.raises(HeadConflict):
+            journal.append(A, first.hash, [draft(Kind.DISPATCHED)])
+        ids = [effect_id("conformance.backstop", (position, n)) for n in range(4)]
+        calls = [
+            journal.append_async(eid, "", [draft(Kind.PROPOSED, n=n)], effect_type="batch")
+            for n, eid in enumerate(ids)
+        ]
+        at = 2 if position == "middle" else len(calls)
+        calls.insert(at, journal.append_async(A, first.hash, [draft(Kind.DISPATCHED)]))
+        outcomes = await asyncio.gather(*calls, return_exceptions=True)
+
+        assert isinstance(outcomes.pop(at), HeadConflict), outcomes
+        for n, (eid, written) in enumerate(zip(ids, outcomes, strict=True)):
+            assert isinstance(written, list), written
+            assert [e.data["n"] for e in written] == [n]
+            assert journal.read(eid) == written
+        chain = [r.hash for r in journal.iter_raw() if r.effect_id == A]
+        assert chain == [first.hash, second.hash]
+        assert [r.seq for r in journal.iter_raw()] == list(range(1, 3 + len(ids)))
+
     async def test_an_async_append_cancelled_before_it_is_written_writes_nothing(
         self, journal: Journal, in_flight: None
     ) -> None:

@@ -17,6 +17,7 @@ semantics as the SQLite journal.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import threading
 import time
@@ -302,6 +303,7 @@ class PostgresJournal(SqlJournal):
     FOR_UPDATE = " FOR UPDATE"
     FOR_SHARE = " FOR SHARE"
     MIGRATIONS = _MIGRATIONS
+    PIPELINES = True
     _pool: ConnectionPool[Any]
     _claims: _PgClaims
 
@@ -316,6 +318,10 @@ class PostgresJournal(SqlJournal):
         super().__init__()
         self.url = redacted(url)
         self.keyring = keyring
+        #: the pipeline of each connection a pipelined transaction runs on
+        self._pipelines: weakref.WeakKeyDictionary[psycopg.Connection[Any], psycopg.Pipeline] = (
+            weakref.WeakKeyDictionary()
+        )
         plain_url, allow_unsafe = journal_options(url.replace("postgres://", "postgresql://", 1))
         self._conninfo = with_keepalives(plain_url)
 
@@ -356,10 +362,22 @@ class PostgresJournal(SqlJournal):
         return text.replace("?", "%s")
 
     def _write(self, fn: Callable[[psycopg.Connection[Any]], T]) -> T:
+        return self._transaction(fn, pipelined=False)
+
+    def _write_appends(self, fn: Callable[[psycopg.Connection[Any]], T]) -> T:
+        """Appends in pipeline mode: a statement whose result is not read yet is sent without
+        waiting for the server, so the writes of an append go in one round trip, with the next
+        read (or ``_settle``)."""
+        return self._transaction(fn, pipelined=True)
+
+    def _transaction(self, fn: Callable[[psycopg.Connection[Any]], T], *, pipelined: bool) -> T:
         for attempt in range(5):
             try:
-                with self._pool.connection() as conn, conn.transaction():
-                    return fn(conn)
+                with self._pool.connection() as conn:
+                    if pipelined:
+                        return self._pipelined(conn, fn)
+                    with conn.transaction():
+                        return fn(conn)
             except (psycopg.errors.DeadlockDetected, psycopg.errors.SerializationFailure):
                 time.sleep(0.01 * (attempt + 1))  # rare: retry the whole transaction
             except psycopg.IntegrityError:
@@ -367,6 +385,33 @@ class PostgresJournal(SqlJournal):
             except (psycopg.OperationalError, psycopg.InterfaceError, PoolTimeout) as err:
                 raise JournalUnavailable(f"journal {self.url} cannot be written: {err}") from err
         raise JournalUnavailable(f"journal {self.url}: a transaction kept deadlocking")
+
+    def _pipelined(
+        self, conn: psycopg.Connection[Any], fn: Callable[[psycopg.Connection[Any]], T]
+    ) -> T:
+        """``fn(conn)`` in one transaction in pipeline mode: BEGIN goes with the first
+        statements, COMMIT with the last ones (psycopg's transaction block would wait for each
+        of them); rolled back if anything in it fails. Nothing is prepared in a pipeline: a
+        statement's Parse queued behind one that fails is skipped by the server, yet psycopg
+        would count it prepared, and every later use would fail ("prepared statement does not
+        exist")."""
+        threshold = conn.prepare_threshold
+        conn.prepare_threshold = None
+        try:
+            with conn.pipeline() as pipeline:
+                self._pipelines[conn] = pipeline
+                conn.execute("BEGIN")
+                result = fn(conn)
+                conn.execute("COMMIT")
+            return result
+        except BaseException:
+            if conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
+                with contextlib.suppress(psycopg.Error):  # a broken connection: the pool drops it
+                    conn.execute("ROLLBACK")
+            raise
+        finally:
+            self._pipelines.pop(conn, None)
+            conn.prepare_threshold = threshold
 
     def _read(self, fn: Callable[[psycopg.Connection[Any]], T]) -> T:
         try:
@@ -382,6 +427,21 @@ class PostgresJournal(SqlJournal):
 
     def _seq_advance(self, db: psycopg.Connection[Any], seq: int) -> None:
         db.execute("UPDATE journal_seq SET seq = %s WHERE id = 1", (seq,))
+
+    def _seq_ask(self, db: psycopg.Connection[Any]) -> Callable[[], int]:
+        cursor = db.execute("SELECT seq FROM journal_seq WHERE id = 1 FOR UPDATE")
+
+        def seq() -> int:
+            row = cursor.fetchone()
+            assert row is not None
+            return int(row[0])
+
+        return seq
+
+    def _settle(self, db: psycopg.Connection[Any]) -> None:
+        pipeline = self._pipelines.get(db)
+        if pipeline is not None:
+            pipeline.sync()
 
     def _is_unique_violation(self, err: BaseException) -> bool:
         return isinstance(err, psycopg.errors.UniqueViolation)

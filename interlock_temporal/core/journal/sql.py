@@ -19,7 +19,7 @@ from typing import Any, ClassVar, Protocol, TypeVar
 
 from ..errors import HeadConflict, JournalConfigError, JournalUnavailable
 from ..identity import canonical
-from ..models import Draft, EffectRow, Entry, JournalHead, Kind
+from ..models import Draft, EffectRow, Entry, JournalHead, Kind, Lease
 from . import sql_ids
 from .entries import (
     ENTRY_COLUMNS,
@@ -36,11 +36,14 @@ from .entries import (
 )
 from .group_commit import AppendArgs, GroupCommit, no_wakeup_preemption
 from .interface import OWN_CHAIN_TYPES, SCHEMA_VERSION, Build, Journal, JournalTx
+from .sql_access import JournalAccess, SqlTx
 from .sql_leases import SqlLeases
 from .sql_notify import SqlNotifications
 from .sql_policy import SqlPolicy
 
 T = TypeVar("T")
+#: what an append reads first: the last seq, the effect's row, the lease (asked, to be read)
+AppendReads = tuple[int, Sequence[Any] | None, Callable[[], Lease | None] | None]
 C = TypeVar("C", bound="_Closable")
 
 
@@ -95,6 +98,11 @@ IN_DOUBT_SQL = (
 )
 
 
+class _Unsettled(Exception):
+    """A pipelined batch's append was refused, and which one is not known: the batch's
+    transaction is rolled back and run again, each append settled before the next."""
+
+
 class _ItemFailed(Exception):
     """One append of a batch failed on its own (its head moved, its build raised): the batch's
     transaction is rolled back and run again without it."""
@@ -118,6 +126,8 @@ class SqlJournal(Journal):
     FOR_SHARE = ""
     #: the schema's migrations in the backend's dialect: the n-th brings schema n to n + 1
     MIGRATIONS: ClassVar[Sequence[str]] = ()
+    #: whether appends pipeline their statements (``_write_appends``)
+    PIPELINES = False
 
     def __init__(self) -> None:
         #: the thread that writes ``append_async``'s batches, and each event loop's queue
@@ -131,7 +141,7 @@ class SqlJournal(Journal):
         self._last_group: Callable[[], GroupCommit | None] = lambda: None
         #: what the backend opened (connections, pools), closed with the journal
         self._resources: list[_Closable] = []
-        access = _Access(self)
+        access = JournalAccess(self)
         self._leases = SqlLeases(access)
         self._policy = SqlPolicy(access)
         self._notifications = SqlNotifications(access)
@@ -216,6 +226,21 @@ class SqlJournal(Journal):
     def _seq_advance(self, db: Any, seq: int) -> None:
         """Inside the same transaction: the new last seq (for backends that keep a counter)."""
 
+    def _seq_ask(self, db: Any) -> Callable[[], int]:
+        """``_seq_base``, asked now and read when the returned function is called (a backend
+        that pipelines sends the question with the next ones)."""
+        seq = self._seq_base(db)
+        return lambda: seq
+
+    def _settle(self, db: Any) -> None:
+        """The statements sent so far in this transaction have run: their errors are raised
+        here (a backend that pipelines its writes waits for them; the others already have)."""
+
+    def _write_appends(self, fn: Callable[[Any], T]) -> T:
+        """``_write`` for appends. A backend may pipeline it: the errors of the last writes
+        are then raised by the COMMIT, out of ``fn`` (``_settle`` raises them sooner)."""
+        return self._write(fn)
+
     def _migrate_in(self, db: Any) -> None:
         """Bring the schema to ``SCHEMA_VERSION`` inside the caller's transaction (which keeps
         other processes out while it runs)."""
@@ -272,7 +297,7 @@ class SqlJournal(Journal):
     ) -> list[Entry]:
         args: AppendArgs = (effect_id, expected_head, build, effect_type, lease_id, blobs)
         try:
-            return self._write(lambda db: self._append_tx(db, *args))
+            return self._write_appends(lambda db: self._append_tx(db, *args))
         except HeadConflict:
             raise
         except Exception as err:
@@ -304,7 +329,7 @@ class SqlJournal(Journal):
     async def transact_async(self, fn: Callable[[JournalTx], T]) -> T:
         """``fn(tx)`` in one ``_write`` transaction on the writer thread, alone (see
         ``GroupCommit.run_alone``): the appends of this process wait for it, they do not fail."""
-        job = functools.partial(self._write, lambda db: fn(_Tx(self, db)))
+        job = functools.partial(self._write, lambda db: fn(SqlTx(self, db)))
         return await self._group_commit().run_alone(job)
 
     def _group_commit(self) -> GroupCommit:
@@ -339,7 +364,7 @@ class SqlJournal(Journal):
         """Write a batch of appends in one transaction; the future resolves once it is durable.
         Here the whole transaction runs on the writer thread, leaving the loop free while a
         database server is asked."""
-        return loop.run_in_executor(writer, self._append_many, batch, self._write)
+        return loop.run_in_executor(writer, self._append_many, batch, self._write_appends)
 
     def _append_many(
         self, batch: Sequence[AppendArgs], transaction: Callable[[Callable[[Any], Any]], Any]
@@ -349,16 +374,27 @@ class SqlJournal(Journal):
         are written again without it; an error of the database fails them all."""
         outcomes: dict[int, list[Entry] | Exception] = {}
         left = list(range(len(batch)))
+        settle_each = not self.PIPELINES
         while left:
             try:
                 written = transaction(
-                    functools.partial(self._append_batch, [batch[i] for i in left])
+                    functools.partial(
+                        self._append_batch, [batch[i] for i in left], settle_each=settle_each
+                    )
                 )
+            except _Unsettled:
+                settle_each = True
+                continue
             except _ItemFailed as failed:
                 index = left.pop(failed.index)
                 outcomes[index] = self._append_error(batch[index], failed.error)
                 continue
             except Exception as err:
+                if self._is_unique_violation(err):
+                    # raised by the COMMIT: the last append's writes (the others had settled)
+                    index = left.pop()
+                    outcomes[index] = self._append_error(batch[index], err)
+                    continue
                 outcomes.update(dict.fromkeys(left, err))
                 break
             outcomes.update(zip(left, written, strict=True))
@@ -371,14 +407,24 @@ class SqlJournal(Journal):
             return HeadConflict(args[0], args[1], "?")
         return err
 
-    def _append_batch(self, batch: Sequence[AppendArgs], db: Any) -> list[list[Entry]]:
+    def _append_batch(
+        self, batch: Sequence[AppendArgs], db: Any, *, settle_each: bool
+    ) -> list[list[Entry]]:
+        """The appends of a batch. Pipelined, an append's writes are sent with the next one's
+        reads, and their refusal comes with those reads: whose it is, is not known, and the
+        batch is written again with each append settled before the next (``settle_each``).
+        The last one's writes settle with the COMMIT (``_append_many`` knows whose they are)."""
         written = []
         for index, args in enumerate(batch):
             try:
                 written.append(self._append_tx(db, *args))
+                if settle_each and index < len(batch) - 1:
+                    self._settle(db)
             except Exception as err:
                 if self._is_database_error(err) and not self._is_unique_violation(err):
                     raise
+                if not settle_each and self._is_unique_violation(err):
+                    raise _Unsettled() from err
                 raise _ItemFailed(index, err) from err
         return written
 
@@ -394,14 +440,15 @@ class SqlJournal(Journal):
     ) -> list[Entry]:
         """``append`` inside a transaction the caller holds. ``expected_head=None`` appends
         after whatever the head is (for chains only this transaction writes)."""
-        seq, row = self._seq_and_row(db, effect_id)
+        seq, row, lease_of = self._append_reads(
+            db, effect_id, lease_id if callable(build) else None
+        )
         sql_ids.confirm(self, db, seq, effect_id)
         actual = row[2] if row else ""
         if expected_head is not None and actual != expected_head:
             raise HeadConflict(effect_id, expected_head, actual)
         if callable(build):
-            lease = None if lease_id is None else self._leases.read_tx(db, lease_id, effect_id)
-            drafts = list(build(lease))
+            drafts = list(build(None if lease_of is None else lease_of()))
         else:
             drafts = list(build)
         if not drafts:
@@ -418,11 +465,17 @@ class SqlJournal(Journal):
         self._put_row(db, effect_id, etype, row, drafts, written[-1], now)
         return written
 
-    def _seq_and_row(self, db: Any, effect_id: str) -> tuple[int, Sequence[Any] | None]:
-        """Inside a write transaction: the last seq (``_seq_base``) and the effect's index row
-        (effect_type, status, head, dispatch times; None: a new effect), locked till the end."""
+    def _append_reads(self, db: Any, effect_id: str, lease_id: str | None) -> AppendReads:
+        """What an append reads before it writes: the last seq (``_seq_base``), the effect's
+        index row (effect_type, status, head, dispatch times; None: a new effect), both locked
+        till the end, and with ``lease_id`` the lease as its build checks it. Everything is
+        asked before any of it is read: one round trip where the backend pipelines (the locks
+        are taken in the same order: the seq, the effect, the lease)."""
+        seq_of = self._seq_ask(db)
         sql = f"SELECT {_APPEND_ROW} FROM effects WHERE effect_id = ?{self.FOR_UPDATE}"
-        return self._seq_base(db), self._x(db, sql, (effect_id,)).fetchone()
+        asked = self._x(db, sql, (effect_id,))
+        lease_of = None if lease_id is None else self._leases.ask_tx(db, lease_id, effect_id)
+        return seq_of(), asked.fetchone(), lease_of
 
     def _insert_entries(
         self,
@@ -640,57 +693,3 @@ class SqlJournal(Journal):
     @abstractmethod
     def _is_database_error(self, err: BaseException) -> bool:
         """An error of the database itself (its driver's), not of one append's inputs."""
-
-
-class _Tx:
-    """One write transaction, as ``transact_async``'s function sees it (``JournalTx``)."""
-
-    def __init__(self, journal: SqlJournal, db: Any) -> None:
-        self._journal = journal
-        self.db = db
-
-    def append(
-        self,
-        effect_id: str,
-        expected_head: str,
-        build: Build,
-        *,
-        effect_type: str | None = None,
-        lease_id: str | None = None,
-        blobs: Mapping[str, Any] | None = None,
-    ) -> list[Entry]:
-        args: AppendArgs = (effect_id, expected_head, build, effect_type, lease_id, blobs)
-        try:
-            return self._journal._append_tx(self.db, *args)
-        except Exception as err:
-            raise self._journal._append_error(args, err) from err
-
-
-class _Access:
-    """The SQL journal's narrow API (``SqlAccess``), as its lease and policy stores use it."""
-
-    def __init__(self, journal: SqlJournal) -> None:
-        self._journal = journal
-        self.for_update = journal.FOR_UPDATE
-        self.for_share = journal.FOR_SHARE
-        self.greatest = journal.GREATEST
-
-    def reading(self, fn: Callable[[Any], T]) -> T:
-        return self._journal._read(fn)
-
-    def writing(self, fn: Callable[[Any], T]) -> T:
-        return self._journal._write(fn)
-
-    def execute(self, db: Any, sql: str, params: Sequence[Any] = ()) -> Any:
-        return self._journal._x(db, sql, params)
-
-    def append_within(
-        self, db: Any, chain: str, drafts: Sequence[Draft], *, effect_type: str
-    ) -> list[Entry]:
-        return self._journal._append_tx(db, chain, None, drafts, effect_type=effect_type)
-
-    def is_unique_violation(self, err: BaseException) -> bool:
-        return self._journal._is_unique_violation(err)
-
-    def read(self, effect_id: str) -> list[Entry]:
-        return self._journal.read(effect_id)

@@ -5,10 +5,15 @@ the journal."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-from typing import Any, Protocol, TypeVar
+from collections.abc import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from ..models import Draft, Entry
+from .group_commit import AppendArgs
+from .interface import Build
+
+if TYPE_CHECKING:
+    from .sql import SqlJournal
 
 T = TypeVar("T")
 
@@ -25,6 +30,9 @@ class SqlAccess(Protocol):
     for_share: str
     #: the two-argument maximum
     greatest: str
+    #: whether statements are pipelined (sent without waiting, their rows read later): then
+    #: reads that may be needed are better asked at once than one after another
+    pipelines: bool
 
     def reading(self, fn: Callable[[Any], T]) -> T:
         """Run ``fn(connection)`` for reads."""
@@ -37,6 +45,10 @@ class SqlAccess(Protocol):
     def execute(self, db: Any, sql: str, params: Sequence[Any] = ()) -> Any:
         """Run one statement on ``db``; returns its cursor."""
         ...
+
+    def settle(self, db: Any) -> None:
+        """The statements sent so far have run (a pipelined cursor's ``rowcount`` is known
+        only then)."""
 
     def append_within(
         self, db: Any, chain: str, drafts: Sequence[Draft], *, effect_type: str
@@ -52,3 +64,63 @@ class SqlAccess(Protocol):
     def read(self, effect_id: str) -> list[Entry]:
         """The effect's (or chain's) entries, checked (``Journal.read``)."""
         ...
+
+
+class SqlTx:
+    """One write transaction, as ``transact_async``'s function sees it (``JournalTx``)."""
+
+    def __init__(self, journal: SqlJournal, db: Any) -> None:
+        self._journal = journal
+        self.db = db
+
+    def append(
+        self,
+        effect_id: str,
+        expected_head: str,
+        build: Build,
+        *,
+        effect_type: str | None = None,
+        lease_id: str | None = None,
+        blobs: Mapping[str, Any] | None = None,
+    ) -> list[Entry]:
+        args: AppendArgs = (effect_id, expected_head, build, effect_type, lease_id, blobs)
+        try:
+            return self._journal._append_tx(self.db, *args)
+        except Exception as err:
+            raise self._journal._append_error(args, err) from err
+
+
+class JournalAccess:
+    """The SQL journal's narrow API (``SqlAccess``), as its lease and policy stores use it."""
+
+    def __init__(self, journal: SqlJournal) -> None:
+        self._journal = journal
+        self.for_update = journal.FOR_UPDATE
+        self.for_share = journal.FOR_SHARE
+        self.greatest = journal.GREATEST
+        self.pipelines = journal.PIPELINES
+
+    def reading(self, fn: Callable[[Any], T]) -> T:
+        return self._journal._read(fn)
+
+    def writing(self, fn: Callable[[Any], T]) -> T:
+        return self._journal._write(fn)
+
+    def execute(self, db: Any, sql: str, params: Sequence[Any] = ()) -> Any:
+        return self._journal._x(db, sql, params)
+
+    def settle(self, db: Any) -> None:
+        """The statements sent so far have run (a pipelined cursor's ``rowcount`` is known
+        only then)."""
+        self._journal._settle(db)
+
+    def append_within(
+        self, db: Any, chain: str, drafts: Sequence[Draft], *, effect_type: str
+    ) -> list[Entry]:
+        return self._journal._append_tx(db, chain, None, drafts, effect_type=effect_type)
+
+    def is_unique_violation(self, err: BaseException) -> bool:
+        return self._journal._is_unique_violation(err)
+
+    def read(self, effect_id: str) -> list[Entry]:
+        return self._journal.read(effect_id)

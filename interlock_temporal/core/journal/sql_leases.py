@@ -5,6 +5,7 @@ transaction."""
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from typing import Any
 
 from ..leases import LeaseStore, lease_from_doc
@@ -118,31 +119,51 @@ class SqlLeases(LeaseStore):
         """The lease as the dispatch transaction checks it. A budgeted lease's row in
         ``lease_spend`` is locked until the transaction ends, and read with what its *other*
         effects hold reserved, so concurrent dispatches under one budget take turns."""
+        return self.ask_tx(db, lease_id, effect_id)()
+
+    def ask_tx(self, db: Any, lease_id: str, effect_id: str) -> Callable[[], Lease | None]:
+        """``read_tx``, its statements sent now and their rows read when the returned function
+        is called. Where statements are pipelined, the reads a budget needs are sent at once
+        with the lease's (one round trip with the statements around them); elsewhere they run
+        only for a budgeted lease."""
         access = self._access
         if not (access.for_share or access.for_update):
             # the transaction holds the whole database (SQLite): one statement reads it all
             found = access.execute(db, _LEASE_READ, (effect_id, lease_id)).fetchone()
-            if found is None:
-                return None
-            return _with_others(lease_from_doc(found[0]), found[1], found[2])
+            whole = None if found is None else _with_others(lease_from_doc(found[0]), *found[1:3])
+            return lambda: whole
         doc = access.execute(
             db, f"SELECT doc FROM leases WHERE lease_id = ?{access.for_share}", (lease_id,)
         )
-        found = doc.fetchone()
-        lease = None if found is None else lease_from_doc(found[0])
-        if lease is None or lease.budget_cents is None:
-            return lease
-        (reserved,) = access.execute(
+        asked = self._ask_budget(db, lease_id, effect_id) if access.pipelines else None
+
+        def read() -> Lease | None:
+            found = doc.fetchone()
+            lease = None if found is None else lease_from_doc(found[0])
+            if lease is None or lease.budget_cents is None:
+                return lease
+            spend, own = asked or self._ask_budget(db, lease_id, effect_id)
+            (reserved,) = spend.fetchone() or (0,)
+            held = own.fetchone()
+            return _with_others(lease, reserved, None if held is None else held[0])
+
+        return read
+
+    def _ask_budget(self, db: Any, lease_id: str, effect_id: str) -> tuple[Any, Any]:
+        """What a budgeted lease's check reads: its reserved total (locked until the
+        transaction ends) and what this effect holds of it; the two cursors."""
+        access = self._access
+        spend = access.execute(
             db,
             f"SELECT reserved_cents FROM lease_spend WHERE lease_id = ?{access.for_update}",
             (lease_id,),
-        ).fetchone() or (0,)
+        )
         own = access.execute(
             db,
             "SELECT cents FROM lease_charges WHERE effect_id = ? AND active = 1",
             (effect_id,),
-        ).fetchone()
-        return _with_others(lease, reserved, None if own is None else own[0])
+        )
+        return spend, own
 
     def charge_tx(self, db: Any, effect_id: str, lease_id: str, cents: int) -> bool:
         """Reserve ``cents`` of ``lease_id`` for ``effect_id``, once: an effect that holds a
@@ -156,6 +177,8 @@ class SqlLeases(LeaseStore):
             "cents = excluded.cents, active = 1 WHERE lease_charges.active <> 1",
             (effect_id, lease_id, cents),
         )
+        if access.pipelines:
+            access.settle(db)
         if taken.rowcount != 1:
             return False
         access.execute(

@@ -8,6 +8,7 @@ appends that arrive meanwhile go together into the next transaction."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import sqlite3
 import threading
 import time
@@ -18,12 +19,13 @@ from typing import Any, TypeVar
 
 from ..errors import JournalUnavailable
 from ..models import Entry
+from .checkpoints import BACKSTOP_PAGES, Checkpointer
 from .claims import Claim, Claims, host_claims
 from .entries import ENTRY_COLUMNS, RawEntry, raw_entry
-from .group_commit import AppendArgs
+from .group_commit import AppendArgs, no_wakeup_preemption
 from .interface import SCHEMA_VERSION
 from .signing import Keyring
-from .sql import IN_DOUBT_SQL, SqlJournal
+from .sql import IN_DOUBT_SQL, AppendReads, SqlJournal
 
 __all__ = ["IN_DOUBT_SQL", "SqliteJournal"]
 
@@ -163,7 +165,7 @@ _MIGRATIONS: list[str] = [
 ]
 assert len(_MIGRATIONS) == SCHEMA_VERSION
 
-#: the last seq and an effect's index row as an append reads them (``SqlJournal._seq_and_row``),
+#: the last seq and an effect's index row as an append reads them (``SqlJournal._append_reads``),
 #: in one statement (``effect_type`` is NOT NULL, so a missing row reads as NULL there)
 _SEQ_AND_ROW = (
     "SELECT (SELECT COALESCE(MAX(seq), 0) FROM entries), f.effect_type, f.status, f.head, "
@@ -174,10 +176,11 @@ _SEQ_AND_ROW = (
 
 class SqliteJournal(SqlJournal):
     MIGRATIONS = _MIGRATIONS
-    #: the writers' connection, the readers' and the host's claims
+    #: the writers' connection, the readers', the host's claims and the WAL's checkpointer
     _db: sqlite3.Connection
     _reader: sqlite3.Connection
     _claims: Claims
+    _checkpointer: Checkpointer | None = None
 
     def __init__(
         self,
@@ -202,10 +205,19 @@ class SqliteJournal(SqlJournal):
             self._db = self._opened(self._connect(busy_timeout_s))
             self._enter_wal(busy_timeout_s)
             self._db.execute("PRAGMA synchronous=FULL")
+            # checkpoints run off the commits' path (``checkpoints``); this one is a backstop
+            self._db.execute(f"PRAGMA wal_autocheckpoint={BACKSTOP_PAGES}")
             self._migrate()
             # reads have their own connection: WAL lets them go on while a write is flushed
             self._reader = self._opened(self._connect(busy_timeout_s))
             self._claims = host_claims(self.path.with_name(self.path.name + ".claims"))
+            self._checkpointer = self._opened(
+                Checkpointer(
+                    lambda: self._connect(busy_timeout_s),
+                    self._writers_held,
+                    on_start=no_wakeup_preemption,
+                )
+            )
 
         self._open(connect, check_tail=check_tail)
 
@@ -235,6 +247,13 @@ class SqliteJournal(SqlJournal):
             if str(mode).lower() != "wal":
                 raise JournalUnavailable(f"journal {self.url}: WAL mode is not available")
             return
+
+    @contextlib.contextmanager
+    def _writers_held(self) -> Iterator[None]:
+        """No write of this process runs (nor is being flushed) until the block ends."""
+        with self._lock:
+            self._flushed.wait()
+            yield
 
     def _exclusively(self, fn: Callable[[sqlite3.Connection], T]) -> T:
         db = self._db
@@ -288,6 +307,8 @@ class SqliteJournal(SqlJournal):
             if db.in_transaction:
                 db.execute("ROLLBACK")
             raise JournalUnavailable(f"journal {self.url} cannot be written: {err}") from err
+        if self._checkpointer is not None:
+            self._checkpointer.nudge()
 
     def _write_batch(
         self,
@@ -334,12 +355,13 @@ class SqliteJournal(SqlJournal):
         with self._reader_lock:
             return fn(self._reader)
 
-    def _seq_and_row(
-        self, db: sqlite3.Connection, effect_id: str
-    ) -> tuple[int, Sequence[object] | None]:
-        """One statement for both: the transaction holds the whole database already."""
+    def _append_reads(
+        self, db: sqlite3.Connection, effect_id: str, lease_id: str | None
+    ) -> AppendReads:
+        """One statement for the seq and the row: the transaction holds the whole database."""
         found = db.execute(_SEQ_AND_ROW, (effect_id,)).fetchone()
-        return int(found[0]), None if found[1] is None else found[1:]
+        lease_of = None if lease_id is None else self._leases.ask_tx(db, lease_id, effect_id)
+        return int(found[0]), None if found[1] is None else found[1:], lease_of
 
     def _seq_base(self, db: sqlite3.Connection) -> int:
         (seq,) = db.execute("SELECT COALESCE(MAX(seq), 0) FROM entries").fetchone()
@@ -381,6 +403,9 @@ class SqliteJournal(SqlJournal):
 
     def close(self) -> None:
         self._close_writer()
+        if self._checkpointer is not None:
+            # first, and without the writers' lock: its last pass may be waiting for that lock
+            self._checkpointer.close()
         with self._lock, self._reader_lock:
             self._close_quietly()
         self._claims.close()

@@ -1,0 +1,146 @@
+"""The SQLite journal's WAL checkpoints run off the commits' path (``core/journal/checkpoints``):
+on a thread and connection of their own, the WAL stays bounded, and a process killed while
+they run loses nothing it acknowledged."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from interlock_temporal.core.identity import effect_id
+from interlock_temporal.core.journal import checkpoints, open_journal
+from interlock_temporal.core.journal import sqlite as sqlite_journal
+from interlock_temporal.core.models import Kind
+
+from .journal_conformance import KEY, draft
+
+
+def _wal_pending(path: Path) -> tuple[int, int]:
+    """(frames in the WAL, frames of them copied into the database), read from the WAL index
+    (``-shm``): its header's mxFrame at byte 16, then after its two copies the checkpoint
+    info's nBackfill at byte 96 (SQLite's wal.c, ``WalIndexHdr`` and ``WalCkptInfo``)."""
+    shm = Path(f"{path}-shm").read_bytes()
+    return int.from_bytes(shm[16:20], sys.byteorder), int.from_bytes(shm[96:100], sys.byteorder)
+
+
+def test_the_commit_leaves_the_checkpoint_to_the_journals_thread(tmp_path: Path) -> None:
+    path = tmp_path / "j.db"
+    journal = open_journal(path, signing_key=KEY)
+    try:
+        db = journal._db  # type: ignore[attr-defined]
+        # the writers' own checkpoint is a distant backstop, not SQLite's default 1,000 pages
+        assert db.execute("PRAGMA wal_autocheckpoint").fetchone()[0] == checkpoints.BACKSTOP_PAGES
+        checkpointer = journal._checkpointer  # type: ignore[attr-defined]
+        rounds = checkpointer.rounds
+        for i in range(40):
+            eid = effect_id("cp.refund", {"i": i})
+            journal.append(eid, "", [draft(Kind.PROPOSED)], effect_type="cp.refund")
+        frames, copied = _wal_pending(path)
+        assert frames > 0
+        deadline = time.monotonic() + 5
+        while copied < frames and time.monotonic() < deadline:
+            time.sleep(0.01)
+            frames, copied = _wal_pending(path)
+        # every frame was copied into the database, by the journal's own thread
+        assert (frames, copied) == (frames, frames)
+        assert checkpointer.rounds > rounds
+    finally:
+        journal.close()
+    assert not Path(f"{path}-wal").exists()  # the last connection closed checkpoints it all
+
+
+def test_the_wal_stays_bounded_under_steady_commits(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # small limits so that a few seconds of commits are many times the limit; the backstop
+    # far away, so that only the checkpointer can keep the WAL small
+    monkeypatch.setattr(checkpoints, "SOFT_LIMIT_FRAMES", 100)
+    monkeypatch.setattr(checkpoints, "INTERVAL_S", 0.01)
+    monkeypatch.setattr(sqlite_journal, "BACKSTOP_PAGES", 1_000_000)
+    path = tmp_path / "j.db"
+    journal = open_journal(path, signing_key=KEY)
+    checkpointer = journal._checkpointer  # type: ignore[attr-defined]
+    try:
+        written = largest = last = 0
+        for i in range(1_500):
+            eid = effect_id("cp.refund", {"i": i})
+            journal.append(eid, "", [draft(Kind.PROPOSED, blob="x" * 2_000)], effect_type="t")
+            frames, _ = _wal_pending(path)
+            # frames this commit wrote (after the WAL was written from its start: all of them)
+            written += frames - last if frames > last else frames
+            largest, last = max(largest, frames), frames
+        assert journal.verify().effects == 1_500
+    finally:
+        journal.close()
+    # 1,500 commits wrote several thousand frames; the WAL never held a quarter of them: it
+    # was written from its start again, after rounds that held the writers for their last pass
+    assert written >= 3 * 1_500
+    assert largest < written / 4, (largest, written)
+    assert checkpointer.held_passes > 0
+
+
+CHILD = """
+import sys
+from interlock_temporal.core.identity import effect_id
+from interlock_temporal.core.journal import open_journal
+from interlock_temporal.core.models import Draft, Kind
+j = open_journal(sys.argv[1], signing_key=sys.argv[2])
+cp = j._checkpointer
+i = 0
+while True:
+    eid = effect_id("cp.refund", {"i": i})
+    j.append(eid, "", [Draft(kind=Kind.PROPOSED, data={"i": i, "pad": "x" * 500})],
+             effect_type="cp.refund")
+    print(eid, cp.rounds, flush=True)
+    i += 1
+"""
+
+
+def test_a_sigkill_while_checkpoints_run_loses_nothing_acknowledged(tmp_path: Path) -> None:
+    path = tmp_path / "j.db"
+    env = {k: v for k, v in os.environ.items() if k != "INTERLOCK_SIGNING_KEY"}
+    proc = subprocess.Popen(
+        [sys.executable, "-c", CHILD, str(path), KEY],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
+    acknowledged: list[str] = []
+    try:
+        assert proc.stdout is not None
+        deadline = time.monotonic() + 60
+        rounds = 0
+        # kill it mid-run, once its checkpointer has run a few rounds beside the commits
+        while rounds < 5 or len(acknowledged) < 300:
+            assert time.monotonic() < deadline, proc.stderr.read() if proc.stderr else ""
+            line = proc.stdout.readline()
+            assert line, proc.stderr.read() if proc.stderr else ""
+            eid, done = line.split()
+            acknowledged.append(eid)
+            rounds = int(done)
+        os.kill(proc.pid, signal.SIGKILL)
+        rest, _ = proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == -signal.SIGKILL
+    acknowledged += [line.split()[0] for line in rest.splitlines() if line.strip()]
+    journal = open_journal(path, signing_key=KEY)
+    try:
+        report = journal.verify()
+        assert report.ok, report
+        for eid in acknowledged:
+            row = journal.row(eid)
+            assert row is not None and row.status is Kind.PROPOSED, eid
+        # what was acknowledged is all there; at most the one append in flight is beyond it
+        assert report.effects - len(acknowledged) in (0, 1), report
+    finally:
+        journal.close()
