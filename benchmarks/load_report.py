@@ -126,25 +126,26 @@ def section(load: Load, command: str) -> list[str]:
 
 
 def _reading(load: Load) -> list[str]:
-    """What the figure says, from this run's own numbers."""
+    """What the figure says, from this run's own numbers: where the CPU of a workflow goes, and
+    the throughput ratio the CPU alone predicts beside the one measured."""
     if UNGATED not in load.cpu_ms:
         return []
     base = load.cpu_ms[UNGATED]
     total = sum(base.values())
     out = [
-        f"Reading: ungated, a workflow costs {total:.1f} ms of CPU in all, "
-        f"{base.get('temporal', 0.0):.1f} ms of it in the Temporal server, so on this machine "
-        "the server, not the workers, sets the throughput."
+        f"Reading: ungated, a workflow costs {total:.2f} ms of CPU in all, "
+        f"{base.get('temporal', 0.0):.2f} ms of it in the Temporal server."
     ]
     for name in (SQLITE, POSTGRES):
         parts = load.cpu_ms.get(name)
         if parts is None:
             continue
-        added = sum(parts.values()) - total
+        gated = sum(parts.values())
         out.append(
-            f"{name}: {added:+.1f} ms of CPU per workflow against ungated "
-            f"(workers {parts.get('workers', 0.0) - base.get('workers', 0.0):+.1f} ms, "
-            f"PostgreSQL {parts.get('postgres', 0.0):.1f} ms), "
-            f"throughput x{load.ratio(name):.2f}."
+            f"{name}: {gated - total:+.2f} ms in all (workers "
+            f"{parts.get('workers', 0.0) - base.get('workers', 0.0):+.2f} ms, Temporal server "
+            f"{parts.get('temporal', 0.0) - base.get('temporal', 0.0):+.2f} ms, PostgreSQL "
+            f"{parts.get('postgres', 0.0) - base.get('postgres', 0.0):+.2f} ms): "
+            f"by CPU alone a ratio of {total / gated:.2f} (measured {load.ratio(name):.2f})."
         )
     return [" ".join(out)]
