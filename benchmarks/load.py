@@ -80,6 +80,9 @@ class Load:
     pg_per_effect: dict[str, float] = field(default_factory=dict)
     #: the same, by statement (its text, shortened), calls per effect
     pg_statements: dict[str, float] = field(default_factory=dict)
+    #: SQLite, ms: each write transaction's BEGIN IMMEDIATE in the worker processes (the wait
+    #: for the write lock the other process may hold; it runs on the worker's event loop)
+    begin_ms: dict[str, list[float]] = field(default_factory=dict)
 
     def median(self, name: str) -> float:
         values = sorted(self.per_s[name])
@@ -312,12 +315,14 @@ def _gate_split(
     queued: dict[str, list[float]] = {}
     written: dict[str, list[float]] = {}
     batches: list[int] = []
+    begin: list[float] = []
     for path in files:
         doc = json.loads(path.read_text())
         waits.update(doc["loop_wait"])
         queued.update(doc["queued"])
         written.update(doc["queued_to_written"])
         batches += doc["batches"]
+        begin += [seconds for at, seconds in doc["begin"] if at >= since]
     gate, loop, own, commit, queue, write = [], [], [], [], [], []
     with open_journal(url, signing_key=KEY) as journal:
         rows = journal.effects(status=Kind.COMMITTED)
@@ -343,6 +348,8 @@ def _gate_split(
     load.commit_wait_ms[name] = commit
     load.queue_ms[name] = queue
     load.write_ms[name] = write
+    if begin:
+        load.begin_ms[name] = [b * 1000 for b in begin]
     load.batch[name] = sum(batches) / len(batches) if batches else 0.0
 
 
@@ -370,6 +377,7 @@ if __name__ == "__main__":
             ("commit-wait", result.commit_wait_ms),
             ("queue", result.queue_ms),
             ("queued-to-written", result.write_ms),
+            ("BEGIN IMMEDIATE", result.begin_ms),
         ):
             d = result.dist(series, cfg)
             if d is not None:

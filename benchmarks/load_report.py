@@ -108,6 +108,15 @@ def section(load: Load, command: str) -> list[str]:
             f"{_p(load.dist(load.queue_ms, name))} | {_p(load.dist(load.write_ms, name))} | "
             f"{_p(load.dist(load.commit_wait_ms, name))} | {load.batch.get(name, 0.0):.1f} |"
         )
+    for name, values in load.begin_ms.items():
+        d = Dist.of(values)
+        lines += [
+            "",
+            f"{name}: the write lock both processes share. `BEGIN IMMEDIATE` of the "
+            f"{d.n:,} write transactions of the counted rounds (it runs on the worker's event "
+            f"loop, and waits there while the other process holds the lock): p50 {_ms(d.p50)}, "
+            f"p90 {_ms(d.p90)}, p99 {_ms(d.p99)}, max {_ms(d.max)}.",
+        ]
     lines += [
         "",
         "CPU per workflow in the counted rounds (ms; `/proc`): the worker processes, the "

@@ -14,9 +14,11 @@ import argparse
 import asyncio
 import json
 import signal
+import time
+from collections.abc import Callable
 from datetime import timedelta
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from temporalio import activity, workflow
 from temporalio.client import Client
@@ -30,6 +32,7 @@ from interlock_temporal.workflow import act_as
 from .throughput import NullTarget
 
 ACTIVITY = "load_effect"
+T = TypeVar("T")
 TARGET = NullTarget()
 #: activities a worker process runs at once (the SDK's default is 100)
 CONCURRENCY = 100
@@ -69,6 +72,9 @@ class Timings:
         self.queued: dict[str, list[float]] = {}
         self.queued_to_written: dict[str, list[float]] = {}
         self.batches: list[int] = []
+        #: SQLite: (when, seconds) each write transaction's ``BEGIN IMMEDIATE`` took (the wait
+        #: for the database's write lock, which the other process may hold), on the loop
+        self.begin: list[tuple[float, float]] = []
 
     def observe(self, t: AppendTiming) -> None:
         self.loop_wait.setdefault(t.effect_id, []).append(t.loop_wait)
@@ -86,9 +92,31 @@ class Timings:
                     "queued": self.queued,
                     "queued_to_written": self.queued_to_written,
                     "batches": self.batches,
+                    "begin": self.begin,
                 }
             )
         )
+
+
+def time_the_write_lock(journal: Any, timings: Timings) -> None:
+    """SQLite: note how long each write transaction's ``BEGIN IMMEDIATE`` takes (measured in
+    this benchmark's worker only, around the journal's own ``_uncommitted``; nothing else
+    changes)."""
+    inner = getattr(journal, "_uncommitted", None)
+    if inner is None:
+        return
+
+    def uncommitted(fn: Callable[[Any], T]) -> T:
+        asked = time.perf_counter()
+
+        def begun(db: Any) -> T:
+            timings.begin.append((time.time(), time.perf_counter() - asked))
+            return fn(db)
+
+        result: T = inner(begun)
+        return result
+
+    journal._uncommitted = uncommitted
 
 
 def parse(argv: list[str] | None = None) -> argparse.Namespace:
@@ -110,6 +138,7 @@ async def serve(args: argparse.Namespace) -> None:
         journal = open_journal(args.journal, signing_key=args.key)
         if args.timings:
             journal.observe_appends = timings.observe
+            time_the_write_lock(journal, timings)
         plugins.append(InterlockPlugin(journal))
     client = await Client.connect(
         args.target,
