@@ -4,6 +4,9 @@ write ``docs/benchmarks.md``.
     python -m benchmarks            # the full run (make bench), about 4 minutes
     python -m benchmarks --quick    # a smoke run CI can afford, about 30-40 seconds
 
+(Figure 7, load, adds about 7 minutes to the full run and about 1 to the quick one on these
+2-core machines: ``--only load`` runs it alone.)
+
 Exits 1 if a crash run ends with the wrong outcome (or cannot run), or if the prefilled
 journal does not verify; missed performance targets are reported, and fail the run only with
 ``--strict``.
