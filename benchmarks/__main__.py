@@ -4,6 +4,9 @@ write ``docs/benchmarks.md``.
     python -m benchmarks            # the full run (make bench), about 4 minutes
     python -m benchmarks --quick    # a smoke run CI can afford, about 30-40 seconds
 
+(Figure 7, load, adds about 7 minutes to the full run and about 1 to the quick one on these
+2-core machines: ``--only load`` runs it alone.)
+
 Exits 1 if a crash run ends with the wrong outcome (or cannot run), or if the prefilled
 journal does not verify; missed performance targets are reported, and fail the run only with
 ``--strict``.
@@ -24,7 +27,16 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from . import BENCH_DIR, ROOT, crash_recovery, gate_cost, policy_cost, throughput, verify_cost
+from . import (
+    BENCH_DIR,
+    ROOT,
+    crash_recovery,
+    gate_cost,
+    load,
+    policy_cost,
+    throughput,
+    verify_cost,
+)
 from .machine import code_version, machine
 from .report import Report, markdown, summary
 
@@ -33,6 +45,10 @@ QUICK_SIZES = [0, 10_000]
 #: figure 6's counted rounds: with 7, two runs of the same code on this shared machine read
 #: 1.14 and 1.19 for a target of 1.15, so the figure could not tell met from missed
 THROUGHPUT_ROUNDS = 15
+#: figure 7: the issue's 1,000 workflows; the quick run's fewer, in one counted round
+LOAD_WORKFLOWS = 1_000
+LOAD_ROUNDS = 3
+LOAD_QUICK_WORKFLOWS = 150
 
 
 def _command(argv: list[str]) -> str:
@@ -65,7 +81,7 @@ def parse(argv: list[str]) -> argparse.Namespace:
     )
     p.add_argument(
         "--only",
-        choices=("gate", "crash", "policy", "verify", "throughput"),
+        choices=("gate", "crash", "policy", "verify", "throughput", "load"),
         help="run one figure only",
     )
     p.add_argument("--samples", type=int, help="samples per series for figure 1")
@@ -153,6 +169,14 @@ def main(argv: list[str] | None = None) -> int:
     flow = None
     if args.only in (None, "throughput"):
         flow = throughput.run(320 if args.quick else 640, 2 if args.quick else THROUGHPUT_ROUNDS)
+    loaded = None
+    if args.only in (None, "load"):
+        loaded = load.run(
+            LOAD_QUICK_WORKFLOWS if args.quick else LOAD_WORKFLOWS,
+            1 if args.quick else LOAD_ROUNDS,
+        )
+        if not args.keep:
+            shutil.rmtree(BENCH_DIR / "load", ignore_errors=True)
     report = Report(
         started=started,
         seconds=time.monotonic() - began,
@@ -165,6 +189,7 @@ def main(argv: list[str] | None = None) -> int:
         policy=policy,
         verify=verify,
         throughput=flow,
+        load=loaded,
     )
     print(summary(report))
     if out is not None:
@@ -184,6 +209,7 @@ def main(argv: list[str] | None = None) -> int:
             "policy": None if policy is None else dataclasses.asdict(policy),
             "verify": None if verify is None else dataclasses.asdict(verify),
             "throughput": None if flow is None else dataclasses.asdict(flow),
+            "load": None if loaded is None else dataclasses.asdict(loaded),
             "targets": [dataclasses.asdict(t) for t in report.targets()],
         }
         args.json.write_text(json.dumps(doc, indent=1, default=_jsonable))

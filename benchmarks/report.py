@@ -9,9 +9,10 @@ from datetime import datetime
 
 from interlock_temporal.core.journal import DEFAULT_COMMIT_DELAY
 
-from . import crash_report
+from . import crash_report, load_report
 from .crash_recovery import CrashRecovery
 from .gate_cost import ENTRIES_PER_EFFECT, GateCost, Series
+from .load import Load
 from .machine import Machine
 from .policy_cost import SHACKLE_RECORDED_P50_US, SHACKLE_SLA_MS, PolicyCost
 from .stats import Dist
@@ -67,6 +68,7 @@ class Report:
     policy: PolicyCost | None = None
     verify: VerifyCost | None = None
     throughput: Throughput | None = None
+    load: Load | None = None
 
     def targets(self) -> list[Target]:
         out: list[Target] = []
@@ -125,6 +127,8 @@ class Report:
             )
         if self.crash is not None:
             out += [Target(*row) for row in crash_report.targets(self.crash)]
+        if self.load is not None:
+            out += [Target(*row) for row in load_report.targets(self.load)]
         if self.policy is not None:
             p = self.policy
             out += _decide_targets(p)
@@ -326,6 +330,8 @@ def summary(r: Report) -> str:
         if r.verify.bounds:
             bounds = ", ".join(f"{name} {us:.2f}" for name, us in r.verify.bounds.items())
             lines.append(f"5. verify HMAC, µs per entry: {bounds}")
+    if r.load is not None:
+        lines += load_report.summary(r.load)
     lines.append("targets:")
     for t in r.targets():
         lines.append(f"   {'met   ' if t.met else 'MISSED'} {t.figure}: {t.measured} ({t.target})")
@@ -612,6 +618,8 @@ def markdown(r: Report) -> str:
         lines += ["", *_verify_section(r.verify, r.command)]
     if r.throughput is not None:
         lines += ["", *_throughput_section(r.throughput, r.command)]
+    if r.load is not None:
+        lines += ["", *load_report.section(r.load, r.command)]
     return "\n".join(lines) + "\n"
 
 

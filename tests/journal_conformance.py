@@ -910,6 +910,43 @@ class JournalConformance(EffectIdsConformance):
         assert (await first) == journal.read(A)
         assert second == journal.read(B)
 
+    async def test_observed_appends_say_how_long_their_result_waited_for_the_loop(
+        self, journal: Journal, in_flight: None
+    ) -> None:
+        # the load benchmark's split of the gate's time: the writer thread's end of a batch
+        # to the awaiting coroutine running again is the time spent waiting for the loop
+        journal.commit_delay = 0.0
+        journal.loop_shared = True
+        seen: list[Any] = []
+        journal.observe_appends = seen.append
+        busy_s = 0.15
+
+        async def hog() -> None:
+            await asyncio.sleep(0)  # let the batch reach the writer thread first
+            time.sleep(busy_s)  # then hold the loop while the writer finishes
+
+        hogging = asyncio.ensure_future(hog())
+        written = await asyncio.gather(
+            *[
+                journal.append_async(eid, "", [draft(Kind.PROPOSED)], effect_type="refund")
+                for eid in (A, B)
+            ]
+        )
+        await hogging
+        assert written == [journal.read(A), journal.read(B)]
+        assert sorted(t.effect_id for t in seen) == sorted([A, B])
+        for t in seen:
+            assert t.submitted <= t.started < t.written <= t.resumed
+            assert t.batch >= 1
+        # the first batch's result came back while the loop was held
+        assert max(t.loop_wait for t in seen) >= busy_s / 2
+        # and unobserved, the append is the plain future, as before: no coroutine in between
+        journal.observe_appends = None
+        group = journal._group_commit()  # type: ignore[attr-defined]
+        pending = group.submit((C, "", [draft(Kind.PROPOSED)], "refund", None, None))
+        assert asyncio.isfuture(pending)
+        assert (await pending) == journal.read(C)
+
     async def test_a_lone_effect_never_waits_for_company(self, journal: Journal) -> None:
         journal.commit_delay = 60.0
         journal.loop_shared = True  # through the group commit, as in a worker

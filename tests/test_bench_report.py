@@ -9,6 +9,9 @@ from typing import Any
 from benchmarks.crash_recovery import CrashRecovery, Run, Settings
 from benchmarks.crash_report import section as crash_section
 from benchmarks.crash_report import targets as crash_targets
+from benchmarks.load import POSTGRES, SQLITE, UNGATED, Load
+from benchmarks.load_report import section as load_section
+from benchmarks.load_report import targets as load_targets
 from benchmarks.machine import Filesystem
 from benchmarks.policy_cost import PolicyCost
 from benchmarks.report import _decide_targets, _policy_section, _throughput_section
@@ -197,4 +200,46 @@ def test_decides_targets_say_met_or_missed_and_whether_shackles_was_measured_bes
     text = "\n".join(_policy_section(_policy(with_shackle=False), "python -m benchmarks"))
     assert (
         "SHACKLE's `decide()` took 0.93 µs p50" in text and "SHACKLE's `decide()`, its" not in text
+    )
+
+
+def _load() -> Load:
+    return Load(
+        n=1000,
+        rounds=3,
+        processes=2,
+        per_s={
+            UNGATED: [40.0, 36.0, 30.0],
+            SQLITE: [35.0, 34.0, 20.0],
+            POSTGRES: [30.0, 30.0, 29.0],
+        },
+        gate_ms={SQLITE: [5.0, 6.0, 40.0], POSTGRES: [10.0, 12.0, 70.0]},
+        loop_wait_ms={SQLITE: [0.5, 1.0, 3.0], POSTGRES: [0.5, 2.0, 4.0]},
+        own_ms={SQLITE: [4.5, 5.0, 37.0], POSTGRES: [9.5, 10.0, 66.0]},
+        cpu_ms={
+            UNGATED: {"workers": 7.0, "temporal": 24.0, "postgres": 0.0, "client": 1.0},
+            SQLITE: {"workers": 9.0, "temporal": 24.0, "postgres": 0.0, "client": 1.0},
+            POSTGRES: {"workers": 11.0, "temporal": 24.5, "postgres": 1.5, "client": 1.0},
+        },
+    )
+
+
+def test_the_load_targets_take_the_ratio_of_median_throughputs_and_split_the_gate() -> None:
+    sqlite, postgres = load_targets(_load())
+    # medians 36 (ungated), 34 and 30: 0.94 meets 0.9, 0.83 misses it
+    assert sqlite[3] and not postgres[3]
+    assert sqlite[2].startswith("0.94 (34 / 36 workflows/s)")
+    assert "own 5.00 ms/37.00 ms, waiting for the loop 1.00 ms/3.00 ms" in sqlite[2]
+    assert postgres[2].startswith("0.83 (30 / 36 workflows/s)")
+
+
+def test_the_load_section_reads_the_cpu_ratio_beside_the_measured_one() -> None:
+    text = "\n".join(load_section(_load(), "python -m benchmarks --only load"))
+    assert "| gated, SQLite | 34 | 0.94 | 35, 34, 20 |" in text
+    assert "| gated, SQLite | 6.00 ms / 40.00 ms | 1.00 ms / 3.00 ms | 5.00 ms / 37.00 ms |" in text
+    # 32 ms ungated; PostgreSQL adds 4 + 0.5 + 1.5 = 6 ms: 32 / 38 = 0.84
+    assert "a workflow costs 32.00 ms of CPU in all, 24.00 ms of it in the Temporal server" in text
+    assert (
+        "gated, PostgreSQL: +6.00 ms in all (workers +4.00 ms, Temporal server +0.50 ms, "
+        "PostgreSQL +1.50 ms): by CPU alone a ratio of 0.84 (measured 0.83)" in text
     )

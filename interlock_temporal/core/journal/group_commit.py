@@ -8,8 +8,9 @@ import contextlib
 import dataclasses
 import functools
 import os
-from collections.abc import Callable, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
+import time
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from concurrent.futures import Executor, Future, ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from ..models import Entry
@@ -29,6 +30,36 @@ class _Queued:
     future: asyncio.Future[Any]
     #: a transaction of its own (``run_alone``) instead of an append
     job: Callable[[], Any] | None = None
+    #: ``time.perf_counter()`` stamps, kept only while the journal's ``observe_appends`` is
+    #: set: queued, its batch begun, its batch's work on the writer thread ended
+    submitted: float = 0.0
+    started: float = 0.0
+    written: float = 0.0
+    batch: int = 0
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class AppendTiming:
+    """Where one ``append_async`` of a group commit spent its time (``time.perf_counter()``
+    seconds), given to ``Journal.observe_appends`` on the loop once its coroutine resumed.
+    ``written`` is 0.0 where the batch never reached the writer thread (every append in it
+    failed on its own)."""
+
+    effect_id: str
+    #: queued; its batch begun (after ``commit_delay`` and the batch before it); the batch's
+    #: work on the writer thread ended; the awaiting coroutine running again
+    submitted: float
+    started: float
+    written: float
+    resumed: float
+    #: appends in its batch
+    batch: int
+
+    @property
+    def loop_wait(self) -> float:
+        """Seconds from the writer thread's end of the batch to the awaiting coroutine
+        running again: the time the append's result waited for the event loop."""
+        return self.resumed - self.written if self.written else 0.0
 
 
 class GroupCommit:
@@ -58,12 +89,16 @@ class GroupCommit:
     def idle(self) -> bool:
         return not self._busy and not self._queue
 
-    def submit(self, args: AppendArgs) -> asyncio.Future[list[Entry]]:
+    def submit(self, args: AppendArgs) -> Awaitable[list[Entry]]:
         future: asyncio.Future[list[Entry]] = self.loop.create_future()
-        self._queue.append(_Queued(args, future))
+        queued = _Queued(args, future)
+        self._queue.append(queued)
+        observe = self.journal.observe_appends
+        if observe is not None:
+            queued.submitted = time.perf_counter()
         if not self._busy:
             self._start()
-        return future
+        return future if observe is None else _observed(queued, observe)
 
     def run_alone(self, job: Callable[[], T]) -> asyncio.Future[T]:
         """Run ``job`` (a whole transaction, synchronous) on the writer thread, alone: the
@@ -95,8 +130,11 @@ class GroupCommit:
             self._busy = bool(batch)
             if not batch:
                 return
+            writer: Executor = self.writer
+            if self.journal.observe_appends is not None:
+                writer = _Stamping(self.writer, batch)
             try:
-                done = self.journal._write_batch(self.loop, self.writer, [q.args for q in batch])
+                done = self.journal._write_batch(self.loop, writer, [q.args for q in batch])
             except Exception as err:  # the transaction could not even begin
                 _resolve(batch, [err] * len(batch))
                 continue
@@ -127,6 +165,48 @@ class GroupCommit:
             outcomes = [err] * len(batch)
         _resolve(batch, outcomes)
         self._start()
+
+
+class _Stamping(Executor):
+    """The writer thread, noting in a batch's queued appends when it began and when its work
+    for the batch ended (only while ``observe_appends`` is set)."""
+
+    def __init__(self, writer: Executor, batch: list[_Queued]) -> None:
+        self.writer = writer
+        self.batch = batch
+        started = time.perf_counter()
+        for queued in batch:
+            queued.started = started
+            queued.written = 0.0
+            queued.batch = len(batch)
+
+    def submit(self, fn: Callable[..., T], /, *args: Any, **kwargs: Any) -> Future[T]:
+        return self.writer.submit(self._stamped, functools.partial(fn, *args, **kwargs))
+
+    def _stamped(self, fn: Callable[[], T]) -> T:
+        try:
+            return fn()
+        finally:
+            written = time.perf_counter()
+            for queued in self.batch:
+                queued.written = written
+
+
+async def _observed(queued: _Queued, observe: Callable[[AppendTiming], None]) -> list[Entry]:
+    """Await the append, then tell ``observe`` where its time went."""
+    entries: list[Entry] = await queued.future
+    resumed = time.perf_counter()
+    observe(
+        AppendTiming(
+            effect_id=queued.args[0],
+            submitted=queued.submitted,
+            started=queued.started or queued.submitted,
+            written=queued.written,
+            resumed=resumed,
+            batch=queued.batch,
+        )
+    )
+    return entries
 
 
 def no_wakeup_preemption() -> None:

@@ -10,7 +10,7 @@ import os
 import re
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from typing import Any, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 from urllib.parse import parse_qs, unquote, urlparse, urlunparse
 
 from ..errors import JournalConfigError, JournalCorrupt
@@ -22,6 +22,9 @@ from .claims import Claim
 from .entries import RawEntry, check_entry
 from .signing import Keyring
 from .verifying import verify_stored
+
+if TYPE_CHECKING:
+    from .group_commit import AppendTiming
 
 SCHEMA_VERSION = 7
 #: the effect type of policy chains (``policy:<session>``)
@@ -119,6 +122,10 @@ class Journal(ABC):
     #: way and have not queued their appends, so they share its transaction and its flush. A
     #: lone effect never waits; 0 turns the wait off (see ``open_journal``)
     commit_delay: float = DEFAULT_COMMIT_DELAY
+    #: a measurement's hook, None (the default) in normal use: called on the loop with an
+    #: ``AppendTiming`` for each ``append_async`` of a SQL journal's group commit once its
+    #: coroutine resumed (where its time went: the queue, the writer thread, the loop)
+    observe_appends: Callable[[AppendTiming], None] | None = None
     #: how this journal's effect ids are made: None, sha256 of the decision (the default); or
     #: ``hmac-sha256:<key id>``, keyed with a key derived from that journal key (set once, on
     #: a journal with no entries: ``key_effect_ids``)

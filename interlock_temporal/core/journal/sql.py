@@ -13,7 +13,7 @@ import time
 import weakref
 from abc import abstractmethod
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Executor, ThreadPoolExecutor
 from json.encoder import encode_basestring
 from typing import Any, ClassVar, Protocol, TypeVar
 
@@ -358,7 +358,7 @@ class SqlJournal(Journal):
     def _write_batch(
         self,
         loop: asyncio.AbstractEventLoop,
-        writer: ThreadPoolExecutor,
+        writer: Executor,
         batch: Sequence[AppendArgs],
     ) -> asyncio.Future[list[list[Entry] | Exception]]:
         """Write a batch of appends in one transaction; the future resolves once it is durable.

@@ -13,7 +13,7 @@ import sqlite3
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Executor
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -313,7 +313,7 @@ class SqliteJournal(SqlJournal):
     def _write_batch(
         self,
         loop: asyncio.AbstractEventLoop,
-        writer: ThreadPoolExecutor,
+        writer: Executor,
         batch: Sequence[AppendArgs],
     ) -> asyncio.Future[list[list[Entry] | Exception]]:
         """The batch's statements run here, on the loop: they are CPU work, which on another
