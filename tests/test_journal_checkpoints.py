@@ -55,6 +55,62 @@ def test_the_commit_leaves_the_checkpoint_to_the_journals_thread(tmp_path: Path)
     assert not Path(f"{path}-wal").exists()  # the last connection closed checkpoints it all
 
 
+def test_settle_runs_the_round_asked_for_now_and_waits_for_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # an interval far beyond the test: only ``settle`` can start the round before it ends
+    monkeypatch.setattr(checkpoints, "INTERVAL_S", 60.0)
+    path = tmp_path / "j.db"
+    journal = open_journal(path, signing_key=KEY)
+    checkpointer = journal._checkpointer  # type: ignore[attr-defined]
+    try:
+        assert checkpointer.settle(5.0)  # nothing asked for: settled at once
+        assert checkpointer.rounds == 0
+        for i in range(20):
+            eid = effect_id("cp.refund", {"i": i})
+            journal.append(eid, "", [draft(Kind.PROPOSED)], effect_type="cp.refund")
+        frames, copied = _wal_pending(path)
+        assert frames > copied
+        started = time.monotonic()
+        assert checkpointer.settle(10.0)
+        assert time.monotonic() - started < 5.0
+        # it returned once the round had copied every frame, not before
+        assert checkpointer.rounds == 1
+        frames, copied = _wal_pending(path)
+        assert frames > 0 and copied == frames
+        # and the thread went back to waiting for commits: the next ones are checkpointed too
+        eid = effect_id("cp.refund", {"i": "after"})
+        journal.append(eid, "", [draft(Kind.PROPOSED)], effect_type="cp.refund")
+        assert checkpointer.settle(10.0)
+        assert checkpointer.rounds == 2
+        frames, copied = _wal_pending(path)
+        assert copied == frames
+    finally:
+        journal.close()
+
+
+def test_settle_gives_up_after_its_timeout(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # every round ends with a pass that holds the writers: while they are held here, the
+    # round cannot end
+    monkeypatch.setattr(checkpoints, "SOFT_LIMIT_FRAMES", 0)
+    monkeypatch.setattr(checkpoints, "INTERVAL_S", 60.0)
+    path = tmp_path / "j.db"
+    journal = open_journal(path, signing_key=KEY)
+    checkpointer = journal._checkpointer  # type: ignore[attr-defined]
+    try:
+        eid = effect_id("cp.refund", {"i": 0})
+        journal.append(eid, "", [draft(Kind.PROPOSED)], effect_type="cp.refund")
+        with journal._writers_held():  # type: ignore[attr-defined]
+            assert not checkpointer.settle(0.3)
+            assert checkpointer.held_passes == 0
+        assert checkpointer.settle(10.0)
+        assert checkpointer.held_passes == 1
+    finally:
+        journal.close()
+
+
 def test_the_wal_stays_bounded_under_steady_commits(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -65,6 +65,11 @@ class Checkpointer:
         self._on_start = on_start
         self._nudged = threading.Event()
         self._stopping = threading.Event()
+        #: set by ``close`` and ``settle``: the round waiting out its interval starts now
+        self._wake = threading.Event()
+        #: a round is running (guarded by ``_rounds``, notified after each round)
+        self._running = False
+        self._rounds = threading.Condition()
         #: checkpoint rounds run, and passes that held the writers (read by tests)
         self.rounds = 0
         self.held_passes = 0
@@ -81,15 +86,23 @@ class Checkpointer:
         while True:
             self._nudged.wait()
             # let the commits of the next moment share this round
-            if self._stopping.wait(self._interval_s):
+            self._wake.wait(self._interval_s)
+            if self._stopping.is_set():
                 return
-            self._nudged.clear()
-            if self._stopping.is_set():  # ``close`` may have nudged just before the clear
-                return
+            with self._rounds:
+                self._wake.clear()
+                self._running = True
+                self._nudged.clear()
             try:
+                if self._stopping.is_set():  # ``close`` may have nudged just before the clear
+                    return
                 self.checkpoint()
             except sqlite3.Error as err:  # the next commit tries again; the backstop holds
                 log.warning("journal checkpoint failed: %s", err)
+            finally:
+                with self._rounds:
+                    self._running = False
+                    self._rounds.notify_all()
 
     def checkpoint(self) -> tuple[int, int]:
         """One round: PASSIVE passes until every frame is copied (or ``PASSES`` ran); then, if
@@ -114,9 +127,23 @@ class Checkpointer:
             return 0, 0
         return int(frames), int(copied)
 
+    def settle(self, timeout_s: float) -> bool:
+        """Start the round the last commits asked for now, without waiting out its interval,
+        and wait until no round is running or asked for (True), or ``timeout_s`` passed
+        (False). For a caller that knows no commit follows soon (the benchmarks, between one
+        journal's burst of traffic and another's)."""
+        with self._rounds:
+            if self._nudged.is_set():
+                self._wake.set()
+            return self._rounds.wait_for(
+                lambda: self._stopping.is_set() or not (self._running or self._nudged.is_set()),
+                timeout_s,
+            )
+
     def close(self) -> None:
         """Stop the thread (after the pass it is in) and close its connection."""
         self._stopping.set()
+        self._wake.set()
         self._nudged.set()
         if self._thread is not threading.current_thread():
             self._thread.join()
