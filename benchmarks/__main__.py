@@ -89,6 +89,12 @@ def parse(argv: list[str]) -> argparse.Namespace:
         "--block",
         type=int,
         default=25,
+        help="consecutive operations per subject in each interleaved round (figure 4)",
+    )
+    p.add_argument(
+        "--gate-block",
+        type=int,
+        default=gate_cost.GATE_BLOCK,
         help="consecutive operations per subject in each interleaved round (figure 1)",
     )
     p.add_argument("--crash-runs", type=int, help="crash runs for figure 2")
@@ -141,7 +147,7 @@ def main(argv: list[str] | None = None) -> int:
         gate = gate_cost.run(
             sorted(set(sizes)),
             samples,
-            block=args.block,
+            block=args.gate_block,
             profile_n=200 if args.quick else 1_000,
             checkpoint_n=500 if args.quick else 1_500,
             cpu_n=500 if args.quick else 3_000,

@@ -15,6 +15,7 @@ timed by wrapping it).
 from __future__ import annotations
 
 import asyncio
+import bisect
 import cProfile
 import functools
 import gc
@@ -24,7 +25,7 @@ import random
 import shutil
 import sqlite3
 import time
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
@@ -54,6 +55,12 @@ FACTS: Mapping[str, Any] = {"order_paid_cents": 10_000, "refunded_cents": 0, "el
 RESULT: Mapping[str, Any] = {"refund_id": "re_bench", "amount_cents": 2_000}
 #: size 0 is measured on fresh journals, each taking this many untimed effects first
 ROTATE_WARMUP = 50
+#: figure 1's consecutive operations per subject in each round: long enough (about 0.15 s at
+#: the gate's p50) that a journal's checkpoint rounds, 50 ms after its commits, land during its
+#: own traffic, as in a worker, before its last one is settled at the block's end
+GATE_BLOCK = 200
+#: the longest a journal's last checkpoint round may take once its block ended
+SETTLE_TIMEOUT_S = 30.0
 
 
 # -- the trivial target and send -----------------------------------------------------------------
@@ -236,10 +243,42 @@ class Subject:
     generation: int = 0
     in_current: int = 0
     largest: int = 0
+    #: ``perf_counter_ns`` at the start of each recorded sample
+    started_ns: list[int] = field(default_factory=list)
+    #: indexes of the recorded samples that were the first on a fresh journal
+    fresh_at: list[int] = field(default_factory=list)
+    #: (start, end) ``perf_counter_ns`` of this subject's WAL checkpoint rounds
+    rounds: list[tuple[int, int]] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         self.gate = Gate(self.journal)
         self.prefix = self.prefix or f"m{self.size_at_start}{'' if self.durable else 'x'}"
+        self._watch_checkpoints()
+
+    def _watch_checkpoints(self) -> None:
+        """Time every checkpoint round of this subject's journal (its checkpointer's thread)."""
+        checkpointer: Checkpointer | None = getattr(self.journal, "_checkpointer", None)
+        if checkpointer is None:
+            return
+        run = checkpointer.checkpoint
+        rounds = self.rounds
+
+        def timed() -> tuple[int, int]:
+            started = time.perf_counter_ns()
+            try:
+                return run()
+            finally:
+                rounds.append((started, time.perf_counter_ns()))
+
+        checkpointer.checkpoint = timed  # type: ignore[method-assign]
+
+    def settle(self) -> None:
+        """The end of this subject's burst of traffic: its checkpointer runs the round the
+        last commits asked for now, and this waits for it (untimed), so that it does not
+        land in the next subject's block (see ``measure``)."""
+        checkpointer: Checkpointer | None = getattr(self.journal, "_checkpointer", None)
+        if checkpointer is not None and not checkpointer.settle(SETTLE_TIMEOUT_S):
+            raise RuntimeError(f"{self.label}: the WAL checkpoint did not settle")
 
     async def _rotate(self) -> None:
         assert self.opener is not None
@@ -247,9 +286,11 @@ class Subject:
         self.generation += 1
         self.journal = self.opener(self.generation)
         self.gate = Gate(self.journal)
+        self._watch_checkpoints()
         self.in_current = 0
         for _ in range(ROTATE_WARMUP):
             await self._run(record=False)
+        self.fresh_at.append(len(self.net_ns))
 
     async def one(self, *, record: bool = True) -> None:
         if (
@@ -273,6 +314,7 @@ class Subject:
             raise RuntimeError(f"{self.label}: the gate returned {result!r}")
         inside = (self.target.capture_ns - capture0) + (self.send.ns - send0)
         if record:
+            self.started_ns.append(started)
             self.total_ns.append(total)
             self.target_ns.append(inside)
             self.net_ns.append(total - inside)
@@ -326,6 +368,7 @@ class SqliteFloor:
         self.db.execute("CREATE TABLE IF NOT EXISTS floor (id INTEGER PRIMARY KEY, v BLOB)")
         self.row = os.urandom(300)
         self.ns: list[int] = []
+        self.started_ns: list[int] = []
 
     async def one(self, *, record: bool = True) -> None:
         started = time.perf_counter_ns()
@@ -334,6 +377,7 @@ class SqliteFloor:
         self.db.execute("COMMIT")
         if record:
             self.ns.append(time.perf_counter_ns() - started)
+            self.started_ns.append(started)
 
     def close(self) -> None:
         self.db.close()
@@ -345,6 +389,7 @@ class FsyncFloor:
     def __init__(self, path: Path) -> None:
         self.fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
         self.ns: list[int] = []
+        self.started_ns: list[int] = []
 
     async def one(self, *, record: bool = True) -> None:
         started = time.perf_counter_ns()
@@ -352,6 +397,7 @@ class FsyncFloor:
         os.fsync(self.fd)
         if record:
             self.ns.append(time.perf_counter_ns() - started)
+            self.started_ns.append(started)
 
     def close(self) -> None:
         os.close(self.fd)
@@ -371,6 +417,9 @@ class CheckpointProbe:
     inline_us: Dist
     background_us: Dist
 
+
+FLOOR_SQLITE = "bare SQLite insert + commit"
+FLOOR_FSYNC = "fsync of a 64-byte append"
 
 #: SQLite's default auto-checkpoint, in pages
 SQLITE_AUTOCHECKPOINT = 1_000
@@ -730,6 +779,100 @@ async def time_canonical_json(directory: Path, n: int) -> tuple[str, float, floa
     return name, Dist.of(per_effect).p50, spent[1] / n, gate_us
 
 
+# -- the tail, sample by sample ------------------------------------------------------------------
+
+#: what a slow sample is charged to: the first of these that held while it ran
+CAUSES = (
+    "its own journal's checkpoint round",
+    "another journal's checkpoint round",
+    "a garbage collection",
+    "the first on a fresh journal",
+    "the first of its block",
+    "none of these (the disk, the machine)",
+)
+
+
+@dataclass(frozen=True)
+class TailCauses:
+    """A series' samples at or above its p99, each charged to the first of ``CAUSES`` that
+    held while it ran (``tail``), beside how many of all its samples each held for (``all``):
+    a cause that made the tail is over-represented in it."""
+
+    label: str
+    samples: int
+    p50_us: float
+    p99_us: float
+    tail: dict[str, int]
+    all: dict[str, int]
+    #: its journal's checkpoint rounds, and those of them that overlapped its timed samples
+    rounds: int
+    rounds_in_traffic: int
+
+
+def _union(windows: list[tuple[int, int]]) -> tuple[list[int], list[int]]:
+    """The union of ``(start, end)`` windows as disjoint sorted windows: (starts, ends)."""
+    starts: list[int] = []
+    ends: list[int] = []
+    for a, b in sorted(windows):
+        if ends and a <= ends[-1]:
+            ends[-1] = max(ends[-1], b)
+        else:
+            starts.append(a)
+            ends.append(b)
+    return starts, ends
+
+
+def _overlaps(union: tuple[list[int], list[int]], a: int, b: int) -> bool:
+    starts, ends = union
+    i = bisect.bisect_left(starts, b) - 1
+    return i >= 0 and ends[i] > a
+
+
+def attribute(
+    label: str,
+    started_ns: list[int],
+    ns: list[int],
+    *,
+    block: int,
+    own: list[tuple[int, int]],
+    others: list[tuple[int, int]],
+    collections: list[tuple[int, int]],
+    fresh_at: list[int],
+) -> TailCauses:
+    """Charge each of a series' samples (``started_ns[i]``, lasting ``ns[i]``; recorded
+    ``block`` at a time) to a cause; count them over the tail and over all samples."""
+    own_u, others_u, gc_u = _union(own), _union(others), _union(collections)
+    fresh = set(fresh_at)
+    p50, p99 = Dist.of(ns).p50, Dist.of(ns).p99
+    tail = dict.fromkeys(CAUSES, 0)
+    every = dict.fromkeys(CAUSES, 0)
+    for i, (a, d) in enumerate(zip(started_ns, ns, strict=True)):
+        b = a + d
+        held = (
+            _overlaps(own_u, a, b),
+            _overlaps(others_u, a, b),
+            _overlaps(gc_u, a, b),
+            i in fresh,
+            i % block == 0,
+            True,
+        )
+        cause = CAUSES[held.index(True)]
+        every[cause] += 1
+        if d >= p99:
+            tail[cause] += 1
+    mine = _union([(a, a + d) for a, d in zip(started_ns, ns, strict=True)])
+    return TailCauses(
+        label=label,
+        samples=len(ns),
+        p50_us=p50 / 1000,
+        p99_us=p99 / 1000,
+        tail=tail,
+        all=every,
+        rounds=len(own),
+        rounds_in_traffic=sum(1 for a, b in own if _overlaps(mine, a, b)),
+    )
+
+
 # -- the figure ----------------------------------------------------------------------------------
 
 
@@ -753,6 +896,11 @@ class GateCost:
     seconds: float
     #: the ``synchronous=OFF`` gate's CPU, SQL and the rest (None: not measured)
     cpu: CpuSplit | None = None
+    #: every series' tail, sample by sample: the journals', then the nosync gate's and the floors'
+    tails: list[TailCauses] = field(default_factory=list)
+
+    def tail_of(self, label: str) -> TailCauses:
+        return next(t for t in self.tails if t.label == label)
 
     def at(self, size: int) -> Series:
         return next(s for s in self.series if s.size_at_start == size)
@@ -767,7 +915,7 @@ async def measure(
     sizes: list[int],
     samples: int,
     *,
-    block: int = 25,
+    block: int = GATE_BLOCK,
     rotate_every: int = 250,
     warmup: int = ROTATE_WARMUP,
     seed: int = 20_240_601,
@@ -814,33 +962,80 @@ async def measure(
     )
     floor_sqlite = SqliteFloor(directory / "floor.db")
     floor_fsync = FsyncFloor(directory / "floor.log")
-    ops: list[Callable[..., Awaitable[None]]] = [
-        *(s.one for s in subjects),
-        nosync.one,
-        floor_sqlite.one,
-        floor_fsync.one,
+    measured: list[Subject | SqliteFloor | FsyncFloor] = [
+        *subjects,
+        nosync,
+        floor_sqlite,
+        floor_fsync,
     ]
     rng = random.Random(seed)
     block = max(1, min(block, samples))
     rounds = -(-samples // block)
+    collections: list[tuple[int, int]] = []
+    collecting = [0]
+
+    def on_gc(phase: str, _info: dict[str, int]) -> None:
+        if phase == "start":
+            collecting[0] = time.perf_counter_ns()
+        else:
+            collections.append((collecting[0], time.perf_counter_ns()))
+
     try:
-        for op in ops:
+        for m in measured:
             for _ in range(warmup):
-                await op(record=False)
+                await m.one(record=False)
+            if isinstance(m, Subject):
+                m.settle()
         gc.collect()
         print(
-            f"  measuring {len(ops)} series x {rounds * block:,} samples, interleaved in "
+            f"  measuring {len(measured)} series x {rounds * block:,} samples, interleaved in "
             f"{rounds:,} rounds of {block} consecutive operations each",
             flush=True,
         )
-        for r in range(rounds):
-            order = list(ops)
-            rng.shuffle(order)
-            for op in order:
-                for _ in range(block):
-                    await op()
-            if (r + 1) % 50 == 0:
-                print(f"  {(r + 1) * block:,} samples per series", flush=True)
+        gc.callbacks.append(on_gc)
+        try:
+            for r in range(rounds):
+                order = list(measured)
+                rng.shuffle(order)
+                for m in order:
+                    for _ in range(block):
+                        await m.one()
+                    # a journal's checkpoints land in its own traffic, never in another's
+                    if isinstance(m, Subject):
+                        m.settle()
+                if (r + 1) % 10 == 0:
+                    print(f"  {(r + 1) * block:,} samples per series", flush=True)
+        finally:
+            gc.callbacks.remove(on_gc)
+        every_round = [w for s in (*subjects, nosync) for w in s.rounds]
+        tails = [
+            attribute(
+                m.label,
+                m.started_ns,
+                m.net_ns,
+                block=block,
+                own=m.rounds,
+                others=sorted(set(every_round) - set(m.rounds)),
+                collections=collections,
+                fresh_at=m.fresh_at,
+            )
+            for m in (*subjects, nosync)
+        ] + [
+            attribute(
+                label,
+                f.started_ns,
+                f.ns,
+                block=block,
+                own=[],
+                others=every_round,
+                collections=collections,
+                fresh_at=[],
+            )
+            for label, f in (
+                (FLOOR_SQLITE, floor_sqlite),
+                (FLOOR_FSYNC, floor_fsync),
+            )
+        ]
         series = [Series.of(s) for s in subjects]
         nosync_series = Series.of(nosync)
         subjects[0].rotate_every = None  # counting: no rotation inside the traced pass
@@ -873,6 +1068,7 @@ async def measure(
         profile=prof,
         seconds=time.monotonic() - began,
         cpu=split,
+        tails=tails,
     )
 
 

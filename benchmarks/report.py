@@ -8,10 +8,11 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from interlock_temporal.core.journal import DEFAULT_COMMIT_DELAY
+from interlock_temporal.core.journal.checkpoints import INTERVAL_S
 
 from . import crash_report, load_report
 from .crash_recovery import CrashRecovery
-from .gate_cost import ENTRIES_PER_EFFECT, GateCost, Series
+from .gate_cost import CAUSES, ENTRIES_PER_EFFECT, GateCost, Series
 from .load import Load
 from .machine import Machine
 from .policy_cost import SHACKLE_RECORDED_P50_US, SHACKLE_SLA_MS, PolicyCost
@@ -94,7 +95,9 @@ class Report:
                         f"{s.size_at_start:,}: {s.net_us.p99 / s.net_us.p50:.2f}"
                         for s in self.gate.series
                     )
-                    + ")",
+                    + "); the disk's own in the same rounds: bare SQLite commit "
+                    f"{_tail_ratio(self.gate.floor_sqlite_us):.2f}, fsync "
+                    f"{_tail_ratio(self.gate.floor_fsync_us):.2f}",
                     worst.net_us.p99 / worst.net_us.p50 <= TAIL_RATIO_MAX,
                 )
             )
@@ -346,6 +349,63 @@ def _dist_cells(d: Dist, fmt: str = "ms") -> str:
     return f"{d.n:,} | {f(d.p50)} | {f(d.p90)} | {f(d.p99)} | {f(d.max)}"
 
 
+def _tail_ratio(d: Dist) -> float:
+    return d.p99 / d.p50
+
+
+def _tail_section(g: GateCost) -> list[str]:
+    """Figure 1's tail, sample by sample: each series' samples at or above its p99 charged to
+    a cause, beside the share of all its samples the cause held for."""
+    if not g.tails:
+        return []
+    lines = [
+        "",
+        "### The tail, sample by sample",
+        "",
+        "Every timed sample's window was checked against what ran meanwhile in this process: "
+        "the WAL checkpoint rounds of its own journal and of the other journals (each round "
+        "timed on the checkpointer's thread), Python's garbage collections (`gc.callbacks`), "
+        "and its place: the first on a fresh journal (size 0), the first of its block. Each "
+        "sample is charged to the first of these that held; **tail** counts the samples at or "
+        "above the series' p99, **all** every sample (so a cause that made the tail is "
+        "over-represented in it). Samples charged to none of these waited for the disk or the "
+        "machine (other processes); the floors, which run no Python of the gate and no "
+        "checkpointer, show how often that happens here.",
+        "",
+        "A journal's checkpoints land in its own traffic, as in a worker: each block is "
+        f"{g.block} operations (about {g.block * g.at(0).net_us.p50 / 1e6:.2f} s at the gate's "
+        "p50) of steady commits, in which its checkpointer runs a round "
+        f"{INTERVAL_S * 1000:g} ms after the first commit not yet checkpointed, and at the "
+        "block's end the round the last commits asked for is run at once and waited for, "
+        "untimed (`Checkpointer.settle`): a worker whose traffic pauses runs that round in the "
+        "pause. Without it, that round ran in the next subject's block, charging one "
+        "journal's checkpoint to another series; with blocks of 25 (shorter than the wait), "
+        "most of a journal's rounds overlapped other series' samples rather than its own.",
+        "",
+        "| series | p50 | p99 | p99 ÷ p50 | checkpoint rounds (in its traffic) | "
+        + " | ".join(f"{c}: tail / all" for c in CAUSES)
+        + " |",
+        "|---|---|---|---|---|" + "---|" * len(CAUSES),
+    ]
+    for t in g.tails:
+        rounds = f"{t.rounds:,} ({t.rounds_in_traffic:,})" if t.rounds else "-"
+        lines.append(
+            f"| {t.label} | {ms(t.p50_us)} | {ms(t.p99_us)} | {t.p99_us / t.p50_us:.2f} | "
+            f"{rounds} | " + " | ".join(f"{t.tail[c]} / {t.all[c]:,}" for c in CAUSES) + " |"
+        )
+    lines += [
+        "",
+        "Which causes a worker with one journal has too: its own checkpoint rounds, garbage "
+        "collections and the disk's own tail. Artifacts of hosting several journals in one "
+        "process: another journal's checkpoint round (none now, by the settling above), the "
+        "first of a block (the other subjects' work evicted this one's caches; a worker's "
+        "other work does the same to some degree) and the first on a fresh journal (size 0's "
+        "switch: the old journal's close and the new one's creation leave writes to the disk "
+        "in flight).",
+    ]
+    return lines
+
+
 def _size(s: Series) -> str:
     if s.rotate_every is not None:
         return (
@@ -446,6 +506,7 @@ def _gate_section(g: GateCost, command: str) -> list[str]:
         f"The gate does two durable commits per new effect, so about 2x the SQLite floor = "
         f"**{ms(floor2)}** is the physical limit here; the gate's p50 is "
         f"{empty.net_us.p50 / floor2:.1f}x that.",
+        *_tail_section(g),
         "",
         f"Durable commits per effect, counted (every SQL statement on the journal's connection "
         f"traced with `set_trace_callback` over {st.effects} new effects): "
@@ -507,7 +568,8 @@ def _gate_section(g: GateCost, command: str) -> list[str]:
             f"auto-checkpoint at its default ({cp.autocheckpoint_pages:,} pages, run by the "
             "commit that crosses it, as the journal did before), and by the journal's own "
             "checkpointer (a thread and connection of its own running "
-            "`PRAGMA wal_checkpoint(PASSIVE)` 50 ms after commits, off the effect's path; the "
+            f"`PRAGMA wal_checkpoint(PASSIVE)` {INTERVAL_S * 1000:g} ms after commits, off the "
+            "effect's path; the "
             "writers' auto-checkpoint a backstop at 16,384 pages):",
             "",
             "| WAL checkpoint | samples | p50 | p90 | p99 | max | p99 ÷ p50 |",
