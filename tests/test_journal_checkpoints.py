@@ -89,9 +89,7 @@ def test_settle_runs_the_round_asked_for_now_and_waits_for_it(
         journal.close()
 
 
-def test_settle_gives_up_after_its_timeout(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_settle_gives_up_after_its_timeout(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     # every round ends with a pass that holds the writers: while they are held here, the
     # round cannot end
     monkeypatch.setattr(checkpoints, "SOFT_LIMIT_FRAMES", 0)
