@@ -268,6 +268,11 @@ class SqliteJournal(SqlJournal):
 
     # -- transactions ------------------------------------------------------------------------
 
+    def _x(self, db: sqlite3.Connection, sql: str, params: Sequence[Any] = ()) -> Any:
+        """SQLite runs the shared SQL as written (``?`` placeholders), with any sequence of
+        parameters: no translation, no copy."""
+        return db.execute(sql, params)
+
     def _write(self, fn: Callable[[sqlite3.Connection], T]) -> T:
         """Run ``fn(db)`` in one durable write transaction (``BEGIN IMMEDIATE``: the whole
         database is this transaction's until it ends)."""
