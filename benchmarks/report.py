@@ -514,11 +514,11 @@ def _gate_section(g: GateCost, command: str) -> list[str]:
         f"({st.rollbacks:g} rollbacks), {st.statements:g} statements in all, {st.inserts:g} of "
         "them inserts: the verified read before deciding (on this connection while it is idle, "
         "whose page cache holds what it wrote), the dispatch transaction (PROPOSED, AUTHORIZED "
-        "and DISPATCHED, the approved input on the last of them; the lease, its budget's "
-        "reservations and the effect's own charge read inside it in one statement, the "
-        "reservation taken in it) and the commit transaction (COMMITTED, the result on it). "
-        "Each transaction reads the last seq and the effect's index row in one statement. The "
-        "lease has a cumulative budget, so every figure here includes reserving it.",
+        "and DISPATCHED, the approved input on the last of them; the reservation taken in it) "
+        "and the commit transaction (COMMITTED, the result on it). Each transaction reads the "
+        "last seq and the effect's index row in one statement, the dispatch transaction the "
+        "lease, its budget's reservations and the effect's own charge in that same statement. "
+        "The lease has a cumulative budget, so every figure here includes reserving it.",
         "",
         "### Where the time goes",
         "",

@@ -180,7 +180,10 @@ def test_a_sigkill_while_checkpoints_run_loses_nothing_acknowledged(tmp_path: Pa
             acknowledged.append(eid)
             rounds = int(done)
         os.kill(proc.pid, signal.SIGKILL)
-        rest, _ = proc.communicate(timeout=30)
+        # read on through the buffer ``readline`` filled: ``communicate`` reads the pipe
+        # itself, past the lines already buffered, which would go uncounted
+        rest = proc.stdout.read()
+        proc.wait(timeout=30)
     finally:
         if proc.poll() is None:
             proc.kill()

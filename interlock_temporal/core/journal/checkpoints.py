@@ -77,8 +77,10 @@ class Checkpointer:
         self._thread.start()
 
     def nudge(self) -> None:
-        """A commit happened: checkpoint soon."""
-        self._nudged.set()
+        """A commit happened: checkpoint soon. Already nudged, the round to come (it clears the
+        flag before it starts) covers this commit: ``Event.set`` would only take its lock."""
+        if not self._nudged.is_set():
+            self._nudged.set()
 
     def _run(self) -> None:
         if self._on_start is not None:

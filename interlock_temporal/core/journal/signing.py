@@ -16,9 +16,12 @@ import stat
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..errors import JournalConfigError
+
+if TYPE_CHECKING:
+    from hashlib import _Hash
 
 
 @dataclass(frozen=True)
@@ -27,20 +30,29 @@ class HmacKey:
 
     secret: bytes = field(repr=False)
     key_id: str = field(init=False)
-    _keyed: hmac.HMAC = field(init=False, repr=False, compare=False)
+    _pads: tuple[_Hash, _Hash] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         if len(self.secret) < 16:
             raise JournalConfigError("signing key: at least 16 bytes are required")
         key_id = "hmac-" + hashlib.sha256(b"interlock key id\x00" + self.secret).hexdigest()[:16]
         object.__setattr__(self, "key_id", key_id)
-        # keyed once: each signature copies this state instead of keying HMAC again
-        object.__setattr__(self, "_keyed", hmac.new(self.secret, digestmod=hashlib.sha256))
+        # keyed once: each signature copies the hashed pads (two sha256 copies, no HMAC object:
+        # half the time of copying an ``hmac.HMAC``)
+        block = hashlib.sha256().block_size
+        secret = self.secret if len(self.secret) <= block else hashlib.sha256(self.secret).digest()
+        secret = secret.ljust(block, b"\0")
+        inner = hashlib.sha256(bytes(b ^ 0x36 for b in secret))
+        outer = hashlib.sha256(bytes(b ^ 0x5C for b in secret))
+        object.__setattr__(self, "_pads", (inner, outer))
 
     def sign(self, entry_hash: bytes) -> str:
-        mac = self._keyed.copy()
+        inner, outer = self._pads
+        mac = inner.copy()
         mac.update(entry_hash)
-        return mac.hexdigest()
+        out = outer.copy()
+        out.update(mac.digest())
+        return out.hexdigest()
 
     def verify(self, entry_hash: bytes, sig: str) -> bool:
         return hmac.compare_digest(self.sign(entry_hash), sig)
@@ -48,12 +60,7 @@ class HmacKey:
     def pads(self) -> tuple[Any, Any]:
         """The key's inner and outer pads, hashed (RFC 2104): ``hexdigest`` of ``outer`` after
         ``digest`` of ``inner`` after the message is the HMAC; copy them, never update them."""
-        block = hashlib.sha256().block_size
-        secret = self.secret if len(self.secret) <= block else hashlib.sha256(self.secret).digest()
-        secret = secret.ljust(block, b"\0")
-        inner = hashlib.sha256(bytes(b ^ 0x36 for b in secret))
-        outer = hashlib.sha256(bytes(b ^ 0x5C for b in secret))
-        return inner, outer
+        return self._pads
 
     def verifier(self) -> Callable[[bytes, str], bool]:
         """``verify`` for many entries in a row: HMAC from the key's hashed pads (two

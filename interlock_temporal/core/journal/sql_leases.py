@@ -12,13 +12,20 @@ from ..leases import LeaseStore, lease_from_doc
 from ..models import Lease
 from .sql_access import SqlAccess
 
-#: a lease, what its budget has reserved and this effect's own active charge, in one
-#: statement (for a backend whose write transaction holds the whole database)
-_LEASE_READ = (
-    "SELECT l.doc, s.reserved_cents, c.cents FROM leases l "
-    "LEFT JOIN lease_spend s ON s.lease_id = l.lease_id "
-    "LEFT JOIN lease_charges c ON c.effect_id = ? AND c.active = 1 WHERE l.lease_id = ?"
+#: a lease, what its budget has reserved and this effect's own active charge (``lease_in``
+#: reads them), for a backend whose write transaction holds the whole database: joined onto a
+#: row (``LEASE_JOIN``, parameters: the lease id, the effect id) or read alone
+LEASE_COLUMNS = "l.doc, s.reserved_cents, c.cents"
+LEASE_JOIN = (
+    "LEFT JOIN leases l ON l.lease_id = ? LEFT JOIN lease_spend s ON s.lease_id = l.lease_id "
+    "LEFT JOIN lease_charges c ON c.effect_id = ? AND c.active = 1"
 )
+_LEASE_READ = f"SELECT {LEASE_COLUMNS} FROM (SELECT 1) {LEASE_JOIN}"
+
+
+def lease_in(doc: Any, reserved: Any, own: Any) -> Lease | None:
+    """The lease read as ``LEASE_COLUMNS`` (None: there is no such lease)."""
+    return None if doc is None else _with_others(lease_from_doc(doc), reserved, own)
 
 
 def _with_others(lease: Lease, reserved: Any, own: Any) -> Lease:
@@ -129,8 +136,7 @@ class SqlLeases(LeaseStore):
         access = self._access
         if not (access.for_share or access.for_update):
             # the transaction holds the whole database (SQLite): one statement reads it all
-            found = access.execute(db, _LEASE_READ, (effect_id, lease_id)).fetchone()
-            whole = None if found is None else _with_others(lease_from_doc(found[0]), *found[1:3])
+            whole = lease_in(*access.execute(db, _LEASE_READ, (lease_id, effect_id)).fetchone())
             return lambda: whole
         doc = access.execute(
             db, f"SELECT doc FROM leases WHERE lease_id = ?{access.for_share}", (lease_id,)

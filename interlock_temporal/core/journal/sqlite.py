@@ -26,6 +26,7 @@ from .group_commit import AppendArgs, no_wakeup_preemption
 from .interface import SCHEMA_VERSION
 from .signing import Keyring
 from .sql import IN_DOUBT_SQL, AppendReads, SqlJournal
+from .sql_leases import LEASE_COLUMNS, LEASE_JOIN, lease_in
 
 __all__ = ["IN_DOUBT_SQL", "SqliteJournal"]
 
@@ -166,12 +167,15 @@ _MIGRATIONS: list[str] = [
 assert len(_MIGRATIONS) == SCHEMA_VERSION
 
 #: the last seq and an effect's index row as an append reads them (``SqlJournal._append_reads``),
-#: in one statement (``effect_type`` is NOT NULL, so a missing row reads as NULL there)
+#: in one statement (``effect_type`` is NOT NULL, so a missing row reads as NULL there); and
+#: with the lease the append's build checks, in the same statement
 _SEQ_AND_ROW = (
     "SELECT (SELECT COALESCE(MAX(seq), 0) FROM entries), f.effect_type, f.status, f.head, "
     "f.first_dispatch_ts, f.last_dispatch_ts FROM (SELECT 1) LEFT JOIN effects f "
     "ON f.effect_id = ?"
 )
+_SEQ_ROW_AND_LEASE = _SEQ_AND_ROW.replace(" FROM (SELECT 1)", f", {LEASE_COLUMNS} FROM (SELECT 1)")
+_SEQ_ROW_AND_LEASE += f" {LEASE_JOIN}"
 
 
 class SqliteJournal(SqlJournal):
@@ -268,6 +272,11 @@ class SqliteJournal(SqlJournal):
 
     # -- transactions ------------------------------------------------------------------------
 
+    def _x(self, db: sqlite3.Connection, sql: str, params: Sequence[Any] = ()) -> Any:
+        """SQLite runs the shared SQL as written (``?`` placeholders), with any sequence of
+        parameters: no translation, no copy."""
+        return db.execute(sql, params)
+
     def _write(self, fn: Callable[[sqlite3.Connection], T]) -> T:
         """Run ``fn(db)`` in one durable write transaction (``BEGIN IMMEDIATE``: the whole
         database is this transaction's until it ends)."""
@@ -358,10 +367,14 @@ class SqliteJournal(SqlJournal):
     def _append_reads(
         self, db: sqlite3.Connection, effect_id: str, lease_id: str | None
     ) -> AppendReads:
-        """One statement for the seq and the row: the transaction holds the whole database."""
-        found = db.execute(_SEQ_AND_ROW, (effect_id,)).fetchone()
-        lease_of = None if lease_id is None else self._leases.ask_tx(db, lease_id, effect_id)
-        return int(found[0]), None if found[1] is None else found[1:], lease_of
+        """One statement for the seq, the row and the lease: the transaction holds the whole
+        database."""
+        if lease_id is None:
+            found = db.execute(_SEQ_AND_ROW, (effect_id,)).fetchone()
+            return int(found[0]), None if found[1] is None else found[1:], None
+        found = db.execute(_SEQ_ROW_AND_LEASE, (effect_id, lease_id, effect_id)).fetchone()
+        lease = lease_in(*found[6:])
+        return int(found[0]), None if found[1] is None else found[1:6], lambda: lease
 
     def _seq_base(self, db: sqlite3.Connection) -> int:
         (seq,) = db.execute("SELECT COALESCE(MAX(seq), 0) FROM entries").fetchone()
