@@ -348,8 +348,9 @@ FIRST_BODIES = [
 
 @pytest.mark.parametrize("body", FIRST_BODIES)
 def test_a_first_entry_is_read_as_the_full_check_reads_it(body: bytes) -> None:
-    """``_first_data`` reads an effect's first entry only up to its ``input_digest`` where its
-    keys are written in order and once each, and as ``json.loads`` does otherwise."""
+    """``_first_data`` reads an effect's first entry as ``json.loads`` reads it, whatever its
+    shape: a reading of only the keys up to ``input_digest`` would take the wrong type from a
+    body that repeats a key after them."""
     data = json.loads(body).get("data")
     data = data if isinstance(data, dict) else {}
     effect_type = data.get("effect_type")
