@@ -13,7 +13,8 @@ with each entry's sha256, then with its HMAC too, and the JSON of each effect's 
 (its delivery and type are checked against the effects table); the rest of a verify is the
 Python that compares columns, chains, values and rows. ``cryptography`` verifies one Ed25519
 signature per call (``Ed25519PublicKey.verify``): it has no batch verification, so each entry
-pays one whole asymmetric check.
+pays one whole asymmetric check; the check lets other threads run, so a verify makes them on
+one thread per core.
 """
 
 from __future__ import annotations

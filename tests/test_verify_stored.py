@@ -17,8 +17,14 @@ import pytest
 
 from interlock_temporal.core.identity import effect_id, origin_of
 from interlock_temporal.core.journal import Journal, encode_entry, open_journal
-from interlock_temporal.core.journal.signing import HmacKey
-from interlock_temporal.core.journal.verifying import read_ahead, verify_stored
+from interlock_temporal.core.journal.entries import origin_in
+from interlock_temporal.core.journal.signing import Ed25519Key, HmacKey, Keyring
+from interlock_temporal.core.journal.verifying import (
+    _PRECHECK,
+    _first_data,
+    read_ahead,
+    verify_stored,
+)
 from interlock_temporal.core.models import Kind, VerifyReport
 
 KEY = "5e" * 32
@@ -260,3 +266,93 @@ def test_read_ahead_closed_early_closes_its_source_and_stops() -> None:
     reading.close()  # as a verify that found an edit stops reading
     assert closed.is_set()
     assert not any(t.name == "interlock-read-ahead" for t in threading.enumerate())
+
+
+def _effects(key: HmacKey | Ed25519Key, effects: int) -> list[tuple[Any, ...]]:
+    """The stored tuples of ``effects`` effects of three entries each, signed with ``key``."""
+    out: list[tuple[Any, ...]] = []
+    for n in range(effects):
+        eid = effect_id("verify.refund", {"n": n})
+        prev = ""
+        for kind, data in (
+            (Kind.PROPOSED, {"effect_type": "verify.refund", "input_digest": f"{n:064x}"}),
+            (Kind.DISPATCHED, {"via": "dispatch"}),
+            (Kind.COMMITTED, {"via": "dispatch"}),
+        ):
+            seq = len(out) + 1
+            e = encode_entry(
+                seq=seq,
+                ts=1_800_000_000.5 + seq,
+                effect_id=eid,
+                kind=kind,
+                prev=prev,
+                key=key,
+                data=data,
+            )
+            out.append((seq, eid, kind.value, prev, e.hash, e.key_id, e.sig, e.body, None))
+            prev = e.hash
+    return out
+
+
+def _both(raws: list[tuple[Any, ...]], keyring: Keyring) -> VerifyReport:
+    """``verify_stored`` of ``raws`` (one read), which must report exactly what the full check
+    alone reports."""
+    fast = verify_stored([raws], keyring)
+    assert fast == verify_stored([raws], keyring, short=False)
+    return fast
+
+
+def test_ed25519_signatures_checked_ahead_on_threads_name_an_edit_by_its_seq() -> None:
+    """An Ed25519 journal's signatures are checked ahead, in reads of ``_PRECHECK`` entries, on
+    threads: an edited signature deep in it, or an entry signed by another key, is named by its
+    seq as the full check names it, and the threads are gone after the pass."""
+    key = Ed25519Key(bytes.fromhex("6e" * 32))
+    keyring = Keyring(None, [key.public_only()])
+    raws = _effects(key, 1_000)  # 3,000 entries: several reads ahead
+    assert len(raws) > 4 * _PRECHECK
+    report = _both(raws, keyring)
+    assert report.ok and report.entries == len(raws), report
+    for seq in (2_500, 2_501):  # a chain's next entry, a chain's first
+        at = seq - 1
+        edited = [*raws]
+        edited[at] = (*raws[at][:6], raws[at + 3][6], *raws[at][7:])
+        report = _both(edited, keyring)
+        assert not report.ok and report.first_bad_seq == seq, report
+        assert report.problem is not None and "signature does not verify" in report.problem
+    other = Ed25519Key(bytes.fromhex("6f" * 32))
+    # from seq 1,501 on, the same effects signed by another key: each checked by its own
+    mixed = raws[:1_500] + _effects(other, 1_000)[1_500:]
+    report = _both(mixed, Keyring(None, [key.public_only(), other.public_only()]))
+    assert report.ok and report.entries == len(raws), report
+    report = _both(mixed, keyring)
+    assert not report.ok and report.first_bad_seq == 1_501, report
+    assert report.problem is not None and "not in the keyring" in report.problem
+    assert not any(t.name.startswith("interlock-verify") for t in threading.enumerate())
+
+
+FIRST_BODIES = [
+    # as the journal writes them, and in shapes it does not: the full check's reading decides
+    b'{"data":{"delivery":{"activity_id":"1","run_id":"r","workflow_id":"w"},'
+    b'"effect_type":"t","input_digest":"d","z":[1,{"a":2}]},"v":2}',
+    b'{"data":{"effect_type":"first","effect_type":"last"},"v":2}',
+    b'{"data":{"input_digest":"d","delivery":{"activity_id":"1","run_id":"r",'
+    b'"workflow_id":"w"},"effect_type":"t"},"v":2}',
+    b'{"data":{"effect_type":"t","zz":1,"effect_type":"after"},"v":2}',
+    b'{"data":{ "effect_type":"t"},"v":2}',
+    b'{"data":{"effect_type":"\\u0074"},"v":2}',
+    b'{"data":{},"v":2}',
+    b'{"data":[1],"v":2}',
+    b'{"v":2}',
+]
+
+
+@pytest.mark.parametrize("body", FIRST_BODIES)
+def test_a_first_entry_is_read_as_the_full_check_reads_it(body: bytes) -> None:
+    """``_first_data`` reads an effect's first entry as ``json.loads`` reads it, whatever its
+    shape: a reading of only the keys up to ``input_digest`` would take the wrong type from a
+    body that repeats a key after them."""
+    data = json.loads(body).get("data")
+    data = data if isinstance(data, dict) else {}
+    effect_type = data.get("effect_type")
+    expected = (effect_type if isinstance(effect_type, str) else None), origin_in(data)
+    assert _first_data(body) == expected

@@ -154,7 +154,8 @@ class Ed25519Key:
 
     def verifier(self) -> Callable[[bytes, str], bool]:
         """``verify`` for many entries in a row (``cryptography`` verifies one signature per
-        call: it has no batch verification)."""
+        call: it has no batch verification; it lets other threads run during the call, so a
+        verify checks signatures on several threads, ``verifying._Pass.prechecked``)."""
         from cryptography.exceptions import InvalidSignature
 
         check = self._public.verify

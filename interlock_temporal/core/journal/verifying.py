@@ -18,10 +18,13 @@ import contextlib
 import gc
 import hashlib
 import json
+import os
 import queue
 import threading
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Generator, Iterable, Iterator, Mapping, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from hmac import compare_digest
+from itertools import islice
 from json.encoder import encode_basestring  # type: ignore[attr-defined]
 from typing import Any, TypeVar
 
@@ -38,7 +41,7 @@ from .entries import (
     signed_ts,
     values_digest,
 )
-from .signing import HmacKey, Keyring
+from .signing import Ed25519Key, HmacKey, Keyring
 
 T = TypeVar("T")
 
@@ -52,6 +55,8 @@ _DISPATCHED = Kind.DISPATCHED.value
 _V1_END = b',"v":1}'
 _V2_END = b',"v":2}'
 _V2_VALS = b',"v":2,"vals":"'
+#: how an entry without values beside it ends (format 2 or 1)
+_ENDS = (_V2_END, _V1_END)
 _AT = b',"effect_id":'
 _AT_LEN = len(_AT)
 _DATA = b'{"data":'
@@ -60,6 +65,10 @@ _scan_once: Callable[[str, int], tuple[Any, int]] = json.JSONDecoder().scan_once
 #: a key's signature check, its id as the signed bytes write it, and an HMAC key's hashed pads
 #: (``HmacKey.pads``: the check inlined) or None
 _KeyCheck = tuple[Callable[[bytes, str], bool], str, Any, Any]
+#: entries whose Ed25519 signatures are checked together, ahead of the pass, and on how many
+#: threads (``_Pass.prechecked``)
+_PRECHECK = 512
+_PRECHECK_THREADS = os.cpu_count() or 1
 
 
 def archived_runs(anchors: Iterable[RawEntry]) -> tuple[dict[int, int], tuple[int, str] | None]:
@@ -195,6 +204,14 @@ class _Pass:
         self.runs, self.wrong = archived_runs(anchors)
         self.covered: set[int] = set()
         self.keys: dict[str, _KeyCheck | None] = {}
+        #: per Ed25519 key: its check, and the (digest, signature) pairs of the entries at hand
+        #: that it checked ahead and found good (``prechecked``)
+        self.asymmetric: dict[str, tuple[Callable[[bytes, str], bool], set[tuple[bytes, str]]]]
+        self.asymmetric = {}
+        for key_id in keyring.key_ids:
+            key = keyring.get(key_id)
+            if isinstance(key, Ed25519Key):
+                self.asymmetric[key_id] = (key.verifier(), set())
 
     def failed(self, seq: int, problem: str, final: JournalHead | None = None) -> VerifyReport:
         return VerifyReport(
@@ -236,17 +253,82 @@ class _Pass:
         if key_id not in self.keys:
             key = self.keyring.get(key_id)
             pads = key.pads() if isinstance(key, HmacKey) else (None, None)
+            verify = None if key is None else key.verifier()
+            if key_id in self.asymmetric:
+                check, good = self.asymmetric[key_id]
+
+                def verify(digest: bytes, sig: str) -> bool:
+                    return (digest, sig) in good or check(digest, sig)
+
             self.keys[key_id] = (
-                None if key is None else (key.verifier(), encode_basestring(key_id), *pads)
+                None if verify is None else (verify, encode_basestring(key_id), *pads)
             )
         return self.keys[key_id]
+
+    def prechecked(
+        self, batches: Iterable[Iterable[Sequence[Any]]]
+    ) -> Generator[list[Any], None, None]:
+        """The entries of ``batches`` in reads of ``_PRECHECK``, each yielded once its
+        Ed25519 signatures were checked ahead on ``_PRECHECK_THREADS`` threads, which checked
+        the next read's meanwhile: ``cryptography`` checks one signature per call (it has no
+        batch verification) and lets other threads run during the check. A signature found
+        good is not checked again; any other is checked again by the pass, which names it."""
+        with ThreadPoolExecutor(_PRECHECK_THREADS, "interlock-verify") as pool:
+            ahead: tuple[list[Any], list[Future[list[tuple[str, bytes, str]]]]] | None = None
+            for batch in batches:
+                rows = iter(batch)
+                while chunk := list(islice(rows, _PRECHECK)):
+                    step = -(-len(chunk) // _PRECHECK_THREADS)
+                    parts = [chunk[at : at + step] for at in range(0, len(chunk), step)]
+                    if ahead is not None:
+                        yield self._checked(*ahead)
+                    ahead = chunk, [pool.submit(self._good, part) for part in parts]
+            if ahead is not None:
+                yield self._checked(*ahead)
+
+    def _checked(
+        self, chunk: list[Any], checks: list[Future[list[tuple[str, bytes, str]]]]
+    ) -> list[Any]:
+        for _, good in self.asymmetric.values():
+            good.clear()
+        for done in checks:
+            for key_id, digest, sig in done.result():
+                self.asymmetric[key_id][1].add((digest, sig))
+        return chunk
+
+    def _good(self, rows: list[Any]) -> list[tuple[str, bytes, str]]:
+        """The entries among ``rows`` whose Ed25519 signature holds (on a thread of its own:
+        a row it cannot check is left to the pass)."""
+        good = []
+        sha256, keys = hashlib.sha256, self.asymmetric
+        for values in rows:
+            key_id, sig, body = values[5], values[6], values[7]
+            key = keys.get(key_id)
+            if key is None or type(body) is not bytes or type(sig) is not str:
+                continue
+            digest = sha256(body).digest()
+            if key[0](digest, sig):
+                good.append((key_id, digest, sig))
+        return good
 
     def entries(
         self, batches: Iterable[Iterable[Sequence[Any]]]
     ) -> tuple[tuple[int, str] | None, Sequence[Any] | None]:
         """Check every entry: what is wrong first (at which seq), and the last entry read. The
         next entry of a known effect is checked here, the first of an effect by ``first``; any
-        other, or one that fails a check, by ``step``."""
+        other, or one that fails a check, by ``step``. Ed25519 signatures are checked ahead
+        (``prechecked``)."""
+        if not self.asymmetric:
+            return self._entries(batches)
+        checked = self.prechecked(batches)
+        try:
+            return self._entries(checked)
+        finally:
+            checked.close()
+
+    def _entries(
+        self, batches: Iterable[Iterable[Sequence[Any]]]
+    ) -> tuple[tuple[int, str] | None, Sequence[Any] | None]:
         chains, keys, first = self.checker.chains, self.keys, self.first
         head_seq = -1 if self.head is None else self.head.seq
         sha256, kinds, annotations, compare = hashlib.sha256, _KINDS, _ANNOTATIONS, compare_digest
@@ -294,11 +376,7 @@ class _Pass:
                         and at > _AT_LEN
                         and body.startswith(tail, at)
                         and body.startswith(_DATA)
-                        and (
-                            (body.endswith(_V2_END) or body.endswith(_V1_END))
-                            if vals is None
-                            else _binds(body, vals)
-                        )
+                        and (body.endswith(_ENDS) if vals is None else _binds(body, vals))
                     ):
                         at += len(tail)
                         chain.head, chain.head_seq = digest_hex, seq
@@ -371,7 +449,7 @@ def _binds(body: bytes, vals: Any) -> bool:
     """The signed bytes end as an entry's do that binds the values stored beside it (none:
     format 1 or 2 without ``vals``; else their digest, format 2)."""
     if vals is None:
-        return body.endswith(_V2_END) or body.endswith(_V1_END)
+        return body.endswith(_ENDS)
     return type(vals) is str and body.endswith(_V2_VALS + values_digest(vals).encode() + b'"}')
 
 
