@@ -17,19 +17,23 @@ semantics as the SQLite journal.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import hashlib
 import threading
 import time
 import weakref
 from collections.abc import Callable, Iterable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 from urllib.parse import parse_qs, urlencode, urlparse, urlunparse
 
 from ..errors import JournalUnavailable
 from ..extras import needs_extra
+from ..models import Entry
 from .claims import Claim
-from .entries import ENTRY_COLUMNS, RawEntry, raw_entry
+from .entries import ENTRY_COLUMNS, RawEntry, decode_entry, raw_entry
+from .group_commit import no_wakeup_preemption
 from .interface import SCHEMA_VERSION, redacted
 from .pg_server import (
     POOLER_FIX,
@@ -41,7 +45,7 @@ from .pg_server import (
     warn_async_standbys,
 )
 from .signing import Keyring
-from .sql import SqlJournal
+from .sql import READ_EFFECT_SQL, SqlJournal
 from .verifying import read_ahead
 
 with needs_extra("postgres", "a PostgreSQL journal (postgresql://)"):
@@ -64,6 +68,10 @@ KEEPALIVES = {
 ACQUIRE_TIMEOUT_S = 5.0
 #: one lock id for the schema migration, across every worker
 _MIGRATION_LOCK = 0x1A7E_10C6
+#: the threads that wait on the server for the claims and reads of coroutines (each waits for
+#: one round trip at a time; the event loop goes on meanwhile)
+CLAIM_THREADS = 8
+_TRY_LOCK = "SELECT pg_try_advisory_lock(%s), pg_backend_pid()"
 
 _MIGRATIONS: list[str] = [
     # 1: entries, the effect index, values beside entries, leases, the append counter
@@ -269,14 +277,26 @@ class _PgClaims:
     def held(self) -> int:
         return self._held
 
-    def try_claim(self, effect_id: str) -> _PgClaim | None:
+    def try_claim(
+        self, effect_id: str, then: tuple[str, Sequence[Any]] | None = None
+    ) -> tuple[_PgClaim | None, list[Any] | None]:
+        """The effect's claim (None while another session holds it); with ``then``, a query
+        sent in the same round trip, run once the lock is granted, and its rows (None when the
+        lock was not granted)."""
         key = lock_key(effect_id)
         conn = self.pool.getconn()
+        rows: list[Any] | None = None
         try:
-            row = conn.execute(
-                "SELECT pg_try_advisory_lock(%s), pg_backend_pid()", (key,)
-            ).fetchone()
+            if then is None:
+                row = conn.execute(_TRY_LOCK, (key,)).fetchone()
+            else:
+                with conn.pipeline():
+                    locked = conn.execute(_TRY_LOCK, (key,))
+                    asked = conn.execute(then[0], then[1])
+                row = locked.fetchone()
+                rows = asked.fetchall()
         except BaseException:
+            conn.close()  # the lock may have been granted: a closed connection holds none
             self.pool.putconn(conn)
             raise
         if row is not None and row[1] != self._pids.get(conn):
@@ -290,12 +310,26 @@ class _PgClaims:
             )
         if row is None or not row[0]:
             self.pool.putconn(conn)
-            return None
+            return None, None
         self.count(1)
-        return _PgClaim(self, conn, key, effect_id)
+        return _PgClaim(self, conn, key, effect_id), rows
 
     def close(self) -> None:
         self.pool.close()
+
+
+def _failed_on_the_server(conn: psycopg.Connection[Any], err: BaseException) -> bool:
+    """Whether a statement of ``conn``'s transaction failed: it is in error, or ``err`` is (or
+    comes from) an error of the database."""
+    status = conn.info.transaction_status
+    if status in (psycopg.pq.TransactionStatus.INERROR, psycopg.pq.TransactionStatus.UNKNOWN):
+        return True
+    seen: BaseException | None = err
+    while seen is not None:
+        if isinstance(seen, psycopg.Error):
+            return True
+        seen = seen.__cause__ or seen.__context__
+    return False
 
 
 class PostgresJournal(SqlJournal):
@@ -318,6 +352,8 @@ class PostgresJournal(SqlJournal):
         super().__init__()
         self.url = redacted(url)
         self.keyring = keyring
+        self._threads: ThreadPoolExecutor | None = None
+        self._threads_lock = threading.Lock()
         #: the pipeline of each connection a pipelined transaction runs on
         self._pipelines: weakref.WeakKeyDictionary[psycopg.Connection[Any], psycopg.Pipeline] = (
             weakref.WeakKeyDictionary()
@@ -391,12 +427,12 @@ class PostgresJournal(SqlJournal):
     ) -> T:
         """``fn(conn)`` in one transaction in pipeline mode: BEGIN goes with the first
         statements, COMMIT with the last ones (psycopg's transaction block would wait for each
-        of them); rolled back if anything in it fails. Nothing is prepared in a pipeline: a
-        statement's Parse queued behind one that fails is skipped by the server, yet psycopg
-        would count it prepared, and every later use would fail ("prepared statement does not
+        of them); rolled back if anything in it fails. Statements are prepared here as
+        everywhere else (the server plans each once per connection, not once per append), and
+        a connection on which a statement failed is closed, not rolled back: a statement's
+        Parse queued behind the one that failed was skipped by the server, yet psycopg may
+        count it prepared, and every later use would fail ("prepared statement does not
         exist")."""
-        threshold = conn.prepare_threshold
-        conn.prepare_threshold = None
         try:
             with conn.pipeline() as pipeline:
                 self._pipelines[conn] = pipeline
@@ -404,14 +440,15 @@ class PostgresJournal(SqlJournal):
                 result = fn(conn)
                 conn.execute("COMMIT")
             return result
-        except BaseException:
-            if conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
+        except BaseException as err:
+            if _failed_on_the_server(conn, err):
+                conn.close()  # the pool drops it
+            elif conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
                 with contextlib.suppress(psycopg.Error):  # a broken connection: the pool drops it
                     conn.execute("ROLLBACK")
             raise
         finally:
             self._pipelines.pop(conn, None)
-            conn.prepare_threshold = threshold
 
     def _read(self, fn: Callable[[psycopg.Connection[Any]], T]) -> T:
         try:
@@ -470,10 +507,81 @@ class PostgresJournal(SqlJournal):
     # -- claims ----------------------------------------------------------------------------------
 
     def claim(self, effect_id: str) -> Claim | None:
+        return self._claim(effect_id, None)[0]
+
+    def _claim(
+        self, effect_id: str, then: tuple[str, Sequence[Any]] | None
+    ) -> tuple[_PgClaim | None, list[Any] | None]:
         try:
-            return self._claims.try_claim(effect_id)
+            return self._claims.try_claim(effect_id, then)
         except (psycopg.OperationalError, psycopg.InterfaceError, PoolTimeout) as err:
             raise JournalUnavailable(f"journal {self.url} cannot take a claim: {err}") from err
+
+    # -- a coroutine's claims and reads, off its event loop --------------------------------------
+
+    async def claim_reading(self, effect_id: str) -> tuple[Claim | None, list[Entry] | None]:
+        """The claim and the effect's read in one round trip, on a claim thread: the read is
+        sent behind the lock on the claim's connection, so it runs once the lock is granted."""
+        job = asyncio.get_running_loop().run_in_executor(
+            self._executor(), self._claim_reading, effect_id
+        )
+        try:
+            return await asyncio.shield(job)
+        except asyncio.CancelledError:
+            job.add_done_callback(self._release_unwanted)  # taken for a caller that left
+            raise
+
+    def _claim_reading(self, effect_id: str) -> tuple[Claim | None, list[Entry] | None]:
+        read = (self._sql(READ_EFFECT_SQL), (effect_id, effect_id, effect_id))
+        claim, rows = self._claim(effect_id, read)
+        if claim is None:
+            return None, None
+        try:
+            return claim, [decode_entry(raw) for raw in self._checked_rows(effect_id, rows or [])]
+        except BaseException:
+            claim.release()
+            raise
+
+    def _release_unwanted(self, job: asyncio.Future[tuple[Claim | None, Any]]) -> None:
+        if job.cancelled() or job.exception() is not None:
+            return
+        claim = job.result()[0]
+        if claim is not None:
+            try:
+                self._executor().submit(claim.release)
+            except RuntimeError:  # the journal is closing: release it here
+                claim.release()
+
+    async def release_async(self, claim: Claim) -> None:
+        await self._off_loop(claim.release)
+
+    async def read_async(self, effect_id: str) -> list[Entry]:
+        return await self._off_loop(self.read, effect_id)
+
+    async def by_origin_async(self, origin: str) -> list[str]:
+        return await self._off_loop(self.by_origin, origin)
+
+    async def _off_loop(self, fn: Callable[..., T], *args: Any) -> T:
+        """``fn(*args)`` on a claim thread; a caller cancelled meanwhile does not stop it."""
+        loop = asyncio.get_running_loop()
+        return await asyncio.shield(loop.run_in_executor(self._executor(), fn, *args))
+
+    def _executor(self) -> ThreadPoolExecutor:
+        with self._threads_lock:
+            if self._threads is None:
+                self._threads = ThreadPoolExecutor(
+                    CLAIM_THREADS,
+                    thread_name_prefix="interlock-claims",
+                    initializer=no_wakeup_preemption,
+                )
+            return self._threads
+
+    def close(self) -> None:
+        with self._threads_lock:
+            threads, self._threads = self._threads, None
+        if threads is not None:
+            threads.shutdown(wait=True)  # the releases handed to them are done first
+        super().close()
 
     def _claims_held(self) -> int:
         return self._claims.held()

@@ -88,7 +88,7 @@ class Outcomes:
             done.result = result
             return done
         finally:
-            ticket.release()
+            await ticket.release_async(self.journal)
 
     async def fail(self, ticket: Ticket, error: BaseException, *, last_attempt: bool) -> None:
         """Record what a failed send means, release the claim, and raise the outcome (or return,
@@ -128,7 +128,7 @@ class Outcomes:
             if view.status is Kind.AMBIGUOUS:
                 raise Ambiguous(view.reason or "ambiguous", receipt_of(view))
         finally:
-            ticket.release()
+            await ticket.release_async(self.journal)
 
     async def _record_after_send(
         self,

@@ -1,0 +1,208 @@
+"""A/B of figure 6's PostgreSQL configuration: the gate's claim, its read before deciding and the
+claim's release waited for on the worker's event loop (``Journal``'s synchronous defaults, as
+before), against the PostgreSQL journal's own (off the loop, the claim and the read in one round
+trip). One dev server, one PostgreSQL cluster, three workers (ungated, each journal), 64
+activities in flight; rounds alternate the configurations in a shuffled order each round.
+
+    python -m benchmarks.pg_claims [--n 640] [--rounds 8] [--sequential 40]
+
+Prints, per configuration: activities/s (median and runs), ungated ÷ this, CPU per activity
+(worker; the Temporal server; PostgreSQL), sequential milliseconds per activity, and for the
+loop-bound journal the time per activity its loop spent waiting in those calls.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import random
+import time
+import uuid
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+from temporalio.client import Client
+from temporalio.contrib.pydantic import pydantic_data_converter
+from temporalio.worker import Worker
+
+from interlock_temporal import InterlockPlugin, open_journal
+from interlock_temporal.core.journal import Journal
+from interlock_temporal.core.journal.claims import Claim
+from interlock_temporal.core.journal.postgres import PostgresJournal
+from interlock_temporal.core.models import Entry
+from interlock_temporal.testing import DevServer, PostgresServer
+
+from .throughput import (
+    CONCURRENCY,
+    KEY,
+    Fanout,
+    Sequential,
+    _all,
+    _cpu_seconds,
+    _Inputs,
+    _tree_cpu_seconds,
+    gated_noop,
+    ungated_noop,
+)
+
+T = TypeVar("T")
+ON_LOOP = "gated, PostgreSQL, claim/read/release on the loop"
+OFF_LOOP = "gated, PostgreSQL (this release)"
+PIPELINED_ON_LOOP = "gated, PostgreSQL, claim+read pipelined on the loop"
+
+
+class OnLoop(PostgresJournal):
+    """The PostgreSQL journal with the interface's synchronous defaults for the coroutine's
+    claim, read, release and origin look-up (the code before), timing the loop's waits."""
+
+    blocked_s = 0.0
+
+    def _timed(self, fn: Callable[..., T], *args: Any) -> T:
+        started = time.perf_counter()
+        try:
+            return fn(*args)
+        finally:
+            OnLoop.blocked_s += time.perf_counter() - started
+
+    async def claim_reading(self, effect_id: str) -> tuple[Claim | None, list[Entry] | None]:
+        return self._timed(self.claim, effect_id), None
+
+    async def release_async(self, claim: Claim) -> None:
+        self._timed(claim.release)
+
+    async def read_async(self, effect_id: str) -> list[Entry]:
+        return self._timed(self.read, effect_id)
+
+    async def by_origin_async(self, origin: str) -> list[str]:
+        return self._timed(self.by_origin, origin)
+
+
+class PipelinedOnLoop(PostgresJournal):
+    """The claim and the read in one round trip, waited for on the loop, as is the release."""
+
+    async def claim_reading(self, effect_id: str) -> tuple[Claim | None, list[Entry] | None]:
+        return self._claim_reading(effect_id)
+
+    async def release_async(self, claim: Claim) -> None:
+        claim.release()
+
+    async def read_async(self, effect_id: str) -> list[Entry]:
+        return self.read(effect_id)
+
+
+def _postgres_cpu(server: PostgresServer) -> float:
+    pid = int((server.data / "postmaster.pid").read_text().split()[0])
+    return _tree_cpu_seconds(pid)
+
+
+async def _measure(n: int, rounds: int, sequential_n: int) -> None:
+    server = await DevServer(ui_port=None).start()
+    postgres = PostgresServer().start()
+    journals: dict[str, Journal] = {}
+    try:
+        kinds = ((ON_LOOP, OnLoop), (OFF_LOOP, None), (PIPELINED_ON_LOOP, PipelinedOnLoop))
+        for i, (name, kind) in enumerate(kinds):
+            journal = open_journal(postgres.database(f"ab{i}"), signing_key=KEY)
+            assert isinstance(journal, PostgresJournal)
+            if kind is not None:
+                journal.__class__ = kind
+            journals[name] = journal
+        leases: dict[str, str | None] = {"ungated": None}
+        leases.update(
+            {k: j.leases.issue("bench-bot", activities=["bench_noop"]) for k, j in journals.items()}
+        )
+        clients = {
+            "ungated": await Client.connect(server.target, data_converter=pydantic_data_converter)
+        }
+        for name, journal in journals.items():
+            clients[name] = await Client.connect(server.target, plugins=[InterlockPlugin(journal)])
+        workers: dict[str, tuple[str, Worker]] = {}
+        for name, client in clients.items():
+            queue = f"ab-{uuid.uuid4().hex[:8]}"
+            activity = ungated_noop if name == "ungated" else gated_noop
+            workers[name] = (
+                queue,
+                Worker(
+                    client,
+                    task_queue=queue,
+                    workflows=[Fanout, Sequential],
+                    activities=[activity],
+                    max_concurrent_activities=CONCURRENCY,
+                ),
+            )
+        per_s: dict[str, list[float]] = {k: [] for k in workers}
+        seq_ms: dict[str, list[float]] = {k: [] for k in workers}
+        cpu: dict[str, list[float]] = {k: [0.0, 0.0, 0.0] for k in workers}
+        blocked = 0.0
+        inputs = _Inputs()
+        order = list(workers)
+        rng = random.Random(22)
+        async with _all(w for _, w in workers.values()):
+            for round_no in range(rounds + 1):  # round 0 warms up
+                rng.shuffle(order)
+                for name in order:
+                    queue, _ = workers[name]
+                    before = (*_cpu_seconds(server), _postgres_cpu(postgres))
+                    was_blocked = OnLoop.blocked_s
+                    started = time.perf_counter()
+                    spec = {"n": n, "base": inputs.take(n), "lease": leases[name]}
+                    await clients[name].execute_workflow(
+                        Fanout.run, spec, id=f"ab-{uuid.uuid4().hex[:8]}", task_queue=queue
+                    )
+                    elapsed = time.perf_counter() - started
+                    after = (*_cpu_seconds(server), _postgres_cpu(postgres))
+                    if round_no:
+                        per_s[name].append(n / elapsed)
+                        for i in range(3):
+                            cpu[name][i] += after[i] - before[i]
+                        if name == ON_LOOP:
+                            blocked += OnLoop.blocked_s - was_blocked
+                    if not sequential_n:
+                        continue
+                    await asyncio.sleep(0.5)
+                    spec = {"n": sequential_n, "base": inputs.take(sequential_n)}
+                    spec["lease"] = leases[name]
+                    started = time.perf_counter()
+                    await clients[name].execute_workflow(
+                        Sequential.run, spec, id=f"ab-{uuid.uuid4().hex[:8]}", task_queue=queue
+                    )
+                    if round_no:
+                        seq_ms[name].append((time.perf_counter() - started) / sequential_n * 1e3)
+    finally:
+        await server.stop()
+        for journal in journals.values():
+            journal.close()
+        postgres.close()
+
+    def median(values: list[float]) -> float:
+        return sorted(values)[len(values) // 2]
+
+    counted = n * rounds
+    ungated = median(per_s["ungated"])
+    print(f"{rounds} rounds of {n} activities, {CONCURRENCY} in flight; {sequential_n} sequential")
+    for name, values in per_s.items():
+        worker, temporal, pg = (c / counted * 1e3 for c in cpu[name])
+        runs = ", ".join(f"{v:.0f}" for v in values)
+        print(
+            f"{name}: {median(values):.0f}/s (runs {runs}); ungated ÷ this "
+            f"{ungated / median(values):.2f}; CPU ms per activity: worker {worker:.2f}, "
+            f"temporal {temporal:.2f}, postgres {pg:.2f}"
+            + (f"; sequential {median(seq_ms[name]):.1f} ms" if seq_ms[name] else "")
+        )
+    for label, gated in (("on", ON_LOOP), ("off", OFF_LOOP), ("pipelined", PIPELINED_ON_LOOP)):
+        ratios = [u / g for u, g in zip(per_s["ungated"], per_s[gated], strict=True)]
+        print(f"round by round, ungated ÷ gated ({label}): {', '.join(f'{r:.2f}' for r in ratios)}")
+    print(f"loop blocked in claim/read/release (on the loop): {blocked / counted * 1e3:.3f} ms/act")
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(prog="python -m benchmarks.pg_claims", description=__doc__)
+    p.add_argument("--n", type=int, default=640)
+    p.add_argument("--rounds", type=int, default=8)
+    p.add_argument("--sequential", type=int, default=40)
+    args = p.parse_args()
+    asyncio.run(_measure(args.n, args.rounds, args.sequential))
+
+
+if __name__ == "__main__":
+    main()
