@@ -1,14 +1,15 @@
-"""A/B of figure 6's PostgreSQL configuration: the gate's claim, its read before deciding and the
-claim's release waited for on the worker's event loop (``Journal``'s synchronous defaults, as
-before), against the PostgreSQL journal's own (off the loop, the claim and the read in one round
-trip). One dev server, one PostgreSQL cluster, three workers (ungated, each journal), 64
-activities in flight; rounds alternate the configurations in a shuffled order each round.
+"""A/B of figure 6's PostgreSQL configuration, the code before against this release, and the
+two changes one at a time: the gate's claim, its read before deciding and the claim's release
+waited for on the worker's event loop (``Journal``'s synchronous defaults) or off it (the claim
+and the read in one round trip, on a claim thread); a pipelined append's statements unprepared
+or prepared. One dev server, one PostgreSQL cluster, a worker per configuration (and one
+ungated), 64 activities in flight; rounds alternate the configurations in a shuffled order.
 
-    python -m benchmarks.pg_claims [--n 640] [--rounds 8] [--sequential 40]
+    python -m benchmarks.pg_claims [--n 640] [--rounds 8] [--sequential 20]
 
 Prints, per configuration: activities/s (median and runs), ungated ÷ this, CPU per activity
 (worker; the Temporal server; PostgreSQL), sequential milliseconds per activity, and for the
-loop-bound journal the time per activity its loop spent waiting in those calls.
+code before the time per activity its loop waited in the claim, the read and the release.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ import uuid
 from collections.abc import Callable
 from typing import Any, TypeVar
 
+import psycopg
 from temporalio.client import Client
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.worker import Worker
@@ -46,14 +48,18 @@ from .throughput import (
 )
 
 T = TypeVar("T")
-ON_LOOP = "gated, PostgreSQL, claim/read/release on the loop"
-OFF_LOOP = "gated, PostgreSQL (this release)"
-PIPELINED_ON_LOOP = "gated, PostgreSQL, claim+read pipelined on the loop"
+#: the gated PostgreSQL configurations: the code before (claim, read and release waited for on
+#: the loop; nothing prepared in appends), this release (``after``), and steps between
+BEFORE = "before"
+ON_LOOP = "on-loop"
+UNPREPARED = "unprepared"
+PIPELINED_ON_LOOP = "pipelined-on-loop"
+AFTER = "after"
 
 
-class OnLoop(PostgresJournal):
-    """The PostgreSQL journal with the interface's synchronous defaults for the coroutine's
-    claim, read, release and origin look-up (the code before), timing the loop's waits."""
+class _OnLoop(PostgresJournal):
+    """The interface's synchronous defaults for a coroutine's claim, read, release and origin
+    look-up (the code before), timing the loop's waits in them."""
 
     blocked_s = 0.0
 
@@ -62,7 +68,7 @@ class OnLoop(PostgresJournal):
         try:
             return fn(*args)
         finally:
-            OnLoop.blocked_s += time.perf_counter() - started
+            _OnLoop.blocked_s += time.perf_counter() - started
 
     async def claim_reading(self, effect_id: str) -> tuple[Claim | None, list[Entry] | None]:
         return self._timed(self.claim, effect_id), None
@@ -77,8 +83,26 @@ class OnLoop(PostgresJournal):
         return self._timed(self.by_origin, origin)
 
 
-class PipelinedOnLoop(PostgresJournal):
-    """The claim and the read in one round trip, waited for on the loop, as is the release."""
+class _Unprepared(PostgresJournal):
+    """Nothing prepared in a pipelined append (the code before)."""
+
+    def _pipelined(
+        self, conn: psycopg.Connection[Any], fn: Callable[[psycopg.Connection[Any]], T]
+    ) -> T:
+        threshold, conn.prepare_threshold = conn.prepare_threshold, None
+        try:
+            return super()._pipelined(conn, fn)
+        finally:
+            conn.prepare_threshold = threshold
+
+
+class _Before(_OnLoop, _Unprepared):
+    pass
+
+
+class _PipelinedOnLoop(PostgresJournal):
+    """The claim and the read in one round trip as this release takes them, and the release,
+    waited for on the loop."""
 
     async def claim_reading(self, effect_id: str) -> tuple[Claim | None, list[Entry] | None]:
         return self._claim_reading(effect_id)
@@ -90,18 +114,28 @@ class PipelinedOnLoop(PostgresJournal):
         return self.read(effect_id)
 
 
+KINDS: dict[str, type[PostgresJournal] | None] = {
+    BEFORE: _Before,
+    ON_LOOP: _OnLoop,
+    UNPREPARED: _Unprepared,
+    PIPELINED_ON_LOOP: _PipelinedOnLoop,
+    AFTER: None,
+}
+
+
 def _postgres_cpu(server: PostgresServer) -> float:
     pid = int((server.data / "postmaster.pid").read_text().split()[0])
     return _tree_cpu_seconds(pid)
 
 
-async def _measure(n: int, rounds: int, sequential_n: int) -> None:
+async def _measure(
+    n: int, rounds: int, sequential_n: int, kinds: dict[str, type[PostgresJournal] | None]
+) -> None:
     server = await DevServer(ui_port=None).start()
     postgres = PostgresServer().start()
     journals: dict[str, Journal] = {}
     try:
-        kinds = ((ON_LOOP, OnLoop), (OFF_LOOP, None), (PIPELINED_ON_LOOP, PipelinedOnLoop))
-        for i, (name, kind) in enumerate(kinds):
+        for i, (name, kind) in enumerate(kinds.items()):
             journal = open_journal(postgres.database(f"ab{i}"), signing_key=KEY)
             assert isinstance(journal, PostgresJournal)
             if kind is not None:
@@ -143,7 +177,7 @@ async def _measure(n: int, rounds: int, sequential_n: int) -> None:
                 for name in order:
                     queue, _ = workers[name]
                     before = (*_cpu_seconds(server), _postgres_cpu(postgres))
-                    was_blocked = OnLoop.blocked_s
+                    was_blocked = _OnLoop.blocked_s
                     started = time.perf_counter()
                     spec = {"n": n, "base": inputs.take(n), "lease": leases[name]}
                     await clients[name].execute_workflow(
@@ -155,8 +189,8 @@ async def _measure(n: int, rounds: int, sequential_n: int) -> None:
                         per_s[name].append(n / elapsed)
                         for i in range(3):
                             cpu[name][i] += after[i] - before[i]
-                        if name == ON_LOOP:
-                            blocked += OnLoop.blocked_s - was_blocked
+                        if name == BEFORE:
+                            blocked += _OnLoop.blocked_s - was_blocked
                     if not sequential_n:
                         continue
                     await asyncio.sleep(0.5)
@@ -189,19 +223,24 @@ async def _measure(n: int, rounds: int, sequential_n: int) -> None:
             f"temporal {temporal:.2f}, postgres {pg:.2f}"
             + (f"; sequential {median(seq_ms[name]):.1f} ms" if seq_ms[name] else "")
         )
-    for label, gated in (("on", ON_LOOP), ("off", OFF_LOOP), ("pipelined", PIPELINED_ON_LOOP)):
+    for gated in kinds:
         ratios = [u / g for u, g in zip(per_s["ungated"], per_s[gated], strict=True)]
-        print(f"round by round, ungated ÷ gated ({label}): {', '.join(f'{r:.2f}' for r in ratios)}")
-    print(f"loop blocked in claim/read/release (on the loop): {blocked / counted * 1e3:.3f} ms/act")
+        print(f"round by round, ungated ÷ {gated}: {', '.join(f'{r:.2f}' for r in ratios)}")
+    print(f"{BEFORE}: the loop waited in claim/read/release {blocked / counted * 1e3:.3f} ms/act")
 
 
 def main() -> None:
     p = argparse.ArgumentParser(prog="python -m benchmarks.pg_claims", description=__doc__)
     p.add_argument("--n", type=int, default=640)
     p.add_argument("--rounds", type=int, default=8)
-    p.add_argument("--sequential", type=int, default=40)
+    p.add_argument(
+        "--only",
+        help=f"gated configurations, comma-separated, of: {', '.join(KINDS)} (default all)",
+    )
+    p.add_argument("--sequential", type=int, default=20)
     args = p.parse_args()
-    asyncio.run(_measure(args.n, args.rounds, args.sequential))
+    kinds = KINDS if not args.only else {k: KINDS[k] for k in args.only.split(",")}
+    asyncio.run(_measure(args.n, args.rounds, args.sequential, kinds))
 
 
 if __name__ == "__main__":

@@ -1883,6 +1883,9 @@ class JournalConformance(EffectIdsConformance):
         if claim is not None:
             claim.release()
         assert await freed(), "a claim taken for a cancelled caller was kept"
+        # given back, not merely dropped with its connection: this process holds no claim
+        # (a worker counts the claims it holds to batch its appends)
+        assert journal._claims_held() == 0  # type: ignore[attr-defined]
 
         for _ in range(20):
             claim = journal.claim(A)
