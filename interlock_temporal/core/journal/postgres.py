@@ -352,8 +352,10 @@ class PostgresJournal(SqlJournal):
         super().__init__()
         self.url = redacted(url)
         self.keyring = keyring
+        #: the claim threads (``_executor``), started with the first coroutine's claim
         self._threads: ThreadPoolExecutor | None = None
         self._threads_lock = threading.Lock()
+        self._threads_closed = False
         #: the pipeline of each connection a pipelined transaction runs on
         self._pipelines: weakref.WeakKeyDictionary[psycopg.Connection[Any], psycopg.Pipeline] = (
             weakref.WeakKeyDictionary()
@@ -568,6 +570,8 @@ class PostgresJournal(SqlJournal):
 
     def _executor(self) -> ThreadPoolExecutor:
         with self._threads_lock:
+            if self._threads_closed:
+                raise RuntimeError(f"journal {self.url} is closed")
             if self._threads is None:
                 self._threads = ThreadPoolExecutor(
                     CLAIM_THREADS,
@@ -579,6 +583,7 @@ class PostgresJournal(SqlJournal):
     def close(self) -> None:
         with self._threads_lock:
             threads, self._threads = self._threads, None
+            self._threads_closed = True
         if threads is not None:
             threads.shutdown(wait=True)  # the releases handed to them are done first
         super().close()

@@ -185,8 +185,11 @@ class Gate(Recovery, Atomic):
         Only a retry can find one, so only a retry asks (an indexed query)."""
         if call.delivery.attempt <= 1 or call.origin is None:
             return
-        earlier = [e for o in self._origins(call) for e in await self.journal.by_origin_async(o)]
-        first = next((e for e in earlier if e != eid), None)
+        first = None
+        for origin in self._origins(call):
+            found = await self.journal.by_origin_async(origin)
+            if (first := next((e for e in found if e != eid), None)) is not None:
+                break
         if first is None:
             return
         try:
