@@ -1,9 +1,10 @@
-"""A/B of figure 6's PostgreSQL configuration, the code before against this release, and the
-two changes one at a time: the gate's claim, its read before deciding and the claim's release
-waited for on the worker's event loop (``Journal``'s synchronous defaults) or off it (the claim
-and the read in one round trip, on a claim thread); a pipelined append's statements unprepared
-or prepared. One dev server, one PostgreSQL cluster, a worker per configuration (and one
-ungated), 64 activities in flight; rounds alternate the configurations in a shuffled order.
+"""A/B of figure 6's PostgreSQL configuration: the code before (the claim, then the read before
+deciding, two round trips; nothing prepared in a pipelined append), this release (the claim and
+the read in one round trip, appends prepared), the two changes one at a time (``on-loop``: the
+claim and the read apart; ``unprepared``), and the claim, read and release handed to claim
+threads instead of waited for on the loop. One dev server, one PostgreSQL cluster, a worker per
+configuration (and one ungated), 64 activities in flight; rounds alternate the configurations
+in a shuffled order.
 
     python -m benchmarks.pg_claims [--n 640] [--rounds 8] [--sequential 20]
 
@@ -20,6 +21,7 @@ import random
 import time
 import uuid
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
 import psycopg
@@ -30,6 +32,7 @@ from temporalio.worker import Worker
 from interlock_temporal import InterlockPlugin, open_journal
 from interlock_temporal.core.journal import Journal
 from interlock_temporal.core.journal.claims import Claim
+from interlock_temporal.core.journal.group_commit import no_wakeup_preemption
 from interlock_temporal.core.journal.postgres import PostgresJournal
 from interlock_temporal.core.models import Entry
 from interlock_temporal.testing import DevServer, PostgresServer
@@ -53,8 +56,9 @@ T = TypeVar("T")
 BEFORE = "before"
 ON_LOOP = "on-loop"
 UNPREPARED = "unprepared"
-PIPELINED_ON_LOOP = "pipelined-on-loop"
 AFTER = "after"
+OFF_LOOP = "off-loop-2-threads"
+OFF_LOOP_8 = "off-loop-8-threads"
 
 
 class _OnLoop(PostgresJournal):
@@ -100,26 +104,51 @@ class _Before(_OnLoop, _Unprepared):
     pass
 
 
-class _PipelinedOnLoop(PostgresJournal):
-    """The claim and the read in one round trip as this release takes them, and the release,
-    waited for on the loop."""
+class _OffLoop(PostgresJournal):
+    """The claim with the read, the read, the release and the origin look-up waited for on
+    ``threads`` claim threads instead of on the loop (shielded: a cancelled caller does not
+    stop them; not for production: a claim taken for a cancelled caller is not given back)."""
+
+    threads = 2
+    _pool_of_threads: ThreadPoolExecutor | None = None
+
+    async def _off_loop(self, fn: Callable[..., T], *args: Any) -> T:
+        if self._pool_of_threads is None:
+            self._pool_of_threads = ThreadPoolExecutor(
+                self.threads, initializer=no_wakeup_preemption
+            )
+        loop = asyncio.get_running_loop()
+        return await asyncio.shield(loop.run_in_executor(self._pool_of_threads, fn, *args))
 
     async def claim_reading(self, effect_id: str) -> tuple[Claim | None, list[Entry] | None]:
-        return self._claim_reading(effect_id)
+        return await self._off_loop(self._claim_reading, effect_id)
 
     async def release_async(self, claim: Claim) -> None:
-        claim.release()
+        await self._off_loop(claim.release)
 
     async def read_async(self, effect_id: str) -> list[Entry]:
-        return self.read(effect_id)
+        return await self._off_loop(self.read, effect_id)
+
+    async def by_origin_async(self, origin: str) -> list[str]:
+        return await self._off_loop(self.by_origin, origin)
+
+    def close(self) -> None:
+        if self._pool_of_threads is not None:
+            self._pool_of_threads.shutdown(wait=True)
+        super().close()
+
+
+class _OffLoop8(_OffLoop):
+    threads = 8
 
 
 KINDS: dict[str, type[PostgresJournal] | None] = {
     BEFORE: _Before,
     ON_LOOP: _OnLoop,
     UNPREPARED: _Unprepared,
-    PIPELINED_ON_LOOP: _PipelinedOnLoop,
     AFTER: None,
+    OFF_LOOP: _OffLoop,
+    OFF_LOOP_8: _OffLoop8,
 }
 
 
