@@ -98,6 +98,11 @@ def parse(argv: list[str]) -> argparse.Namespace:
         help="consecutive operations per subject in each interleaved round (figure 1)",
     )
     p.add_argument("--crash-runs", type=int, help="crash runs for figure 2")
+    p.add_argument(
+        "--throughput-rounds",
+        type=int,
+        help=f"counted rounds for figure 6 (default {THROUGHPUT_ROUNDS}; 2 with --quick)",
+    )
     p.add_argument("--sizes", help="journal sizes for figure 1, comma-separated (must include 0)")
     p.add_argument("--json", type=Path, help="also write every figure as JSON here")
     p.add_argument(
@@ -174,7 +179,8 @@ def main(argv: list[str] | None = None) -> int:
             shutil.rmtree(BENCH_DIR / "verify", ignore_errors=True)
     flow = None
     if args.only in (None, "throughput"):
-        flow = throughput.run(320 if args.quick else 640, 2 if args.quick else THROUGHPUT_ROUNDS)
+        rounds = args.throughput_rounds or (2 if args.quick else THROUGHPUT_ROUNDS)
+        flow = throughput.run(320 if args.quick else 640, rounds)
     loaded = None
     if args.only in (None, "load"):
         loaded = load.run(

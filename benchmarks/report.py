@@ -768,9 +768,10 @@ def _throughput_section(t: Throughput, command: str) -> list[str]:
             f"({trips.statements:.1f} statements; {trips.budgeted:.1f} under a lease with a "
             "cumulative budget), counted with libpq's protocol trace on every "
             f"connection the journal hands out, over {trips.effects} new effects through "
-            "`Gate.run` (figure 1's calls, under a lease), after the rounds: the claim and its "
-            "release, the read before deciding, and two per transaction, of which there are "
-            "two. A transaction's reads (the seq, the effect's row, the lease, BEGIN before "
+            "`Gate.run` (figure 1's calls, under a lease), after the rounds: the claim with the "
+            "read before deciding (sent behind the lock on the claim's connection, pipelined), "
+            "the claim's release, and two per transaction, of which there are two. A "
+            "transaction's reads (the seq, the effect's row, the lease, BEGIN before "
             "them) go in one round trip, pipelined, and its writes with its COMMIT in another. "
             "One round trip per transaction would need the entries signed on the server: each "
             "signs its seq, which only the counter row locked inside the transaction gives.",

@@ -17,6 +17,7 @@ The module is not named ``test_*`` so pytest collects it only through a backend'
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import hmac
 import itertools
@@ -1831,6 +1832,70 @@ class JournalConformance(EffectIdsConformance):
         assert journal.claim(A) is None
         taken.release()
         unrelated.release()
+
+    async def test_a_coroutine_reads_what_it_decides_on_under_its_claim(
+        self, open_store: Callable[..., Journal]
+    ) -> None:
+        """``claim_reading``: the claim, and (where the backend reads with it) the entries as
+        ``read`` gives them, read once the claim was granted; a claim held elsewhere gives
+        neither; ``release_async`` has freed the claim when it returns."""
+        journal, other = open_store(), open_store()
+        other.append(A, "", [draft(Kind.PROPOSED)], effect_type="refund")
+        claim, entries = await journal.claim_reading(A)
+        assert claim is not None and claim.effect_id == A
+        assert entries is None or entries == journal.read(A)
+        assert await other.claim_reading(A) == (None, None)
+        assert other.is_claimed(A)
+        # written while the claim is held: a read under a later claim sees it
+        other.append(A, journal.read(A)[-1].hash, [draft(Kind.NOT_SENT)])
+        await journal.release_async(claim)
+        assert not other.is_claimed(A)
+        again, seen = await other.claim_reading(A)
+        assert again is not None
+        assert seen is None or [e.kind for e in seen] == [Kind.PROPOSED, Kind.NOT_SENT]
+        assert await journal.read_async(A) == journal.read(A)
+        await other.release_async(again)
+        assert await journal.by_origin_async("nobody") == []
+
+    async def test_a_claim_taken_for_a_caller_that_left_is_given_back(
+        self, open_store: Callable[..., Journal]
+    ) -> None:
+        """A coroutine cancelled while its claim is being taken, or while it is being released,
+        leaves no claim held: nobody could ever release it (the effect would stay in flight
+        until the worker stopped)."""
+        journal, other = open_store(), open_store()
+
+        async def freed() -> bool:
+            deadline = time.monotonic() + 5
+            while (taken := other.claim(A)) is None and time.monotonic() < deadline:
+                await asyncio.sleep(0.01)
+            if taken is not None:
+                taken.release()
+            return taken is not None
+
+        asking = asyncio.ensure_future(journal.claim_reading(A))
+        await asyncio.sleep(0)  # under way (a backend that takes it at once has it already)
+        asking.cancel()
+        try:
+            claim, _ = await asking
+        except asyncio.CancelledError:
+            claim = None
+        if claim is not None:
+            claim.release()
+        assert await freed(), "a claim taken for a cancelled caller was kept"
+        # given back, not merely dropped with its connection: this process holds no claim
+        # (a worker counts the claims it holds to batch its appends)
+        assert journal._claims_held() == 0  # type: ignore[attr-defined]
+
+        for _ in range(20):
+            claim = journal.claim(A)
+            assert claim is not None
+            releasing = asyncio.ensure_future(journal.release_async(claim))
+            await asyncio.sleep(0)
+            releasing.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await releasing
+            assert await freed(), "a release cancelled on its way was lost"
 
     # -- retention: archives of settled effects ------------------------------------------------
 

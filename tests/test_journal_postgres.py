@@ -3,6 +3,7 @@ only PostgreSQL does: claims as advisory locks that die with their connection.""
 
 from __future__ import annotations
 
+import asyncio
 import time
 import uuid
 from collections.abc import Callable, Iterator, Sequence
@@ -11,11 +12,15 @@ from typing import Any
 import psycopg
 import pytest
 
+from interlock_temporal.core.errors import InFlight
 from interlock_temporal.core.journal import Journal, open_journal
 from interlock_temporal.core.journal.postgres import _MIGRATIONS, PostgresJournal
+from interlock_temporal.core.models import Kind
+from interlock_temporal.core.protocol import Done, Gate, Ticket
 from interlock_temporal.testing import PostgresServer
 
 from .journal_conformance import KEY, JournalConformance, SqlTamper, schema3_rows
+from .test_protocol import ACTIVITY, LEASE_MAX, PRINCIPAL, MemTarget, eid_of, make_call
 
 TABLES = (
     "entries, effects, leases, policy_sessions, policy_spend, policy_admissions, "
@@ -143,3 +148,53 @@ def test_a_postgres_journal_needs_a_configured_key(
     monkeypatch.delenv("INTERLOCK_SIGNING_KEY", raising=False)
     with pytest.raises(JournalConfigError, match="INTERLOCK_SIGNING_KEY"):
         open_journal(clean)
+
+
+# -- the gate on PostgreSQL: the claim taken, and the effect read, off the worker's loop --------
+
+
+async def test_the_claim_is_held_through_the_send_and_free_when_the_commit_returns(
+    journal: Journal, clean: str
+) -> None:
+    lease = journal.leases.issue(PRINCIPAL, activities=[ACTIVITY], max_amount_cents=LEASE_MAX)
+    target, call = MemTarget(), make_call(lease)
+    eid = eid_of(call)
+    with open_journal(clean, signing_key=KEY) as other:
+        ticket = await Gate(journal).begin(call, target)
+        assert isinstance(ticket, Ticket)
+        held: list[bool] = []
+
+        async def send(t: Ticket) -> Any:
+            held.append(other.is_claimed(eid) and other.claim(eid) is None)
+            with pytest.raises(InFlight):  # another attempt, on another worker, meanwhile
+                await Gate(other).begin(call, target)
+            return await target.send(t)
+
+        await Gate(journal).commit(ticket, await send(ticket))
+        assert held == [True]
+        # released before the commit returned, not some time after
+        assert not other.is_claimed(eid)
+        again = await Gate(other).begin(call, target)
+        assert isinstance(again, Done) and again.via == "duplicate"
+        assert not other.is_claimed(eid) and not journal.is_claimed(eid)
+    assert target.sends == 1
+
+
+async def test_two_concurrent_first_attempts_on_two_workers_get_one_ticket(
+    journal: Journal, clean: str
+) -> None:
+    lease = journal.leases.issue(PRINCIPAL, activities=[ACTIVITY], max_amount_cents=LEASE_MAX)
+    target, call = MemTarget(), make_call(lease)
+    with open_journal(clean, signing_key=KEY) as other:
+        outcomes = await asyncio.gather(
+            *(Gate(j).begin(call, target) for j in (journal, other) for _ in range(4)),
+            return_exceptions=True,
+        )
+        tickets = [o for o in outcomes if isinstance(o, Ticket)]
+        assert len(tickets) == 1 and all(
+            isinstance(o, InFlight) for o in outcomes if o is not tickets[0]
+        ), outcomes
+        gate = Gate(journal if outcomes.index(tickets[0]) < 4 else other)
+        await gate.commit(tickets[0], await target.send(tickets[0]))
+    assert [e.kind for e in journal.read(eid_of(call))].count(Kind.DISPATCHED) == 1
+    assert target.sends == 1 and not journal.is_claimed(eid_of(call))

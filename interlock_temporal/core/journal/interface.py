@@ -252,6 +252,25 @@ class Journal(ABC):
     def claim(self, effect_id: str) -> Claim | None:
         """The effect's exclusive claim, or None while a live holder has it."""
 
+    async def claim_reading(self, effect_id: str) -> tuple[Claim | None, list[Entry] | None]:
+        """``claim`` for a coroutine, and the effect's entries as ``read`` gives them, read after
+        the claim was granted where the backend reads them in the same round trip (None: not
+        read, the caller reads under the claim). ``(None, None)`` while a live holder has it."""
+        return self.claim(effect_id), None
+
+    async def release_async(self, claim: Claim) -> None:
+        """``claim.release()`` for a coroutine: done when the claim is free, even if the caller
+        is cancelled meanwhile."""
+        claim.release()
+
+    async def read_async(self, effect_id: str) -> list[Entry]:
+        """``read`` for a coroutine."""
+        return self.read(effect_id)
+
+    async def by_origin_async(self, origin: str) -> list[str]:
+        """``by_origin`` for a coroutine."""
+        return self.by_origin(origin)
+
     @abstractmethod
     def is_claimed(self, effect_id: str) -> bool: ...
 

@@ -585,6 +585,10 @@ class SqlJournal(Journal):
         rows = self._read(
             lambda db: self._x(db, READ_EFFECT_SQL, (effect_id, effect_id, effect_id)).fetchall()
         )
+        return self._checked_rows(effect_id, rows)
+
+    def _checked_rows(self, effect_id: str, rows: Sequence[Sequence[Any]]) -> list[RawEntry]:
+        """The entries in ``READ_EFFECT_SQL``'s rows, checked as ``read`` checks them."""
         width = len(ENTRY_COLUMNS.split(","))
         index = None if not rows or rows[0][width] is None else effect_row(rows[0][width:])
         raws = [raw_entry(r[:width]) for r in rows if r[0] is not None]

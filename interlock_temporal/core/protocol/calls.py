@@ -20,6 +20,7 @@ from ..identity import (
     origin_of,
     unstable_part,
 )
+from ..journal import Journal
 from ..journal.claims import Claim
 from ..models import Entry, Kind
 from ..policy import Decision
@@ -184,6 +185,12 @@ class Ticket:
         if not self.released and self.claim is not None:
             self.released = True
             self.claim.release()
+
+    async def release_async(self, journal: Journal) -> None:
+        """``release`` off the event loop where the journal can (``Journal.release_async``)."""
+        if not self.released and self.claim is not None:
+            self.released = True
+            await journal.release_async(self.claim)
 
     def view(self) -> EffectView | None:
         """The effect as of ``head``, from what the attempt read and wrote (no read); None when

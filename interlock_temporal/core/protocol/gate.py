@@ -14,7 +14,7 @@ from ..errors import Ambiguous, HeadConflict, InFlight, Refused, UnstableEffectK
 from ..identity import origin_of
 from ..journal.claims import Claim
 from ..leases import Demand, charge_for, check_lease
-from ..models import Draft, Kind, Lease, Receipt
+from ..models import Draft, Entry, Kind, Lease, Receipt
 from ..receipts import EffectView, fold, receipt_of
 from ..targets import EffectTarget, capabilities
 from .admission import policy_deciders
@@ -89,24 +89,24 @@ class Gate(Recovery, Atomic):
             call, self._digest_in(self.values.scheme), self.values.ids(self.journal.effect_ids)
         )
         started = time.perf_counter()
-        claim = self.journal.claim(eid)
+        claim, entries = await self.journal.claim_reading(eid)
         if claim is None:
             return await self._unclaimed(call, target, eid, pdigest)
         try:
             self._point("claimed", eid)
             for _ in range(3):
                 try:
-                    step = await self._decide(call, target, eid, pdigest, claim)
+                    step = await self._decide(call, target, eid, pdigest, claim, entries)
                     break
                 except HeadConflict:
-                    continue  # another writer moved the chain: read again and decide again
+                    entries = None  # another writer moved the chain: read again, decide again
             else:
                 raise InFlight(eid, "the effect's record keeps moving", IN_FLIGHT_RETRY_S)
         except BaseException:
             claim.release()
             raise
         if isinstance(step, Done):
-            claim.release()
+            await self.journal.release_async(claim)
         else:
             step.gate_s = time.perf_counter() - started
         return step
@@ -124,7 +124,7 @@ class Gate(Recovery, Atomic):
                 return step
             if not (call.last_attempt and row is not None and row.status is Kind.DISPATCHED):
                 break
-            view = fold(eid, self.journal.read(eid))
+            view = fold(eid, await self.journal.read_async(eid))
             if view.payload_digest != (mine := self._payload_digest(call, view, pdigest)):
                 await self._reject_conflict(view, mine, call)
             try:
@@ -138,9 +138,17 @@ class Gate(Recovery, Atomic):
         raise InFlight(eid, "another live attempt holds it", IN_FLIGHT_RETRY_S)
 
     async def _decide(
-        self, call: Call, target: EffectTarget, eid: str, pdigest: str, claim: Claim | None
+        self,
+        call: Call,
+        target: EffectTarget,
+        eid: str,
+        pdigest: str,
+        claim: Claim | None,
+        entries: list[Entry] | None = None,
     ) -> Ticket | Done:
-        entries = self.journal.read(eid)
+        """Decide on the effect's entries: ``entries`` when read under this claim already."""
+        if entries is None:
+            entries = await self.journal.read_async(eid)
         if not entries:
             await self._refuse_an_unstable_key(call, target, eid)
             return await self._dispatch_first(call, target, eid, pdigest, claim)
@@ -177,8 +185,11 @@ class Gate(Recovery, Atomic):
         Only a retry can find one, so only a retry asks (an indexed query)."""
         if call.delivery.attempt <= 1 or call.origin is None:
             return
-        earlier = (e for o in self._origins(call) for e in self.journal.by_origin(o))
-        first = next((e for e in earlier if e != eid), None)
+        first = None
+        for origin in self._origins(call):
+            found = await self.journal.by_origin_async(origin)
+            if (first := next((e for e in found if e != eid), None)) is not None:
+                break
         if first is None:
             return
         try:

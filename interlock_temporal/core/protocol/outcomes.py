@@ -88,7 +88,7 @@ class Outcomes:
             done.result = result
             return done
         finally:
-            ticket.release()
+            await ticket.release_async(self.journal)
 
     async def fail(self, ticket: Ticket, error: BaseException, *, last_attempt: bool) -> None:
         """Record what a failed send means, release the claim, and raise the outcome (or return,
@@ -122,13 +122,17 @@ class Outcomes:
             else:
                 return  # in doubt, and Temporal will retry: the next attempt recovers
             sent = await self._record_after_send(eid, ticket.head, draft, view=ticket.view())
-            view = sent.view if sent.view is not None else fold(eid, self.journal.read(eid))
+            view = (
+                sent.view
+                if sent.view is not None
+                else fold(eid, await self.journal.read_async(eid))
+            )
             if view.status is Kind.REFUSED:
                 raise Refused(view.code or "refused", view.reason or "", receipt_of(view), changes)
             if view.status is Kind.AMBIGUOUS:
                 raise Ambiguous(view.reason or "ambiguous", receipt_of(view))
         finally:
-            ticket.release()
+            await ticket.release_async(self.journal)
 
     async def _record_after_send(
         self,
@@ -156,7 +160,7 @@ class Outcomes:
                     True, after, None if view is None else fold_checked(self.journal, view, written)
                 )
             except HeadConflict:
-                view = fold(eid, self.journal.read(eid))
+                view = fold(eid, await self.journal.read_async(eid))
                 head = view.head
                 if view.status in (Kind.DISPATCHED, Kind.NOT_SENT):
                     continue  # only annotations or a re-dispatch moved it: not late
@@ -217,7 +221,7 @@ class Outcomes:
         sent = await self._record_after_send(eid, head, draft, blobs={"result": stored})
         if sent.recorded:
             return Done(eid, result, via, sent.after)
-        view = sent.view if sent.view is not None else fold(eid, self.journal.read(eid))
+        view = sent.view if sent.view is not None else fold(eid, await self.journal.read_async(eid))
         return Done(eid, await self.stored(eid, "result"), view.via or via, sent.after)
 
     async def _commit_found(self, view: EffectView, found: Found) -> Done:
@@ -233,7 +237,7 @@ class Outcomes:
 
     async def stored(self, eid: str, name: str, entries: Sequence[Entry] | None = None) -> Any:
         """The value last stored under ``name`` for the effect, decoded if it is sealed."""
-        found = value_of(self.journal.read(eid) if entries is None else entries, name)
+        found = value_of(await self.journal.read_async(eid) if entries is None else entries, name)
         return await self.values.open(found)
 
     # -- terminal records --------------------------------------------------------------------

@@ -288,7 +288,7 @@ class Recovery(Admission):
         why: str | None,
         decode_args: Callable[[list[Any]], tuple[Any, ...]] | None,
     ) -> Receipt:
-        entries = self.journal.read(eid)
+        entries = await self.journal.read_async(eid)
         if not entries:
             raise InvalidCall(f"effect {eid[:16]} is not in the journal")
         view = fold(eid, entries)
