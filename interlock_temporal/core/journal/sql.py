@@ -37,7 +37,7 @@ from .entries import (
 from .group_commit import AppendArgs, GroupCommit, no_wakeup_preemption
 from .interface import OWN_CHAIN_TYPES, SCHEMA_VERSION, Build, Journal, JournalTx
 from .sql_access import JournalAccess, SqlTx
-from .sql_leases import Charge, SqlLeases, charge_in, own_cents
+from .sql_leases import CHARGE_COLUMNS, Charge, SqlLeases, charge_columns, charge_in, own_cents
 from .sql_notify import SqlNotifications
 from .sql_policy import SqlPolicy
 
@@ -57,21 +57,16 @@ ROW_COLUMNS = (
 )
 _ENTRY_COLUMNS_E = ", ".join("e." + c.strip() for c in ENTRY_COLUMNS.split(","))
 _ROW_COLUMNS_F = ", ".join("f." + c.strip() for c in ROW_COLUMNS.split(","))
-#: what an append reads of an effect's row: its type, status, head, dispatch times and the
-#: lease charge it holds (``sql_leases.Charge``), which the append writes back with the row
-_APPEND_ROW = (
-    "effect_type, status, head, first_dispatch_ts, last_dispatch_ts, charge_lease_id, "
-    "charge_cents, charge_active"
-)
-#: an effect's index row written after an append, with its lease charge (``_put_row``)
+#: what an append reads of an effect's row, the lease charge it holds last (``charge_in``)
+_APPEND_ROW = f"effect_type, status, head, first_dispatch_ts, last_dispatch_ts, {CHARGE_COLUMNS}"
+#: an effect's index row as an append writes it, with its lease charge (``_put_row``)
 _PUT_ROW = (
-    f"INSERT INTO effects ({ROW_COLUMNS}, charge_lease_id, charge_cents, charge_active) "
-    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) "
+    f"INSERT INTO effects ({ROW_COLUMNS}, {CHARGE_COLUMNS}) VALUES ({', '.join('?' * 12)}) "
     "ON CONFLICT (effect_id) DO UPDATE SET status = excluded.status, "
     "head = excluded.head, head_seq = excluded.head_seq, "
     "updated_ts = excluded.updated_ts, first_dispatch_ts = excluded.first_dispatch_ts, "
-    "last_dispatch_ts = excluded.last_dispatch_ts, charge_lease_id = excluded.charge_lease_id, "
-    "charge_cents = excluded.charge_cents, charge_active = excluded.charge_active"
+    "last_dispatch_ts = excluded.last_dispatch_ts, "
+    + ", ".join(f"{c} = excluded.{c}" for c in CHARGE_COLUMNS.split(", "))
 )
 _INSERT_ENTRY = f"INSERT INTO entries ({ENTRY_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)"
 _NO_ENTRY = ", ".join(["NULL"] * len(ENTRY_COLUMNS.split(",")))
@@ -477,7 +472,7 @@ class SqlJournal(Journal):
         vals = _values_json(blobs) if blobs else None
         now = time.time()
         written = self._insert_entries(db, effect_id, seq, actual, drafts, vals, now)
-        charge = self._keep_budgets(db, row, drafts)
+        charge = self._leases.keep_tx(db, charge_in(row[5:8] if row else None), drafts)
         self._put_row(db, effect_id, etype, row, drafts, written[-1], now, charge)
         return written
 
@@ -491,12 +486,10 @@ class SqlJournal(Journal):
         seq_of = self._seq_ask(db)
         sql = f"SELECT {_APPEND_ROW} FROM effects WHERE effect_id = ?{self.FOR_UPDATE}"
         asked = self._x(db, sql, (effect_id,))
-        lease_ask = None if lease_id is None else self._leases.ask_tx(db, lease_id)
+        ask = None if lease_id is None else self._leases.ask_tx(db, lease_id)
         seq, row = seq_of(), asked.fetchone()
-        if lease_ask is None:
-            return seq, row, None
-        own = None if row is None else own_cents(charge_in(*row[5:8]))
-        return seq, row, functools.partial(lease_ask, own)
+        own = own_cents(charge_in(row[5:8] if row else None))
+        return seq, row, None if ask is None else functools.partial(ask, own)
 
     def _insert_entries(
         self,
@@ -552,14 +545,13 @@ class SqlJournal(Journal):
     ) -> None:
         """The effect's index row after ``drafts``, whose last entry is ``head``; ``row`` is
         the one before them (status, dispatch times), None for a new effect; ``charge`` the
-        lease charge it holds after them (``_keep_budgets``)."""
+        lease charge it holds after them (``SqlLeases.keep_tx``)."""
         status = state_kind(drafts, Kind(row[1]) if row else None)
         if status is None:
             raise ValueError("a new effect must start with a state entry, not annotations")
         dispatched = any(d.kind is Kind.DISPATCHED for d in drafts)
         first_dispatch = row[3] if row and row[3] is not None else (now if dispatched else None)
         last_dispatch = now if dispatched else (row[4] if row else None)
-        lease, cents, active = (None, None, None) if charge is None else charge
         # a new effect's origin is what its first entry signs of it, and never changes
         self._x(
             db,
@@ -574,30 +566,9 @@ class SqlJournal(Journal):
                 first_dispatch,
                 last_dispatch,
                 origin_in(drafts[0].data) if row is None else None,
-                lease,
-                cents,
-                None if active is None else int(active),
+                *charge_columns(charge),
             ),
         )
-
-    def _keep_budgets(self, db: Any, row: Sequence[Any] | None, drafts: Sequence[Draft]) -> Charge:
-        """Lease budgets move with the entries that change them, in their transaction: a
-        DISPATCHED that reserves (its ``budget`` note), a REFUSED (it never executed: give the
-        reservation back), a late COMMITTED after a REFUSED (it did: charge it again). The
-        effect's charge after ``drafts``, from the one its ``row`` holds (read under the
-        append's lock), for ``_put_row`` to write."""
-        charge = None if row is None else charge_in(*row[5:8])
-        leases = self._leases
-        for draft in drafts:
-            if draft.kind is Kind.DISPATCHED:
-                note = draft.data.get("budget")
-                if note is not None:
-                    charge = leases.charge_tx(db, charge, note["lease_id"], note["cents"])
-            elif draft.kind is Kind.REFUSED:
-                charge = leases.release_tx(db, charge)
-            elif draft.kind is Kind.COMMITTED and draft.data.get("after") == Kind.REFUSED.value:
-                charge = leases.recharge_tx(db, charge)
-        return charge
 
     # -- reading -------------------------------------------------------------------------------
 

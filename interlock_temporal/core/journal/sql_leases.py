@@ -5,17 +5,19 @@ transaction."""
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from ..leases import LeaseStore, lease_from_doc
-from ..models import Lease
+from ..models import Draft, Kind, Lease
 from .sql_access import SqlAccess
 
 #: an effect's charge as its index row keeps it (``charge_lease_id``, ``charge_cents``,
 #: ``charge_active``): the lease, the cents and whether they are held now (False: given back).
 #: None: the effect never reserved anything. At most one per effect.
 Charge = tuple[str, int, bool] | None
+#: the effects row's columns that keep its charge
+CHARGE_COLUMNS = "charge_lease_id, charge_cents, charge_active"
 
 #: a lease and what its budget has reserved (``lease_in`` reads them with the effect's own
 #: active charge, from its row), for a backend whose write transaction holds the whole
@@ -27,9 +29,16 @@ LEASE_JOIN = (
 _LEASE_READ = f"SELECT {LEASE_COLUMNS} FROM (SELECT 1) {LEASE_JOIN}"
 
 
-def charge_in(lease_id: Any, cents: Any, active: Any) -> Charge:
-    """The charge read from an effect's row (its three columns)."""
-    return None if lease_id is None else (str(lease_id), int(cents), bool(active))
+def charge_in(columns: Sequence[Any] | None) -> Charge:
+    """The charge read from an effect's row (its ``CHARGE_COLUMNS``; None: no row)."""
+    if columns is None or columns[0] is None:
+        return None
+    return (str(columns[0]), int(columns[1]), bool(columns[2]))
+
+
+def charge_columns(charge: Charge) -> tuple[str | None, int | None, int | None]:
+    """``charge`` as the effect's row keeps it (``CHARGE_COLUMNS``)."""
+    return (None, None, None) if charge is None else (charge[0], charge[1], int(charge[2]))
 
 
 def own_cents(charge: Charge) -> int | None:
@@ -183,6 +192,24 @@ class SqlLeases(LeaseStore):
             "UPDATE lease_spend SET reserved_cents = reserved_cents + ? WHERE lease_id = ?",
             (cents, lease_id),
         )
+
+    def keep_tx(self, db: Any, held: Charge, drafts: Sequence[Draft]) -> Charge:
+        """Budgets move with the entries that change them, in their transaction: a DISPATCHED
+        that reserves (its ``budget`` note), a REFUSED (it never executed: give the reservation
+        back), a late COMMITTED after a REFUSED (it did: charge it again). The effect's charge
+        after ``drafts``, from ``held``, the one its row holds (read under the append's lock),
+        for the append to write on the row."""
+        charge = held
+        for draft in drafts:
+            if draft.kind is Kind.DISPATCHED:
+                note = draft.data.get("budget")
+                if note is not None:
+                    charge = self.charge_tx(db, charge, note["lease_id"], note["cents"])
+            elif draft.kind is Kind.REFUSED:
+                charge = self.release_tx(db, charge)
+            elif draft.kind is Kind.COMMITTED and draft.data.get("after") == Kind.REFUSED.value:
+                charge = self.recharge_tx(db, charge)
+        return charge
 
     def charge_tx(self, db: Any, held: Charge, lease_id: str, cents: int) -> Charge:
         """Reserve ``cents`` of ``lease_id`` for an effect whose row holds ``held``, once: an

@@ -385,7 +385,7 @@ class SqliteJournal(SqlJournal):
             found = db.execute(_SEQ_AND_ROW, (effect_id,)).fetchone()
             return int(found[0]), None if found[1] is None else found[1:], None
         found = db.execute(_SEQ_ROW_AND_LEASE, (effect_id, lease_id)).fetchone()
-        lease = lease_in(found[9], found[10], own_cents(charge_in(*found[6:9])))
+        lease = lease_in(found[9], found[10], own_cents(charge_in(found[6:9])))
         return int(found[0]), None if found[1] is None else found[1:9], lambda: lease
 
     def _seq_base(self, db: sqlite3.Connection) -> int:
