@@ -335,6 +335,28 @@ class SqlTamper(ABC):
             ("UPDATE meta SET value = '2' WHERE key = 'schema_version'", ()),
         )
 
+    def to_schema_7(self) -> None:
+        """Rewrite the store as schema 7 kept lease charges: a ``lease_charges`` table (as its
+        migration 4 made it), none on the effects' rows."""
+        self._run(
+            (
+                "CREATE TABLE lease_charges (effect_id TEXT PRIMARY KEY, lease_id TEXT NOT NULL, "
+                "cents BIGINT NOT NULL, active INTEGER NOT NULL)",
+                (),
+            ),
+            (
+                "INSERT INTO lease_charges (effect_id, lease_id, cents, active) "
+                "SELECT effect_id, charge_lease_id, charge_cents, charge_active FROM effects "
+                "WHERE charge_lease_id IS NOT NULL",
+                (),
+            ),
+            *(
+                (f"ALTER TABLE effects DROP COLUMN {column}", ())
+                for column in ("charge_lease_id", "charge_cents", "charge_active")
+            ),
+            ("UPDATE meta SET value = '7' WHERE key = 'schema_version'", ()),
+        )
+
     def put_back(self, raw: RawEntry) -> None:
         """Store ``raw`` (as ``iter_raw`` read it, with its values) again at its seq."""
         self._run(
@@ -755,6 +777,111 @@ class JournalConformance(EffectIdsConformance):
 
     # -- the callable build and the lease read inside the transaction ----------------------
 
+    def _budget_lease(self, journal: Journal, cents: int = 10_000) -> str:
+        return journal.leases.issue("agent-1", activities=["refund"], budget_cents=cents)
+
+    @staticmethod
+    def _dispatch(
+        journal: Journal, eid: str, lease_id: str, cents: int, *, head: str | None = None
+    ) -> Entry:
+        """A DISPATCHED that reserves ``cents`` (its budget note), after PROPOSED for a new
+        effect."""
+        dispatched = draft(Kind.DISPATCHED, budget={"lease_id": lease_id, "cents": cents})
+        if head is None:
+            return journal.append(
+                eid, "", [draft(Kind.PROPOSED), dispatched], effect_type="refund"
+            )[-1]
+        (entry,) = journal.append(eid, head, [dispatched])
+        return entry
+
+    @staticmethod
+    def _others(journal: Journal, eid: str, lease_id: str) -> int | None:
+        """What the dispatch transaction of ``eid`` reads the lease to hold reserved by its
+        *other* effects (a build that appends nothing)."""
+        seen: list[Lease | None] = []
+
+        def look(lease: Lease | None) -> list[Draft]:
+            seen.append(lease)
+            return []
+
+        row = journal.row(eid)
+        journal.append(eid, "" if row is None else row.head, look, lease_id=lease_id)
+        (lease,) = seen
+        assert lease is not None
+        return lease.reserved_cents
+
+    @staticmethod
+    def _reserved(journal: Journal, lease_id: str) -> int | None:
+        lease = journal.leases.get(lease_id)
+        assert lease is not None
+        return lease.reserved_cents
+
+    def test_a_budget_moves_with_the_entries_that_reserve_give_back_and_charge_again(
+        self, journal: Journal
+    ) -> None:
+        lease_id = self._budget_lease(journal)
+        first = self._dispatch(journal, A, lease_id, 2_000)
+        self._dispatch(journal, B, lease_id, 3_000)
+        assert self._reserved(journal, lease_id) == 5_000
+        # the lease as each effect's dispatch reads it: what the *others* hold
+        assert self._others(journal, A, lease_id) == 3_000
+        assert self._others(journal, C, lease_id) == 5_000
+        # at most one reservation per effect: a resend reserves nothing more
+        again = self._dispatch(journal, A, lease_id, 2_000, head=first.hash)
+        assert self._reserved(journal, lease_id) == 5_000
+        # it ended without executing: given back, once
+        (refused,) = journal.append(A, again.hash, [draft(Kind.REFUSED)])
+        assert self._reserved(journal, lease_id) == 3_000
+        assert self._others(journal, A, lease_id) == 3_000
+        (alarm,) = journal.append(A, refused.hash, [draft(Kind.CONFIRMED)])
+        assert self._reserved(journal, lease_id) == 3_000
+        # a late COMMITTED after the REFUSED: it executed after all, charged again, once
+        (late,) = journal.append(A, alarm.hash, [draft(Kind.COMMITTED, after=Kind.REFUSED.value)])
+        assert self._reserved(journal, lease_id) == 5_000
+        journal.append(A, late.hash, [draft(Kind.COMMITTED, after=Kind.REFUSED.value)])
+        assert self._reserved(journal, lease_id) == 5_000
+        assert journal.verify().ok
+
+    def test_a_given_back_reservation_is_taken_again_by_a_later_dispatch(
+        self, journal: Journal
+    ) -> None:
+        lease_id = self._budget_lease(journal)
+        first = self._dispatch(journal, A, lease_id, 2_000)
+        (refused,) = journal.append(A, first.hash, [draft(Kind.REFUSED)])
+        assert self._reserved(journal, lease_id) == 0
+        self._dispatch(journal, A, lease_id, 1_500, head=refused.hash)
+        assert self._reserved(journal, lease_id) == 1_500
+        assert self._others(journal, A, lease_id) == 0
+
+    def test_appends_of_one_effect_in_one_transaction_see_each_others_charge(
+        self, journal: Journal
+    ) -> None:
+        """A batch of appends is one transaction (pipelined where the backend pipelines): the
+        REFUSED after a DISPATCHED of the same batch gives back what that DISPATCHED reserved,
+        and a resend in it reserves nothing more."""
+        lease_id = self._budget_lease(journal)
+        budget = {"lease_id": lease_id, "cents": 2_000}
+
+        def built(kind: Kind, **data: Any) -> Callable[[Lease | None], list[Draft]]:
+            return lambda _lease: [draft(kind, **data)]
+
+        journal.append(A, "", [draft(Kind.PROPOSED)], effect_type="refund")
+        journal.append(B, "", [draft(Kind.PROPOSED)], effect_type="refund")
+        # each after whatever the head is then (the batch's earlier appends of its effect)
+        batch = [
+            (A, None, built(Kind.DISPATCHED, budget=budget), None, lease_id, None),
+            (A, None, built(Kind.DISPATCHED, budget=budget), None, lease_id, None),
+            (B, None, built(Kind.DISPATCHED, budget=budget), None, lease_id, None),
+            (B, None, built(Kind.REFUSED), None, lease_id, None),
+        ]
+        sql_journal: Any = journal
+        outcomes = sql_journal._append_many(batch, sql_journal._write_appends)
+        assert not [o for o in outcomes if isinstance(o, Exception)], outcomes
+        assert self._reserved(journal, lease_id) == 2_000
+        assert self._others(journal, A, lease_id) == 0
+        assert self._others(journal, B, lease_id) == 2_000
+        assert journal.verify().ok
+
     def test_callable_build_receives_the_lease_as_read_in_the_transaction(
         self, journal: Journal
     ) -> None:
@@ -1174,6 +1301,42 @@ class JournalConformance(EffectIdsConformance):
         assert journal.verify().ok
         # schema 3 kept each effect's latest value of each name on its head entry
         assert {(e, n): journal.blob(e, n) for e, n in before} == before
+
+    def test_a_schema_7_store_keeps_its_lease_charges(
+        self, open_store: Callable[..., Journal], tamper: SqlTamper
+    ) -> None:
+        """Schema 7 kept each effect's lease charge in a table of its own; the migration moves
+        live and given-back charges onto the effects' rows: the budgets read the same, and each
+        charge is still given back, kept or charged again as before."""
+        journal = open_store()
+        lease_id = self._budget_lease(journal)
+        live = self._dispatch(journal, A, lease_id, 2_000)
+        given = self._dispatch(journal, B, lease_id, 3_000)
+        (refused,) = journal.append(B, given.hash, [draft(Kind.REFUSED)])
+        other = self._dispatch(journal, C, lease_id, 1_000)
+        before = {eid: self._others(journal, eid, lease_id) for eid in (A, B, C)}
+        assert before == {A: 1_000, B: 3_000, C: 2_000}
+        assert self._reserved(journal, lease_id) == 3_000
+        journal.close()
+
+        tamper.to_schema_7()
+        assert sorted(tamper._query("SELECT effect_id, cents, active FROM lease_charges")) == (
+            sorted([(A, 2_000, 1), (B, 3_000, 0), (C, 1_000, 1)])
+        )
+        journal = open_store()
+        assert journal.schema_version() == SCHEMA_VERSION
+        assert "lease_charges" not in tamper._tables()
+        assert self._reserved(journal, lease_id) == 3_000
+        assert {eid: self._others(journal, eid, lease_id) for eid in (A, B, C)} == before
+        # the live charge is kept by a resend and given back by a REFUSED; the given-back one
+        # is charged again by a late COMMITTED
+        self._dispatch(journal, A, lease_id, 2_000, head=live.hash)
+        assert self._reserved(journal, lease_id) == 3_000
+        journal.append(C, other.hash, [draft(Kind.REFUSED)])
+        assert self._reserved(journal, lease_id) == 2_000
+        journal.append(B, refused.hash, [draft(Kind.COMMITTED, after=Kind.REFUSED.value)])
+        assert self._reserved(journal, lease_id) == 5_000
+        assert journal.verify().ok
 
     def test_a_verify_only_open_cannot_migrate_values_it_cannot_sign(
         self, journal_factory: Callable[..., Journal], tamper: SqlTamper

@@ -24,7 +24,7 @@ from .test_protocol import ACTIVITY, LEASE_MAX, PRINCIPAL, MemTarget, eid_of, ma
 
 TABLES = (
     "entries, effects, leases, policy_sessions, policy_spend, policy_admissions, "
-    "policy_approvals, lease_spend, lease_charges, notification_failures"
+    "policy_approvals, lease_spend, notification_failures"
 )
 
 

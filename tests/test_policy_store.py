@@ -217,10 +217,17 @@ def test_a_store_of_the_previous_schema_keeps_its_sessions_and_their_deliveries(
         }
     )
     store.sql("DROP TABLE policy_nonces")
+    # lease charges as schema 4 kept them (schema 8 moved them onto the effects' rows)
+    store.sql(
+        "CREATE TABLE lease_charges (effect_id TEXT PRIMARY KEY, lease_id TEXT NOT NULL, "
+        "cents BIGINT NOT NULL, active INTEGER NOT NULL)"
+    )
+    for column in ("charge_lease_id", "charge_cents", "charge_active"):
+        store.sql(f"ALTER TABLE effects DROP COLUMN {column}")
     store.sql("UPDATE policy_sessions SET doc = ? WHERE session = ?", old_doc, "wf-1")
     store.sql("UPDATE meta SET value = '4' WHERE key = 'schema_version'")
     with open_journal(store.url, signing_key=KEY) as j:
-        assert j.schema_version() == 7
+        assert j.schema_version() == 8
         state = j.policy.session("wf-1")
         assert state is not None
         assert (state.total, state.streak, state.spent_usd) == (7, 2, 0.5)

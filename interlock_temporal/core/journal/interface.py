@@ -26,7 +26,7 @@ from .verifying import verify_stored
 if TYPE_CHECKING:
     from .group_commit import AppendTiming
 
-SCHEMA_VERSION = 7
+SCHEMA_VERSION = 8
 #: the effect type of policy chains (``policy:<session>``)
 POLICY_CHAIN_TYPE = "interlock.policy"
 #: the effect type of archive anchors' chains (``archive:<archive id>``)

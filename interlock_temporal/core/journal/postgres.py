@@ -195,6 +195,16 @@ _MIGRATIONS: list[str] = [
     );
     CREATE INDEX IF NOT EXISTS notification_failures_ts ON notification_failures (ts);
     """,
+    # 8: an effect's lease charge moves onto its index row (as in the embedded journal)
+    """
+    ALTER TABLE effects ADD COLUMN charge_lease_id TEXT;
+    ALTER TABLE effects ADD COLUMN charge_cents BIGINT;
+    ALTER TABLE effects ADD COLUMN charge_active INTEGER;
+    UPDATE effects SET charge_lease_id = c.lease_id, charge_cents = c.cents,
+        charge_active = c.active
+    FROM lease_charges c WHERE c.effect_id = effects.effect_id;
+    DROP TABLE lease_charges;
+    """,
 ]
 assert len(_MIGRATIONS) == SCHEMA_VERSION
 

@@ -37,7 +37,7 @@ from .entries import (
 from .group_commit import AppendArgs, GroupCommit, no_wakeup_preemption
 from .interface import OWN_CHAIN_TYPES, SCHEMA_VERSION, Build, Journal, JournalTx
 from .sql_access import JournalAccess, SqlTx
-from .sql_leases import SqlLeases
+from .sql_leases import CHARGE_COLUMNS, Charge, SqlLeases, charge_columns, charge_in, own_cents
 from .sql_notify import SqlNotifications
 from .sql_policy import SqlPolicy
 
@@ -57,7 +57,17 @@ ROW_COLUMNS = (
 )
 _ENTRY_COLUMNS_E = ", ".join("e." + c.strip() for c in ENTRY_COLUMNS.split(","))
 _ROW_COLUMNS_F = ", ".join("f." + c.strip() for c in ROW_COLUMNS.split(","))
-_APPEND_ROW = "effect_type, status, head, first_dispatch_ts, last_dispatch_ts"
+#: what an append reads of an effect's row, the lease charge it holds last (``charge_in``)
+_APPEND_ROW = f"effect_type, status, head, first_dispatch_ts, last_dispatch_ts, {CHARGE_COLUMNS}"
+#: an effect's index row as an append writes it, with its lease charge (``_put_row``)
+_PUT_ROW = (
+    f"INSERT INTO effects ({ROW_COLUMNS}, {CHARGE_COLUMNS}) VALUES ({', '.join('?' * 12)}) "
+    "ON CONFLICT (effect_id) DO UPDATE SET status = excluded.status, "
+    "head = excluded.head, head_seq = excluded.head_seq, "
+    "updated_ts = excluded.updated_ts, first_dispatch_ts = excluded.first_dispatch_ts, "
+    "last_dispatch_ts = excluded.last_dispatch_ts, "
+    + ", ".join(f"{c} = excluded.{c}" for c in CHARGE_COLUMNS.split(", "))
+)
 _INSERT_ENTRY = f"INSERT INTO entries ({ENTRY_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)"
 _NO_ENTRY = ", ".join(["NULL"] * len(ENTRY_COLUMNS.split(",")))
 #: an effect's entries and its index row, in one statement (one snapshot): the entries with the
@@ -256,8 +266,9 @@ class SqlJournal(Journal):
             for statement in self.MIGRATIONS[number].split(";"):
                 if statement.strip():
                     db.execute(statement)
-            if number + 1 == 4:
-                self._bind_values(db)
+        if version < 4:
+            # once the tables are the current ones: it appends, as this release does
+            self._bind_values(db)
         self._x(
             db,
             "INSERT INTO meta (key, value) VALUES ('schema_version', ?) "
@@ -461,21 +472,24 @@ class SqlJournal(Journal):
         vals = _values_json(blobs) if blobs else None
         now = time.time()
         written = self._insert_entries(db, effect_id, seq, actual, drafts, vals, now)
-        self._keep_budgets(db, effect_id, drafts)
-        self._put_row(db, effect_id, etype, row, drafts, written[-1], now)
+        charge = self._leases.keep_tx(db, charge_in(row[5:8] if row else None), drafts)
+        self._put_row(db, effect_id, etype, row, drafts, written[-1], now, charge)
         return written
 
     def _append_reads(self, db: Any, effect_id: str, lease_id: str | None) -> AppendReads:
         """What an append reads before it writes: the last seq (``_seq_base``), the effect's
-        index row (effect_type, status, head, dispatch times; None: a new effect), both locked
-        till the end, and with ``lease_id`` the lease as its build checks it. Everything is
-        asked before any of it is read: one round trip where the backend pipelines (the locks
-        are taken in the same order: the seq, the effect, the lease)."""
+        index row (``_APPEND_ROW``; None: a new effect), both locked till the end, and with
+        ``lease_id`` the lease as its build checks it (with what its other effects hold
+        reserved: the row says what this one holds). Everything is asked before any of it is
+        read: one round trip where the backend pipelines (the locks are taken in the same
+        order: the seq, the effect, the lease)."""
         seq_of = self._seq_ask(db)
         sql = f"SELECT {_APPEND_ROW} FROM effects WHERE effect_id = ?{self.FOR_UPDATE}"
         asked = self._x(db, sql, (effect_id,))
-        lease_of = None if lease_id is None else self._leases.ask_tx(db, lease_id, effect_id)
-        return seq_of(), asked.fetchone(), lease_of
+        ask = None if lease_id is None else self._leases.ask_tx(db, lease_id)
+        seq, row = seq_of(), asked.fetchone()
+        own = own_cents(charge_in(row[5:8] if row else None))
+        return seq, row, None if ask is None else functools.partial(ask, own)
 
     def _insert_entries(
         self,
@@ -527,9 +541,11 @@ class SqlJournal(Journal):
         drafts: Sequence[Draft],
         head: Entry,
         now: float,
+        charge: Charge,
     ) -> None:
         """The effect's index row after ``drafts``, whose last entry is ``head``; ``row`` is
-        the one before them (status, dispatch times), None for a new effect."""
+        the one before them (status, dispatch times), None for a new effect; ``charge`` the
+        lease charge it holds after them (``SqlLeases.keep_tx``)."""
         status = state_kind(drafts, Kind(row[1]) if row else None)
         if status is None:
             raise ValueError("a new effect must start with a state entry, not annotations")
@@ -539,11 +555,7 @@ class SqlJournal(Journal):
         # a new effect's origin is what its first entry signs of it, and never changes
         self._x(
             db,
-            f"INSERT INTO effects ({ROW_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?) "
-            "ON CONFLICT (effect_id) DO UPDATE SET status = excluded.status, "
-            "head = excluded.head, head_seq = excluded.head_seq, "
-            "updated_ts = excluded.updated_ts, first_dispatch_ts = excluded.first_dispatch_ts, "
-            "last_dispatch_ts = excluded.last_dispatch_ts",
+            _PUT_ROW,
             (
                 effect_id,
                 etype,
@@ -554,22 +566,9 @@ class SqlJournal(Journal):
                 first_dispatch,
                 last_dispatch,
                 origin_in(drafts[0].data) if row is None else None,
+                *charge_columns(charge),
             ),
         )
-
-    def _keep_budgets(self, db: Any, effect_id: str, drafts: Sequence[Draft]) -> None:
-        """Lease budgets move with the entries that change them, in their transaction: a
-        DISPATCHED that reserves (its ``budget`` note), a REFUSED (it never executed: give the
-        reservation back), a late COMMITTED after a REFUSED (it did: charge it again)."""
-        for draft in drafts:
-            if draft.kind is Kind.DISPATCHED:
-                note = draft.data.get("budget")
-                if note is not None:
-                    self._leases.charge_tx(db, effect_id, note["lease_id"], note["cents"])
-            elif draft.kind is Kind.REFUSED:
-                self._leases.release_tx(db, effect_id)
-            elif draft.kind is Kind.COMMITTED and draft.data.get("after") == Kind.REFUSED.value:
-                self._leases.recharge_tx(db, effect_id)
 
     # -- reading -------------------------------------------------------------------------------
 

@@ -5,26 +5,50 @@ transaction."""
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from ..leases import LeaseStore, lease_from_doc
-from ..models import Lease
+from ..models import Draft, Kind, Lease
 from .sql_access import SqlAccess
 
-#: a lease, what its budget has reserved and this effect's own active charge (``lease_in``
-#: reads them), for a backend whose write transaction holds the whole database: joined onto a
-#: row (``LEASE_JOIN``, parameters: the lease id, the effect id) or read alone
-LEASE_COLUMNS = "l.doc, s.reserved_cents, c.cents"
+#: an effect's charge as its index row keeps it (``charge_lease_id``, ``charge_cents``,
+#: ``charge_active``): the lease, the cents and whether they are held now (False: given back).
+#: None: the effect never reserved anything. At most one per effect.
+Charge = tuple[str, int, bool] | None
+#: the effects row's columns that keep its charge
+CHARGE_COLUMNS = "charge_lease_id, charge_cents, charge_active"
+
+#: a lease and what its budget has reserved (``lease_in`` reads them with the effect's own
+#: active charge, from its row), for a backend whose write transaction holds the whole
+#: database: joined onto a row (``LEASE_JOIN``, its parameter: the lease id) or read alone
+LEASE_COLUMNS = "l.doc, s.reserved_cents"
 LEASE_JOIN = (
-    "LEFT JOIN leases l ON l.lease_id = ? LEFT JOIN lease_spend s ON s.lease_id = l.lease_id "
-    "LEFT JOIN lease_charges c ON c.effect_id = ? AND c.active = 1"
+    "LEFT JOIN leases l ON l.lease_id = ? LEFT JOIN lease_spend s ON s.lease_id = l.lease_id"
 )
 _LEASE_READ = f"SELECT {LEASE_COLUMNS} FROM (SELECT 1) {LEASE_JOIN}"
 
 
+def charge_in(columns: Sequence[Any] | None) -> Charge:
+    """The charge read from an effect's row (its ``CHARGE_COLUMNS``; None: no row)."""
+    if columns is None or columns[0] is None:
+        return None
+    return (str(columns[0]), int(columns[1]), bool(columns[2]))
+
+
+def charge_columns(charge: Charge) -> tuple[str | None, int | None, int | None]:
+    """``charge`` as the effect's row keeps it (``CHARGE_COLUMNS``)."""
+    return (None, None, None) if charge is None else (charge[0], charge[1], int(charge[2]))
+
+
+def own_cents(charge: Charge) -> int | None:
+    """What ``charge`` holds reserved now (None: nothing)."""
+    return charge[1] if charge is not None and charge[2] else None
+
+
 def lease_in(doc: Any, reserved: Any, own: Any) -> Lease | None:
-    """The lease read as ``LEASE_COLUMNS`` (None: there is no such lease)."""
+    """The lease read as ``LEASE_COLUMNS``, with ``own``: what the effect that reads it holds
+    reserved now (``own_cents``). None: there is no such lease."""
     return None if doc is None else _with_others(lease_from_doc(doc), reserved, own)
 
 
@@ -44,8 +68,10 @@ def _lease_doc(lease: Lease) -> str:
 
 class SqlLeases(LeaseStore):
     """Leases, and their budgets: ``lease_spend`` holds what each budgeted lease has reserved,
-    ``lease_charges`` each effect's reservation (at most one per effect, active or given
-    back). The dispatch transaction calls the ``*_tx`` methods with its own connection."""
+    each effect's index row its reservation (``Charge``: at most one per effect, active or
+    given back). The dispatch transaction calls the ``*_tx`` methods with its own connection:
+    they move ``lease_spend``, and return the charge the append writes on the effect's row,
+    with the statement that writes the row anyway."""
 
     def __init__(self, access: SqlAccess) -> None:
         self._access = access
@@ -122,102 +148,88 @@ class SqlLeases(LeaseStore):
 
     # -- inside the journal's append transaction ------------------------------------------
 
-    def read_tx(self, db: Any, lease_id: str, effect_id: str) -> Lease | None:
-        """The lease as the dispatch transaction checks it. A budgeted lease's row in
-        ``lease_spend`` is locked until the transaction ends, and read with what its *other*
-        effects hold reserved, so concurrent dispatches under one budget take turns."""
-        return self.ask_tx(db, lease_id, effect_id)()
-
-    def ask_tx(self, db: Any, lease_id: str, effect_id: str) -> Callable[[], Lease | None]:
-        """``read_tx``, its statements sent now and their rows read when the returned function
-        is called. Where statements are pipelined, the reads a budget needs are sent at once
-        with the lease's (one round trip with the statements around them); elsewhere they run
-        only for a budgeted lease."""
+    def ask_tx(self, db: Any, lease_id: str) -> Callable[[int | None], Lease | None]:
+        """The lease as the dispatch transaction checks it, its statements sent now and their
+        rows read when the returned function is called with what the effect holds reserved
+        (``own_cents`` of its row's charge, read by the append under its lock). A budgeted
+        lease's row in ``lease_spend`` is locked until the transaction ends, and the lease read
+        with what its *other* effects hold reserved, so concurrent dispatches under one budget
+        take turns. Where statements are pipelined, the budget's read is sent at once with the
+        lease's (one round trip with the statements around them); elsewhere it runs only for a
+        budgeted lease."""
         access = self._access
         if not (access.for_share or access.for_update):
             # the transaction holds the whole database (SQLite): one statement reads it all
-            whole = lease_in(*access.execute(db, _LEASE_READ, (lease_id, effect_id)).fetchone())
-            return lambda: whole
-        doc = access.execute(
+            doc, reserved = access.execute(db, _LEASE_READ, (lease_id,)).fetchone()
+            return lambda own: lease_in(doc, reserved, own)
+        found = access.execute(
             db, f"SELECT doc FROM leases WHERE lease_id = ?{access.for_share}", (lease_id,)
         )
-        asked = self._ask_budget(db, lease_id, effect_id) if access.pipelines else None
+        asked = self._ask_budget(db, lease_id) if access.pipelines else None
 
-        def read() -> Lease | None:
-            found = doc.fetchone()
-            lease = None if found is None else lease_from_doc(found[0])
+        def read(own: int | None) -> Lease | None:
+            row = found.fetchone()
+            lease = None if row is None else lease_from_doc(row[0])
             if lease is None or lease.budget_cents is None:
                 return lease
-            spend, own = asked or self._ask_budget(db, lease_id, effect_id)
-            (reserved,) = spend.fetchone() or (0,)
-            held = own.fetchone()
-            return _with_others(lease, reserved, None if held is None else held[0])
+            (reserved,) = (asked or self._ask_budget(db, lease_id)).fetchone() or (0,)
+            return _with_others(lease, reserved, own)
 
         return read
 
-    def _ask_budget(self, db: Any, lease_id: str, effect_id: str) -> tuple[Any, Any]:
-        """What a budgeted lease's check reads: its reserved total (locked until the
-        transaction ends) and what this effect holds of it; the two cursors."""
+    def _ask_budget(self, db: Any, lease_id: str) -> Any:
+        """A budgeted lease's reserved total, locked until the transaction ends; its cursor."""
         access = self._access
-        spend = access.execute(
+        return access.execute(
             db,
             f"SELECT reserved_cents FROM lease_spend WHERE lease_id = ?{access.for_update}",
             (lease_id,),
         )
-        own = access.execute(
-            db,
-            "SELECT cents FROM lease_charges WHERE effect_id = ? AND active = 1",
-            (effect_id,),
-        )
-        return spend, own
 
-    def charge_tx(self, db: Any, effect_id: str, lease_id: str, cents: int) -> bool:
-        """Reserve ``cents`` of ``lease_id`` for ``effect_id``, once: an effect that holds a
-        reservation already keeps it. True when this reserved something."""
-        access = self._access
-        # one statement: a held reservation is left as it is (no row changes)
-        taken = access.execute(
-            db,
-            "INSERT INTO lease_charges (effect_id, lease_id, cents, active) VALUES (?, ?, ?, 1) "
-            "ON CONFLICT (effect_id) DO UPDATE SET lease_id = excluded.lease_id, "
-            "cents = excluded.cents, active = 1 WHERE lease_charges.active <> 1",
-            (effect_id, lease_id, cents),
-        )
-        if access.pipelines:
-            access.settle(db)
-        if taken.rowcount != 1:
-            return False
-        access.execute(
+    def _spend(self, db: Any, lease_id: str, cents: int) -> None:
+        self._access.execute(
             db,
             "UPDATE lease_spend SET reserved_cents = reserved_cents + ? WHERE lease_id = ?",
             (cents, lease_id),
         )
-        return True
 
-    def release_tx(self, db: Any, effect_id: str) -> None:
-        """Give back ``effect_id``'s reservation: it ended without executing."""
-        access = self._access
-        held = access.execute(
-            db,
-            f"SELECT lease_id, cents FROM lease_charges WHERE effect_id = ? AND active = 1"
-            f"{access.for_update}",
-            (effect_id,),
-        ).fetchone()
-        if held is None:
-            return
-        lease_id, cents = held
-        access.execute(db, "UPDATE lease_charges SET active = 0 WHERE effect_id = ?", (effect_id,))
-        access.execute(
-            db,
-            "UPDATE lease_spend SET reserved_cents = reserved_cents - ? WHERE lease_id = ?",
-            (cents, lease_id),
-        )
+    def keep_tx(self, db: Any, held: Charge, drafts: Sequence[Draft]) -> Charge:
+        """Budgets move with the entries that change them, in their transaction: a DISPATCHED
+        that reserves (its ``budget`` note), a REFUSED (it never executed: give the reservation
+        back), a late COMMITTED after a REFUSED (it did: charge it again). The effect's charge
+        after ``drafts``, from ``held``, the one its row holds (read under the append's lock),
+        for the append to write on the row."""
+        charge = held
+        for draft in drafts:
+            if draft.kind is Kind.DISPATCHED:
+                note = draft.data.get("budget")
+                if note is not None:
+                    charge = self.charge_tx(db, charge, note["lease_id"], note["cents"])
+            elif draft.kind is Kind.REFUSED:
+                charge = self.release_tx(db, charge)
+            elif draft.kind is Kind.COMMITTED and draft.data.get("after") == Kind.REFUSED.value:
+                charge = self.recharge_tx(db, charge)
+        return charge
 
-    def recharge_tx(self, db: Any, effect_id: str) -> bool:
+    def charge_tx(self, db: Any, held: Charge, lease_id: str, cents: int) -> Charge:
+        """Reserve ``cents`` of ``lease_id`` for an effect whose row holds ``held``, once: an
+        effect that holds a reservation already keeps it. The effect's charge after it."""
+        if held is not None and held[2]:
+            return held
+        self._spend(db, lease_id, cents)
+        return (lease_id, cents, True)
+
+    def release_tx(self, db: Any, held: Charge) -> Charge:
+        """Give back an effect's reservation: it ended without executing."""
+        if held is None or not held[2]:
+            return held
+        lease_id, cents, _ = held
+        self._spend(db, lease_id, -cents)
+        return (lease_id, cents, False)
+
+    def recharge_tx(self, db: Any, held: Charge) -> Charge:
         """A late COMMITTED of an effect that gave its reservation back: it executed after all,
-        so it is charged again, budget or not. True when it was."""
-        sql = "SELECT lease_id, cents, active FROM lease_charges WHERE effect_id = ?"
-        held = self._access.execute(db, sql, (effect_id,)).fetchone()
-        if held is None or int(held[2]) == 1:
-            return False
-        return self.charge_tx(db, effect_id, str(held[0]), int(held[1]))
+        so it is charged again, budget or not."""
+        if held is None or held[2]:
+            return held
+        return self.charge_tx(db, held, held[0], held[1])

@@ -26,7 +26,7 @@ from .group_commit import AppendArgs, no_wakeup_preemption
 from .interface import SCHEMA_VERSION
 from .signing import Keyring
 from .sql import IN_DOUBT_SQL, AppendReads, SqlJournal
-from .sql_leases import LEASE_COLUMNS, LEASE_JOIN, lease_in
+from .sql_leases import LEASE_COLUMNS, LEASE_JOIN, charge_in, lease_in, own_cents
 
 __all__ = ["IN_DOUBT_SQL", "SqliteJournal"]
 
@@ -163,6 +163,18 @@ _MIGRATIONS: list[str] = [
     );
     CREATE INDEX IF NOT EXISTS notification_failures_ts ON notification_failures (ts);
     """,
+    # 8: an effect's lease charge moves onto its index row, which the transactions that
+    # reserve, give back or charge again write anyway: a new effect under a budget writes one
+    # table less (and runs one statement less)
+    """
+    ALTER TABLE effects ADD COLUMN charge_lease_id TEXT;
+    ALTER TABLE effects ADD COLUMN charge_cents INTEGER;
+    ALTER TABLE effects ADD COLUMN charge_active INTEGER;
+    UPDATE effects SET charge_lease_id = c.lease_id, charge_cents = c.cents,
+        charge_active = c.active
+    FROM lease_charges c WHERE c.effect_id = effects.effect_id;
+    DROP TABLE lease_charges;
+    """,
 ]
 assert len(_MIGRATIONS) == SCHEMA_VERSION
 
@@ -171,8 +183,8 @@ assert len(_MIGRATIONS) == SCHEMA_VERSION
 #: with the lease the append's build checks, in the same statement
 _SEQ_AND_ROW = (
     "SELECT (SELECT COALESCE(MAX(seq), 0) FROM entries), f.effect_type, f.status, f.head, "
-    "f.first_dispatch_ts, f.last_dispatch_ts FROM (SELECT 1) LEFT JOIN effects f "
-    "ON f.effect_id = ?"
+    "f.first_dispatch_ts, f.last_dispatch_ts, f.charge_lease_id, f.charge_cents, "
+    "f.charge_active FROM (SELECT 1) LEFT JOIN effects f ON f.effect_id = ?"
 )
 _SEQ_ROW_AND_LEASE = _SEQ_AND_ROW.replace(" FROM (SELECT 1)", f", {LEASE_COLUMNS} FROM (SELECT 1)")
 _SEQ_ROW_AND_LEASE += f" {LEASE_JOIN}"
@@ -372,9 +384,9 @@ class SqliteJournal(SqlJournal):
         if lease_id is None:
             found = db.execute(_SEQ_AND_ROW, (effect_id,)).fetchone()
             return int(found[0]), None if found[1] is None else found[1:], None
-        found = db.execute(_SEQ_ROW_AND_LEASE, (effect_id, lease_id, effect_id)).fetchone()
-        lease = lease_in(*found[6:])
-        return int(found[0]), None if found[1] is None else found[1:6], lambda: lease
+        found = db.execute(_SEQ_ROW_AND_LEASE, (effect_id, lease_id)).fetchone()
+        lease = lease_in(found[9], found[10], own_cents(charge_in(found[6:9])))
+        return int(found[0]), None if found[1] is None else found[1:9], lambda: lease
 
     def _seq_base(self, db: sqlite3.Connection) -> int:
         (seq,) = db.execute("SELECT COALESCE(MAX(seq), 0) FROM entries").fetchone()
