@@ -770,8 +770,10 @@ def test_an_allowed_decision_is_the_one_the_constructors_make() -> None:
         lambda x: x.model_copy(update={"max_total_calls": 1}),
         lambda x: x.model_copy(update={"max_total_calls": 1}, deep=True),
         lambda x: Limits.model_validate(x.model_dump() | {"max_total_calls": 1}),
+        lambda x: copy.deepcopy(x.model_copy(update={"max_total_calls": 1})),
+        lambda x: pickle.loads(pickle.dumps(x.model_copy(update={"max_total_calls": 1}))),
     ],
-    ids=["model_copy", "deep model_copy", "validated"],
+    ids=["model_copy", "deep model_copy", "validated", "deep copy of a copy", "pickled copy"],
 )
 def test_a_copy_of_limits_decides_by_its_own_settings(copied: Any) -> None:
     """``decide`` works out what it reads of a ``Limits`` once, kept on the instance; a copy
@@ -792,6 +794,9 @@ def test_a_copy_of_limits_decides_by_its_own_settings(copied: Any) -> None:
     for each in (limits, capped, thawed):
         assert plan_of(each) is plan_of(each)
         assert plan_of(each).max_total_calls == each.max_total_calls
+    # what it keeps changes no equality (a plan refers to its Limits)
+    assert limits == Limits(max_total_calls=1000) == copy.deepcopy(limits)
+    assert limits != capped and capped == Limits(max_total_calls=1)
 
 
 def test_hitl_activities_are_matched_by_glob_and_remembered_per_activity() -> None:
