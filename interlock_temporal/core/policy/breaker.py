@@ -380,17 +380,28 @@ def _admit(
 
 
 def _slid(
-    windows: Mapping[str, tuple[float, ...]], call: CallFacts, plan: _Plan
+    windows: Mapping[str, tuple[float, ...]],
+    call: CallFacts,
+    plan: _Plan,
+    times: tuple[float, ...] = (),
+    cut: int = -1,
 ) -> Mapping[str, tuple[float, ...]]:
-    """``windows`` with ``call`` in its activity's window (``plan.window_s`` is set)."""
+    """``windows`` with ``call`` in its activity's window (``plan.window_s`` is set). Given the
+    window's ``times`` and where they leave it (``cut``, the first inside), as ``decide``'s
+    window layer found them, the usual call, the newest, is appended without a new search."""
     # sorted times; only the newest ``window_max_calls`` inside the window can matter
     now = call.now
-    times = list(windows.get(call.activity, ()))
-    insort(times, now)
-    del times[: bisect_right(times, now - (plan.window_s or 0.0))]
-    if plan.window_max_calls is not None:
-        del times[: -plan.window_max_calls]
-    return {**windows, call.activity: tuple(times)}
+    if cut >= 0 and (not times or now >= times[-1]):
+        kept = times[cut:] + (now,)  # noqa: RUF005 (the unpacking form costs a third more)
+    else:
+        listed = list(windows.get(call.activity, ()))
+        insort(listed, now)
+        del listed[: bisect_right(listed, now - (plan.window_s or 0.0))]
+        kept = tuple(listed)
+    cap = plan.window_max_calls
+    if cap is not None and len(kept) > cap:
+        kept = kept[-cap:]
+    return {**windows, call.activity: kept}
 
 
 def _escalate(state: PolicyState, code: Reason, reason: str) -> Decision:
@@ -470,9 +481,15 @@ def decide(state: PolicyState, call: CallFacts, limits: Limits, rng: float) -> D
             return _deny(state, call, Reason.MAX_REPEAT_EXCEEDED, why)
 
     window_s = plan.window_s
+    times: tuple[float, ...] = ()
+    cut = -1
     if window_s is not None and plan.window_max_calls is not None:
         times = s.windows.get(call.activity, ())
-        recent = len(times) - bisect_right(times, call.now - window_s)
+        if window_s > 0:  # always, validated: then the call itself is inside its window
+            cut = bisect_right(times, call.now - window_s)
+            recent = len(times) - cut
+        else:
+            recent = len(times) - bisect_right(times, call.now - window_s)
         if recent >= plan.window_max_calls:
             why = f"{recent} calls of {call.activity} in {window_s:g} s"
             return _deny(state, call, Reason.WINDOW_EXCEEDED, why)
@@ -501,7 +518,7 @@ def decide(state: PolicyState, call: CallFacts, limits: Limits, rng: float) -> D
     session.streak = s.streak + 1 if same else 1
     session.total = s.total + 1
     session.spent_usd = s.spent_usd + cost
-    session.windows = s.windows if window_s is None else _slid(s.windows, call, plan)
+    session.windows = s.windows if window_s is None else _slid(s.windows, call, plan, times, cut)
     after = _new(PolicyState)
     after.session = session
     after.principal_spent_usd = state.principal_spent_usd + cost
