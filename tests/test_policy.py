@@ -380,6 +380,10 @@ def test_an_allowed_calls_state_is_admits_and_its_window_slides_by_the_spec(
     inside = sorted([*windows.get(activity, ()), now])
     inside = [t for t in inside if t > now - limits.window_s][-limits.window_max_calls :]
     assert after.windows == {**before.session.windows, activity: tuple(inside)}
+    # a window given as a list (not the state's type, which a loaded state never has) too
+    listed = dataclasses.replace(before.session, windows=windows)
+    d = decide(dataclasses.replace(before, session=listed), call, limits, 0.9)
+    assert d.state is not None and d.state.session.windows[activity] == tuple(inside)
 
 
 def test_the_window_denies_the_call_past_its_limit_per_activity_and_slides() -> None:

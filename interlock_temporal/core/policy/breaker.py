@@ -391,7 +391,7 @@ def _slid(
     window layer found them, the usual call, the newest, is appended without a new search."""
     # sorted times; only the newest ``window_max_calls`` inside the window can matter
     now = call.now
-    if cut >= 0 and (not times or now >= times[-1]):
+    if cut >= 0 and type(times) is tuple and (not times or now >= times[-1]):
         kept = times[cut:] + (now,)  # noqa: RUF005 (the unpacking form costs a third more)
     else:
         listed = list(windows.get(call.activity, ()))
