@@ -380,21 +380,18 @@ def _admit(
 
 
 def _slid(
-    windows: Mapping[str, tuple[float, ...]],
-    call: CallFacts,
-    plan: _Plan,
-    times: tuple[float, ...] = (),
-    cut: int = -1,
+    windows: Mapping[str, tuple[float, ...]], call: CallFacts, plan: _Plan, cut: int = -1
 ) -> Mapping[str, tuple[float, ...]]:
-    """``windows`` with ``call`` in its activity's window (``plan.window_s`` is set). Given the
-    window's ``times`` and where they leave it (``cut``, the first inside), as ``decide``'s
-    window layer found them, the usual call, the newest, is appended without a new search."""
+    """``windows`` with ``call`` in its activity's window (``plan.window_s`` is set). Given where
+    the window's calls start (``cut``, the first inside), as ``decide``'s window layer found it,
+    the usual call, the newest, is appended without a new search."""
     # sorted times; only the newest ``window_max_calls`` inside the window can matter
     now = call.now
+    times = windows.get(call.activity, ())
     if cut >= 0 and type(times) is tuple and (not times or now >= times[-1]):
         kept = times[cut:] + (now,)  # noqa: RUF005 (the unpacking form costs a third more)
     else:
-        listed = list(windows.get(call.activity, ()))
+        listed = list(times)
         insort(listed, now)
         del listed[: bisect_right(listed, now - (plan.window_s or 0.0))]
         kept = tuple(listed)
@@ -410,6 +407,69 @@ def _escalate(state: PolicyState, code: Reason, reason: str) -> Decision:
 
 def _over(scope: str) -> str:
     return f"the call's cost exceeds what remains of the {scope} budget"
+
+
+def _threshold(scope: str) -> str:
+    return f"the {scope} budget fell to its escalation threshold"
+
+
+def _budgets(
+    state: PolicyState, call: CallFacts, plan: _Plan
+) -> tuple[Decision | None, float, str]:
+    """The budget layer over every budget set (``decide`` unrolls it for the session's alone):
+    its denial or escalation, if any, and the lowest fraction left and whose it is."""
+    s = state.session
+    lowest = 1.0
+    lowest_scope = over = ""
+    for scope, limit, which in plan.budgets:
+        remaining = limit - (
+            s.spent_usd
+            if which == 0
+            else state.principal_spent_usd
+            if which == 1
+            else state.namespace_spent_usd
+        )
+        if remaining <= 0:
+            spent = f"the {scope} budget is spent"
+            return _deny(state, call, Reason.BUDGET_EXHAUSTED, spent), lowest, ""
+        if not over and call.cost_usd > remaining:
+            over = scope
+        fraction = remaining / limit
+        if fraction < lowest or not lowest_scope:
+            lowest, lowest_scope = fraction, scope
+    if not call.approved:
+        if plan.threshold is not None and lowest <= plan.threshold:
+            why = _threshold(lowest_scope)
+            return _escalate(state, Reason.BUDGET_THRESHOLD, why), lowest, lowest_scope
+        if over and plan.escalate_over:
+            return _escalate(state, Reason.BUDGET_EXHAUSTED, _over(over)), lowest, over
+    if over and not (call.approved and plan.escalate_over):
+        return _deny(state, call, Reason.BUDGET_EXHAUSTED, _over(over)), lowest, over
+    return None, lowest, lowest_scope
+
+
+def _window(
+    state: PolicyState, call: CallFacts, window_s: float, max_calls: int
+) -> tuple[Decision | None, int]:
+    """The window layer: its denial, if any, and where the calls of the activity inside its
+    window start (-1: ``window_s`` is not positive, and the call itself is outside)."""
+    times = state.session.windows.get(call.activity, ())
+    cut = -1
+    if window_s > 0:  # always, validated
+        cut = bisect_right(times, call.now - window_s)
+        recent = len(times) - cut
+    else:
+        recent = len(times) - bisect_right(times, call.now - window_s)
+    if recent >= max_calls:
+        why = f"{recent} calls of {call.activity} in {window_s:g} s"
+        return _deny(state, call, Reason.WINDOW_EXCEEDED, why), cut
+    return None, cut
+
+
+def _asks_person(call: CallFacts, plan: _Plan) -> bool:
+    """The last layer: a rule asked for a person, or the breaker's settings do for this call,
+    and no approval covers it."""
+    return not call.approved and (call.escalate or plan.always_person or plan.asks(call.activity))
 
 
 def decide(state: PolicyState, call: CallFacts, limits: Limits, rng: float) -> Decision:
@@ -428,49 +488,25 @@ def decide(state: PolicyState, call: CallFacts, limits: Limits, rng: float) -> D
     if plan.owner is not limits:
         plan = plan_of(limits)
 
-    lowest = 1.0
-    lowest_scope = ""
+    lowest, lowest_scope = 1.0, ""
     budget = plan.session_alone
-    if budget is not None:
-        # the loop below for the session's budget alone (the usual configuration), unrolled
+    if budget is not None:  # _budgets for the session's budget alone (the usual), unrolled
         remaining = budget - s.spent_usd
         if remaining <= 0:
             return _deny(state, call, Reason.BUDGET_EXHAUSTED, "the session budget is spent")
         lowest = remaining / budget
         lowest_scope = "session"
         if not call.approved and plan.threshold is not None and lowest <= plan.threshold:
-            why = "the session budget fell to its escalation threshold"
-            return _escalate(state, Reason.BUDGET_THRESHOLD, why)
+            return _escalate(state, Reason.BUDGET_THRESHOLD, _threshold("session"))
         if call.cost_usd > remaining:
             if not plan.escalate_over:
                 return _deny(state, call, Reason.BUDGET_EXHAUSTED, _over("session"))
             if not call.approved:
                 return _escalate(state, Reason.BUDGET_EXHAUSTED, _over("session"))
     elif plan.budgets:
-        over = ""
-        for scope, limit, which in plan.budgets:
-            remaining = limit - (
-                s.spent_usd
-                if which == 0
-                else state.principal_spent_usd
-                if which == 1
-                else state.namespace_spent_usd
-            )
-            if remaining <= 0:
-                return _deny(state, call, Reason.BUDGET_EXHAUSTED, f"the {scope} budget is spent")
-            if not over and call.cost_usd > remaining:
-                over = scope
-            fraction = remaining / limit
-            if fraction < lowest or not lowest_scope:
-                lowest, lowest_scope = fraction, scope
-        if not call.approved:
-            if plan.threshold is not None and lowest <= plan.threshold:
-                why = f"the {lowest_scope} budget fell to its escalation threshold"
-                return _escalate(state, Reason.BUDGET_THRESHOLD, why)
-            if over and plan.escalate_over:
-                return _escalate(state, Reason.BUDGET_EXHAUSTED, _over(over))
-        if over and not (call.approved and plan.escalate_over):
-            return _deny(state, call, Reason.BUDGET_EXHAUSTED, _over(over))
+        denied, lowest, lowest_scope = _budgets(state, call, plan)
+        if denied is not None:
+            return denied
 
     signature = f"{call.activity}\x00{call.digest}"
     same = signature == s.last_call
@@ -479,38 +515,22 @@ def decide(state: PolicyState, call: CallFacts, limits: Limits, rng: float) -> D
         if s.streak >= limit:
             why = f"{s.streak} identical calls of {call.activity} in a row (limit {limit})"
             return _deny(state, call, Reason.MAX_REPEAT_EXCEEDED, why)
-
     window_s = plan.window_s
-    times: tuple[float, ...] = ()
     cut = -1
     if window_s is not None and plan.window_max_calls is not None:
-        times = s.windows.get(call.activity, ())
-        if window_s > 0:  # always, validated: then the call itself is inside its window
-            cut = bisect_right(times, call.now - window_s)
-            recent = len(times) - cut
-        else:
-            recent = len(times) - bisect_right(times, call.now - window_s)
-        if recent >= plan.window_max_calls:
-            why = f"{recent} calls of {call.activity} in {window_s:g} s"
-            return _deny(state, call, Reason.WINDOW_EXCEEDED, why)
-
+        denied, cut = _window(state, call, window_s, plan.window_max_calls)
+        if denied is not None:
+            return denied
     if plan.max_total_calls is not None and s.total >= plan.max_total_calls:
         return _deny(state, call, Reason.GLOBAL_LIMIT, f"{s.total} calls in this session")
-
     jitter = plan.jitter
     if jitter is not None and lowest_scope and lowest < 0.2 and rng < jitter * (1.0 - lowest):
         # worded as a real over-budget denial on purpose: the agent cannot tell them apart
         return _deny(state, call, Reason.BUDGET_EXHAUSTED, _over(lowest_scope), probabilistic=True)
-
-    if (
-        (call.escalate or plan.person_layer)
-        and (call.escalate or plan.always_person or plan.asks(call.activity))
-        and not call.approved
-    ):
+    if (call.escalate or plan.person_layer) and _asks_person(call, plan):
         return _escalate(state, Reason.HITL_REQUIRED, "a person must approve this call")
 
-    # allowed: the state after the call, as ``_admit`` makes it (inline: see there), and the
-    # decision, Decision(Verdict.ALLOW, state=...), each filled slot by slot (see _new)
+    # allowed: the state after it as ``_admit`` makes it, and the decision, filled slot by slot
     cost = call.cost_usd
     session = _new(SessionState)
     session.circuit = None
@@ -518,7 +538,7 @@ def decide(state: PolicyState, call: CallFacts, limits: Limits, rng: float) -> D
     session.streak = s.streak + 1 if same else 1
     session.total = s.total + 1
     session.spent_usd = s.spent_usd + cost
-    session.windows = s.windows if window_s is None else _slid(s.windows, call, plan, times, cut)
+    session.windows = s.windows if window_s is None else _slid(s.windows, call, plan, cut)
     after = _new(PolicyState)
     after.session = session
     after.principal_spent_usd = state.principal_spent_usd + cost
