@@ -191,7 +191,7 @@ class _Plan:
     max_total_calls: int | None
     #: ``deny_jitter_ratio`` with ``probabilistic_deny``, else None
     jitter: float | None
-    #: every call needs a person (``always``), else those of ``hitl_activities`` (``asks``)
+    #: every call needs a person (``always``), else those of ``hitl_activities``
     always_person: bool
     hitl_activities: tuple[str, ...]
     #: ``always_person`` or ``hitl_activities``: the last layer has something to ask
@@ -243,8 +243,15 @@ class _Plan:
             person={},
         )
 
-    def asks(self, activity: str) -> bool:
-        """Whether ``activity`` matches one of ``hitl_activities``, remembered per name."""
+    def asks_person(self, call: CallFacts) -> bool:
+        """The last layer: a rule asked for a person (``escalate``), or these settings do for
+        this call (``always``, or its activity matches one of ``hitl_activities``, remembered
+        per name), and no approval covers it."""
+        if call.approved:
+            return False
+        if call.escalate or self.always_person:
+            return True
+        activity = call.activity
         known = self.person.get(activity)
         if known is None:
             if len(self.person) >= _PERSON_MEMO:
@@ -466,12 +473,6 @@ def _window(
     return None, cut
 
 
-def _asks_person(call: CallFacts, plan: _Plan) -> bool:
-    """The last layer: a rule asked for a person, or the breaker's settings do for this call,
-    and no approval covers it."""
-    return not call.approved and (call.escalate or plan.always_person or plan.asks(call.activity))
-
-
 def decide(state: PolicyState, call: CallFacts, limits: Limits, rng: float) -> Decision:
     """The circuit breaker's verdict on ``call``, and the state after it, its layers in the
     order the module's docstring gives. Pure: the same (state, call, limits, rng) always give
@@ -527,7 +528,7 @@ def decide(state: PolicyState, call: CallFacts, limits: Limits, rng: float) -> D
     if jitter is not None and lowest_scope and lowest < 0.2 and rng < jitter * (1.0 - lowest):
         # worded as a real over-budget denial on purpose: the agent cannot tell them apart
         return _deny(state, call, Reason.BUDGET_EXHAUSTED, _over(lowest_scope), probabilistic=True)
-    if (call.escalate or plan.person_layer) and _asks_person(call, plan):
+    if (call.escalate or plan.person_layer) and plan.asks_person(call):
         return _escalate(state, Reason.HITL_REQUIRED, "a person must approve this call")
 
     # allowed: the state after it as ``_admit`` makes it, and the decision, filled slot by slot
