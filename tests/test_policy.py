@@ -24,6 +24,7 @@ from interlock_temporal.core.policy import (
     Reason,
     SessionState,
     Verdict,
+    admit,
     decide,
     deny,
     deny_activity,
@@ -330,6 +331,59 @@ def test_a_cost_over_what_remains_is_denied_and_the_budget_is_untouched() -> Non
     ok = decide(state, CallFacts("llm", "y", now=0.0, cost_usd=0.05), limits, 0.5)
     assert ok.verdict is Verdict.ALLOW
     assert ok.state is not None and ok.state.session.spent_usd == pytest.approx(0.95)
+
+
+@settings(max_examples=400, deadline=None)
+@given(
+    limits=limits_st(),
+    windows=st.dictionaries(
+        st.sampled_from(ACTIVITIES), st.lists(st.floats(0, 20), max_size=6).map(sorted)
+    ),
+    last=st.sampled_from(["", "search\x00d1", "refund\x00d2"]),
+    streak=st.integers(0, 3),
+    now=st.floats(0, 20),
+    activity=st.sampled_from(ACTIVITIES),
+    digest=st.sampled_from(["d1", "d2"]),
+    cost=st.sampled_from([0.0, 0.05, 0.4]),
+)
+def test_an_allowed_calls_state_is_admits_and_its_window_slides_by_the_spec(
+    limits: Limits,
+    windows: dict[str, list[float]],
+    last: str,
+    streak: int,
+    now: float,
+    activity: str,
+    digest: str,
+    cost: float,
+) -> None:
+    """``decide`` makes an allowed call's state inline (appending the usual call, the newest,
+    to its window without a new search); ``admit`` makes it on its own: both must be the same
+    state, and the window what the spec says: the calls of the activity inside ``window_s``
+    with this one, sorted, the newest ``window_max_calls`` of them."""
+    before = PolicyState(
+        SessionState(None, last, streak, 3, 0.1, {a: tuple(t) for a, t in windows.items()}),
+        principal_spent_usd=0.2,
+        namespace_spent_usd=0.3,
+    )
+    call = CallFacts(activity, digest, now=now, cost_usd=cost)
+    d = decide(before, call, limits, 0.9)
+    if d.verdict is not Verdict.ALLOW:
+        return
+    assert d.state == admit(before, call, limits)
+    assert dataclasses.astuple(d.state) == dataclasses.astuple(admit(before, call, limits))
+    after = d.state.session
+    assert after.last_call == f"{activity}\x00{digest}"
+    assert after.streak == (streak + 1 if last == after.last_call else 1)
+    if limits.window_s is None or limits.window_max_calls is None:
+        assert after.windows == before.session.windows
+        return
+    inside = sorted([*windows.get(activity, ()), now])
+    inside = [t for t in inside if t > now - limits.window_s][-limits.window_max_calls :]
+    assert after.windows == {**before.session.windows, activity: tuple(inside)}
+    # a window given as a list (not the state's type, which a loaded state never has) too
+    listed = dataclasses.replace(before.session, windows=windows)
+    d = decide(dataclasses.replace(before, session=listed), call, limits, 0.9)
+    assert d.state is not None and d.state.session.windows[activity] == tuple(inside)
 
 
 def test_the_window_denies_the_call_past_its_limit_per_activity_and_slides() -> None:
@@ -770,8 +824,10 @@ def test_an_allowed_decision_is_the_one_the_constructors_make() -> None:
         lambda x: x.model_copy(update={"max_total_calls": 1}),
         lambda x: x.model_copy(update={"max_total_calls": 1}, deep=True),
         lambda x: Limits.model_validate(x.model_dump() | {"max_total_calls": 1}),
+        lambda x: copy.deepcopy(x.model_copy(update={"max_total_calls": 1})),
+        lambda x: pickle.loads(pickle.dumps(x.model_copy(update={"max_total_calls": 1}))),
     ],
-    ids=["model_copy", "deep model_copy", "validated"],
+    ids=["model_copy", "deep model_copy", "validated", "deep copy of a copy", "pickled copy"],
 )
 def test_a_copy_of_limits_decides_by_its_own_settings(copied: Any) -> None:
     """``decide`` works out what it reads of a ``Limits`` once, kept on the instance; a copy
@@ -792,6 +848,9 @@ def test_a_copy_of_limits_decides_by_its_own_settings(copied: Any) -> None:
     for each in (limits, capped, thawed):
         assert plan_of(each) is plan_of(each)
         assert plan_of(each).max_total_calls == each.max_total_calls
+    # what it keeps changes no equality (a plan refers to its Limits)
+    assert limits == Limits(max_total_calls=1000) == copy.deepcopy(limits)
+    assert limits != capped and capped == Limits(max_total_calls=1)
 
 
 def test_hitl_activities_are_matched_by_glob_and_remembered_per_activity() -> None:

@@ -15,6 +15,7 @@ from __future__ import annotations
 import fnmatch
 import warnings
 from bisect import bisect_right, insort
+from collections.abc import Mapping
 from dataclasses import InitVar, dataclass
 from enum import StrEnum
 from functools import cached_property
@@ -156,22 +157,28 @@ class Limits(BaseModel):
 
     @cached_property
     def _plan(self) -> _Plan:
-        # kept in the instance's __dict__, where pydantic neither dumps nor compares it; a copy
-        # (model_copy, pickle) carries its original's, which ``plan_of`` tells by its owner
+        # kept in the instance's __dict__, where pydantic does not dump it (equality falls back
+        # to the fields: plans compare by identity); a copy (model_copy) carries its
+        # original's, which ``plan_of`` tells by its owner
         return _Plan.of(self)
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, eq=False)
 class _Plan:
     """What ``decide`` reads of a ``Limits``, worked out once per ``Limits`` (``plan_of``): a
     field of a pydantic model costs several times a slot to read, and the HITL mode, the
-    budgets set and the repeat limits are derived from several fields."""
+    budgets set and the repeat limits are derived from several fields. Compared by identity
+    (``eq=False``): it refers to its owner, whose equality compares its ``__dict__``."""
 
-    #: ``id`` of the ``Limits`` it was made from
-    owner: int
+    #: the ``Limits`` it was made from (``is`` costs a fraction of ``id()``): a copy of a
+    #: ``Limits``, shallow or deep, carries its original's plan (copying a plan gives the same
+    #: plan), which this tells apart; a pickled ``Limits`` comes back with its own plan
+    owner: Limits
     #: (scope, limit, which spend: 0 the session's, 1 the principal's, 2 the namespace's), in
     #: the order the budget layer reads them
     budgets: tuple[tuple[str, float, int], ...]
+    #: the session's budget when it is the only one set (``budgets`` holds it too), else None
+    session_alone: float | None
     #: the fraction ``on_threshold`` escalates at or below; None in any other mode
     threshold: float | None
     #: ``on_deny`` or ``always``: a cost over what remains asks a person
@@ -184,11 +191,21 @@ class _Plan:
     max_total_calls: int | None
     #: ``deny_jitter_ratio`` with ``probabilistic_deny``, else None
     jitter: float | None
-    #: every call needs a person (``always``), else those of ``hitl_activities`` (``asks``)
+    #: every call needs a person (``always``), else those of ``hitl_activities``
     always_person: bool
     hitl_activities: tuple[str, ...]
+    #: ``always_person`` or ``hitl_activities``: the last layer has something to ask
+    person_layer: bool
     #: whether an activity matches ``hitl_activities``, by activity (a memo of ``fnmatch``)
     person: dict[str, bool]
+
+    def __copy__(self) -> _Plan:
+        return self
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> _Plan:
+        # itself, its owner with it: a deep copy of a Limits (``model_copy(deep=True)`` maps
+        # the original to the copy in its memo) must not carry a plan that names the copy
+        return self
 
     @classmethod
     def of(cls, limits: Limits) -> _Plan:
@@ -202,9 +219,14 @@ class _Plan:
         amplified = repeat or 0
         if limits.error_amplification:
             amplified = max(1, amplified - 1)
+        budgets_set = tuple((scope, b, i) for scope, b, i in budgets if b is not None)
+        always_person = limits.hitl_always or limits.hitl_mode is HitlMode.ALWAYS
         return cls(
-            owner=id(limits),
-            budgets=tuple((scope, b, i) for scope, b, i in budgets if b is not None),
+            owner=limits,
+            budgets=budgets_set,
+            session_alone=(
+                budgets_set[0][1] if len(budgets_set) == 1 and budgets_set[0][2] == 0 else None
+            ),
             threshold=(
                 (limits.escalate_below_fraction or 0.0) if mode is HitlMode.ON_THRESHOLD else None
             ),
@@ -215,13 +237,21 @@ class _Plan:
             window_max_calls=limits.window_max_calls,
             max_total_calls=limits.max_total_calls,
             jitter=limits.deny_jitter_ratio if limits.probabilistic_deny else None,
-            always_person=limits.hitl_always or limits.hitl_mode is HitlMode.ALWAYS,
+            always_person=always_person,
             hitl_activities=limits.hitl_activities,
+            person_layer=always_person or bool(limits.hitl_activities),
             person={},
         )
 
-    def asks(self, activity: str) -> bool:
-        """Whether ``activity`` matches one of ``hitl_activities``, remembered per name."""
+    def asks_person(self, call: CallFacts) -> bool:
+        """The last layer: a rule asked for a person (``escalate``), or these settings do for
+        this call (``always``, or its activity matches one of ``hitl_activities``, remembered
+        per name), and no approval covers it."""
+        if call.approved:
+            return False
+        if call.escalate or self.always_person:
+            return True
+        activity = call.activity
         known = self.person.get(activity)
         if known is None:
             if len(self.person) >= _PERSON_MEMO:
@@ -238,7 +268,7 @@ _PERSON_MEMO = 4096
 def plan_of(limits: Limits) -> _Plan:
     """The plan of ``limits``, made once (``decide`` does the same inline)."""
     plan = limits._plan
-    if plan.owner != id(limits):
+    if plan.owner is not limits:
         plan = limits.__dict__["_plan"] = _Plan.of(limits)
     return plan
 
@@ -330,27 +360,22 @@ def admit(state: PolicyState, call: CallFacts, limits: Limits) -> PolicyState:
     """The state after ``call`` is allowed: counted, and charged its estimated cost."""
     if call.admitted:
         return state
-    return _admit(state, call, plan_of(limits), f"{call.activity}\x00{call.digest}")
+    signature = f"{call.activity}\x00{call.digest}"
+    return _admit(state, call, plan_of(limits), signature, signature == state.session.last_call)
 
 
-def _admit(state: PolicyState, call: CallFacts, plan: _Plan, signature: str) -> PolicyState:
+def _admit(
+    state: PolicyState, call: CallFacts, plan: _Plan, signature: str, same: bool
+) -> PolicyState:
+    """``admit``'s state after ``call``; ``same``: ``signature`` is the session's last call's.
+    ``decide`` makes the same state inline (the call costs a tenth of it), read alike."""
     s = state.session
-    windows = s.windows
-    window_s = plan.window_s
-    if window_s is not None:
-        # sorted times; only the newest ``window_max_calls`` inside the window can matter
-        now = call.now
-        times = list(windows.get(call.activity, ()))
-        insort(times, now)
-        del times[: bisect_right(times, now - window_s)]
-        if plan.window_max_calls is not None:
-            del times[: -plan.window_max_calls]
-        windows = {**windows, call.activity: tuple(times)}
+    windows = s.windows if plan.window_s is None else _slid(s.windows, call, plan)
     cost = call.cost_usd
     session = _new(SessionState)  # every field set (see _new)
     session.circuit = s.circuit
     session.last_call = signature
-    session.streak = s.streak + 1 if signature == s.last_call else 1
+    session.streak = s.streak + 1 if same else 1
     session.total = s.total + 1
     session.spent_usd = s.spent_usd + cost
     session.windows = windows
@@ -361,12 +386,91 @@ def _admit(state: PolicyState, call: CallFacts, plan: _Plan, signature: str) -> 
     return after
 
 
+def _slid(
+    windows: Mapping[str, tuple[float, ...]], call: CallFacts, plan: _Plan, cut: int = -1
+) -> Mapping[str, tuple[float, ...]]:
+    """``windows`` with ``call`` in its activity's window (``plan.window_s`` is set). Given where
+    the window's calls start (``cut``, the first inside), as ``decide``'s window layer found it,
+    the usual call, the newest, is appended without a new search."""
+    # sorted times; only the newest ``window_max_calls`` inside the window can matter
+    now = call.now
+    times = windows.get(call.activity, ())
+    if cut >= 0 and type(times) is tuple and (not times or now >= times[-1]):
+        kept = times[cut:] + (now,)  # noqa: RUF005 (the unpacking form costs a third more)
+    else:
+        listed = list(times)
+        insort(listed, now)
+        del listed[: bisect_right(listed, now - (plan.window_s or 0.0))]
+        kept = tuple(listed)
+    cap = plan.window_max_calls
+    if cap is not None and len(kept) > cap:
+        kept = kept[-cap:]
+    return {**windows, call.activity: kept}
+
+
 def _escalate(state: PolicyState, code: Reason, reason: str) -> Decision:
     return Decision(_ESCALATE, code.value, reason, state=state)
 
 
 def _over(scope: str) -> str:
     return f"the call's cost exceeds what remains of the {scope} budget"
+
+
+def _threshold(scope: str) -> str:
+    return f"the {scope} budget fell to its escalation threshold"
+
+
+def _budgets(
+    state: PolicyState, call: CallFacts, plan: _Plan
+) -> tuple[Decision | None, float, str]:
+    """The budget layer over every budget set (``decide`` unrolls it for the session's alone):
+    its denial or escalation, if any, and the lowest fraction left and whose it is."""
+    s = state.session
+    lowest = 1.0
+    lowest_scope = over = ""
+    for scope, limit, which in plan.budgets:
+        remaining = limit - (
+            s.spent_usd
+            if which == 0
+            else state.principal_spent_usd
+            if which == 1
+            else state.namespace_spent_usd
+        )
+        if remaining <= 0:
+            spent = f"the {scope} budget is spent"
+            return _deny(state, call, Reason.BUDGET_EXHAUSTED, spent), lowest, ""
+        if not over and call.cost_usd > remaining:
+            over = scope
+        fraction = remaining / limit
+        if fraction < lowest or not lowest_scope:
+            lowest, lowest_scope = fraction, scope
+    if not call.approved:
+        if plan.threshold is not None and lowest <= plan.threshold:
+            why = _threshold(lowest_scope)
+            return _escalate(state, Reason.BUDGET_THRESHOLD, why), lowest, lowest_scope
+        if over and plan.escalate_over:
+            return _escalate(state, Reason.BUDGET_EXHAUSTED, _over(over)), lowest, over
+    if over and not (call.approved and plan.escalate_over):
+        return _deny(state, call, Reason.BUDGET_EXHAUSTED, _over(over)), lowest, over
+    return None, lowest, lowest_scope
+
+
+def _window(
+    state: PolicyState, call: CallFacts, window_s: float, max_calls: int
+) -> tuple[Decision | None, int]:
+    """The window layer: its denial, if any, and where the calls of the activity inside its
+    window start (-1: ``window_s`` is not positive, and the call itself is outside)."""
+    times = state.session.windows.get(call.activity, ())
+    cut = -1
+    if window_s > 0:  # always, validated
+        cut = bisect_right(times, call.now - window_s)
+        recent = len(times) - cut
+    else:
+        recent = len(times) - bisect_right(times, call.now - window_s)
+    if recent >= max_calls:
+        why = f"{recent} calls of {call.activity} in {window_s:g} s"
+        return _deny(state, call, Reason.WINDOW_EXCEEDED, why), cut
+    return None, cut
 
 
 def decide(state: PolicyState, call: CallFacts, limits: Limits, rng: float) -> Decision:
@@ -382,68 +486,69 @@ def decide(state: PolicyState, call: CallFacts, limits: Limits, rng: float) -> D
     if call.admitted:
         return Decision(_ALLOW, "RETRY", state=state)
     plan = limits._plan
-    if plan.owner != id(limits):
+    if plan.owner is not limits:
         plan = plan_of(limits)
 
-    lowest = 1.0
-    lowest_scope = over = ""
-    budgets = plan.budgets
-    if budgets:
-        for scope, limit, which in budgets:
-            remaining = limit - (
-                s.spent_usd
-                if which == 0
-                else state.principal_spent_usd
-                if which == 1
-                else state.namespace_spent_usd
-            )
-            if remaining <= 0:
-                return _deny(state, call, Reason.BUDGET_EXHAUSTED, f"the {scope} budget is spent")
-            if not over and call.cost_usd > remaining:
-                over = scope
-            fraction = remaining / limit
-            if fraction < lowest or not lowest_scope:
-                lowest, lowest_scope = fraction, scope
-        if not call.approved:
-            if plan.threshold is not None and lowest <= plan.threshold:
-                why = f"the {lowest_scope} budget fell to its escalation threshold"
-                return _escalate(state, Reason.BUDGET_THRESHOLD, why)
-            if over and plan.escalate_over:
-                return _escalate(state, Reason.BUDGET_EXHAUSTED, _over(over))
-        if over and not (call.approved and plan.escalate_over):
-            return _deny(state, call, Reason.BUDGET_EXHAUSTED, _over(over))
+    lowest, lowest_scope = 1.0, ""
+    budget = plan.session_alone
+    if budget is not None:  # _budgets for the session's budget alone (the usual), unrolled
+        remaining = budget - s.spent_usd
+        if remaining <= 0:
+            return _deny(state, call, Reason.BUDGET_EXHAUSTED, "the session budget is spent")
+        lowest = remaining / budget
+        lowest_scope = "session"
+        if not call.approved and plan.threshold is not None and lowest <= plan.threshold:
+            return _escalate(state, Reason.BUDGET_THRESHOLD, _threshold("session"))
+        if call.cost_usd > remaining:
+            if not plan.escalate_over:
+                return _deny(state, call, Reason.BUDGET_EXHAUSTED, _over("session"))
+            if not call.approved:
+                return _escalate(state, Reason.BUDGET_EXHAUSTED, _over("session"))
+    elif plan.budgets:
+        denied, lowest, lowest_scope = _budgets(state, call, plan)
+        if denied is not None:
+            return denied
 
     signature = f"{call.activity}\x00{call.digest}"
-    if plan.repeat is not None and signature == s.last_call:
+    same = signature == s.last_call
+    if same and plan.repeat is not None:
         limit = plan.repeat_amplified if call.error_signal else plan.repeat
         if s.streak >= limit:
             why = f"{s.streak} identical calls of {call.activity} in a row (limit {limit})"
             return _deny(state, call, Reason.MAX_REPEAT_EXCEEDED, why)
-
-    if plan.window_s is not None and plan.window_max_calls is not None:
-        times = s.windows.get(call.activity, ())
-        recent = len(times) - bisect_right(times, call.now - plan.window_s)
-        if recent >= plan.window_max_calls:
-            why = f"{recent} calls of {call.activity} in {plan.window_s:g} s"
-            return _deny(state, call, Reason.WINDOW_EXCEEDED, why)
-
+    window_s = plan.window_s
+    cut = -1
+    if window_s is not None and plan.window_max_calls is not None:
+        denied, cut = _window(state, call, window_s, plan.window_max_calls)
+        if denied is not None:
+            return denied
     if plan.max_total_calls is not None and s.total >= plan.max_total_calls:
         return _deny(state, call, Reason.GLOBAL_LIMIT, f"{s.total} calls in this session")
-
     jitter = plan.jitter
-    if jitter is not None and budgets and lowest < 0.2 and rng < jitter * (1.0 - lowest):
+    if jitter is not None and lowest_scope and lowest < 0.2 and rng < jitter * (1.0 - lowest):
         # worded as a real over-budget denial on purpose: the agent cannot tell them apart
         return _deny(state, call, Reason.BUDGET_EXHAUSTED, _over(lowest_scope), probabilistic=True)
-
-    if (
-        call.escalate or plan.always_person or (plan.hitl_activities and plan.asks(call.activity))
-    ) and not call.approved:
+    if (call.escalate or plan.person_layer) and plan.asks_person(call):
         return _escalate(state, Reason.HITL_REQUIRED, "a person must approve this call")
-    d = _new(Decision)  # Decision(Verdict.ALLOW, state=...), every field set (see _new)
+
+    # allowed: the state after it as ``_admit`` makes it, and the decision, filled slot by slot
+    cost = call.cost_usd
+    session = _new(SessionState)
+    session.circuit = None
+    session.last_call = signature
+    session.streak = s.streak + 1 if same else 1
+    session.total = s.total + 1
+    session.spent_usd = s.spent_usd + cost
+    session.windows = s.windows if window_s is None else _slid(s.windows, call, plan, cut)
+    after = _new(PolicyState)
+    after.session = session
+    after.principal_spent_usd = state.principal_spent_usd + cost
+    after.namespace_spent_usd = state.namespace_spent_usd + cost
+    d = _new(Decision)
     d.verdict = _ALLOW
     d.code = d.reason = ""
     d.policy_id = d.argument = d.args = d.epoch = None
-    d.state = _admit(state, call, plan, signature)
+    d.state = after
     d.observed = d.probabilistic = False
     d.approvers = ()
     return d
