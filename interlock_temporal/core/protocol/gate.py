@@ -236,9 +236,9 @@ class Gate(Recovery, Atomic):
                 return [proposed, refusal("stale_premise", premise.describe(changes), changes)]
             return [
                 proposed,
-                Draft(
-                    kind=Kind.AUTHORIZED,
-                    data={
+                Draft.of(
+                    Kind.AUTHORIZED,
+                    {
                         "lease": lease.snapshot() if lease else None,
                         "approved_digest": approved_digest,
                         "decided_by": decided_by,
@@ -295,9 +295,9 @@ class Gate(Recovery, Atomic):
         input_digest = (
             call.input_digest if scheme is None else self.values.digest(call.args_canonical, scheme)
         )
-        return Draft(
-            kind=Kind.PROPOSED,
-            data={
+        return Draft.of(
+            Kind.PROPOSED,
+            {
                 **keyed,
                 "effect_type": call.effect_type,
                 "activity": call.activity,
@@ -341,9 +341,9 @@ class Gate(Recovery, Atomic):
             if changes:
                 return [refusal("stale_premise", premise.describe(changes), changes)]
             return [
-                Draft(
-                    kind=Kind.AUTHORIZED,
-                    data={
+                Draft.of(
+                    Kind.AUTHORIZED,
+                    {
                         "lease": lease.snapshot() if lease else None,
                         "lease_id": call.lease_id,
                         "principal": call.principal,
