@@ -136,7 +136,18 @@ class Lease(BaseModel):
     reserved_cents: int | None = None
 
     def snapshot(self) -> dict[str, Any]:
-        return self.model_dump(mode="json")
+        """The lease as JSON data (``model_dump(mode="json")``), recorded in every AUTHORIZED.
+        Its fields are JSON data as they stand (strings, whole numbers, floats, lists of
+        strings, None), so they are copied as they are; anything else takes the serializer."""
+        out: dict[str, Any] = {}
+        for name, value in self.__dict__.items():
+            t = type(value)
+            if t is list:
+                value = list(value)
+            elif not (t is str or t is int or value is None or t is float):
+                return self.model_dump(mode="json")
+            out[name] = value
+        return out
 
 
 class EffectRow(BaseModel):

@@ -441,7 +441,14 @@ def _check_call(target: object, name: str, method: str) -> None:
     ) from None
 
 
+#: what a target's method returns when it is not a coroutine (no ``isawaitable``, whose
+#: abstract-class check costs more than the rest of a capture)
+_PLAIN_RESULTS = frozenset({dict, list, tuple, type(None)})
+
+
 async def resolve(value: T | Any) -> T:
+    if type(value) in _PLAIN_RESULTS:
+        return value  # type: ignore[no-any-return]
     return await value if inspect.isawaitable(value) else value  # type: ignore[no-any-return]
 
 
