@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import json
 from typing import Any
 
 import pytest
@@ -16,6 +17,7 @@ from hypothesis import strategies as st
 from pydantic import ValidationError
 
 from interlock_temporal.core.identity import UnserializableInput
+from interlock_temporal.core.journal import entries
 from interlock_temporal.core.journal.entries import RawEntry, check_entry, encode_entry
 from interlock_temporal.core.journal.signing import HmacKey, Keyring
 from interlock_temporal.core.models import Draft, Entry, Kind
@@ -203,3 +205,25 @@ def test_a_draft_the_gate_builds_is_the_draft_validation_would_make() -> None:
     assert built.model_fields_set == validated.model_fields_set
     assert built.model_dump() == validated.model_dump()
     assert type(built.kind) is Kind
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        '{"approved":[{"a":"\\u00e9","n":1.5}],"result":null}',
+        '{"r":1}',
+        ' {"r":1}',
+        '{"r":1} ',
+        "[1]",
+        '"x"',
+    ],
+)
+def test_values_read_back_as_json_reads_them(text: str) -> None:
+    """An entry's ``values`` are its stored values' JSON, parsed (a shortcut for compact text,
+    ``json.loads`` for the rest); text that is not one JSON value is refused as it refuses it."""
+    assert entries._loads_compact(text) == json.loads(text)
+    for bad in (text + "x", text + " 2", "[" + text):
+        with pytest.raises(ValueError):
+            json.loads(bad)
+        with pytest.raises(ValueError):
+            entries._loads_compact(bad)

@@ -1415,3 +1415,15 @@ def test_a_calls_derived_values_are_made_once_and_kept() -> None:
     assert "args_json" in vars(call)
     with pytest.raises(dataclasses.FrozenInstanceError):
         call.key = "x"  # type: ignore[misc]
+
+
+def test_facts_compared_with_themselves_change_only_where_they_equal_nothing() -> None:
+    """A first attempt validates the facts it just captured against themselves (the same
+    object): nothing changed, except a NaN, which equals nothing, as it is for a copy."""
+    from interlock_temporal.core.targets import default_validate
+
+    facts: dict[str, Any] = {"paid": 10_000, "eligible": True, "tags": ["a"], "note": None}
+    assert default_validate(facts, facts) == [] == default_validate(facts, dict(facts))
+    odd = {**facts, "ratio": float("nan")}
+    assert [c.fact for c in default_validate(odd, odd)] == ["ratio"]
+    assert default_validate(odd, odd) == default_validate(odd, dict(odd))

@@ -91,6 +91,10 @@ class EffectTarget(Protocol):
 
 def default_validate(recorded: Mapping[str, Any], current: Mapping[str, Any]) -> list[Change]:
     """Field-by-field equality over every fact either side knows."""
+    if recorded is current and all(v == v for v in current.values()):
+        # the facts just captured, compared with themselves (a first attempt): no change
+        # (unless one is NaN, which equals nothing: the general comparison names it)
+        return []
     return [
         Change(fact=name, recorded=recorded.get(name), current=current.get(name))
         for name in sorted(set(recorded) | set(current))

@@ -80,6 +80,19 @@ def raw_entry(values: Sequence[Any]) -> RawEntry:
     return RawEntry(seq, eid, kind, prev, hash_, key_id, sig, signed, vals)
 
 
+_scan = json.JSONDecoder().scan_once  # type: ignore[attr-defined]
+
+
+def _loads_compact(text: str) -> Any:
+    """``json.loads`` of compact JSON such as ``_values_json`` writes (no surrounding
+    whitespace), by the decoder's scanner alone; anything else through ``json.loads``."""
+    try:
+        value, end = _scan(text, 0)
+    except StopIteration:
+        return json.loads(text)
+    return value if end == len(text) else json.loads(text)
+
+
 def values_digest(vals: str) -> str:
     """The digest an entry signs of the values stored beside it: sha256 of their stored text."""
     return hashlib.sha256(vals.encode()).hexdigest()
@@ -167,7 +180,7 @@ def encode_entry(
             "key_id": key.key_id,
             "sig": key.sign(digest),
             "body": body,
-            "values": None if vals is None else json.loads(vals),
+            "values": None if vals is None else _loads_compact(vals),
         },
     )
 
