@@ -7,17 +7,20 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import json
 from typing import Any
 
 import pytest
 import rfc8785
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from pydantic import ValidationError
 
 from interlock_temporal.core.identity import UnserializableInput
+from interlock_temporal.core.journal import entries
 from interlock_temporal.core.journal.entries import RawEntry, check_entry, encode_entry
 from interlock_temporal.core.journal.signing import HmacKey, Keyring
-from interlock_temporal.core.models import Kind
+from interlock_temporal.core.models import Draft, Entry, Kind
 
 KEY = HmacKey(bytes.fromhex("42" * 32))
 KEYRING = Keyring(KEY)
@@ -146,3 +149,81 @@ def test_an_hmac_signature_is_the_reference_hmac_sha256(secret: bytes, entry_has
     assert key.sign(entry_hash) == expected  # the pads were copied, not updated
     assert key.verify(entry_hash, expected)
     assert key.verifier()(entry_hash, expected)
+
+
+# -- entries and drafts the gate builds are made without validation, and are the same models ----
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    seq=st.integers(min_value=1, max_value=2**53 - 1),
+    ts=st.floats(min_value=1.0, max_value=4e9) | st.integers(min_value=1, max_value=4_000_000_000),
+    kind=st.sampled_from(list(Kind)),
+    data=_data,
+    vals=st.none() | st.sampled_from(['{"result":1}', '{"approved":[{"a":"é"}]}']),
+)
+def test_a_built_entry_is_the_entry_validation_would_make(
+    seq: int, ts: float, kind: Kind, data: dict[str, Any], vals: str | None
+) -> None:
+    """``encode_entry`` makes its ``Entry`` without pydantic's validation (``models.built``):
+    field for field, type for type, it is the model validation makes of the same values, and
+    it behaves as one (equality, ``model_copy``, ``model_dump``)."""
+    try:
+        entry = encode_entry(
+            seq=seq, ts=ts, effect_id="e" * 64, kind=kind, prev="", key=KEY, data=data, vals=vals
+        )
+    except UnserializableInput:
+        return
+    validated = Entry.model_validate(dict(entry.__dict__))
+    assert entry == validated
+    assert {k: type(v) for k, v in entry.__dict__.items()} == {
+        k: type(v) for k, v in validated.__dict__.items()
+    }
+    assert list(entry.__dict__) == list(Entry.model_fields)
+    assert entry.model_fields_set == validated.model_fields_set
+    assert entry.model_dump() == validated.model_dump()
+    moved = entry.model_copy(update={"ts": 5.0})
+    assert moved.ts == 5.0 and entry.ts == float(ts) and "ts" in moved.model_fields_set
+    with pytest.raises(ValidationError):
+        entry.seq = 2  # type: ignore[misc]  # frozen, as a validated entry is
+
+
+def test_a_built_entry_holds_its_own_data() -> None:
+    data: dict[str, Any] = {"a": 1}
+    entry = encode_entry(
+        seq=1, ts=1.5, effect_id="e" * 64, kind=Kind.PROPOSED, prev="", key=KEY, data=data
+    )
+    data["a"] = 2
+    assert entry.data == {"a": 1}
+
+
+def test_a_draft_the_gate_builds_is_the_draft_validation_would_make() -> None:
+    data = {"via": "dispatch", "n": 1}
+    built = Draft.of(Kind.DISPATCHED, data)
+    validated = Draft(kind=Kind.DISPATCHED, data=dict(data))
+    assert built == validated
+    assert built.model_fields_set == validated.model_fields_set
+    assert built.model_dump() == validated.model_dump()
+    assert type(built.kind) is Kind
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        '{"approved":[{"a":"\\u00e9","n":1.5}],"result":null}',
+        '{"r":1}',
+        ' {"r":1}',
+        '{"r":1} ',
+        "[1]",
+        '"x"',
+    ],
+)
+def test_values_read_back_as_json_reads_them(text: str) -> None:
+    """An entry's ``values`` are its stored values' JSON, parsed (a shortcut for compact text,
+    ``json.loads`` for the rest); text that is not one JSON value is refused as it refuses it."""
+    assert entries._loads_compact(text) == json.loads(text)
+    for bad in (text + "x", text + " 2", "[" + text):
+        with pytest.raises(ValueError):
+            json.loads(bad)
+        with pytest.raises(ValueError):
+            entries._loads_compact(bad)

@@ -3,6 +3,8 @@ store keeps when one is issued, and what it refuses to issue."""
 
 from __future__ import annotations
 
+import fnmatch
+import json
 import re
 import time
 from collections.abc import Iterator
@@ -10,7 +12,10 @@ from datetime import timedelta
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
+from interlock_temporal.core import leases
 from interlock_temporal.core.leases import Demand, LeaseProblem, LeaseStore, check_lease
 from interlock_temporal.core.models import Lease
 from interlock_temporal.testing import throwaway_journal
@@ -315,3 +320,40 @@ def test_amounts_are_never_negative_but_may_be_zero(store: LeaseStore, field: st
     assert store.list() == []
     zero = store.get(store.issue(PRINCIPAL, **{field: 0}))  # type: ignore[arg-type]
     assert zero is not None and getattr(zero, field) == 0
+
+
+# -- the gate's shortcuts answer as the general machinery does ------------------------------------
+
+_glob_text = st.text(alphabet="ab*?[]!-\n/", max_size=6)
+
+
+@settings(max_examples=2000, deadline=None)
+@given(name=_glob_text, pattern=_glob_text)
+def test_a_scope_pattern_matches_as_fnmatch_does(name: str, pattern: str) -> None:
+    """``check_lease`` answers plain names and ``prefix*`` without a regular expression: for
+    every pattern, what ``fnmatch.fnmatchcase`` answers."""
+    assert leases._matches(name, pattern) is fnmatch.fnmatchcase(name, pattern)
+
+
+@pytest.mark.parametrize(
+    "changes",
+    [
+        {},
+        {"activities": None, "resources": None, "expires_at": None},
+        {"budget_cents": 10**13, "reserved_cents": 2_000, "max_amount_cents": None},
+        {"issued_at": 5, "expires_at": 7.25},  # an int read as a float
+        {"revoked_at": float("inf")},  # not JSON data: the serializer's answer
+        {"activities": [], "resources": ["caf\u00e9/*"]},
+    ],
+)
+def test_a_lease_snapshot_is_its_json_dump(changes: dict[str, object]) -> None:
+    """What every AUTHORIZED records of its lease is ``model_dump(mode="json")``, value for
+    value and type for type, and a copy: the parsed lease is shared between dispatches."""
+    held = lease(**changes)
+    dumped = held.model_dump(mode="json")
+    snapshot = held.snapshot()
+    assert json.dumps(snapshot, sort_keys=True) == json.dumps(dumped, sort_keys=True)
+    for name in ("activities", "resources"):
+        if isinstance(snapshot[name], list):
+            snapshot[name].append("x")
+    assert held.model_dump(mode="json") == dumped

@@ -1392,3 +1392,38 @@ def test_the_core_imports_no_temporal_module() -> None:
         [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=False
     )
     assert done.returncode == 0, done.stderr
+
+
+def test_a_calls_derived_values_are_made_once_and_kept() -> None:
+    """The input's JSON, its canonical bytes, digest and origin are made on first use and kept
+    on the (frozen) call: every later read is the same object, and the values are what the
+    input gives."""
+    payload = {"order_id": "o-1", "amount_cents": 2_000}
+    call = Call(
+        effect_type="refund",
+        activity="refund",
+        input=payload,
+        args=(payload,),
+        delivery=Delivery(workflow_id="wf", run_id="r", activity_id="1"),
+    )
+    first = call.args_json
+    assert call.args_json is first and first == [payload] and first[0] is not payload
+    assert call.args_canonical is call.args_canonical
+    assert call.args_canonical == b'[{"amount_cents":2000,"order_id":"o-1"}]'
+    assert call.input_digest == digest([payload])
+    assert call.origin is call.origin and call.origin is not None
+    assert "args_json" in vars(call)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        call.key = "x"  # type: ignore[misc]
+
+
+def test_facts_compared_with_themselves_change_only_where_they_equal_nothing() -> None:
+    """A first attempt validates the facts it just captured against themselves (the same
+    object): nothing changed, except a NaN, which equals nothing, as it is for a copy."""
+    from interlock_temporal.core.targets import default_validate
+
+    facts: dict[str, Any] = {"paid": 10_000, "eligible": True, "tags": ["a"], "note": None}
+    assert default_validate(facts, facts) == [] == default_validate(facts, dict(facts))
+    odd = {**facts, "ratio": float("nan")}
+    assert [c.fact for c in default_validate(odd, odd)] == ["ratio"]
+    assert default_validate(odd, odd) == default_validate(odd, dict(odd))

@@ -45,7 +45,7 @@ def check_lease(lease: Lease | None, demand: Demand, now: float) -> LeaseProblem
     if demand.principal != lease.principal:
         return LeaseProblem("lease held by another principal")
     if lease.activities is not None and not any(
-        fnmatch.fnmatchcase(demand.activity, pattern) for pattern in lease.activities
+        _matches(demand.activity, pattern) for pattern in lease.activities
     ):
         return LeaseProblem("activity outside the lease's scope")
     if lease.max_amount_cents is not None:
@@ -54,8 +54,7 @@ def check_lease(lease: Lease | None, demand: Demand, now: float) -> LeaseProblem
         if demand.amount_cents > lease.max_amount_cents:
             return LeaseProblem("amount over the lease's maximum")
     if lease.resources is not None and (
-        demand.resource is None
-        or not any(fnmatch.fnmatchcase(demand.resource, p) for p in lease.resources)
+        demand.resource is None or not any(_matches(demand.resource, p) for p in lease.resources)
     ):
         return LeaseProblem("resource outside the lease's scope")
     if lease.budget_cents is not None:
@@ -64,6 +63,19 @@ def check_lease(lease: Lease | None, demand: Demand, now: float) -> LeaseProblem
         if (lease.reserved_cents or 0) + demand.amount_cents > lease.budget_cents:
             return LeaseProblem("the lease's budget does not cover this amount", "lease_budget")
     return None
+
+
+_WILD = frozenset("*?[")
+
+
+def _matches(name: str, pattern: str) -> bool:
+    """``fnmatch.fnmatchcase(name, pattern)``, with its two common patterns answered without a
+    regular expression: a plain name, and a plain prefix then ``*`` (``order:*``)."""
+    if _WILD.isdisjoint(pattern):
+        return name == pattern
+    if pattern[-1] == "*" and _WILD.isdisjoint(pattern[:-1]):
+        return name.startswith(pattern[:-1])
+    return fnmatch.fnmatchcase(name, pattern)
 
 
 @dataclass(frozen=True)

@@ -4,9 +4,27 @@ from __future__ import annotations
 
 from datetime import datetime
 from enum import StrEnum
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field
+
+M = TypeVar("M", bound=BaseModel)
+_new = object.__new__
+_set = object.__setattr__
+
+
+def built(model: type[M], fields: dict[str, Any]) -> M:
+    """An instance of ``model`` made of ``fields``, which the core built itself with the types
+    the model declares (no validation): what ``model_construct`` makes, without its loop over
+    the fields, for the few models the gate makes on every effect. ``fields`` becomes the
+    instance's own (pass a dict no one else holds); it must name every field without a default.
+    Anything read from outside (the journal's rows, a caller's input) is validated instead."""
+    m = _new(model)
+    _set(m, "__dict__", fields)
+    _set(m, "__pydantic_fields_set__", set(fields))
+    _set(m, "__pydantic_extra__", None)
+    _set(m, "__pydantic_private__", None)
+    return m
 
 
 class Kind(StrEnum):
@@ -69,6 +87,12 @@ class Draft(BaseModel):
     kind: Kind
     data: dict[str, Any] = Field(default_factory=dict)
 
+    @classmethod
+    def of(cls, kind: Kind, data: dict[str, Any]) -> Draft:
+        """A draft the gate built: ``data`` (a dict with string keys that no one else holds)
+        becomes its own, unvalidated (``built``)."""
+        return built(cls, {"kind": kind, "data": data})
+
 
 class Change(BaseModel):
     """A premise that no longer holds: which fact, and what it was and is."""
@@ -112,7 +136,18 @@ class Lease(BaseModel):
     reserved_cents: int | None = None
 
     def snapshot(self) -> dict[str, Any]:
-        return self.model_dump(mode="json")
+        """The lease as JSON data (``model_dump(mode="json")``), recorded in every AUTHORIZED.
+        Its fields are JSON data as they stand (strings, whole numbers, floats, lists of
+        strings, None), so they are copied as they are; anything else takes the serializer."""
+        out: dict[str, Any] = {}
+        for name, value in self.__dict__.items():
+            t = type(value)
+            if t is list:
+                value = list(value)
+            elif not (t is str or t is int or value is None or t is float):
+                return self.model_dump(mode="json")
+            out[name] = value
+        return out
 
 
 class EffectRow(BaseModel):

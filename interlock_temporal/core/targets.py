@@ -91,6 +91,10 @@ class EffectTarget(Protocol):
 
 def default_validate(recorded: Mapping[str, Any], current: Mapping[str, Any]) -> list[Change]:
     """Field-by-field equality over every fact either side knows."""
+    if recorded is current and all(v == v for v in current.values()):
+        # the facts just captured, compared with themselves (a first attempt): no change
+        # (unless one is NaN, which equals nothing: the general comparison names it)
+        return []
     return [
         Change(fact=name, recorded=recorded.get(name), current=current.get(name))
         for name in sorted(set(recorded) | set(current))
@@ -441,7 +445,14 @@ def _check_call(target: object, name: str, method: str) -> None:
     ) from None
 
 
+#: what a target's method returns when it is not a coroutine (no ``isawaitable``, whose
+#: abstract-class check costs more than the rest of a capture)
+_PLAIN_RESULTS = frozenset({dict, list, tuple, type(None)})
+
+
 async def resolve(value: T | Any) -> T:
+    if type(value) in _PLAIN_RESULTS:
+        return value  # type: ignore[no-any-return]
     return await value if inspect.isawaitable(value) else value  # type: ignore[no-any-return]
 
 

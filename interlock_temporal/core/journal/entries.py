@@ -28,7 +28,7 @@ from typing import Any
 
 from ..errors import JournalCorrupt
 from ..identity import canonical_json, origin_of
-from ..models import ANNOTATIONS, Draft, EffectRow, Entry, Kind
+from ..models import ANNOTATIONS, Draft, EffectRow, Entry, Kind, built
 from .signing import Keyring, SigningKey
 
 #: 2: the signed bytes hold the digest of the values stored beside the entry (``vals``)
@@ -78,6 +78,19 @@ def raw_entry(values: Sequence[Any]) -> RawEntry:
     seq, eid, kind, prev, hash_, key_id, sig, body, vals = values
     signed = body.encode() if isinstance(body, str) else bytes(body)
     return RawEntry(seq, eid, kind, prev, hash_, key_id, sig, signed, vals)
+
+
+_scan = json.JSONDecoder().scan_once  # type: ignore[attr-defined]
+
+
+def _loads_compact(text: str) -> Any:
+    """``json.loads`` of compact JSON such as ``_values_json`` writes (no surrounding
+    whitespace), by the decoder's scanner alone; anything else through ``json.loads``."""
+    try:
+        value, end = _scan(text, 0)
+    except StopIteration:
+        return json.loads(text)
+    return value if end == len(text) else json.loads(text)
 
 
 def values_digest(vals: str) -> str:
@@ -152,19 +165,23 @@ def encode_entry(
     values_hex = None if vals is None else values_digest(vals)
     body = _envelope(seq, ts, effect_id, kind.value, prev, key.key_id, data, values_hex)
     digest = hashlib.sha256(body).digest()
-    # validated (the entry gets its own copy of ``data``): faster than model_construct
-    return Entry(
-        seq=seq,
-        ts=ts,
-        effect_id=effect_id,
-        kind=kind,
-        prev=prev,
-        data=data,
-        hash=digest.hex(),
-        key_id=key.key_id,
-        sig=key.sign(digest),
-        body=body,
-        values=None if vals is None else json.loads(vals),
+    # built, not validated: every field is made here with its declared type (the entry gets
+    # its own copy of ``data``, as validation gives it)
+    return built(
+        Entry,
+        {
+            "seq": seq,
+            "ts": ts if type(ts) is float else float(ts),
+            "effect_id": effect_id,
+            "kind": kind,
+            "prev": prev,
+            "data": dict(data),
+            "hash": digest.hex(),
+            "key_id": key.key_id,
+            "sig": key.sign(digest),
+            "body": body,
+            "values": None if vals is None else _loads_compact(vals),
+        },
     )
 
 

@@ -131,7 +131,7 @@ class Admission(Outcomes):
         if charge is not None:
             # the journal reserves it in this transaction (once per effect)
             data["budget"] = charge.as_data()
-        return Draft(kind=Kind.DISPATCHED, data=data)
+        return Draft.of(Kind.DISPATCHED, data)
 
 
 def policy_deciders(decision: Decision | None, policy_id: str) -> list[str]:

@@ -8,8 +8,7 @@ import asyncio
 import hashlib
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
-from functools import cached_property
-from typing import Any, Literal, TypeVar
+from typing import Any, Generic, Literal, TypeVar, overload
 
 from ..errors import InvalidCall
 from ..identity import (
@@ -28,6 +27,33 @@ from ..receipts import EffectView, fold_appended
 from ..targets import EffectTarget
 
 T = TypeVar("T")
+V = TypeVar("V")
+
+
+class once(Generic[V]):
+    """``functools.cached_property`` without its lock (Python 3.12 dropped it too): the value is
+    computed on first use and kept in the instance's ``__dict__``, where later reads find it
+    without calling anything. Two threads reading it first at once compute it twice, alike:
+    the values cached here are pure functions of the frozen call."""
+
+    def __init__(self, fn: Callable[[Any], V]) -> None:
+        self.fn = fn
+        self.name = fn.__name__
+        self.__doc__ = fn.__doc__
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self.name = name
+
+    @overload
+    def __get__(self, instance: None, owner: type | None = None) -> once[V]: ...
+    @overload
+    def __get__(self, instance: object, owner: type | None = None) -> V: ...
+    def __get__(self, instance: object | None, owner: type | None = None) -> V | once[V]:
+        if instance is None:
+            return self
+        value = instance.__dict__[self.name] = self.fn(instance)
+        return value
+
 
 NO_LEASE = "no lease: run the activity under act_as(principal, lease)"
 #: how soon to try again when a live attempt holds the effect
@@ -112,7 +138,7 @@ class Call:
             return self.param_names
         return tuple(f"args[{i}]" for i in range(len(self.args)))
 
-    @cached_property
+    @once
     def args_json(self) -> list[Any]:
         """The arguments as JSON data, computed once per attempt."""
         try:
@@ -122,17 +148,17 @@ class Call:
             raise InvalidCall(f"the input of {self.activity} is not JSON data: {where}") from None
         return data
 
-    @cached_property
+    @once
     def args_canonical(self) -> bytes:
         return canonical_json(self.args_json)
 
-    @cached_property
+    @once
     def input_digest(self) -> str:
         """The digest of the whole input as delivered (premises included): the same for every
         attempt of one activity."""
         return hashlib.sha256(self.args_canonical).hexdigest()
 
-    @cached_property
+    @once
     def origin(self) -> str | None:
         d = self.delivery
         return origin_of(d.workflow_id, d.run_id, d.activity_id, self.input_digest)

@@ -5,6 +5,7 @@ recovery; a recorded outcome answered as it is."""
 from __future__ import annotations
 
 import functools
+import hashlib
 import time
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -35,6 +36,11 @@ from .outcomes import refusal
 from .recovery import Recovery
 
 
+def _sha256_hex(data: bytes) -> str:
+    """A digest in the plain scheme (``Values.digest(data, None)``)."""
+    return hashlib.sha256(data).hexdigest()
+
+
 class Gate(Recovery, Atomic):
     """Runs the protocol against one journal. Cheap to construct; holds no per-effect state."""
 
@@ -63,6 +69,8 @@ class Gate(Recovery, Atomic):
         return (await self.commit(step, result)).result
 
     def _digest_in(self, scheme: str | None) -> Callable[[bytes], str]:
+        if scheme is None:
+            return _sha256_hex
         return functools.partial(self.values.digest, scheme=scheme)
 
     def _payload_digest(self, call: Call, view: EffectView, pdigest: str) -> str:
@@ -236,9 +244,9 @@ class Gate(Recovery, Atomic):
                 return [proposed, refusal("stale_premise", premise.describe(changes), changes)]
             return [
                 proposed,
-                Draft(
-                    kind=Kind.AUTHORIZED,
-                    data={
+                Draft.of(
+                    Kind.AUTHORIZED,
+                    {
                         "lease": lease.snapshot() if lease else None,
                         "approved_digest": approved_digest,
                         "decided_by": decided_by,
@@ -295,9 +303,9 @@ class Gate(Recovery, Atomic):
         input_digest = (
             call.input_digest if scheme is None else self.values.digest(call.args_canonical, scheme)
         )
-        return Draft(
-            kind=Kind.PROPOSED,
-            data={
+        return Draft.of(
+            Kind.PROPOSED,
+            {
                 **keyed,
                 "effect_type": call.effect_type,
                 "activity": call.activity,
@@ -341,9 +349,9 @@ class Gate(Recovery, Atomic):
             if changes:
                 return [refusal("stale_premise", premise.describe(changes), changes)]
             return [
-                Draft(
-                    kind=Kind.AUTHORIZED,
-                    data={
+                Draft.of(
+                    Kind.AUTHORIZED,
+                    {
                         "lease": lease.snapshot() if lease else None,
                         "lease_id": call.lease_id,
                         "principal": call.principal,

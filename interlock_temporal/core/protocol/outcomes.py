@@ -113,7 +113,7 @@ class Outcomes:
                     "and Temporal will make no further attempt",
                 )
             elif verdict == "not_sent":
-                draft = Draft(kind=Kind.NOT_SENT, data={"error": kind})
+                draft = Draft.of(Kind.NOT_SENT, {"error": kind})
             elif last_attempt:
                 draft = ambiguity(
                     "send_failed",
@@ -154,7 +154,7 @@ class Outcomes:
         for _ in range(5):
             try:
                 written = await self.journal.append_async(
-                    eid, head, [Draft(kind=draft.kind, data=data)], blobs=blobs
+                    eid, head, [Draft.of(draft.kind, data)], blobs=blobs
                 )
                 return AfterSend(
                     True, after, None if view is None else fold_checked(self.journal, view, written)
@@ -202,7 +202,7 @@ class Outcomes:
             # the gate's own time for this effect: before the send, and the commit's checks
             # (its own durable write, which records this, is the part not counted)
             data["gate_ms"] = round(gate_s * 1000, 3)
-        return Draft(kind=Kind.COMMITTED, data=data)
+        return Draft.of(Kind.COMMITTED, data)
 
     async def _record_commit(
         self,
@@ -249,9 +249,9 @@ class Outcomes:
                 eid,
                 view.head,
                 [
-                    Draft(
-                        kind=Kind.REJECTED_PROPOSAL,
-                        data={
+                    Draft.of(
+                        Kind.REJECTED_PROPOSAL,
+                        {
                             "code": "conflicting_payload",
                             "payload_digest": pdigest,
                             "delivery": delivery_record(call),
@@ -315,9 +315,9 @@ class Outcomes:
 
 
 def refusal(code: str, reason: str, changes: Sequence[Change] = ()) -> Draft:
-    return Draft(
-        kind=Kind.REFUSED,
-        data={
+    return Draft.of(
+        Kind.REFUSED,
+        {
             "code": code,
             "reason": reason,
             "executed": False,
@@ -327,9 +327,9 @@ def refusal(code: str, reason: str, changes: Sequence[Change] = ()) -> Draft:
 
 
 def ambiguity(code: str, reason: str, changes: Sequence[Change] = ()) -> Draft:
-    return Draft(
-        kind=Kind.AMBIGUOUS,
-        data={
+    return Draft.of(
+        Kind.AMBIGUOUS,
+        {
             "code": code,
             "reason": reason,
             "executed": "unknown",
