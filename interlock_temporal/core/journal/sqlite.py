@@ -165,14 +165,18 @@ _MIGRATIONS: list[str] = [
     """,
     # 8: an effect's lease charge moves onto its index row, which the transactions that
     # reserve, give back or charge again write anyway: a new effect under a budget writes one
-    # table less (and runs one statement less)
+    # table less (and runs one statement less). Subqueries, not UPDATE ... FROM, which needs
+    # SQLite 3.33
     """
     ALTER TABLE effects ADD COLUMN charge_lease_id TEXT;
     ALTER TABLE effects ADD COLUMN charge_cents INTEGER;
     ALTER TABLE effects ADD COLUMN charge_active INTEGER;
-    UPDATE effects SET charge_lease_id = c.lease_id, charge_cents = c.cents,
-        charge_active = c.active
-    FROM lease_charges c WHERE c.effect_id = effects.effect_id;
+    UPDATE effects SET
+        charge_lease_id = (SELECT c.lease_id FROM lease_charges c
+            WHERE c.effect_id = effects.effect_id),
+        charge_cents = (SELECT c.cents FROM lease_charges c WHERE c.effect_id = effects.effect_id),
+        charge_active = (SELECT c.active FROM lease_charges c WHERE c.effect_id = effects.effect_id)
+    WHERE effect_id IN (SELECT effect_id FROM lease_charges);
     DROP TABLE lease_charges;
     """,
 ]
