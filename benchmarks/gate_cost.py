@@ -29,6 +29,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 from interlock_temporal.core.journal import Journal, open_journal
@@ -97,12 +98,19 @@ class ConstantSend:
         return result
 
 
-def _measure(resource: str, _args: tuple[Any, ...]) -> Measure:
-    return Measure(2_000, resource)
+def _measure(kind: Any, resource: str, _args: tuple[Any, ...]) -> Measure:
+    return kind(2_000, resource)  # type: ignore[no-any-return]
 
 
-def make_call(prefix: str, i: int) -> Call:
-    """A new effect, shaped like the support-case refund: a distinct key per ``(prefix, i)``."""
+def make_call(prefix: str, i: int, protocol: ModuleType | None = None) -> Call:
+    """A new effect, shaped like the support-case refund: a distinct key per ``(prefix, i)``.
+    ``protocol``: another copy of ``interlock_temporal.core.protocol`` to build it with (an
+    A/B against another revision's core, ``gate_cpu_ab``)."""
+    call, delivery, measure = (
+        (Call, Delivery, Measure)
+        if protocol is None
+        else (protocol.Call, protocol.Delivery, protocol.Measure)
+    )
     order = f"o-{prefix}-{i}"
     payload = {
         "case_id": f"c-{prefix}-{i}",
@@ -110,7 +118,7 @@ def make_call(prefix: str, i: int) -> Call:
         "amount_cents": 2_000,
         "reason": "arrived damaged",
     }
-    return Call(
+    return call(  # type: ignore[no-any-return]
         effect_type=ACTIVITY,
         activity=ACTIVITY,
         input=payload,
@@ -119,8 +127,8 @@ def make_call(prefix: str, i: int) -> Call:
         principal=PRINCIPAL,
         lease_id=LEASE_ID,
         session=f"wf-{prefix}-{i}",
-        measure=functools.partial(_measure, f"order:{order}"),
-        delivery=Delivery(
+        measure=functools.partial(_measure, measure, f"order:{order}"),
+        delivery=delivery(
             workflow_id=f"wf-{prefix}-{i}",
             run_id="run-1",
             activity_id="2",

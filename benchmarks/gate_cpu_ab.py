@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import functools
 import importlib
 import statistics
 import subprocess
@@ -41,6 +40,7 @@ from .gate_cost import (
     ROTATE_WARMUP,
     SIGNING_KEY,
     _TimedConnection,
+    make_call,
 )
 
 BASE_NAME = "_gate_ab_base"
@@ -103,31 +103,9 @@ class Side:
         self.sql: list[int] = []
 
     def call(self) -> Any:
-        """A new effect shaped like ``gate_cost.make_call``'s, in this package's types."""
-        p, i = self.protocol, self.made
+        """A new effect as ``gate_cost.make_call`` makes it, in this side's package's types."""
         self.made += 1
-        order = f"o-ab-{i}"
-        payload = {
-            "case_id": f"c-ab-{i}",
-            "order_id": order,
-            "amount_cents": 2_000,
-            "reason": "arrived damaged",
-        }
-        measure = functools.partial(lambda r, _a: p.Measure(2_000, r), f"order:{order}")
-        return p.Call(
-            effect_type=ACTIVITY,
-            activity=ACTIVITY,
-            input=payload,
-            args=(payload,),
-            key={"case_id": payload["case_id"], "order_id": order},
-            principal=PRINCIPAL,
-            lease_id=LEASE_ID,
-            session=f"wf-ab-{i}",
-            measure=measure,
-            delivery=p.Delivery(
-                workflow_id=f"wf-ab-{i}", run_id="run-1", activity_id="2", task_queue="bench"
-            ),
-        )
+        return make_call("ab", self.made - 1, self.protocol)
 
     async def run(self, n: int, *, record: bool = True) -> None:
         for _ in range(n):
