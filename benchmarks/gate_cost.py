@@ -149,17 +149,23 @@ def connection_of(journal: Journal) -> sqlite3.Connection:
     return journal._db
 
 
+def issue_bench_lease(leases: Any) -> None:
+    """The lease every benchmarked effect runs under (with a cumulative budget), issued in
+    ``leases`` (a journal's ``leases``; any revision's, for ``gate_cpu_ab``)."""
+    leases.issue(
+        PRINCIPAL,
+        activities=[ACTIVITY],
+        max_amount_cents=5_000,
+        budget_cents=BUDGET_CENTS,
+        resources=["order:*"],
+        lease_id=LEASE_ID,
+    )
+
+
 def open_bench_journal(path: Path, *, durable: bool = True) -> Journal:
     journal = open_journal(f"sqlite:///{path}", signing_key=SIGNING_KEY)
     if journal.leases.get(LEASE_ID) is None:
-        journal.leases.issue(
-            PRINCIPAL,
-            activities=[ACTIVITY],
-            max_amount_cents=5_000,
-            budget_cents=BUDGET_CENTS,
-            resources=["order:*"],
-            lease_id=LEASE_ID,
-        )
+        issue_bench_lease(journal.leases)
     if not durable:
         connection_of(journal).execute("PRAGMA synchronous=OFF")
     return journal

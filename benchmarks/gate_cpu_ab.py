@@ -31,15 +31,12 @@ from typing import Any
 
 from . import ROOT
 from .gate_cost import (
-    ACTIVITY,
-    BUDGET_CENTS,
     FACTS,
-    LEASE_ID,
-    PRINCIPAL,
     RESULT,
     ROTATE_WARMUP,
     SIGNING_KEY,
     _TimedConnection,
+    issue_bench_lease,
     make_call,
 )
 
@@ -83,14 +80,7 @@ class Side:
         journal = journals.open_journal(
             f"sqlite:///{directory / package}.db", signing_key=SIGNING_KEY
         )
-        journal.leases.issue(
-            PRINCIPAL,
-            activities=[ACTIVITY],
-            max_amount_cents=5_000,
-            budget_cents=BUDGET_CENTS,
-            resources=["order:*"],
-            lease_id=LEASE_ID,
-        )
+        issue_bench_lease(journal.leases)
         journal._db.execute("PRAGMA synchronous=OFF")
         self.spent = [0, 0]
         journal._db = _TimedConnection(journal._db, self.spent)
