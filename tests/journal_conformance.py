@@ -23,6 +23,7 @@ import hmac
 import itertools
 import json
 import os
+import re
 import sqlite3
 import threading
 import time
@@ -2131,11 +2132,21 @@ class JournalConformance(EffectIdsConformance):
             assert not report.ok
             return str(report.problem)
 
-        # an edited amount in an archived entry
-        at = next(i for i, line in enumerate(lines) if "2000" in line and i > 0)
-        assert "hash" in check(
-            [*lines[:at], lines[at].replace("2000", "2001", 1), *lines[at + 1 :]]
-        )
+        # an edited amount in an archived entry: in its signed bytes, or in the values
+        # stored beside them (a number as JSON holds it: "2000" alone also occurs in hashes)
+        amount = re.compile(r'(_cents":)2000\b')
+
+        def edited(field: str) -> tuple[int, list[str]]:
+            for i, line in enumerate(lines[1:], 1):
+                doc = json.loads(line)
+                if amount.search(doc.get(field) or ""):
+                    doc[field] = amount.sub(r"\g<1>2001", doc[field], count=1)
+                    return i, [*lines[:i], json.dumps(doc) + "\n", *lines[i + 1 :]]
+            raise AssertionError(f"no archived entry holds 2000 in its {field}")
+
+        at, in_body = edited("body")
+        assert "hash" in check(in_body)
+        assert "values stored beside it are not the ones it signed" in check(edited("vals")[1])
         # an archived entry dropped: from the middle of its chain, or a chain's last
         assert "prev is not the previous entry" in check([*lines[:at], *lines[at + 1 :]])
         assert "seq ranges its header names" in check(lines[:-1])
