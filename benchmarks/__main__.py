@@ -47,7 +47,7 @@ QUICK_SIZES = [0, 10_000]
 THROUGHPUT_ROUNDS = 15
 #: figure 7: the issue's 1,000 workflows; the quick run's fewer, in one counted round
 LOAD_WORKFLOWS = 1_000
-LOAD_ROUNDS = 3
+LOAD_ROUNDS = 5
 LOAD_QUICK_WORKFLOWS = 150
 
 

@@ -83,6 +83,9 @@ class Load:
     #: SQLite, ms: each write transaction's BEGIN IMMEDIATE in the worker processes (the wait
     #: for the write lock the other process may hold; it runs on the worker's event loop)
     begin_ms: dict[str, list[float]] = field(default_factory=dict)
+    #: the worker processes' CPU ms per workflow in the counted rounds, by configuration and
+    #: by thread (``THREADS``), read from ``/proc/<pid>/task``
+    cpu_threads_ms: dict[str, dict[str, float]] = field(default_factory=dict)
 
     def median(self, name: str) -> float:
         values = sorted(self.per_s[name])
@@ -91,6 +94,11 @@ class Load:
     def ratio(self, name: str) -> float:
         """this configuration's throughput ÷ ungated (1.00: as fast as ungated)."""
         return self.median(name) / self.median(UNGATED)
+
+    def round_ratios(self, name: str) -> list[float]:
+        """this configuration's throughput ÷ ungated, round by round (each round runs every
+        configuration once, so the two saw the same host within a minute)."""
+        return [g / u for g, u in zip(self.per_s[name], self.per_s[UNGATED], strict=True)]
 
     def dist(self, series: dict[str, list[float]], name: str) -> Dist | None:
         values = series.get(name) or []
@@ -102,6 +110,42 @@ def _postgres_pid(postgres: PostgresServer) -> int | None:
         return int((postgres.data / "postmaster.pid").read_text().split()[0])
     except (OSError, ValueError, IndexError):
         return None
+
+
+#: a worker process's threads, grouped by their name at the OS level (``load_worker`` gives
+#: its Python threads theirs): the group of the first prefix that matches, else "other"
+THREADS = (
+    ("interlock-journ", "journal writer"),
+    ("interlock-check", "WAL checkpointer"),
+    ("temporal_workfl", "workflow tasks"),
+    ("tokio-", "SDK core (Rust)"),
+    ("workflow-proces", "SDK core (Rust)"),
+)
+#: the thread that runs the worker's event loop (the process's first thread)
+EVENT_LOOP = "event loop"
+
+
+def thread_cpu_seconds(pid: int) -> dict[str, float]:
+    """CPU seconds so far of process ``pid``'s threads, by group (``THREADS``)."""
+    out: dict[str, float] = {}
+    tick = os.sysconf("SC_CLK_TCK")
+    try:
+        tasks = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return out
+    for task in tasks:
+        try:
+            with open(f"/proc/{pid}/task/{task}/comm") as f:
+                comm = f.read().strip()
+            with open(f"/proc/{pid}/task/{task}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue  # the thread ended meanwhile
+        group = EVENT_LOOP if int(task) == pid else "other"
+        if group != EVENT_LOOP:
+            group = next((g for prefix, g in THREADS if comm.startswith(prefix)), "other")
+        out[group] = out.get(group, 0.0) + (int(fields[11]) + int(fields[12])) / tick
+    return out
 
 
 class _Cpu:
@@ -119,6 +163,14 @@ class _Cpu:
             "postgres": 0.0 if self.pg_pid is None else _tree_cpu_seconds(self.pg_pid),
             "client": times.user + times.system,
         }
+
+    @staticmethod
+    def threads(workers: list[WorkerProcess]) -> dict[str, float]:
+        out: dict[str, float] = {}
+        for w in workers:
+            for group, seconds in thread_cpu_seconds(w.pid).items():
+                out[group] = out.get(group, 0.0) + seconds
+        return out
 
 
 #: PostgreSQL settings that let the figure count statements per effect
@@ -241,6 +293,7 @@ async def _measure(n: int, rounds: int, processes: int, configs: list[str]) -> L
     cpu = _Cpu(server, None if postgres is None else _postgres_pid(postgres))
     per_s: dict[str, list[float]] = {k: [] for k in urls}
     cpu_s: dict[str, dict[str, float]] = {k: {} for k in urls}
+    threads_s: dict[str, dict[str, float]] = {k: {} for k in urls}
     counted_from = 0.0
     counters = None if postgres is None else _PgCounters(str(urls[POSTGRES]))
     try:
@@ -263,9 +316,9 @@ async def _measure(n: int, rounds: int, processes: int, configs: list[str]) -> L
                 queue = workers[name][0].args[workers[name][0].args.index("--task-queue") + 1]
                 counting = counters if round_no and name == POSTGRES else None
                 pg_before = None if counting is None else counting.read()
-                before = cpu.read(workers[name])
+                before, threads_before = cpu.read(workers[name]), cpu.threads(workers[name])
                 elapsed = await _run_once(client, queue, n, next_input, leases[name])
-                after = cpu.read(workers[name])
+                after, threads_after = cpu.read(workers[name]), cpu.threads(workers[name])
                 if counting is not None and pg_before is not None:
                     counting.add(pg_before)
                 next_input += n
@@ -273,6 +326,9 @@ async def _measure(n: int, rounds: int, processes: int, configs: list[str]) -> L
                     per_s[name].append(n / elapsed)
                     for part, value in after.items():
                         cpu_s[name][part] = cpu_s[name].get(part, 0.0) + value - before[part]
+                    for kind, value in threads_after.items():
+                        spent = value - threads_before.get(kind, 0.0)
+                        threads_s[name][kind] = threads_s[name].get(kind, 0.0) + spent
                 print(f"   round {round_no} {name}: {n / elapsed:.0f} workflows/s", flush=True)
                 await asyncio.sleep(0.5)  # let the server settle after a burst
     finally:
@@ -289,6 +345,9 @@ async def _measure(n: int, rounds: int, processes: int, configs: list[str]) -> L
         processes=processes,
         per_s=per_s,
         cpu_ms={k: {part: s / effects * 1000 for part, s in v.items()} for k, v in cpu_s.items()},
+        cpu_threads_ms={
+            k: {group: s / effects * 1000 for group, s in v.items()} for k, v in threads_s.items()
+        },
         pg_per_effect={}
         if counters is None
         else {k: v / effects for k, v in counters.totals.items()},

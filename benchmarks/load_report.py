@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from .load import POSTGRES, RATIO_MIN, SQLITE, UNGATED, Load
+from .load import EVENT_LOOP, POSTGRES, RATIO_MIN, SQLITE, THREADS, UNGATED, Load
 from .stats import Dist
 
 #: (figure, target, measured, met)
@@ -16,6 +16,18 @@ def _ms(value: float) -> str:
 
 def _p(d: Dist | None) -> str:
     return "—" if d is None else f"{_ms(d.p50)} / {_ms(d.p99)}"
+
+
+def _median(values: list[float]) -> float:
+    ordered = sorted(values)
+    return ordered[len(ordered) // 2]
+
+
+def _groups(load: Load) -> list[str]:
+    """The thread groups the run saw, in ``THREADS``'s order, the event loop first."""
+    seen = {g for parts in load.cpu_threads_ms.values() for g in parts}
+    named = [EVENT_LOOP, *dict.fromkeys(g for _, g in THREADS), "other"]
+    return [g for g in named if g in seen]
 
 
 def targets(load: Load) -> list[Row]:
@@ -37,7 +49,8 @@ def targets(load: Load) -> list[Row]:
                 f"gated ({name.removeprefix('gated, ')}) ÷ ungated throughput",
                 f"≥ {RATIO_MIN:g}",
                 f"{load.ratio(name):.2f} ({load.median(name):,.0f} / "
-                f"{load.median(UNGATED):,.0f} workflows/s){split}",
+                f"{load.median(UNGATED):,.0f} workflows/s; round by round, median "
+                f"{_median(load.round_ratios(name)):.2f}){split}",
                 load.ratio(name) >= RATIO_MIN,
             )
         )
@@ -85,6 +98,16 @@ def section(load: Load, command: str) -> list[str]:
             + ", ".join(f"{v:,.0f}" for v in values)
             + " |"
         )
+    lines.append("")
+    for name in (SQLITE, POSTGRES):
+        if name in load.per_s:
+            ratios = load.round_ratios(name)
+            lines.append(
+                f"{name} ÷ ungated, round by round (each configuration once per round): "
+                + ", ".join(f"{r:.2f}" for r in ratios)
+                + f"; median {_median(ratios):.2f} (the figure above is the ratio of the "
+                "medians).",
+            )
     lines += [
         "",
         "The gate's time per effect, counted rounds (ms, p50 / p99). *Recorded*: `gate_ms` in "
@@ -130,7 +153,39 @@ def section(load: Load, command: str) -> list[str]:
             f"| {name} | {parts.get('workers', 0.0):.2f} | {parts.get('temporal', 0.0):.2f} | "
             f"{parts.get('postgres', 0.0):.2f} | {parts.get('client', 0.0):.2f} |"
         )
-    lines += ["", *_reading(load)]
+    lines += ["", *_reading(load), *_by_thread(load)]
+    return lines
+
+
+def _by_thread(load: Load) -> list[str]:
+    """The worker processes' CPU per workflow split by thread, and what the gate adds to each
+    (a thread's name at the OS level, read from ``/proc``; ``load_worker`` names its Python
+    threads there)."""
+    groups = _groups(load)
+    if not groups or UNGATED not in load.cpu_threads_ms:
+        return []
+    lines = [
+        "",
+        "The worker processes' CPU per workflow by thread (ms; `/proc/<pid>/task`): the "
+        "thread that runs the event loop (the activities, the gate, the journal's statements, "
+        "the SDK's Python side), the journal's writer thread (each batch's COMMIT and its "
+        "flush to disk), the journal's WAL checkpointer, the SDK's workflow-task threads "
+        "(the workflows' code, `act_as` signing its header), and the SDK's core (Rust: gRPC "
+        "to the server, polling).",
+        "",
+        "| configuration | " + " | ".join(groups) + " |",
+        "|---|" + "---|" * len(groups),
+    ]
+    for name, by_group in load.cpu_threads_ms.items():
+        cells = " | ".join(f"{by_group.get(g, 0.0):.2f}" for g in groups)
+        lines.append(f"| {name} | {cells} |")
+    base = load.cpu_threads_ms[UNGATED]
+    for name in (SQLITE, POSTGRES):
+        gated = load.cpu_threads_ms.get(name)
+        if gated is None:
+            continue
+        added = ", ".join(f"{g} {gated.get(g, 0.0) - base.get(g, 0.0):+.2f} ms" for g in groups)
+        lines += ["", f"{name}, added per workflow: {added}."]
     return lines
 
 

@@ -4,14 +4,20 @@ missed, and whether SHACKLE's decide() was measured beside ours."""
 
 from __future__ import annotations
 
+import os
+import threading
+import time
 from typing import Any
+
+import pytest
 
 from benchmarks.crash_recovery import CrashRecovery, Run, Settings
 from benchmarks.crash_report import section as crash_section
 from benchmarks.crash_report import targets as crash_targets
-from benchmarks.load import POSTGRES, SQLITE, UNGATED, Load
+from benchmarks.load import EVENT_LOOP, POSTGRES, SQLITE, UNGATED, Load, thread_cpu_seconds
 from benchmarks.load_report import section as load_section
 from benchmarks.load_report import targets as load_targets
+from benchmarks.load_worker import name_os_threads
 from benchmarks.machine import Filesystem
 from benchmarks.policy_cost import PolicyCost
 from benchmarks.report import _decide_targets, _policy_section, _throughput_section
@@ -221,6 +227,16 @@ def _load() -> Load:
             SQLITE: {"workers": 9.0, "temporal": 24.0, "postgres": 0.0, "client": 1.0},
             POSTGRES: {"workers": 11.0, "temporal": 24.5, "postgres": 1.5, "client": 1.0},
         },
+        cpu_threads_ms={
+            UNGATED: {"event loop": 3.0, "SDK core (Rust)": 2.5, "workflow tasks": 1.5},
+            SQLITE: {
+                "event loop": 4.5,
+                "journal writer": 0.5,
+                "WAL checkpointer": 0.25,
+                "SDK core (Rust)": 2.5,
+                "workflow tasks": 1.25,
+            },
+        },
     )
 
 
@@ -228,9 +244,45 @@ def test_the_load_targets_take_the_ratio_of_median_throughputs_and_split_the_gat
     sqlite, postgres = load_targets(_load())
     # medians 36 (ungated), 34 and 30: 0.94 meets 0.9, 0.83 misses it
     assert sqlite[3] and not postgres[3]
-    assert sqlite[2].startswith("0.94 (34 / 36 workflows/s)")
+    assert sqlite[2].startswith("0.94 (34 / 36 workflows/s;")
     assert "own 5.00 ms/37.00 ms, waiting for the loop 1.00 ms/3.00 ms" in sqlite[2]
-    assert postgres[2].startswith("0.83 (30 / 36 workflows/s)")
+    assert postgres[2].startswith("0.83 (30 / 36 workflows/s")
+    # round by round: 35/40, 34/36, 20/30 -> 0.875, 0.944, 0.667: median 0.875 (not 0.94)
+    assert "round by round, median 0.88" in sqlite[2]
+
+
+def test_the_load_section_pairs_rounds_and_splits_the_workers_cpu_by_thread() -> None:
+    text = "\n".join(load_section(_load(), "python -m benchmarks --only load"))
+    assert "gated, SQLite ÷ ungated, round by round (each configuration once per round): " in text
+    assert "0.88, 0.94, 0.67; median 0.88" in text
+    # the event loop first, then THREADS' order; a group no configuration saw is left out
+    assert (
+        "| configuration | event loop | journal writer | WAL checkpointer | workflow tasks | "
+        "SDK core (Rust) |" in text
+    )
+    assert "| gated, SQLite | 4.50 | 0.50 | 0.25 | 1.25 | 2.50 |" in text
+    assert "| ungated | 3.00 | 0.00 | 0.00 | 1.50 | 2.50 |" in text
+    assert (
+        "gated, SQLite, added per workflow: event loop +1.50 ms, journal writer +0.50 ms, "
+        "WAL checkpointer +0.25 ms, workflow tasks -0.25 ms, SDK core (Rust) +0.00 ms." in text
+    )
+    assert "gated, PostgreSQL, added per workflow" not in text  # not split in this run
+
+
+def test_worker_threads_are_grouped_by_their_os_names(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(threading.Thread, "run", threading.Thread.run)  # restored after
+    name_os_threads()
+    stop = threading.Event()
+    spin = threading.Thread(target=lambda: stop.wait(5), name="interlock-journal_0")
+    spin.start()
+    try:
+        time.sleep(0.1)
+        groups = thread_cpu_seconds(os.getpid())
+    finally:
+        stop.set()
+        spin.join()
+    assert EVENT_LOOP in groups and "journal writer" in groups
+    assert all(v >= 0 for v in groups.values())
 
 
 def test_the_load_section_reads_the_cpu_ratio_beside_the_measured_one() -> None:
