@@ -60,7 +60,7 @@ _ROW_COLUMNS_F = ", ".join("f." + c.strip() for c in ROW_COLUMNS.split(","))
 #: what an append reads of an effect's row, the lease charge it holds last (``charge_in``)
 _APPEND_ROW = f"effect_type, status, head, first_dispatch_ts, last_dispatch_ts, {CHARGE_COLUMNS}"
 #: an effect's index row as an append writes it, with its lease charge (``_put_row``)
-_PUT_ROW = (
+PUT_ROW = (
     f"INSERT INTO effects ({ROW_COLUMNS}, {CHARGE_COLUMNS}) VALUES ({', '.join('?' * 12)}) "
     "ON CONFLICT (effect_id) DO UPDATE SET status = excluded.status, "
     "head = excluded.head, head_seq = excluded.head_seq, "
@@ -471,10 +471,22 @@ class SqlJournal(Journal):
             drafts[0] = _signing_its_type(drafts[0], etype)
         vals = _values_json(blobs) if blobs else None
         now = time.time()
-        written = self._insert_entries(db, effect_id, seq, actual, drafts, vals, now)
+        written, rows = self._signed(effect_id, seq, actual, drafts, vals, now)
         charge = self._leases.keep_tx(db, charge_in(row[5:8] if row else None), drafts)
-        self._put_row(db, effect_id, etype, row, drafts, written[-1], now, charge)
+        self._store(
+            db, rows, self._row_after(effect_id, etype, row, drafts, written[-1], now, charge)
+        )
         return written
+
+    def _store(self, db: Any, entries: Sequence[Sequence[Any]], row: Sequence[Any]) -> None:
+        """An append's writes: its entries (``_INSERT_ENTRY``'s parameters, in seq order), the
+        new last seq (``_seq_advance``) and the effect's index row (``PUT_ROW``'s)."""
+        if len(entries) == 1:
+            self._x(db, _INSERT_ENTRY, entries[0])
+        else:
+            db.cursor().executemany(self._sql(_INSERT_ENTRY), entries)
+        self._seq_advance(db, entries[-1][0])
+        self._x(db, PUT_ROW, row)
 
     def _append_reads(self, db: Any, effect_id: str, lease_id: str | None) -> AppendReads:
         """What an append reads before it writes: the last seq (``_seq_base``), the effect's
@@ -491,17 +503,17 @@ class SqlJournal(Journal):
         own = own_cents(charge_in(row[5:8] if row else None))
         return seq, row, None if ask is None else functools.partial(ask, own)
 
-    def _insert_entries(
+    def _signed(
         self,
-        db: Any,
         effect_id: str,
         seq: int,
         prev: str,
         drafts: Sequence[Draft],
         vals: str | None,
         now: float,
-    ) -> list[Entry]:
-        """Sign ``drafts`` as the entries after ``seq`` and ``prev``, and store them."""
+    ) -> tuple[list[Entry], list[tuple[Any, ...]]]:
+        """``drafts`` signed as the entries after ``seq`` and ``prev``, and their rows as
+        ``_store`` writes them."""
         written: list[Entry] = []
         last_index = len(drafts) - 1
         for index, draft in enumerate(drafts):
@@ -525,16 +537,10 @@ class SqlJournal(Journal):
             + ((vals,) if e is last else (None,))
             for e in written
         ]
-        if len(rows) == 1:
-            self._x(db, _INSERT_ENTRY, rows[0])
-        else:
-            db.cursor().executemany(self._sql(_INSERT_ENTRY), rows)
-        self._seq_advance(db, seq)
-        return written
+        return written, rows
 
-    def _put_row(
+    def _row_after(
         self,
-        db: Any,
         effect_id: str,
         etype: str,
         row: Sequence[Any] | None,
@@ -542,10 +548,10 @@ class SqlJournal(Journal):
         head: Entry,
         now: float,
         charge: Charge,
-    ) -> None:
-        """The effect's index row after ``drafts``, whose last entry is ``head``; ``row`` is
-        the one before them (status, dispatch times), None for a new effect; ``charge`` the
-        lease charge it holds after them (``SqlLeases.keep_tx``)."""
+    ) -> tuple[Any, ...]:
+        """The effect's index row after ``drafts`` (``PUT_ROW``'s parameters), whose last
+        entry is ``head``; ``row`` is the one before them (status, dispatch times), None for a
+        new effect; ``charge`` the lease charge it holds after them (``SqlLeases.keep_tx``)."""
         status = state_kind(drafts, Kind(row[1]) if row else None)
         if status is None:
             raise ValueError("a new effect must start with a state entry, not annotations")
@@ -553,21 +559,17 @@ class SqlJournal(Journal):
         first_dispatch = row[3] if row and row[3] is not None else (now if dispatched else None)
         last_dispatch = now if dispatched else (row[4] if row else None)
         # a new effect's origin is what its first entry signs of it, and never changes
-        self._x(
-            db,
-            _PUT_ROW,
-            (
-                effect_id,
-                etype,
-                status.value,
-                head.hash,
-                head.seq,
-                now,
-                first_dispatch,
-                last_dispatch,
-                origin_in(drafts[0].data) if row is None else None,
-                *charge_columns(charge),
-            ),
+        return (
+            effect_id,
+            etype,
+            status.value,
+            head.hash,
+            head.seq,
+            now,
+            first_dispatch,
+            last_dispatch,
+            origin_in(drafts[0].data) if row is None else None,
+            *charge_columns(charge),
         )
 
     # -- reading -------------------------------------------------------------------------------
