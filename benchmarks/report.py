@@ -853,6 +853,17 @@ def _throughput_reading(t: Throughput) -> list[str]:
             "on the writer thread); the gate's is what it decides with: the claim, the read "
             "before deciding, the lease, the premises, the entries' contents."
         )
+    if PG in t.cpu_ms and t.per_s.get(PG):
+        p_worker, p_server = t.cpu_ms[PG]
+        lines[-1] += (
+            f" With PostgreSQL the gate adds {p_worker - u_worker:.2f} ms in the worker and "
+            f"{p_server - u_server:+.2f} ms in the Temporal server per activity (PostgreSQL's "
+            "own processes, on the same 2 cores, are not counted here; figure 7 counts them): "
+            f"by that CPU alone a ratio of "
+            f"{(per_activity + p_worker - u_worker + p_server - u_server) / per_activity:.2f} "
+            f"(measured {t.ratio(PG):.2f}); {PG_RATIO_MAX:.2f} is an addition of "
+            f"{(PG_RATIO_MAX - 1) * per_activity:.2f} ms, PostgreSQL's share included."
+        )
     return lines
 
 

@@ -22,7 +22,7 @@ from benchmarks.machine import Filesystem
 from benchmarks.policy_cost import PolicyCost
 from benchmarks.report import _decide_targets, _policy_section, _throughput_section
 from benchmarks.stats import Dist
-from benchmarks.throughput import JOURNAL_ONLY, NO_DELAY, PLUGIN_ONLY, Throughput
+from benchmarks.throughput import JOURNAL_ONLY, NO_DELAY, PG, PLUGIN_ONLY, Throughput
 
 
 def test_the_throughput_section_shows_each_rounds_ratio_beside_the_medians() -> None:
@@ -45,6 +45,31 @@ def test_the_throughput_section_shows_each_rounds_ratio_beside_the_medians() -> 
     assert "1.30 ms in all: by CPU alone a ratio of 1.29 (the throughputs measured give 1.43)" in (
         text
     )
+
+
+def test_the_postgresql_configuration_gets_its_cpu_reading_and_its_own_target() -> None:
+    t = Throughput(
+        n=640,
+        rounds=1,
+        per_s={"ungated": [400.0], "gated, SQLite": [320.0], PG: [250.0]},
+        cpu_ms={"ungated": (1.5, 3.0), "gated, SQLite": (2.5, 3.2), PG: (3.0, 3.5)},
+    )
+    text = "\n".join(_throughput_section(t, "python -m benchmarks"))
+    # 1.5 + 0.5 on 4.5: 1.44 by CPU; 400 / 250 = 1.60 measured; 1.25 allows 0.25 x 4.5
+    assert (
+        "With PostgreSQL the gate adds 1.50 ms in the worker and +0.50 ms in the Temporal "
+        "server per activity" in text
+    )
+    assert "by that CPU alone a ratio of 1.44 (measured 1.60); 1.25 is an addition of 1.12 ms" in (
+        text
+    )
+    without = Throughput(
+        n=640,
+        rounds=1,
+        per_s={k: v for k, v in t.per_s.items() if k != PG},
+        cpu_ms={k: v for k, v in t.cpu_ms.items() if k != PG},
+    )
+    assert "With PostgreSQL" not in "\n".join(_throughput_section(without, "python -m benchmarks"))
 
 
 def test_the_configurations_in_between_split_the_gates_cost() -> None:
