@@ -44,7 +44,8 @@ from .pg_server import (
     warn_async_standbys,
 )
 from .signing import Keyring
-from .sql import PUT_ROW, READ_EFFECT_SQL, SqlJournal
+from .sql import APPEND_ROW, PUT_ROW, READ_EFFECT_SQL, AppendReads, SqlJournal
+from .sql_leases import LEASE_LOCKED_COLUMNS, charge_in, lease_in, own_cents
 from .verifying import read_ahead
 
 with needs_extra("postgres", "a PostgreSQL journal (postgresql://)"):
@@ -338,6 +339,17 @@ def _failed_on_the_server(conn: psycopg.Connection[Any], err: BaseException) -> 
     return False
 
 
+#: the dispatch transaction's read after the seq's: the effect's row (NULLs for a new one) and
+#: its lease with what the lease's budget has reserved, locked in that order till the end
+_ROW_AND_LEASE = (
+    "SELECT "
+    + ", ".join(f"f.{c.strip()}" for c in APPEND_ROW.split(","))
+    + f", {LEASE_LOCKED_COLUMNS} FROM (SELECT 1) one LEFT JOIN LATERAL "
+    f"(SELECT {APPEND_ROW} FROM effects WHERE effect_id = ? FOR UPDATE) f ON true"
+).replace("?", "%s")
+_ROW = f"SELECT {APPEND_ROW} FROM effects WHERE effect_id = %s FOR UPDATE"
+
+
 @functools.lru_cache(maxsize=16)
 def _store_sql(entries: int) -> str:
     """``PostgresJournal._store``'s statement for an append of ``entries`` entries."""
@@ -354,7 +366,6 @@ def _store_sql(entries: int) -> str:
 class PostgresJournal(SqlJournal):
     GREATEST = "GREATEST"
     FOR_UPDATE = " FOR UPDATE"
-    FOR_SHARE = " FOR SHARE"
     MIGRATIONS = _MIGRATIONS
     PIPELINES = True
     _pool: ConnectionPool[Any]
@@ -492,6 +503,23 @@ class PostgresJournal(SqlJournal):
             _store_sql(len(entries)),
             (entries[-1][0], *itertools.chain.from_iterable(entries), *row),
         )
+
+    def _append_reads(
+        self, db: psycopg.Connection[Any], effect_id: str, lease_id: str | None
+    ) -> AppendReads:
+        """Two statements, pipelined: the seq's lock first, then everything else in one
+        (``_ROW_AND_LEASE``), which the server runs once that lock is held, so its snapshot
+        sees every append before this one."""
+        seq_of = self._seq_ask(db)
+        if lease_id is None:
+            asked = db.execute(_ROW, (effect_id,))
+            return seq_of(), asked.fetchone(), None
+        asked = db.execute(_ROW_AND_LEASE, (lease_id, lease_id, effect_id))
+        seq, found = seq_of(), asked.fetchone()
+        assert found is not None
+        row = None if found[0] is None else found[:8]
+        lease = lease_in(found[8], found[9], own_cents(charge_in(found[5:8])))
+        return seq, row, lambda: lease
 
     def _seq_ask(self, db: psycopg.Connection[Any]) -> Callable[[], int]:
         cursor = db.execute("SELECT seq FROM journal_seq WHERE id = 1 FOR UPDATE")

@@ -37,7 +37,7 @@ from .entries import (
 from .group_commit import AppendArgs, GroupCommit, no_wakeup_preemption
 from .interface import OWN_CHAIN_TYPES, SCHEMA_VERSION, Build, Journal, JournalTx
 from .sql_access import JournalAccess, SqlTx
-from .sql_leases import CHARGE_COLUMNS, Charge, SqlLeases, charge_columns, charge_in, own_cents
+from .sql_leases import CHARGE_COLUMNS, Charge, SqlLeases, charge_columns, charge_in
 from .sql_notify import SqlNotifications
 from .sql_policy import SqlPolicy
 
@@ -58,7 +58,7 @@ ROW_COLUMNS = (
 _ENTRY_COLUMNS_E = ", ".join("e." + c.strip() for c in ENTRY_COLUMNS.split(","))
 _ROW_COLUMNS_F = ", ".join("f." + c.strip() for c in ROW_COLUMNS.split(","))
 #: what an append reads of an effect's row, the lease charge it holds last (``charge_in``)
-_APPEND_ROW = f"effect_type, status, head, first_dispatch_ts, last_dispatch_ts, {CHARGE_COLUMNS}"
+APPEND_ROW = f"effect_type, status, head, first_dispatch_ts, last_dispatch_ts, {CHARGE_COLUMNS}"
 #: an effect's index row as an append writes it, with its lease charge (``_put_row``)
 PUT_ROW = (
     f"INSERT INTO effects ({ROW_COLUMNS}, {CHARGE_COLUMNS}) VALUES ({', '.join('?' * 12)}) "
@@ -131,9 +131,6 @@ class SqlJournal(Journal):
     #: the suffix that locks the rows a transaction read (none where the transaction holds
     #: the whole database, as SQLite's ``BEGIN IMMEDIATE`` does)
     FOR_UPDATE = ""
-    #: the suffix that keeps rows a transaction read from changing until it ends (a lease read
-    #: by the dispatch transaction: a revoke waits for the dispatch to be recorded)
-    FOR_SHARE = ""
     #: the schema's migrations in the backend's dialect: the n-th brings schema n to n + 1
     MIGRATIONS: ClassVar[Sequence[str]] = ()
     #: whether appends pipeline their statements (``_write_appends``)
@@ -488,20 +485,12 @@ class SqlJournal(Journal):
         self._seq_advance(db, entries[-1][0])
         self._x(db, PUT_ROW, row)
 
+    @abstractmethod
     def _append_reads(self, db: Any, effect_id: str, lease_id: str | None) -> AppendReads:
-        """What an append reads before it writes: the last seq (``_seq_base``), the effect's
-        index row (``_APPEND_ROW``; None: a new effect), both locked till the end, and with
-        ``lease_id`` the lease as its build checks it (with what its other effects hold
-        reserved: the row says what this one holds). Everything is asked before any of it is
-        read: one round trip where the backend pipelines (the locks are taken in the same
-        order: the seq, the effect, the lease)."""
-        seq_of = self._seq_ask(db)
-        sql = f"SELECT {_APPEND_ROW} FROM effects WHERE effect_id = ?{self.FOR_UPDATE}"
-        asked = self._x(db, sql, (effect_id,))
-        ask = None if lease_id is None else self._leases.ask_tx(db, lease_id)
-        seq, row = seq_of(), asked.fetchone()
-        own = own_cents(charge_in(row[5:8] if row else None))
-        return seq, row, None if ask is None else functools.partial(ask, own)
+        """What an append reads before it writes, locked till the transaction ends: the last
+        seq (``_seq_base``), the effect's index row (``APPEND_ROW``; None: a new effect) and,
+        with ``lease_id``, the lease as its build checks it (with what its *other* effects hold
+        reserved: the row says what this one holds; ``lease_in``)."""
 
     def _signed(
         self,

@@ -25,14 +25,8 @@ class SqlAccess(Protocol):
     #: the suffix that locks the rows a transaction read (none where the transaction holds
     #: the whole database, as SQLite's ``BEGIN IMMEDIATE`` does)
     for_update: str
-    #: the suffix that keeps rows a transaction read from changing until it ends (a lease read
-    #: by the dispatch transaction: a revoke waits for the dispatch to be recorded)
-    for_share: str
     #: the two-argument maximum
     greatest: str
-    #: whether statements are pipelined (sent without waiting, their rows read later): then
-    #: reads that may be needed are better asked at once than one after another
-    pipelines: bool
 
     def reading(self, fn: Callable[[Any], T]) -> T:
         """Run ``fn(connection)`` for reads."""
@@ -96,9 +90,7 @@ class JournalAccess:
     def __init__(self, journal: SqlJournal) -> None:
         self._journal = journal
         self.for_update = journal.FOR_UPDATE
-        self.for_share = journal.FOR_SHARE
         self.greatest = journal.GREATEST
-        self.pipelines = journal.PIPELINES
 
     def reading(self, fn: Callable[[Any], T]) -> T:
         return self._journal._read(fn)

@@ -5,7 +5,7 @@ transaction."""
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 from ..leases import LeaseStore, lease_from_doc
@@ -26,7 +26,15 @@ LEASE_COLUMNS = "l.doc, s.reserved_cents"
 LEASE_JOIN = (
     "LEFT JOIN leases l ON l.lease_id = ? LEFT JOIN lease_spend s ON s.lease_id = l.lease_id"
 )
-_LEASE_READ = f"SELECT {LEASE_COLUMNS} FROM (SELECT 1) {LEASE_JOIN}"
+#: the same two, for a backend with row locks (PostgreSQL), as columns the dispatch
+#: transaction's read of the effect's row adds (parameters: the lease id, twice): the lease is
+#: kept from changing (a revoke waits for the dispatch to be recorded) and its budget's row
+#: locked till the transaction ends (appends already take turns on the seq's lock; this one
+#: also holds against any other writer of the row)
+LEASE_LOCKED_COLUMNS = (
+    "(SELECT doc FROM leases WHERE lease_id = ? FOR SHARE), "
+    "(SELECT reserved_cents FROM lease_spend WHERE lease_id = ? FOR UPDATE)"
+)
 
 
 def charge_in(columns: Sequence[Any] | None) -> Charge:
@@ -147,44 +155,6 @@ class SqlLeases(LeaseStore):
         return sorted(leases, key=lambda lease: (lease.issued_at, lease.lease_id))
 
     # -- inside the journal's append transaction ------------------------------------------
-
-    def ask_tx(self, db: Any, lease_id: str) -> Callable[[int | None], Lease | None]:
-        """The lease as the dispatch transaction checks it, its statements sent now and their
-        rows read when the returned function is called with what the effect holds reserved
-        (``own_cents`` of its row's charge, read by the append under its lock). A budgeted
-        lease's row in ``lease_spend`` is locked until the transaction ends, and the lease read
-        with what its *other* effects hold reserved, so concurrent dispatches under one budget
-        take turns. Where statements are pipelined, the budget's read is sent at once with the
-        lease's (one round trip with the statements around them); elsewhere it runs only for a
-        budgeted lease."""
-        access = self._access
-        if not (access.for_share or access.for_update):
-            # the transaction holds the whole database (SQLite): one statement reads it all
-            doc, reserved = access.execute(db, _LEASE_READ, (lease_id,)).fetchone()
-            return lambda own: lease_in(doc, reserved, own)
-        found = access.execute(
-            db, f"SELECT doc FROM leases WHERE lease_id = ?{access.for_share}", (lease_id,)
-        )
-        asked = self._ask_budget(db, lease_id) if access.pipelines else None
-
-        def read(own: int | None) -> Lease | None:
-            row = found.fetchone()
-            lease = None if row is None else lease_from_doc(row[0])
-            if lease is None or lease.budget_cents is None:
-                return lease
-            (reserved,) = (asked or self._ask_budget(db, lease_id)).fetchone() or (0,)
-            return _with_others(lease, reserved, own)
-
-        return read
-
-    def _ask_budget(self, db: Any, lease_id: str) -> Any:
-        """A budgeted lease's reserved total, locked until the transaction ends; its cursor."""
-        access = self._access
-        return access.execute(
-            db,
-            f"SELECT reserved_cents FROM lease_spend WHERE lease_id = ?{access.for_update}",
-            (lease_id,),
-        )
 
     def _spend(self, db: Any, lease_id: str, cents: int) -> None:
         self._access.execute(
