@@ -425,6 +425,22 @@ def _cpu_note(g: GateCost) -> str:
     )
 
 
+def _floor_target_lines(p50: float, durable_part: float, floor2: float) -> list[str]:
+    """What the gate ÷ floor target would take, from this run's figures (µs)."""
+    limit = GATE_FLOOR_RATIO_MAX * floor2
+    if p50 <= limit:
+        return []
+    return [
+        f"- What ≤ {GATE_FLOOR_RATIO_MAX:g}x the floor would take: **{usf(limit)}** per effect "
+        f"in all. The durable part alone is {usf(durable_part)}, "
+        f"{durable_part / floor2:.2f}x the floor's {usf(floor2)}: each of the gate's commits "
+        "writes more pages than the bare one-row insert (the entries, the effect's row and its "
+        "indexes, the lease's budget), so its flush costs more. Meeting the target needs both: "
+        f"commits that cost what the bare insert's does, and the CPU part under "
+        f"{usf(limit - floor2)}."
+    ]
+
+
 def _cpu_split_lines(g: GateCost) -> list[str]:
     c = g.cpu
     if c is None:
@@ -527,6 +543,7 @@ def _gate_section(g: GateCost, command: str) -> list[str]:
         f"(vs {usf(2 * g.floor_fsync_us.p50)} for two bare fsyncs).",
         f"- CPU: the gate with `synchronous=OFF` takes **{usf(g.nosync.net_us.p50)}** (p50).",
         *_cpu_split_lines(g),
+        *_floor_target_lines(empty.net_us.p50, durable_part, floor2),
         f"- Canonical JSON (every byte goes through `{g.profile.canonical_json_fn}`; "
         f"{g.profile.canonical_json_calls:g} calls per effect: the effect id, the payload and "
         f"approved digests, the four signed entries, the stored values): "

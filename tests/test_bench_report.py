@@ -20,7 +20,12 @@ from benchmarks.load_report import targets as load_targets
 from benchmarks.load_worker import name_os_threads
 from benchmarks.machine import Filesystem
 from benchmarks.policy_cost import PolicyCost
-from benchmarks.report import _decide_targets, _policy_section, _throughput_section
+from benchmarks.report import (
+    _decide_targets,
+    _floor_target_lines,
+    _policy_section,
+    _throughput_section,
+)
 from benchmarks.stats import Dist
 from benchmarks.throughput import JOURNAL_ONLY, NO_DELAY, PG, PLUGIN_ONLY, Throughput
 
@@ -320,3 +325,12 @@ def test_the_load_section_reads_the_cpu_ratio_beside_the_measured_one() -> None:
         "gated, PostgreSQL: +6.00 ms in all (workers +4.00 ms, Temporal server +0.50 ms, "
         "PostgreSQL +1.50 ms): by CPU alone a ratio of 0.84 (measured 0.83)" in text
     )
+
+
+def test_the_floor_target_says_what_meeting_it_would_take_only_when_missed() -> None:
+    # floor 300 us: 1.5x is 450; the durable part 600 alone is 2.00x the floor
+    (line,) = _floor_target_lines(1_000.0, 600.0, 300.0)
+    assert "What ≤ 1.5x the floor would take: **450 µs** per effect" in line
+    assert "The durable part alone is 600 µs, 2.00x the floor's 300 µs" in line
+    assert "the CPU part under 150 µs." in line
+    assert _floor_target_lines(440.0, 200.0, 300.0) == []
