@@ -149,16 +149,19 @@ def connection_of(journal: Journal) -> sqlite3.Connection:
     return journal._db
 
 
-def issue_bench_lease(leases: Any) -> None:
-    """The lease every benchmarked effect runs under (with a cumulative budget), issued in
-    ``leases`` (a journal's ``leases``; any revision's, for ``gate_cpu_ab``)."""
+def issue_bench_lease(
+    leases: Any, *, lease_id: str = LEASE_ID, budget_cents: int | None = BUDGET_CENTS
+) -> None:
+    """The lease every benchmarked effect runs under (with a cumulative budget unless
+    ``budget_cents`` is None), issued in ``leases`` (a journal's ``leases``; any revision's,
+    for ``gate_cpu_ab``)."""
     leases.issue(
         PRINCIPAL,
         activities=[ACTIVITY],
         max_amount_cents=5_000,
-        budget_cents=BUDGET_CENTS,
+        budget_cents=budget_cents,
         resources=["order:*"],
-        lease_id=LEASE_ID,
+        lease_id=lease_id,
     )
 
 

@@ -21,7 +21,13 @@ from psycopg_pool import ConnectionPool
 from interlock_temporal.core.journal import Journal, open_journal
 from interlock_temporal.core.protocol import Call, Gate
 
-from .gate_cost import ACTIVITY, LEASE_ID, PRINCIPAL, ConstantSend, TrivialTarget, make_call
+from .gate_cost import (
+    LEASE_ID,
+    ConstantSend,
+    TrivialTarget,
+    issue_bench_lease,
+    make_call,
+)
 
 #: a lease like figure 1's, with a cumulative budget besides (its reservation is checked and
 #: kept in the dispatch transaction)
@@ -114,14 +120,7 @@ async def count(url: str, key: str, n: int = 50, warmup: int = 10) -> RoundTrips
     try:
         for lease_id, budget in ((LEASE_ID, None), (BUDGET_LEASE_ID, 10**12)):
             if journal.leases.get(lease_id) is None:
-                journal.leases.issue(
-                    PRINCIPAL,
-                    activities=[ACTIVITY],
-                    max_amount_cents=5_000,
-                    budget_cents=budget,
-                    resources=["order:*"],
-                    lease_id=lease_id,
-                )
+                issue_bench_lease(journal.leases, lease_id=lease_id, budget_cents=budget)
         trips, statements = await _count(journal, n, warmup, LEASE_ID)
         budgeted, _ = await _count(journal, n, warmup, BUDGET_LEASE_ID)
     finally:
