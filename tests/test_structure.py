@@ -32,7 +32,8 @@ def test_a_lazy_import_inside_a_function_still_closes_a_circle(tmp_path: Path) -
     assert "pkg.backend <-> pkg.interface" in str(breaches[0])
 
 
-def test_an_import_only_for_type_checking_is_no_circle(tmp_path: Path) -> None:
+def test_an_import_only_for_type_checking_still_closes_a_circle(tmp_path: Path) -> None:
+    """A reader holds both modules to read either, whether or not the import ever runs."""
     package = _package(
         tmp_path,
         {
@@ -44,15 +45,68 @@ def test_an_import_only_for_type_checking_is_no_circle(tmp_path: Path) -> None:
             "sub/d.py": "",
         },
     )
-    assert check([package]) == []
+    assert [str(b) for b in check([package])] == ["import circle: pkg.a <-> pkg.b"]
+
+
+def test_a_private_name_read_across_modules_fails_unless_excused(tmp_path: Path) -> None:
+    package = _package(
+        tmp_path,
+        {
+            "__init__.py": "",
+            "store.py": """\
+                class Store:
+                    def __init__(self):
+                        self._db = None
+
+                    def _write(self):
+                        return self._db
+
+                    def same(self, other: "Store"):
+                        return other._db  # its own class's attribute: the module defines it
+
+                def _helper():
+                    return 1
+                """,
+            "user.py": """\
+                import argparse
+                from collections import namedtuple
+
+                from .store import Store, _helper
+
+                P = namedtuple("P", "a")
+
+                def use(store: Store, parser: argparse.ArgumentParser):
+                    store._write()
+                    store._db = 1
+                    P(1)._replace(a=2)
+                    super_ok = super
+                    parser.add_subparsers()._name_parser_map  # private: argparse has no public one
+                    return store._db
+                """,
+        },
+    )
+    found = sorted(str(b).split("pkg/")[1] for b in check([package]))
+    assert found == [
+        "user.py:10 store._db",
+        "user.py:14 store._db",
+        "user.py:4 from pkg.store import _helper",
+        "user.py:9 store._write",
+    ]
+    assert all(b.fails for b in check([package]))
 
 
 def test_a_long_function_and_a_long_module_are_named_with_their_size(tmp_path: Path) -> None:
     body = "\n".join(f"    x{i} = {i}" for i in range(MAX_FUNCTION_LINES))
     filler = "\n" * (MAX_MODULE_LINES - MAX_FUNCTION_LINES)
     package = _package(tmp_path, {"__init__.py": "", "big.py": f"def long():\n{body}\n{filler}"})
-    found = {(b.kind, b.size) for b in check([package])}
-    assert found == {("function", MAX_FUNCTION_LINES + 1), ("module", MAX_MODULE_LINES + 1)}
+    found = check([package])
+    assert {(b.kind, b.size) for b in found} == {
+        ("function", MAX_FUNCTION_LINES + 1),
+        ("module", MAX_MODULE_LINES + 1),
+    }
+    # a warning, never a failure: a long module whose concept is long stays whole
+    assert not any(b.fails for b in found)
+    assert all(str(b).startswith("warning: ") and "big.py" in str(b) for b in found)
 
 
 def test_the_core_importing_the_adapter_or_temporal_is_against_the_layers(tmp_path: Path) -> None:
@@ -80,9 +134,10 @@ def test_the_core_importing_the_adapter_or_temporal_is_against_the_layers(tmp_pa
 
 
 def test_the_package_and_the_workers_keep_the_house_rules() -> None:
-    """No import circle, no import against the layers, no module over 700 lines and no function
-    over 80 in the package; no import circle in workers/ (docs/architecture.md)."""
+    """No import circle (TYPE_CHECKING imports counted), no import against the layers and no
+    private name of another module in the package; no import circle in workers/
+    (docs/architecture.md). Long modules and functions are warnings only."""
     repo = Path(__file__).resolve().parent.parent
-    package = check([repo / "interlock_temporal"])
+    package = [b for b in check([repo / "interlock_temporal"]) if b.fails]
     workers = [b for b in check([repo / "workers"]) if b.kind == "cycle"]
     assert [str(b) for b in package + workers] == []

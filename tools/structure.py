@@ -1,14 +1,28 @@
-"""The house rules a reader relies on: no import circle, no module over 700 lines, no function
-over 80 (docs/architecture.md).
+"""The house rules a reader relies on (docs/architecture.md), checked on the source's syntax.
 
-``python tools/structure.py interlock_temporal workers`` prints each breach and exits 1 if any.
-Every import counts, also one inside a function (a lazy import still ties two rooms together);
-only imports under ``if TYPE_CHECKING:`` are left out, since they never run.
+Failures (exit 1):
+
+- **an import circle**, counting every import: one inside a function (a lazy import still ties
+  two rooms together) and one under ``if TYPE_CHECKING:`` (a reader still has to hold both
+  modules to read either);
+- **an import against the layers**: the core imports nothing above it and no Temporal module,
+  the targets stand on the core alone;
+- **a private name crossing a module**: ``x._name`` where ``x`` is not ``self``/``cls`` (or
+  ``super()``) and ``_name`` is not defined in the module reading it, or ``from m import
+  _name``. Where no public name exists (a private of a library), the line says why with a
+  ``# private: <reason>`` comment and is not counted.
+
+Warnings (printed, never failing): a module over 700 lines or a function over 80. A long module
+whose concept is long stays whole: split along a seam, never to meet a line count.
+
+``python tools/structure.py interlock_temporal workers`` prints each finding and exits 1 if any
+is a failure.
 """
 
 from __future__ import annotations
 
 import ast
+import re
 import sys
 from collections import defaultdict
 from collections.abc import Iterable, Iterator
@@ -26,20 +40,35 @@ LAYERS: dict[str, tuple[str, ...]] = {
 }
 FORBIDDEN: dict[str, tuple[str, ...]] = {"interlock_temporal.core": ("temporalio",)}
 
+#: names public although they start with an underscore: a named tuple's API (documented with
+#: the underscore so it cannot clash with a field), ``os._exit`` and ``sys._getframe``
+PUBLIC_UNDERSCORED = frozenset(
+    {"_replace", "_asdict", "_fields", "_field_defaults", "_make", "_exit", "_getframe"}
+)
+#: the comment that says why a line reads a private name no public one replaces
+EXCUSE = re.compile(r"#\s*private:\s*\S")
+FAILURES = ("cycle", "layer", "private")
+
 
 @dataclass(frozen=True)
 class Breach:
-    kind: str  # "cycle", "layer", "module" or "function"
+    kind: str  # "cycle", "layer", "private" (failures); "module" or "function" (warnings)
     where: str
     size: int = 0
+
+    @property
+    def fails(self) -> bool:
+        return self.kind in FAILURES
 
     def __str__(self) -> str:
         if self.kind == "cycle":
             return f"import circle: {self.where}"
         if self.kind == "layer":
             return f"import against the layers: {self.where}"
+        if self.kind == "private":
+            return f"private name of another module: {self.where}"
         limit = MAX_MODULE_LINES if self.kind == "module" else MAX_FUNCTION_LINES
-        return f"{self.kind} over {limit} lines: {self.where} ({self.size})"
+        return f"warning: {self.kind} over {limit} lines: {self.where} ({self.size})"
 
 
 def _modules(roots: Iterable[Path]) -> dict[str, Path]:
@@ -54,26 +83,10 @@ def _modules(roots: Iterable[Path]) -> dict[str, Path]:
     return found
 
 
-def _type_checking_nodes(tree: ast.AST) -> set[int]:
-    hidden: set[int] = set()
-    for node in ast.walk(tree):
-        if (
-            isinstance(node, ast.If)
-            and isinstance(node.test, ast.Name | ast.Attribute)
-            and ast.unparse(node.test).endswith("TYPE_CHECKING")
-        ):
-            for child in node.body:
-                hidden.update(id(n) for n in ast.walk(child))
-    return hidden
-
-
 def _external(tree: ast.AST) -> set[str]:
     """The top-level names of absolute imports (``from temporalio.x import y``: ``temporalio``)."""
-    hidden = _type_checking_nodes(tree)
     out: set[str] = set()
     for node in ast.walk(tree):
-        if id(node) in hidden:
-            continue
         if isinstance(node, ast.Import):
             out.update(a.name.split(".")[0] for a in node.names)
         elif isinstance(node, ast.ImportFrom) and not node.level and node.module:
@@ -101,22 +114,23 @@ def _layer_breaches(name: str, imports: set[str], external: set[str]) -> list[Br
     return breaches
 
 
-def _imports(name: str, path: Path, tree: ast.AST, modules: dict[str, Path]) -> set[str]:
+def _source(name: str, path: Path, node: ast.ImportFrom) -> str:
+    """The absolute module an ``import from`` reads."""
+    if not node.level:
+        return node.module or ""
     package = name if path.name == "__init__.py" else name.rpartition(".")[0]
-    hidden = _type_checking_nodes(tree)
+    parts = package.split(".")
+    parts = parts[: len(parts) - (node.level - 1)]
+    return ".".join(parts + ([node.module] if node.module else []))
+
+
+def _imports(name: str, path: Path, tree: ast.AST, modules: dict[str, Path]) -> set[str]:
     out: set[str] = set()
     for node in ast.walk(tree):
-        if id(node) in hidden:
-            continue
         if isinstance(node, ast.Import):
             out.update(a.name for a in node.names if a.name in modules)
         elif isinstance(node, ast.ImportFrom):
-            if node.level:
-                parts = package.split(".")
-                parts = parts[: len(parts) - (node.level - 1)]
-                source = ".".join(parts + ([node.module] if node.module else []))
-            else:
-                source = node.module or ""
+            source = _source(name, path, node)
             for alias in node.names:
                 if f"{source}.{alias.name}" in modules:
                     out.add(f"{source}.{alias.name}")
@@ -124,6 +138,71 @@ def _imports(name: str, path: Path, tree: ast.AST, modules: dict[str, Path]) -> 
                     out.add(source)
     out.discard(name)
     return out
+
+
+def _is_private(attr: str) -> bool:
+    return attr.startswith("_") and not attr.startswith("__") and attr not in PUBLIC_UNDERSCORED
+
+
+def _own_names(tree: ast.AST) -> set[str]:
+    """What the module defines itself: its functions and classes (methods included), the
+    names it binds, and the attributes it sets on ``self``/``cls``."""
+    own: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+            own.add(node.name)
+        elif isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
+            own.add(node.id)
+        elif isinstance(node, ast.arg):
+            own.add(node.arg)
+        elif (
+            isinstance(node, ast.Attribute)
+            and isinstance(node.ctx, ast.Store)
+            and isinstance(node.value, ast.Name)
+            and node.value.id in ("self", "cls")
+        ):
+            own.add(node.attr)
+    return own
+
+
+def _excused(lines: list[str], node: ast.AST) -> bool:
+    first = getattr(node, "lineno", 0)
+    last = getattr(node, "end_lineno", None) or first
+    return any(EXCUSE.search(lines[n - 1]) for n in range(first, last + 1) if 0 < n <= len(lines))
+
+
+def _is_self(value: ast.expr) -> bool:
+    if isinstance(value, ast.Name):
+        return value.id in ("self", "cls")
+    return (
+        isinstance(value, ast.Call)
+        and isinstance(value.func, ast.Name)
+        and value.func.id == "super"
+    )
+
+
+def _private_breaches(
+    name: str, path: Path, tree: ast.AST, text: str, modules: dict[str, Path]
+) -> list[Breach]:
+    """``x._name`` on another module's object, and ``from m import _name``."""
+    own = _own_names(tree)
+    lines = text.splitlines()
+    found: list[Breach] = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute) and _is_private(node.attr):
+            if _is_self(node.value) or node.attr in own or _excused(lines, node):
+                continue
+            found.append(Breach("private", f"{path}:{node.lineno} {ast.unparse(node)}"))
+        elif isinstance(node, ast.ImportFrom):
+            source = _source(name, path, node)
+            for alias in node.names:
+                if not _is_private(alias.name) or f"{source}.{alias.name}" in modules:
+                    continue  # a module (private to the package, not to another module)
+                if not _excused(lines, node):
+                    found.append(
+                        Breach("private", f"{path}:{node.lineno} from {source} import {alias.name}")
+                    )
+    return found
 
 
 def _cycles(graph: dict[str, set[str]]) -> Iterator[list[str]]:
@@ -167,6 +246,7 @@ def _cycles(graph: dict[str, set[str]]) -> Iterator[list[str]]:
 
 
 def check(roots: Iterable[Path]) -> list[Breach]:
+    """Every finding under ``roots``: failures (``Breach.fails``) and warnings."""
     modules = _modules(roots)
     graph: dict[str, set[str]] = defaultdict(set)
     breaches: list[Breach] = []
@@ -175,6 +255,7 @@ def check(roots: Iterable[Path]) -> list[Breach]:
         tree = ast.parse(text)
         graph[name] = _imports(name, path, tree, modules)
         breaches.extend(_layer_breaches(name, graph[name], _external(tree)))
+        breaches.extend(_private_breaches(name, path, tree, text, modules))
         lines = len(text.splitlines())
         if lines > MAX_MODULE_LINES:
             breaches.append(Breach("module", str(path), lines))
@@ -189,9 +270,9 @@ def check(roots: Iterable[Path]) -> list[Breach]:
 
 def main(argv: list[str]) -> int:
     breaches = check(Path(a) for a in argv)
-    for breach in breaches:
+    for breach in sorted(breaches, key=lambda b: (not b.fails, b.kind, b.where)):
         print(breach)
-    return 1 if breaches else 0
+    return 1 if any(b.fails for b in breaches) else 0
 
 
 if __name__ == "__main__":
