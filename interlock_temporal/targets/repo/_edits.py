@@ -17,7 +17,7 @@ from pydantic import (
 )
 
 from ._errors import EditRejected
-from ._facts import TRAILER, _check_qualname, _defined_name, _norm_path, parse_python
+from ._facts import TRAILER, check_qualname, defined_name, norm_path, parse_python
 
 
 def _single_definition(source: str, name: str) -> None:
@@ -25,7 +25,7 @@ def _single_definition(source: str, name: str) -> None:
         module = parse_python(textwrap.dedent(source))
     except SyntaxError as err:
         raise ValueError(f"the source of {name!r} does not parse: {err.msg}") from None
-    if len(module.body) != 1 or _defined_name(module.body[0]) != name:
+    if len(module.body) != 1 or defined_name(module.body[0]) != name:
         raise ValueError(f"the source must be exactly one definition of {name!r}")
 
 
@@ -50,7 +50,7 @@ class EditRequest(BaseModel):
     @field_validator("reads")
     @classmethod
     def _check_reads(cls, value: list[str]) -> list[str]:
-        return [_norm_path(p) for p in value]
+        return [norm_path(p) for p in value]
 
     @field_validator("relies_on")
     @classmethod
@@ -60,7 +60,7 @@ class EditRequest(BaseModel):
             path, sep, qual = ref.rpartition("::")
             if not sep:
                 raise ValueError("relies_on entries look like 'path::qualname'")
-            out.append(f"{_norm_path(path)}::{_check_qualname(qual)}")
+            out.append(f"{norm_path(path)}::{check_qualname(qual)}")
         return out
 
     @field_validator("message")
@@ -97,7 +97,7 @@ class WriteFile(EditRequest):
     @field_validator("path")
     @classmethod
     def _check_path(cls, value: str) -> str:
-        return _norm_path(value)
+        return norm_path(value)
 
     def own_facts(self) -> list[str]:
         return [f"file:{self.path}"]
@@ -128,12 +128,12 @@ class DefineSymbol(EditRequest):
     @field_validator("path")
     @classmethod
     def _check_path(cls, value: str) -> str:
-        return _norm_path(value)
+        return norm_path(value)
 
     @field_validator("symbol")
     @classmethod
     def _check_symbol(cls, value: str) -> str:
-        if "." in _check_qualname(value):
+        if "." in check_qualname(value):
             raise ValueError("DefineSymbol defines a top-level name (no dots)")
         return value
 
@@ -164,12 +164,12 @@ class ReplaceSymbol(EditRequest):
     @field_validator("path")
     @classmethod
     def _check_path(cls, value: str) -> str:
-        return _norm_path(value)
+        return norm_path(value)
 
     @field_validator("symbol")
     @classmethod
     def _check_symbol(cls, value: str) -> str:
-        return _check_qualname(value)
+        return check_qualname(value)
 
     @field_validator("source")
     @classmethod

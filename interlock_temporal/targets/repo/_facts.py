@@ -32,24 +32,24 @@ def parse_python(text: str | bytes) -> ast.Module:
 
 def file_fact(path: str) -> str:
     """The name of the fact "the content of ``path``"."""
-    return f"file:{_norm_path(path)}"
+    return f"file:{norm_path(path)}"
 
 
 def symbol_fact(path: str, qualname: str) -> str:
     """The name of the fact "the source of ``qualname`` in ``path``" (``Class.method`` nests)."""
-    return f"symbol:{_norm_path(path)}::{_check_qualname(qualname)}"
+    return f"symbol:{norm_path(path)}::{check_qualname(qualname)}"
 
 
-def _parse_fact(name: str) -> tuple[str, str | None] | None:
+def parse_fact(name: str) -> tuple[str, str | None] | None:
     """(path, qualname or None for a whole file), or None for a name this target does not know."""
     try:
         if name.startswith("file:"):
-            return _norm_path(name[5:]), None
+            return norm_path(name[5:]), None
         if name.startswith("symbol:"):
             path, sep, qual = name[7:].rpartition("::")
             if not sep:
                 return None
-            return _norm_path(path), _check_qualname(qual)
+            return norm_path(path), check_qualname(qual)
     except ValueError:
         return None
     return None
@@ -74,11 +74,11 @@ def symbol_value(content: bytes | None, qualname: str) -> str:
         module = parse_python(content)
     except (SyntaxError, ValueError):
         return _UNPARSEABLE + _digest(content)
-    node = _locate(module, qualname)
+    node = locate(module, qualname)
     return ABSENT if node is None else _digest(ast.unparse(node).encode())
 
 
-def _defined_name(stmt: ast.stmt) -> str | None:
+def defined_name(stmt: ast.stmt) -> str | None:
     if isinstance(stmt, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
         return stmt.name
     if isinstance(stmt, ast.Assign) and len(stmt.targets) == 1:
@@ -89,7 +89,7 @@ def _defined_name(stmt: ast.stmt) -> str | None:
     return None
 
 
-def _locate(module: ast.Module, qualname: str) -> ast.stmt | None:
+def locate(module: ast.Module, qualname: str) -> ast.stmt | None:
     """The statement that defines ``qualname`` (the last one, as Python binds it)."""
     body: list[ast.stmt] = module.body
     parts = qualname.split(".")
@@ -97,7 +97,7 @@ def _locate(module: ast.Module, qualname: str) -> ast.stmt | None:
     for i, part in enumerate(parts):
         found = None
         for stmt in body:
-            if _defined_name(stmt) == part:
+            if defined_name(stmt) == part:
                 found = stmt
         if found is None:
             return None
@@ -109,7 +109,7 @@ def _locate(module: ast.Module, qualname: str) -> ast.stmt | None:
     return node
 
 
-def _norm_path(value: str) -> str:
+def norm_path(value: str) -> str:
     if not value or "\n" in value or "\0" in value or "\\" in value:
         raise ValueError("a repository path is a non-empty relative POSIX path")
     p = PurePosixPath(value)
@@ -120,7 +120,7 @@ def _norm_path(value: str) -> str:
     return str(p)
 
 
-def _check_qualname(value: str) -> str:
+def check_qualname(value: str) -> str:
     if not value or not all(part.isidentifier() for part in value.split(".")):
         raise ValueError("a symbol is a dotted Python name, e.g. 'helper' or 'Parser.parse'")
     return value

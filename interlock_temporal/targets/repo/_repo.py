@@ -10,16 +10,34 @@ from typing import Any
 
 from ...core.models import Change, Found
 from ...core.targets import BaseTarget, Classification, default_validate
-from ._edits import E, EditRequest, parse_edit
+from ._branch import Branch, fact_keys
+from ._edits import CommitResult, E, EditRequest, parse_edit
 from ._errors import EditRejected, NotLanded
-from ._facts import _norm_path
-from ._send import _Send
-
-_GIT_ENV_DROP = ("GIT_DIR", "GIT_WORK_TREE", "GIT_INDEX_FILE", "GIT_OBJECT_DIRECTORY", "GIT_PREFIX")
+from ._facts import norm_path
+from ._send import Sender
 
 
-class GitRepo(_Send, BaseTarget):
-    """A branch of a local git repository, as an effect target (tier 2) and as the send.
+class _Setting:
+    """A setting of the repo's ``Branch`` or ``Sender`` (``part``), read and set on the
+    ``GitRepo`` as before they were its parts' (``repo.git = ...`` reaches the branch)."""
+
+    def __init__(self, part: str) -> None:
+        self.part = part
+        self.name = ""
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self.name = name
+
+    def __get__(self, repo: Any, owner: type | None = None) -> Any:
+        return self if repo is None else getattr(getattr(repo, self.part), self.name)
+
+    def __set__(self, repo: Any, value: Any) -> None:
+        setattr(getattr(repo, self.part), self.name, value)
+
+
+class GitRepo(BaseTarget):
+    """A branch of a local git repository, as an effect target (tier 2) and as the send. It
+    holds the ``Branch`` (git) and the ``Sender`` (``apply``), which shares that branch.
 
     ``on_point(point, effect_id)`` is called at ``"before_ref_update"`` and
     ``"after_ref_update"`` (tests raise ``SimulatedCrash`` there, as a dying worker would).
@@ -27,6 +45,11 @@ class GitRepo(_Send, BaseTarget):
 
     tier = 2
     dedupe_window: timedelta | None = None
+    git = _Setting("_branch")
+    timeout = _Setting("_branch")
+    history_limit = _Setting("_branch")
+    on_point = _Setting("_branch")
+    max_attempts = _Setting("_sender")
 
     def __init__(
         self,
@@ -42,38 +65,59 @@ class GitRepo(_Send, BaseTarget):
         git: str = "git",
         on_point: Callable[[str, str], None] | None = None,
     ) -> None:
-        self.path = Path(path)
-        self.branch = branch
-        self.ref = f"refs/heads/{branch}"
         self.name = name
         self.settle_time = settle_time
-        self.max_attempts = max_attempts
-        self.history_limit = history_limit
-        self.timeout = timeout
-        self.git = git
-        self.on_point = on_point
-        env = {k: v for k, v in os.environ.items() if k not in _GIT_ENV_DROP}
-        env.update(
-            LC_ALL="C",
-            GIT_TERMINAL_PROMPT="0",
-            GIT_AUTHOR_NAME=author[0],
-            GIT_AUTHOR_EMAIL=author[1],
-            GIT_COMMITTER_NAME=author[0],
-            GIT_COMMITTER_EMAIL=author[1],
+        self._branch = Branch(
+            Path(path),
+            branch,
+            author=author,
+            history_limit=history_limit,
+            timeout=timeout,
+            git=git,
+            on_point=on_point,
         )
-        self._env = env
-        self._run(["check-ref-format", self.ref])
-        if self._rev(self.ref) is None:
+        self._sender = Sender(self._branch, max_attempts)
+        self._branch.run(["check-ref-format", self._branch.ref])
+        if self._branch.rev(self._branch.ref) is None:
             raise ValueError(f"{self.path}: branch {branch!r} does not exist (make a first commit)")
 
     def __repr__(self) -> str:
         return f"GitRepo({str(self.path)!r}, branch={self.branch!r})"
 
+    @property
+    def path(self) -> Path:
+        return self._branch.path
+
+    @property
+    def branch(self) -> str:
+        return self._branch.branch
+
+    @property
+    def ref(self) -> str:
+        return self._branch.ref
+
+    def head(self) -> str:
+        """The commit the branch points at now."""
+        return self._branch.head()
+
+    def landed(self, effect_id: str) -> list[str]:
+        """Every commit on the branch carrying this effect's trailer (exactly one, if landed)."""
+        return self._branch.landed(effect_id)
+
+    def apply(self, request: EditRequest | Mapping[str, Any], *, effect_id: str) -> CommitResult:
+        """Make the edit as one commit on the branch, carrying the effect id as a trailer.
+
+        Idempotent: if this effect's commit is on the branch already, that commit is returned.
+        Raises ``PremiseChanged`` / ``EditDoesNotApply`` (rejected: nothing landed),
+        ``NotLanded`` (nothing landed, may be retried) or ``LandingInDoubt``.
+        """
+        return self._sender.apply(request, effect_id=effect_id)
+
     # -- what an agent reads when it decides ----------------------------------------------------
 
     def read(self, path: str, at: str | None = None) -> str | None:
         """The text of ``path`` at ``at`` (default: the branch head), None if absent."""
-        content = self._blobs(at or self.head(), [_norm_path(path)])[_norm_path(path)]
+        content = self._branch.blobs(at or self.head(), [norm_path(path)])[norm_path(path)]
         return None if content is None else content.decode()
 
     def facts_for(
@@ -82,7 +126,7 @@ class GitRepo(_Send, BaseTarget):
         """The facts ``request`` relies on, at ``at`` (the commit the agent read; default the
         branch head): record them as the request's ``premises`` when the agent decides."""
         edit = parse_edit(request)
-        return self._facts_at(at or self.head(), edit.fact_keys())
+        return self._branch.facts_at(at or self.head(), edit.fact_keys())
 
     def with_premises(self, request: E, at: str | None = None) -> E:
         """``request`` carrying the facts it relies on (see ``facts_for``)."""
@@ -95,15 +139,15 @@ class GitRepo(_Send, BaseTarget):
         effect's own commit is on the branch and a fact is as that commit left it, the value it
         had before that commit is reported."""
         edit = parse_edit(args)
-        keys = self._keys(edit)
+        keys = fact_keys(edit)
         head = self.head()
-        now = self._facts_at(head, keys)
-        own = self._own(effect_id, head)
+        now = self._branch.facts_at(head, keys)
+        own = self._branch.own(effect_id, head)
         if not own:
             return now
         commit, parents = own[0]
-        at_own = self._facts_at(commit, keys)
-        before = self._facts_at(parents[0] if parents else None, keys)
+        at_own = self._branch.facts_at(commit, keys)
+        before = self._branch.facts_at(parents[0] if parents else None, keys)
         return {
             k: before[k] if now[k] == at_own[k] and at_own[k] != before[k] else now[k] for k in keys
         }
@@ -111,11 +155,11 @@ class GitRepo(_Send, BaseTarget):
     def query(self, effect_id: str, args: Any) -> Found | None:
         """Tier 2: the commit on the branch whose trailer names this effect (found by the
         effect id alone: ``args`` is not needed)."""
-        own = self._own(effect_id, self.ref)
+        own = self._branch.own(effect_id, self.ref)
         if not own:
             return None
         commit, parents = own[0]
-        result = self._result_of(commit, parents, effect_id)
+        result = self._branch.result_of(commit, parents, effect_id)
         return Found(result=result.model_dump(mode="json"), confirmation=commit)
 
     def validate(
@@ -124,7 +168,7 @@ class GitRepo(_Send, BaseTarget):
         """Field-by-field equality; each changed fact names the commit (and effect) that made
         it what it is now."""
         changes = default_validate(recorded, current)
-        return self._provenance(changes, self.head()) if changes else changes
+        return self._branch.provenance(changes, self.head()) if changes else changes
 
     def confirmation(self, result: Any) -> str | None:
         commit = (

@@ -1,10 +1,9 @@
-"""The send: one commit on the branch, carrying the effect id as a trailer, built on a temporary
-index and landed with a compare-and-swap of the branch ref."""
+"""The send (``Sender``, ``GitRepo.apply``): one commit on the branch, carrying the effect id as
+a trailer, built on a temporary index and landed with a compare-and-swap of the branch ref."""
 
 from __future__ import annotations
 
 import io
-import subprocess
 import tempfile
 import textwrap
 import time
@@ -13,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from ...core.targets import default_validate
-from ._branch import _Branch
+from ._branch import Branch, fact_keys
 from ._edits import (
     ApplyPatch,
     CommitResult,
@@ -24,13 +23,16 @@ from ._edits import (
     parse_edit,
 )
 from ._errors import EditDoesNotApply, GitCommandFailed, LandingInDoubt, NotLanded, PremiseChanged
-from ._facts import TRAILER, _locate, parse_python, symbol_value
+from ._facts import TRAILER, locate, parse_python, symbol_value
 
 
-class _Send(_Branch):
-    """``GitRepo.apply`` and what it builds the commit with."""
+class Sender:
+    """Lands an edit on ``branch`` as one commit, rebuilding it on a moved head at most
+    ``max_attempts`` times."""
 
-    max_attempts: int
+    def __init__(self, branch: Branch, max_attempts: int) -> None:
+        self._branch = branch
+        self.max_attempts = max_attempts
 
     def apply(self, request: EditRequest | Mapping[str, Any], *, effect_id: str) -> CommitResult:
         """Make the edit as one commit on the branch, carrying the effect id as a trailer.
@@ -40,26 +42,29 @@ class _Send(_Branch):
         ``NotLanded`` (nothing landed, may be retried) or ``LandingInDoubt``.
         """
         edit = parse_edit(request)
-        head = self.head()
-        own = self._own(effect_id, head)
+        branch = self._branch
+        head = branch.head()
+        own = branch.own(effect_id, head)
         if own:
-            return self._result_of(*own[0], effect_id)
-        keys = self._keys(edit)
+            return branch.result_of(*own[0], effect_id)
+        keys = fact_keys(edit)
         # the baseline: what the agent relied on, or (no premises carried) the facts as the send
         # found them, which must then still hold at the head the commit is built on
-        baseline = edit.premises if edit.premises is not None else self._facts_at(head, keys)
+        baseline = edit.premises if edit.premises is not None else branch.facts_at(head, keys)
         message = _message(edit, effect_id)
         for attempt in range(1, self.max_attempts + 1):
-            changes = default_validate(baseline, self._facts_at(head, keys))
+            changes = default_validate(baseline, branch.facts_at(head, keys))
             if changes:
-                raise PremiseChanged(self._provenance(changes, head), head)
+                raise PremiseChanged(branch.provenance(changes, head), head)
             tree, paths = self._build(edit, head)
-            commit = self._out(["commit-tree", tree, "-p", head, "-F", "-"], stdin=message.encode())
+            commit = branch.out(
+                ["commit-tree", tree, "-p", head, "-F", "-"], stdin=message.encode()
+            )
             moved = self._swap(commit, head, effect_id)
             if moved is None:
                 return CommitResult(
                     commit=commit,
-                    branch=self.branch,
+                    branch=branch.branch,
                     parent=head,
                     paths=paths,
                     effect_id=effect_id,
@@ -67,76 +72,55 @@ class _Send(_Branch):
                 )
             # lost the race: did this effect land meanwhile (another attempt of it)? If not,
             # re-check the premises against the new head and build the edit again on it
-            own = self._own(effect_id, f"{head}..{moved}")
+            own = branch.own(effect_id, f"{head}..{moved}")
             if own:
-                return self._result_of(*own[0], effect_id)
+                return branch.result_of(*own[0], effect_id)
             head = moved
         raise NotLanded(
-            f"{self.ref} moved under each of {self.max_attempts} attempts; nothing landed"
+            f"{branch.ref} moved under each of {self.max_attempts} attempts; nothing landed"
         )
 
     def _swap(self, commit: str, expected: str, effect_id: str) -> str | None:
         """Compare-and-swap the branch from ``expected`` to ``commit``. None: it landed; else the
         commit the branch moved to meanwhile (nothing of ours landed)."""
-        self._point("before_ref_update", effect_id)
+        branch = self._branch
+        branch.point("before_ref_update", effect_id)
         failure = ""
         for tries in range(8):
-            try:
-                proc = subprocess.run(
-                    [
-                        self.git,
-                        "-C",
-                        str(self.path),
-                        "update-ref",
-                        "-m",
-                        f"interlock: {effect_id}",
-                        self.ref,
-                        commit,
-                        expected,
-                    ],
-                    capture_output=True,
-                    env=self._env,
-                    timeout=self.timeout,
-                    check=False,
-                )
-                code = proc.returncode
-                failure = proc.stderr.decode(errors="replace").strip()
-            except OSError as err:  # git never started: the ref was not touched
-                raise GitCommandFailed("update-ref", f"{type(err).__name__}: {err}") from err
-            except subprocess.SubprocessError as err:  # killed on timeout: read the ref back
-                code, failure = -1, f"{type(err).__name__}"
+            code, failure = branch.update_ref(commit, expected, f"interlock: {effect_id}")
             if code == 0:
-                self._point("after_ref_update", effect_id)
+                branch.point("after_ref_update", effect_id)
                 return None
             try:
-                now = self.head()
+                now = branch.head()
                 landed = now == commit or (
-                    self._run(["merge-base", "--is-ancestor", commit, now], ok=(0, 1)).returncode
+                    branch.run(["merge-base", "--is-ancestor", commit, now], ok=(0, 1)).returncode
                     == 0
                 )
             except GitCommandFailed as err:
                 raise LandingInDoubt(
-                    f"update-ref of {self.ref} failed ({failure}) and the ref cannot be read back"
+                    f"update-ref of {branch.ref} failed ({failure}) and the ref cannot be read back"
                 ) from err
             if landed:
-                self._point("after_ref_update", effect_id)
+                branch.point("after_ref_update", effect_id)
                 return None
             if now != expected:
                 return now
             # the ref is still where we expected: another writer holds its lock; try again
             time.sleep(min(0.002 * (tries + 1), 0.05))
         raise NotLanded(
-            f"could not update {self.ref} (it stayed at the expected commit): {failure}"
+            f"could not update {branch.ref} (it stayed at the expected commit): {failure}"
         )
 
     def _build(self, edit: EditRequest, head: str) -> tuple[str, list[str]]:
         """The tree of ``head`` with the edit made, on a temporary index (never the user's)."""
+        git = self._branch
         with tempfile.TemporaryDirectory(prefix="interlock-git-") as tmp:
             env = {"GIT_INDEX_FILE": str(Path(tmp) / "index")}
-            self._run(["read-tree", head], env=env)
+            git.run(["read-tree", head], env=env)
             if isinstance(edit, ApplyPatch):
                 try:
-                    self._run(
+                    git.run(
                         ["apply", "--cached", "--whitespace=nowarn", "-"],
                         stdin=edit.patch.encode(),
                         env=env,
@@ -145,21 +129,21 @@ class _Send(_Branch):
                     raise EditDoesNotApply(
                         f"the patch does not apply at {head[:12]}: {err.detail}"
                     ) from None
-                names = self._run(["diff-index", "--cached", "--name-only", "-z", head], env=env)
+                names = git.run(["diff-index", "--cached", "--name-only", "-z", head], env=env)
                 paths = sorted(p for p in names.stdout.decode().split("\0") if p)
             else:
                 contents = self._edited(edit, head)
                 modes = self._modes(head, list(contents))
                 lines = []
                 for path, data in contents.items():
-                    blob = self._out(["hash-object", "-w", "--stdin"], stdin=data)
+                    blob = git.out(["hash-object", "-w", "--stdin"], stdin=data)
                     lines.append(f"{modes.get(path, '100644')} {blob}\t{path}\n")
-                self._run(["update-index", "--index-info"], stdin="".join(lines).encode(), env=env)
+                git.run(["update-index", "--index-info"], stdin="".join(lines).encode(), env=env)
                 paths = sorted(contents)
-            return self._out(["write-tree"], env=env), paths
+            return git.out(["write-tree"], env=env), paths
 
     def _modes(self, head: str, paths: list[str]) -> dict[str, str]:
-        out = self._run(["ls-tree", "-z", head, "--", *paths]).stdout.decode()
+        out = self._branch.run(["ls-tree", "-z", head, "--", *paths]).stdout.decode()
         modes = {}
         for entry in out.split("\0"):
             meta, _, path = entry.partition("\t")
@@ -172,13 +156,13 @@ class _Send(_Branch):
             return {edit.path: edit.content.encode()}
         if not isinstance(edit, DefineSymbol | ReplaceSymbol):  # pragma: no cover
             raise EditDoesNotApply(f"unknown edit {type(edit).__name__}")
-        old = self._blobs(head, [edit.path])[edit.path]
+        old = self._branch.blobs(head, [edit.path])[edit.path]
         try:
             text = "" if old is None else old.decode()
             module = parse_python(text)
         except (UnicodeDecodeError, SyntaxError, ValueError):
             raise EditDoesNotApply(f"{edit.path} is not Python this worker can parse") from None
-        node = _locate(module, edit.symbol)
+        node = locate(module, edit.symbol)
         source = textwrap.dedent(edit.source).strip("\n") + "\n"
         if isinstance(edit, DefineSymbol):
             if node is not None:
