@@ -7,11 +7,14 @@ import re
 import sys
 from collections.abc import Sequence
 from datetime import timedelta
-from typing import Any, NoReturn
+from typing import Any, NoReturn, TypeAlias
 
 from ._shared import DEFAULT_ADDRESS, DEFAULT_NAMESPACE, EXIT_USAGE, SEE_TOP, Handler
 
 _DURATION = re.compile(r"(?:(\d+)d)?(?:(\d+)h)?(?:(\d+)m)?(?:(\d+)s)?")
+#: what ``add_subparsers()`` returns, where each noun's ``register`` adds its parser (argparse
+#: names no public type for it)
+Groups: TypeAlias = "argparse._SubParsersAction[argparse.ArgumentParser]"  # private: no public
 #: what a duration's number may be followed by
 UNITS = "s (seconds), m (minutes), h (hours) or d (days)"
 

@@ -6,7 +6,7 @@ import argparse
 from typing import Any
 
 from .._render import fmt_time
-from ._args import command, journal_options, json_flag, operator_name
+from ._args import Groups, command, journal_options, json_flag, operator_name
 from ._shared import EXIT_FAILED, EXIT_OK, EXIT_USAGE, CliError, emit, emit_json, open_for, warn
 
 
@@ -58,7 +58,7 @@ def cmd_circuit_reset(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def register(groups: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+def register(groups: Groups) -> None:
     circuit = groups.add_parser(
         "circuit", help="show a session's circuit, reset it after the policy opened it"
     )

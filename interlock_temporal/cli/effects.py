@@ -15,6 +15,7 @@ from ..core.receipts import fold, receipt
 from ..core.review import ReviewError, reopen
 from ..core.sealing import ENCRYPTED, Values, is_sealed
 from ._args import (
+    Groups,
     codec_option,
     command,
     journal_options,
@@ -139,7 +140,7 @@ def cmd_effects_reopen(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def register(groups: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+def register(groups: Groups) -> None:
     effects = groups.add_parser(
         "effects", help="list effects, show one effect's receipt, reopen a refused one"
     )

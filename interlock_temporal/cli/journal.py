@@ -15,7 +15,7 @@ from ..core.journal import export_line, keyring_for, read_export, verify_entries
 from ..core.journal.archiving import archive_chain, read_archive, verify_archive
 from ..core.journal.signing import ED25519_PREFIX, ED25519_PUBLIC_PREFIX, Ed25519Key, Keyring
 from ..core.models import JournalHead, Kind
-from ._args import command, journal_options, json_flag, parse_age
+from ._args import Groups, command, journal_options, json_flag, parse_age
 from ._shared import (
     EXIT_FAILED,
     EXIT_OK,
@@ -243,7 +243,7 @@ def cmd_journal_head(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def register(groups: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+def register(groups: Groups) -> None:
     journal = groups.add_parser("journal", help="verify the journal, print its head")
     journal_options(journal, top=False)
     journal_sub = journal.add_subparsers(dest="command", metavar="COMMAND", required=True)

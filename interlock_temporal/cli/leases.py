@@ -8,7 +8,7 @@ from typing import Any
 
 from .._render import lease_state, render_leases
 from ..core.models import Lease
-from ._args import command, journal_options, json_flag, non_negative, parse_duration
+from ._args import Groups, command, journal_options, json_flag, non_negative, parse_duration
 from ._shared import EXIT_FAILED, EXIT_OK, EXIT_USAGE, CliError, emit, emit_json, open_for, warn
 
 
@@ -67,7 +67,7 @@ def cmd_leases_list(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def register(groups: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+def register(groups: Groups) -> None:
     leases = groups.add_parser("leases", help="issue, revoke and list leases")
     journal_options(leases, top=False)
     leases_sub = leases.add_subparsers(dest="command", metavar="COMMAND", required=True)

@@ -9,7 +9,15 @@ from typing import TYPE_CHECKING
 
 from .._render import reconcile_summary, render_reconcile
 from ..core.models import Kind
-from ._args import examples, json_flag, parse_age, parse_duration, positive, temporal_options
+from ._args import (
+    Groups,
+    examples,
+    json_flag,
+    parse_age,
+    parse_duration,
+    positive,
+    temporal_options,
+)
 from ._shared import EXIT_FAILED, EXIT_OK, CliError, emit, emit_json, warn
 from ._temporal import failure_message, on_server
 
@@ -109,7 +117,7 @@ async def reconcile(args: argparse.Namespace, client: Client) -> int:
 cmd_reconcile = on_server(reconcile)
 
 
-def register(groups: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+def register(groups: Groups) -> None:
     reconcile_help = (
         "run the reconciler once on a task queue: effects dispatched and never confirmed, with "
         "no live attempt, are recovered, and a review is opened for each that ends AMBIGUOUS; "

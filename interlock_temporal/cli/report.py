@@ -8,7 +8,7 @@ from datetime import timedelta
 
 from .._render import render_report
 from ..core.report import build_report
-from ._args import examples, journal_options, json_flag, parse_duration
+from ._args import Groups, examples, journal_options, json_flag, parse_duration
 from ._shared import EXIT_OK, emit, emit_json, open_for
 
 
@@ -23,7 +23,7 @@ def cmd_report(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def register(groups: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+def register(groups: Groups) -> None:
     report_cmd = groups.add_parser(
         "report",
         help="what happened lately: effects by final state, what waits for a person, denials "

@@ -14,6 +14,7 @@ from ..core.journal import Journal
 from ..core.models import Kind
 from ..core.review import DECISIONS, review_id
 from ._args import (
+    Groups,
     command,
     journal_options,
     json_flag,
@@ -323,7 +324,7 @@ cmd_reviews_list = on_server(reviews_list)
 cmd_reviews_resolve = on_server(reviews_resolve)
 
 
-def register(groups: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+def register(groups: Groups) -> None:
     reviews = groups.add_parser(
         "reviews", help="list the reviews people decide, and decide one (needs Temporal)"
     )
