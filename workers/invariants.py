@@ -15,7 +15,7 @@ Validate = Callable[[Any, Any, Any], Sequence[Any]]
 
 
 @dataclass(frozen=True)
-class World:
+class Circumstances:
     """What the world did, as the judge needs it: the lease (as stored now), the clock's
     offset from real time at each moment, and when (if) the owning workflow was cancelled."""
 
@@ -28,7 +28,7 @@ class World:
 
 def dispatch_problems(
     entries: Sequence[Entry],
-    world: World,
+    around: Circumstances,
     target: Any,
     payload: Any,
 ) -> list[str]:
@@ -44,7 +44,7 @@ def dispatch_problems(
         margin = getattr(target, "dedupe_margin", DEFAULT_DEDUPE_MARGIN)
         usable = (window - target.settle_time - margin).total_seconds()
     queryable = callable(getattr(target, "query", None))
-    lease = world.lease
+    lease = around.lease
     owner: str | None = None
     premises: Any = {}
     first_dispatch: float | None = None
@@ -60,16 +60,16 @@ def dispatch_problems(
         if e.kind is not Kind.DISPATCHED:
             continue
         via = e.data.get("via")
-        at = e.ts + world.offset_at(e.ts)  # the world's clock when it was recorded
+        at = e.ts + around.offset_at(e.ts)  # the world's clock when it was recorded
         who = (e.data.get("delivery") or {}).get("workflow_id")
         if via == "reopened":
             owner = who
         if who != owner:
             problems.append(f"dispatched by {who}, not by the owner {owner}")
         if (
-            world.cancelled_at is not None
-            and owner == world.cancelled
-            and e.ts >= world.cancelled_at
+            around.cancelled_at is not None
+            and owner == around.cancelled
+            and e.ts >= around.cancelled_at
         ):
             problems.append("dispatched after the owning workflow was cancelled")
         if lease.revoked_at is not None and e.ts >= lease.revoked_at:

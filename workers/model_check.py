@@ -39,7 +39,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .model_world import SHM, World
+from .model_world import SHM, Replay
 
 #: the events a tier's check draws from (near the window's end matters only with a window)
 ALL_EVENTS = (
@@ -93,11 +93,12 @@ class Result:
     variant: str = "retry"
 
 
-def replay(tier: int, variant: str, events: Sequence[str], choices: Sequence[str]) -> World:
-    world = World(tier, variant, events, Path(tempfile.mkdtemp(prefix="interlock-mc-", dir=SHM)))
+def replay(tier: int, variant: str, events: Sequence[str], choices: Sequence[str]) -> Replay:
+    directory = Path(tempfile.mkdtemp(prefix="interlock-mc-", dir=SHM))
+    replayed = Replay(tier, variant, events, directory)
     for choice in choices:
-        world.apply(choice)
-    return world
+        replayed.apply(choice)
+    return replayed
 
 
 def explore(
@@ -120,18 +121,18 @@ def explore(
     finals: dict[str, int] = {}
     while frontier and len(seen) < limit:
         path = frontier.popleft()
-        world = replay(tier, variant, events, path)
+        replayed = replay(tier, variant, events, path)
         try:
-            state = world.state()
+            state = replayed.state()
             if state in seen:
                 continue
             seen.add(state)
-            problems = world.check()
+            problems = replayed.check()
             if problems:
                 violations.append((path, problems))
                 if stop_at_first:
                     break
-            options = world.choices()
+            options = replayed.choices()
             if not any(c.startswith(("step", "kill")) for c in options):
                 terminal += 1
                 record = state[0]
@@ -145,7 +146,7 @@ def explore(
                 transitions += 1
                 frontier.append((*path, choice))
         finally:
-            world.close()
+            replayed.close()
     return Result(
         tier=tier,
         states=len(seen),

@@ -1,6 +1,6 @@
 """The model the exhaustive check (``model_check``) explores: the stores of one replay (a
 journal holding the lease, and an in-memory ``Target`` at a tier on the world's clock) and its
-two attempts, real ``Gate``s in threads that pause at every step (``Runner``). The ``World``
+two attempts, real ``Gate``s in threads that pause at every step (``Runner``). The ``Replay``
 applies the scheduler's choices, names the state they reach, and checks the invariants in it."""
 
 from __future__ import annotations
@@ -199,7 +199,7 @@ def _effect_id(lease: str) -> str:
     return Gate.identify(_call(lease, AMOUNT, OWNER, 1, False))[0]
 
 
-class World:
+class Replay:
     """The stores and the two attempts of one replay."""
 
     def __init__(self, tier: int, variant: str, events: Sequence[str], directory: Path) -> None:
@@ -493,9 +493,9 @@ class World:
                 and all(r.done for r in self.runners)
             ):
                 problems.append("left DISPATCHED after the reconciler ran")
-            world = invariants.World(lease, self.offset_at, self.cancelled_at, OWNER)
+            around = invariants.Circumstances(lease, self.offset_at, self.cancelled_at, OWNER)
             payload = self.journals[0].blob(eid, "approved")[0]
-            problems += invariants.dispatch_problems(entries, world, self.target, payload)
+            problems += invariants.dispatch_problems(entries, around, self.target, payload)
         elif landed:
             problems.append("the effect landed with nothing in the journal")
         if all(r.done for r in self.runners):

@@ -411,8 +411,8 @@ def _judge_the_dispatches(
     lease = journal.leases.get(ledger.lease)
     assert lease is not None
     approved = RefundRequest.model_validate(journal.blob(view.effect_id, "approved")[0])
-    world = invariants.World(lease, ledger.offset_at, ledger.cancelled_at, OWNER)
-    for problem in invariants.dispatch_problems(entries, world, payments, approved):
+    around = invariants.Circumstances(lease, ledger.offset_at, ledger.cancelled_at, OWNER)
+    for problem in invariants.dispatch_problems(entries, around, payments, approved):
         story.check(False, problem)
 
 
