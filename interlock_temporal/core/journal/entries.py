@@ -312,8 +312,9 @@ def signed_ts(body: bytes, at: int) -> float:
 
 
 @dataclass(slots=True)
-class _Chain:
-    """What the entries of one effect add up to, as its index row must say."""
+class ChainSummary:
+    """What the entries of one effect add up to, as its index row must say: what
+    ``ChainCheck`` keeps per effect (``chains``), and ``verifying``'s short path starts."""
 
     head: str = ""
     head_seq: int = 0
@@ -359,7 +360,7 @@ class ChainCheck:
 
     def __init__(self, keyring: Keyring) -> None:
         self.keyring = keyring
-        self.chains: dict[str, _Chain] = {}
+        self.chains: dict[str, ChainSummary] = {}
         #: the archives' anchors met so far (``Kind.ANCHOR``)
         self.anchors: list[RawEntry] = []
 
@@ -372,7 +373,7 @@ class ChainCheck:
             return raw.seq, problem
         chain = self.chains.get(raw.effect_id)
         if chain is None:
-            chain = self.chains[raw.effect_id] = _Chain()
+            chain = self.chains[raw.effect_id] = ChainSummary()
         tombstone = raw.kind == _ARCHIVED
         if tombstone and chain.head:
             return raw.seq, "a tombstone after other entries of its effect (inserted)"
@@ -419,7 +420,7 @@ class ChainCheck:
         return None
 
     @staticmethod
-    def _bind(raw: RawEntry, chain: _Chain) -> tuple[int, str] | None:
+    def _bind(raw: RawEntry, chain: ChainSummary) -> tuple[int, str] | None:
         data = json.loads(raw.body).get("data")
         values = data.get("values") if isinstance(data, dict) else None
         if not isinstance(values, dict):
