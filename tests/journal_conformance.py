@@ -2049,7 +2049,7 @@ class JournalConformance(EffectIdsConformance):
         assert await freed(), "a claim taken for a cancelled caller was kept"
         # given back, not merely dropped with its connection: this process holds no claim
         # (a worker counts the claims it holds to batch its appends)
-        assert journal._claims_held() == 0  # type: ignore[attr-defined]
+        assert journal.claims_held() == 0  # type: ignore[attr-defined]
 
         for _ in range(20):
             claim = journal.claim(A)

@@ -591,7 +591,7 @@ class PostgresJournal(SqlJournal):
             claim.release()
             raise
 
-    def _claims_held(self) -> int:
+    def claims_held(self) -> int:
         return self._claims.held()
 
     def is_claimed(self, effect_id: str) -> bool:

@@ -322,7 +322,7 @@ class SqlJournal(Journal):
         blobs: Mapping[str, Any] | None = None,
     ) -> list[Entry]:
         group = self._group_commit()
-        if group.idle and not self.loop_shared and self._claims_held() <= 1:
+        if group.idle and not self.loop_shared and self.claims_held() <= 1:
             # alone in this process, and the loop has nothing else to do: no hand-off to pay
             return self.append(
                 effect_id,
@@ -363,15 +363,15 @@ class SqlJournal(Journal):
         if writer is not None:
             writer.shutdown(wait=True)
 
-    def _write_batch(
+    def write_batch(
         self,
         loop: asyncio.AbstractEventLoop,
         writer: Executor,
         batch: Sequence[AppendArgs],
     ) -> asyncio.Future[list[list[Entry] | Exception]]:
-        """Write a batch of appends in one transaction; the future resolves once it is durable.
-        Here the whole transaction runs on the writer thread, leaving the loop free while a
-        database server is asked."""
+        """Write a batch of appends in one transaction; the future resolves once it is durable
+        (``BatchWriter``). Here the whole transaction runs on the writer thread, leaving the
+        loop free while a database server is asked."""
         return loop.run_in_executor(writer, self._append_many, batch, self._write_appends)
 
     def _append_many(
@@ -681,8 +681,9 @@ class SqlJournal(Journal):
     def _is_unique_violation(self, err: BaseException) -> bool: ...
 
     @abstractmethod
-    def _claims_held(self) -> int:
-        """How many effects this process holds claims on: the effects in flight here."""
+    def claims_held(self) -> int:
+        """How many effects this process holds claims on: the effects in flight here
+        (``BatchWriter``)."""
 
     @abstractmethod
     def _is_database_error(self, err: BaseException) -> bool:

@@ -335,7 +335,7 @@ class SqliteJournal(SqlJournal):
         if self._checkpointer is not None:
             self._checkpointer.nudge()
 
-    def _write_batch(
+    def write_batch(
         self,
         loop: asyncio.AbstractEventLoop,
         writer: Executor,
@@ -427,7 +427,7 @@ class SqliteJournal(SqlJournal):
     def is_claimed(self, effect_id: str) -> bool:
         return self._claims.is_claimed(effect_id)
 
-    def _claims_held(self) -> int:
+    def claims_held(self) -> int:
         return self._claims.held()
 
     def close(self) -> None:
