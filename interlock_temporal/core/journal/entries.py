@@ -27,7 +27,7 @@ from json.encoder import encode_basestring  # type: ignore[attr-defined]
 from typing import Any
 
 from ..errors import JournalCorrupt
-from ..identity import canonical_json, origin_of
+from ..identity import canonical, canonical_json, origin_of
 from ..models import ANNOTATIONS, Draft, EffectRow, Entry, Kind, built
 from .signing import Keyring, SigningKey
 
@@ -52,6 +52,13 @@ class RawEntry:
     sig: str
     body: bytes
     vals: str | None = None
+
+
+#: an effect's index row (the ``effects`` table), in the order ``effect_row`` reads it
+ROW_COLUMNS = (
+    "effect_id, effect_type, status, head, head_seq, updated_ts, first_dispatch_ts, "
+    "last_dispatch_ts, origin"
+)
 
 
 def effect_row(values: Sequence[Any]) -> EffectRow:
@@ -91,6 +98,16 @@ def _loads_compact(text: str) -> Any:
     except StopIteration:
         return json.loads(text)
     return value if end == len(text) else json.loads(text)
+
+
+def values_json(values: Mapping[str, Any]) -> str:
+    """The JSON object of an append's values as stored beside its last entry (``vals``), each
+    value already canonical JSON bytes or made so."""
+    parts = [
+        _quoted(name) + ":" + (v if isinstance(v, bytes) else canonical(v)).decode()
+        for name, v in values.items()
+    ]
+    return "{" + ",".join(parts) + "}"
 
 
 def values_digest(vals: str) -> str:

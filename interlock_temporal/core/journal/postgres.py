@@ -425,7 +425,7 @@ class PostgresJournal(SqlJournal):
     def _sql(self, text: str) -> str:
         return text.replace("?", "%s")
 
-    def _write(self, fn: Callable[[psycopg.Connection[Any]], T]) -> T:
+    def writing(self, fn: Callable[[psycopg.Connection[Any]], T]) -> T:
         return self._transaction(fn, pipelined=False)
 
     def _write_appends(self, fn: Callable[[psycopg.Connection[Any]], T]) -> T:
@@ -478,19 +478,19 @@ class PostgresJournal(SqlJournal):
         finally:
             self._pipelines.pop(conn, None)
 
-    def _read(self, fn: Callable[[psycopg.Connection[Any]], T]) -> T:
+    def reading(self, fn: Callable[[psycopg.Connection[Any]], T]) -> T:
         try:
             with self._pool.connection() as conn:
                 return fn(conn)
         except (psycopg.OperationalError, psycopg.InterfaceError, PoolTimeout) as err:
             raise JournalUnavailable(f"journal {self.url} cannot be read: {err}") from err
 
-    def _seq_base(self, db: psycopg.Connection[Any]) -> int:
+    def hold_seq(self, db: psycopg.Connection[Any]) -> int:
         row = db.execute("SELECT seq FROM journal_seq WHERE id = 1 FOR UPDATE").fetchone()
         assert row is not None
         return int(row[0])
 
-    def _seq_advance(self, db: psycopg.Connection[Any], seq: int) -> None:
+    def advance_seq(self, db: psycopg.Connection[Any], seq: int) -> None:
         db.execute("UPDATE journal_seq SET seq = %s WHERE id = 1", (seq,))
 
     def _store(
@@ -536,7 +536,7 @@ class PostgresJournal(SqlJournal):
         if pipeline is not None:
             pipeline.sync()
 
-    def _is_unique_violation(self, err: BaseException) -> bool:
+    def is_unique_violation(self, err: BaseException) -> bool:
         return isinstance(err, psycopg.errors.UniqueViolation)
 
     def _is_database_error(self, err: BaseException) -> bool:
@@ -597,7 +597,7 @@ class PostgresJournal(SqlJournal):
     def is_claimed(self, effect_id: str) -> bool:
         key = lock_key(effect_id) & 0xFFFF_FFFF_FFFF_FFFF
         high, low = key >> 32, key & 0xFFFF_FFFF
-        row = self._read(
+        row = self.reading(
             lambda db: db.execute(
                 "SELECT EXISTS (SELECT 1 FROM pg_locks WHERE locktype = 'advisory' AND "
                 "database = (SELECT oid FROM pg_database WHERE datname = current_database()) "

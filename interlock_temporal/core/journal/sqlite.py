@@ -288,12 +288,12 @@ class SqliteJournal(SqlJournal):
 
     # -- transactions ------------------------------------------------------------------------
 
-    def _x(self, db: sqlite3.Connection, sql: str, params: Sequence[Any] = ()) -> Any:
+    def execute(self, db: sqlite3.Connection, sql: str, params: Sequence[Any] = ()) -> Any:
         """SQLite runs the shared SQL as written (``?`` placeholders), with any sequence of
         parameters: no translation, no copy."""
         return db.execute(sql, params)
 
-    def _write(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+    def writing(self, fn: Callable[[sqlite3.Connection], T]) -> T:
         """Run ``fn(db)`` in one durable write transaction (``BEGIN IMMEDIATE``: the whole
         database is this transaction's until it ends)."""
         with self._lock:
@@ -365,7 +365,7 @@ class SqliteJournal(SqlJournal):
             self._flushed.set()
         return outcomes
 
-    def _read(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+    def reading(self, fn: Callable[[sqlite3.Connection], T]) -> T:
         """``fn`` on the writers' connection when it is idle (no transaction open on it, no
         COMMIT being flushed: both need ``_lock``): its page cache holds what it wrote, where
         the readers' connection drops its whole cache whenever the database changed since its
@@ -392,11 +392,11 @@ class SqliteJournal(SqlJournal):
         lease = lease_in(found[9], found[10], own_cents(charge_in(found[6:9])))
         return int(found[0]), None if found[1] is None else found[1:9], lambda: lease
 
-    def _seq_base(self, db: sqlite3.Connection) -> int:
+    def hold_seq(self, db: sqlite3.Connection) -> int:
         (seq,) = db.execute("SELECT COALESCE(MAX(seq), 0) FROM entries").fetchone()
         return int(seq)
 
-    def _is_unique_violation(self, err: BaseException) -> bool:
+    def is_unique_violation(self, err: BaseException) -> bool:
         return isinstance(err, sqlite3.IntegrityError)
 
     def _is_database_error(self, err: BaseException) -> bool:
