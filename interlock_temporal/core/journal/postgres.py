@@ -178,10 +178,10 @@ _MIGRATIONS: list[str] = [
         WHERE json_typeof(replace(s.doc, '\\u0000', '')::json -> 'deliveries') = 'array'
         ON CONFLICT DO NOTHING;
     """,
-    # 6 (retention): archives of settled effects leave signed anchors (kind ANCHOR) in the
-    # journal; verify reads them first, through this index (a partial one: appends of other
-    # kinds never write it). It also keeps a release that cannot read archives from opening
-    # an archived journal (it would take the archived seqs for missing entries).
+    # 6 (retention): archives of effects in a final state leave signed anchors (kind ANCHOR)
+    # in the journal; verify reads them first, through this index (a partial one: appends of
+    # other kinds never write it). It also keeps a release that cannot read archives from
+    # opening an archived journal (it would take the archived seqs for missing entries).
     """
     CREATE INDEX IF NOT EXISTS entries_anchors ON entries (seq) WHERE kind = 'ANCHOR';
     """,
@@ -431,7 +431,7 @@ class PostgresJournal(SqlJournal):
     def _write_appends(self, fn: Callable[[psycopg.Connection[Any]], T]) -> T:
         """Appends in pipeline mode: a statement whose result is not read yet is sent without
         waiting for the server, so the writes of an append go in one round trip, with the next
-        read (or ``_settle``)."""
+        read (or ``_drain``)."""
         return self._transaction(fn, pipelined=True)
 
     def _transaction(self, fn: Callable[[psycopg.Connection[Any]], T], *, pipelined: bool) -> T:
@@ -531,7 +531,7 @@ class PostgresJournal(SqlJournal):
 
         return seq
 
-    def _settle(self, db: psycopg.Connection[Any]) -> None:
+    def _drain(self, db: psycopg.Connection[Any]) -> None:
         pipeline = self._pipelines.get(db)
         if pipeline is not None:
             pipeline.sync()

@@ -100,9 +100,10 @@ IN_DOUBT_SQL = (
 )
 
 
-class _Unsettled(Exception):
+class _UnknownRefusal(Exception):
     """A pipelined batch's append was refused, and which one is not known: the batch's
-    transaction is rolled back and run again, each append settled before the next."""
+    transaction is rolled back and run again, each append's statements drained before the
+    next's are sent."""
 
 
 class _ItemFailed(Exception):
@@ -239,13 +240,14 @@ class SqlJournal(Journal):
         seq = self.hold_seq(db)
         return lambda: seq
 
-    def _settle(self, db: Any) -> None:
+    def _drain(self, db: Any) -> None:
         """The statements sent so far in this transaction have run: their errors are raised
-        here (a backend that pipelines its writes waits for them; the others already have)."""
+        here (a backend that pipelines its statements waits for their results; the others
+        already have)."""
 
     def _write_appends(self, fn: Callable[[Any], T]) -> T:
         """``writing`` for appends. A backend may pipeline it: the errors of the last writes
-        are then raised by the COMMIT, out of ``fn`` (``_settle`` raises them sooner)."""
+        are then raised by the COMMIT, out of ``fn`` (``_drain`` raises them sooner)."""
         return self.writing(fn)
 
     def _migrate_in(self, db: Any) -> None:
@@ -382,16 +384,16 @@ class SqlJournal(Journal):
         are written again without it; an error of the database fails them all."""
         outcomes: dict[int, list[Entry] | Exception] = {}
         left = list(range(len(batch)))
-        settle_each = not self.PIPELINES
+        drain_each = not self.PIPELINES
         while left:
             try:
                 written = transaction(
                     functools.partial(
-                        self._append_batch, [batch[i] for i in left], settle_each=settle_each
+                        self._append_batch, [batch[i] for i in left], drain_each=drain_each
                     )
                 )
-            except _Unsettled:
-                settle_each = True
+            except _UnknownRefusal:
+                drain_each = True
                 continue
             except _ItemFailed as failed:
                 index = left.pop(failed.index)
@@ -399,7 +401,7 @@ class SqlJournal(Journal):
                 continue
             except Exception as err:
                 if self.is_unique_violation(err):
-                    # raised by the COMMIT: the last append's writes (the others had settled)
+                    # raised by the COMMIT: the last append's writes (the others' had drained)
                     index = left.pop()
                     outcomes[index] = self._append_error(batch[index], err)
                     continue
@@ -416,23 +418,24 @@ class SqlJournal(Journal):
         return err
 
     def _append_batch(
-        self, batch: Sequence[AppendArgs], db: Any, *, settle_each: bool
+        self, batch: Sequence[AppendArgs], db: Any, *, drain_each: bool
     ) -> list[list[Entry]]:
         """The appends of a batch. Pipelined, an append's writes are sent with the next one's
         reads, and their refusal comes with those reads: whose it is, is not known, and the
-        batch is written again with each append settled before the next (``settle_each``).
-        The last one's writes settle with the COMMIT (``_append_many`` knows whose they are)."""
+        batch is written again with each append's statements drained before the next's
+        (``drain_each``). The last one's writes drain with the COMMIT (``_append_many``
+        knows whose they are)."""
         written = []
         for index, args in enumerate(batch):
             try:
                 written.append(self._append_tx(db, *args))
-                if settle_each and index < len(batch) - 1:
-                    self._settle(db)
+                if drain_each and index < len(batch) - 1:
+                    self._drain(db)
             except Exception as err:
                 if self._is_database_error(err) and not self.is_unique_violation(err):
                     raise
-                if not settle_each and self.is_unique_violation(err):
-                    raise _Unsettled() from err
+                if not drain_each and self.is_unique_violation(err):
+                    raise _UnknownRefusal() from err
                 raise _ItemFailed(index, err) from err
         return written
 

@@ -1,14 +1,14 @@
-"""An archive run on a SQL journal, in one write transaction: the settled effects chosen, their
-entries written to the archive file (flushed to disk before anything leaves the journal), then
-removed, each effect's tombstone and the archive's anchor appended, and the transaction
-committed. If anything fails before the commit, nothing left the journal and the file is
+"""An archive run on a SQL journal, in one write transaction: the effects in a final state
+chosen, their entries written to the archive file (flushed to disk before anything leaves the
+journal), then removed, each effect's tombstone and the archive's anchor appended, and the
+transaction committed. If anything fails before the commit, nothing left the journal and the file is
 removed again; a crash between the file's flush and the commit leaves a file whose anchor is
 not in the journal (``journal verify --archive`` says so): it took nothing.
 
 Appends wait for the run (it holds the journal's seq, as an append does), so no effect moves
 while it is chosen. An effect an attempt holds a claim on when the run looks is left alone;
 the run takes no claims itself (on PostgreSQL each would hold a connection), so an attempt
-that claims an effect meanwhile reads it settled, and an append it makes waits for the run,
+that claims an effect meanwhile reads it final, and an append it makes waits for the run,
 finds the head moved to the tombstone and reads again: it answers as before.
 
 The run sees the journal through ``JournalAccess`` (``sql_access``): it holds and moves the
@@ -50,10 +50,11 @@ from .entries import (
 from .interface import ARCHIVE_CHAIN_TYPE, POLICY_CHAIN_TYPE
 from .sql_access import JournalAccess
 
-#: what ``settle`` says of an effect: the tombstone's data, or why it stays (a ``skipped`` key)
-Settle = Callable[[str, list[Entry]], "dict[str, Any] | str"]
+#: what ``judge`` says of an effect: the tombstone's data, or why it stays (a ``skipped`` key)
+Judge = Callable[[str, list[Entry]], "dict[str, Any] | str"]
 
-_SETTLED = ("COMMITTED", "REFUSED", "RESOLVED")
+#: the statuses an effect ends in (a run looks at no other)
+_FINAL = ("COMMITTED", "REFUSED", "RESOLVED")
 
 
 class _Chosen:
@@ -66,13 +67,21 @@ class _Chosen:
         self.result = result
 
 
-def archive_settled(
-    journal: JournalAccess, *, cutoff: float, to: Path, settle: Settle, header: Mapping[str, Any]
+def archive_final(
+    journal: JournalAccess, *, cutoff: float, to: Path, judge: Judge, header: Mapping[str, Any]
 ) -> ArchiveRun:
-    """Move the settled effects last updated before ``cutoff`` that ``settle`` accepts to the
-    archive file ``to`` (which must not exist), leaving tombstones and an anchor."""
+    """Move the effects in a final state last updated before ``cutoff`` that ``judge`` accepts
+    to the archive file ``to`` (which must not exist), leaving tombstones and an anchor."""
     skipped: dict[str, int] = {}
-    return journal.writing(lambda db: _run(journal, db, cutoff, to, settle, dict(header), skipped))
+    return journal.writing(lambda db: _run(journal, db, cutoff, to, judge, dict(header), skipped))
+
+
+def archive_settled(
+    journal: JournalAccess, *, cutoff: float, to: Path, settle: Judge, header: Mapping[str, Any]
+) -> ArchiveRun:
+    """``archive_final`` under its former name and keywords, which ``core/retention`` still
+    calls; to go once it calls ``archive_final``."""
+    return archive_final(journal, cutoff=cutoff, to=to, judge=settle, header=header)
 
 
 def _run(
@@ -80,12 +89,12 @@ def _run(
     db: Any,
     cutoff: float,
     to: Path,
-    settle: Settle,
+    judge: Judge,
     header: dict[str, Any],
     skipped: dict[str, int],
 ) -> ArchiveRun:
     seq = journal.hold_seq(db)  # held until the commit: appends wait for the run
-    chosen = _choose(journal, db, cutoff, settle, skipped)
+    chosen = _choose(journal, db, cutoff, judge, skipped)
     if not chosen:
         return ArchiveRun(None, None, 0, 0, [], None, None, skipped)
     raws = sorted((r for c in chosen for r in c.raws), key=lambda r: r.seq)
@@ -129,14 +138,14 @@ def _choose(
     journal: JournalAccess,
     db: Any,
     cutoff: float,
-    settle: Settle,
+    judge: Judge,
     skipped: dict[str, int],
 ) -> list[_Chosen]:
     rows = journal.execute(
         db,
         f"SELECT {ROW_COLUMNS} FROM effects WHERE status IN (?, ?, ?) AND updated_ts < ? "
         "AND effect_type NOT IN (?, ?) ORDER BY head_seq",
-        (*_SETTLED, cutoff, POLICY_CHAIN_TYPE, ARCHIVE_CHAIN_TYPE),
+        (*_FINAL, cutoff, POLICY_CHAIN_TYPE, ARCHIVE_CHAIN_TYPE),
     ).fetchall()
     chosen = []
     for values in rows:
@@ -154,7 +163,7 @@ def _choose(
         if raws[-1].kind == Kind.ARCHIVED.value:
             continue  # only its tombstone is left: nothing to move
         entries = [decode_entry(r) for r in raws]
-        verdict = settle(row.effect_id, entries)
+        verdict = judge(row.effect_id, entries)
         if isinstance(verdict, str):
             skipped[verdict] = skipped.get(verdict, 0) + 1
             continue

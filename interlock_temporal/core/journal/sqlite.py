@@ -142,10 +142,10 @@ _MIGRATIONS: list[str] = [
         SELECT s.session, d.value FROM policy_sessions s, json_each(s.doc, '$.deliveries') d
         WHERE json_type(s.doc, '$.deliveries') = 'array';
     """,
-    # 6 (retention): archives of settled effects leave signed anchors (kind ANCHOR) in the
-    # journal; verify reads them first, through this index (a partial one: appends of other
-    # kinds never write it). It also keeps a release that cannot read archives from opening
-    # an archived journal (it would take the archived seqs for missing entries).
+    # 6 (retention): archives of effects in a final state leave signed anchors (kind ANCHOR)
+    # in the journal; verify reads them first, through this index (a partial one: appends of
+    # other kinds never write it). It also keeps a release that cannot read archives from
+    # opening an archived journal (it would take the archived seqs for missing entries).
     """
     CREATE INDEX IF NOT EXISTS entries_anchors ON entries (seq) WHERE kind = 'ANCHOR';
     """,
