@@ -142,6 +142,7 @@ class SqlJournal(Journal):
         #: the thread that writes ``append_async``'s batches, and each event loop's queue
         self._writer: ThreadPoolExecutor | None = None
         self._writer_lock = threading.Lock()
+        self._writer_id: int | None = None
         self._groups: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, GroupCommit] = (
             weakref.WeakKeyDictionary()
         )
@@ -323,7 +324,7 @@ class SqlJournal(Journal):
         lease_id: str | None = None,
         blobs: Mapping[str, Any] | None = None,
     ) -> list[Entry]:
-        group = self._group_commit()
+        group = self.group_commit()
         if group.idle and not self.loop_shared and self.claims_held() <= 1:
             # alone in this process, and the loop has nothing else to do: no hand-off to pay
             return self.append(
@@ -340,9 +341,11 @@ class SqlJournal(Journal):
         """``fn(tx)`` in one ``writing`` transaction on the writer thread, alone (see
         ``GroupCommit.run_alone``): the appends of this process wait for it, they do not fail."""
         job = functools.partial(self.writing, lambda db: fn(SqlTx(self, db)))
-        return await self._group_commit().run_alone(job)
+        return await self.group_commit().run_alone(job)
 
-    def _group_commit(self) -> GroupCommit:
+    def group_commit(self) -> GroupCommit:
+        """The running event loop's group commit, which ``append_async`` hands its appends to
+        when they can share a batch (made, with the journal's writer thread, on first use)."""
         loop = asyncio.get_running_loop()
         last = self._last_group()
         if last is not None and last.loop is loop and self._writer is not None:
@@ -350,13 +353,25 @@ class SqlJournal(Journal):
         with self._writer_lock:
             if self._writer is None:
                 self._writer = ThreadPoolExecutor(
-                    1, thread_name_prefix="interlock-journal", initializer=no_wakeup_preemption
+                    1, thread_name_prefix="interlock-journal", initializer=self._writer_started
                 )
             group = self._groups.get(loop)
             if group is None:
                 group = self._groups[loop] = GroupCommit(self, loop, self._writer)
             self._last_group = weakref.ref(group)
             return group
+
+    def _writer_started(self) -> None:
+        """On the writer thread, as it starts: note its id, and keep it from preempting the
+        loop that hands it a flush (``no_wakeup_preemption``)."""
+        self._writer_id = threading.get_native_id()
+        no_wakeup_preemption()
+
+    @property
+    def writer_thread_id(self) -> int | None:
+        """The native id of the journal's writer thread (None before its first batch): for a
+        test or a profile that looks at that thread."""
+        return self._writer_id
 
     def _close_writer(self) -> None:
         """Wait for the batch being written, and stop the writer thread."""
@@ -374,9 +389,14 @@ class SqlJournal(Journal):
         """Write a batch of appends in one transaction; the future resolves once it is durable
         (``BatchWriter``). Here the whole transaction runs on the writer thread, leaving the
         loop free while a database server is asked."""
-        return loop.run_in_executor(writer, self._append_many, batch, self._write_appends)
+        return loop.run_in_executor(writer, self._append_many_in, batch, self._write_appends)
 
-    def _append_many(
+    def append_many(self, batch: Sequence[AppendArgs]) -> list[list[Entry] | Exception]:
+        """Several appends in one transaction, as a group commit writes a batch: each one's
+        entries, or its own error (see ``_append_many_in``)."""
+        return self._append_many_in(batch, self._write_appends)
+
+    def _append_many_in(
         self, batch: Sequence[AppendArgs], transaction: Callable[[Callable[[Any], Any]], Any]
     ) -> list[list[Entry] | Exception]:
         """Several appends in one ``transaction``, in order (a later append of one effect sees
@@ -423,7 +443,7 @@ class SqlJournal(Journal):
         """The appends of a batch. Pipelined, an append's writes are sent with the next one's
         reads, and their refusal comes with those reads: whose it is, is not known, and the
         batch is written again with each append's statements drained before the next's
-        (``drain_each``). The last one's writes drain with the COMMIT (``_append_many``
+        (``drain_each``). The last one's writes drain with the COMMIT (``_append_many_in``
         knows whose they are)."""
         written = []
         for index, args in enumerate(batch):

@@ -195,12 +195,22 @@ _SEQ_ROW_AND_LEASE += f" {LEASE_JOIN}"
 
 
 class SqliteJournal(SqlJournal):
+    """The embedded journal. Besides ``SqlJournal``'s, its public names for tests and
+    measurements (never needed to use the journal): its writers' ``connection``,
+    ``wrap_connections`` (a measurement's proxy in place of its connections), its WAL's
+    ``checkpointer`` (``stop_checkpointer``, ``start_checkpointer``), ``writers_held`` (no
+    write of this process runs while held) and ``observe_write_lock``."""
+
     MIGRATIONS = _MIGRATIONS
     #: the writers' connection, the readers', the host's claims and the WAL's checkpointer
     _db: sqlite3.Connection
     _reader: sqlite3.Connection
     _claims: Claims
     _checkpointer: Checkpointer | None = None
+    #: a measurement's hook, None (the default) in normal use: called with the seconds each
+    #: write transaction's ``BEGIN IMMEDIATE`` took (the wait for the database's write lock,
+    #: which the other processes writing to it hold in turn)
+    observe_write_lock: Callable[[float], None] | None = None
 
     def __init__(
         self,
@@ -219,6 +229,7 @@ class SqliteJournal(SqlJournal):
         self._flushed = threading.Event()
         self._flushed.set()
         self._reader_lock = threading.Lock()
+        self._busy_timeout_s = busy_timeout_s
 
         def connect() -> None:
             self.path.parent.mkdir(parents=True, exist_ok=True)
@@ -231,13 +242,7 @@ class SqliteJournal(SqlJournal):
             # reads have their own connection: WAL lets them go on while a write is flushed
             self._reader = self._opened(self._connect(busy_timeout_s))
             self._claims = host_claims(self.path.with_name(self.path.name + ".claims"))
-            self._checkpointer = self._opened(
-                Checkpointer(
-                    lambda: self._connect(busy_timeout_s),
-                    self._writers_held,
-                    on_start=no_wakeup_preemption,
-                )
-            )
+            self.start_checkpointer()
 
         self._open(connect, check_tail=check_tail)
 
@@ -269,11 +274,53 @@ class SqliteJournal(SqlJournal):
             return
 
     @contextlib.contextmanager
-    def _writers_held(self) -> Iterator[None]:
-        """No write of this process runs (nor is being flushed) until the block ends."""
+    def writers_held(self) -> Iterator[None]:
+        """No write of this process runs (nor is being flushed) until the block ends: what a
+        checkpoint pass that must catch up holds (``Checkpointer``)."""
         with self._lock:
             self._flushed.wait()
             yield
+
+    # -- for tests and measurements ----------------------------------------------------------
+
+    @property
+    def connection(self) -> sqlite3.Connection:
+        """The writers' connection (reads run on it too while it is idle): to look at its
+        pragmas, its query plans or the statements it runs. A write made through it, outside
+        the journal's transactions, is not the journal's."""
+        return self._db
+
+    def wrap_connections(self, wrap: Callable[[sqlite3.Connection], Any]) -> None:
+        """Put ``wrap(connection)`` in place of the writers' and the readers' connections: a
+        measurement's proxy (the time spent in statements), which must do what the connection
+        does (``execute``, ``cursor``, ``in_transaction``, ...)."""
+        self._db = wrap(self._db)
+        self._reader = wrap(self._reader)
+
+    @property
+    def checkpointer(self) -> Checkpointer | None:
+        """The thread that checkpoints the WAL off the commits' path (None: stopped)."""
+        return self._checkpointer
+
+    def stop_checkpointer(self) -> None:
+        """Stop the WAL's checkpointer: SQLite's own auto-checkpoint (at the pages the
+        writers' connection sets, the backstop unless changed) is then the only one."""
+        checkpointer, self._checkpointer = self._checkpointer, None
+        if checkpointer is not None:
+            checkpointer.close()
+            self._resources.remove(checkpointer)
+
+    def start_checkpointer(self) -> Checkpointer:
+        """The WAL's checkpointer, started as the journal starts it if it is stopped."""
+        if self._checkpointer is None:
+            self._checkpointer = self._opened(
+                Checkpointer(
+                    lambda: self._connect(self._busy_timeout_s),
+                    self.writers_held,
+                    on_start=no_wakeup_preemption,
+                )
+            )
+        return self._checkpointer
 
     def _exclusively(self, fn: Callable[[sqlite3.Connection], T]) -> T:
         db = self._db
@@ -306,10 +353,14 @@ class SqliteJournal(SqlJournal):
         """``BEGIN IMMEDIATE`` and ``fn(db)``, leaving the transaction open for its caller to
         commit; rolled back if ``fn`` raises. The caller holds ``_lock``."""
         db = self._db
+        observe = self.observe_write_lock
+        asked = 0.0 if observe is None else time.perf_counter()
         try:
             db.execute("BEGIN IMMEDIATE")
         except sqlite3.Error as err:
             raise JournalUnavailable(f"journal {self.url} cannot be written: {err}") from err
+        if observe is not None:
+            observe(time.perf_counter() - asked)
         try:
             return fn(db)
         except sqlite3.IntegrityError:
@@ -346,7 +397,7 @@ class SqliteJournal(SqlJournal):
         the writer thread; until it ends, the next write on this connection waits."""
         with self._lock:
             self._flushed.wait()
-            outcomes = self._append_many(batch, self._uncommitted)
+            outcomes = self._append_many_in(batch, self._uncommitted)
             if not self._db.in_transaction:  # every append failed on its own
                 done: asyncio.Future[list[list[Entry] | Exception]] = loop.create_future()
                 done.set_result(outcomes)
