@@ -34,7 +34,6 @@ from typing import Any
 
 from interlock_temporal.core.journal import Journal, open_journal
 from interlock_temporal.core.journal.checkpoints import BACKSTOP_PAGES, Checkpointer
-from interlock_temporal.core.journal.group_commit import no_wakeup_preemption
 from interlock_temporal.core.journal.sqlite import SqliteJournal
 from interlock_temporal.core.models import VerifyReport
 from interlock_temporal.core.protocol import Call, Delivery, Gate, Measure, Ticket
@@ -146,7 +145,7 @@ def connection_of(journal: Journal) -> sqlite3.Connection:
     prefilling)."""
     if not isinstance(journal, SqliteJournal):
         raise TypeError(f"expected the SQLite journal, got {type(journal).__name__}")
-    return journal._db
+    return journal.connection
 
 
 def issue_bench_lease(
@@ -274,7 +273,7 @@ class Subject:
 
     def _watch_checkpoints(self) -> None:
         """Time every checkpoint round of this subject's journal (its checkpointer's thread)."""
-        checkpointer: Checkpointer | None = getattr(self.journal, "_checkpointer", None)
+        checkpointer: Checkpointer | None = getattr(self.journal, "checkpointer", None)
         if checkpointer is None:
             return
         run = checkpointer.checkpoint
@@ -293,8 +292,8 @@ class Subject:
         """The end of this subject's burst of traffic: its checkpointer runs the round the
         last commits asked for now, and this waits for it (untimed), so that it does not
         land in the next subject's block (see ``measure``)."""
-        checkpointer: Checkpointer | None = getattr(self.journal, "_checkpointer", None)
-        if checkpointer is not None and not checkpointer.settle(SETTLE_TIMEOUT_S):
+        checkpointer: Checkpointer | None = getattr(self.journal, "checkpointer", None)
+        if checkpointer is not None and not checkpointer.catch_up(SETTLE_TIMEOUT_S):
             raise RuntimeError(f"{self.label}: the WAL checkpoint did not settle")
 
     async def _rotate(self) -> None:
@@ -448,20 +447,11 @@ def checkpoint_inline(journal: Journal, inline: bool) -> None:
     if not isinstance(journal, SqliteJournal):
         raise TypeError(f"expected the SQLite journal, got {type(journal).__name__}")
     if inline:
-        if journal._checkpointer is not None:
-            journal._checkpointer.close()
-            journal._checkpointer = None
-        journal._db.execute(f"PRAGMA wal_autocheckpoint={SQLITE_AUTOCHECKPOINT}")
+        journal.stop_checkpointer()
+        journal.connection.execute(f"PRAGMA wal_autocheckpoint={SQLITE_AUTOCHECKPOINT}")
         return
-    journal._db.execute(f"PRAGMA wal_autocheckpoint={BACKSTOP_PAGES}")
-    if journal._checkpointer is None:
-        journal._checkpointer = journal._opened(
-            Checkpointer(
-                lambda: journal._connect(10.0),
-                journal._writers_held,
-                on_start=no_wakeup_preemption,
-            )
-        )
+    journal.connection.execute(f"PRAGMA wal_autocheckpoint={BACKSTOP_PAGES}")
+    journal.start_checkpointer()
 
 
 async def checkpoint_probe(subject: Subject, n: int, block: int = 25) -> CheckpointProbe:
@@ -569,8 +559,7 @@ async def cpu_split(directory: Path, n: int) -> CpuSplit:
     try:
         if not isinstance(journal, SqliteJournal):
             raise TypeError("the CPU split needs the SQLite journal")
-        journal._db = _TimedConnection(journal._db, spent)  # type: ignore[assignment]
-        journal._reader = _TimedConnection(journal._reader, spent)  # type: ignore[assignment]
+        journal.wrap_connections(lambda db: _TimedConnection(db, spent))
         gate, target, send = Gate(journal), TrivialTarget(), ConstantSend()
         for i in range(ROTATE_WARMUP):
             await gate.run(make_call("cpu-warm", i), target, send)

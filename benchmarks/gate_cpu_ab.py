@@ -71,6 +71,20 @@ async def _send(ticket: Any) -> Mapping[str, Any]:
     return RESULT
 
 
+def _unsynced_and_timed(journal: Any, spent: list[int]) -> None:
+    """``synchronous=OFF`` on a side's journal, and the thread CPU time of its statements
+    counted into ``spent``. A base revision from before the SQLite journal named its
+    ``connection`` and ``wrap_connections`` (issue 31) is driven through its private
+    attributes."""
+    if not hasattr(journal, "wrap_connections"):
+        journal._db.execute("PRAGMA synchronous=OFF")  # private: a base from before issue 31
+        journal._db = _TimedConnection(journal._db, spent)  # private: as above
+        journal._reader = _TimedConnection(journal._reader, spent)  # private: as above
+        return
+    journal.connection.execute("PRAGMA synchronous=OFF")
+    journal.wrap_connections(lambda db: _TimedConnection(db, spent))
+
+
 class Side:
     """One package's gate on its own journal, and its samples (ns)."""
 
@@ -81,10 +95,8 @@ class Side:
             f"sqlite:///{directory / package}.db", signing_key=SIGNING_KEY
         )
         issue_bench_lease(journal.leases)
-        journal._db.execute("PRAGMA synchronous=OFF")
         self.spent = [0, 0]
-        journal._db = _TimedConnection(journal._db, self.spent)
-        journal._reader = _TimedConnection(journal._reader, self.spent)
+        _unsynced_and_timed(journal, self.spent)
         self.journal = journal
         self.gate = self.protocol.Gate(journal)
         self.target = _Target()

@@ -20,10 +20,9 @@ import json
 import signal
 import threading
 import time
-from collections.abc import Callable
 from datetime import timedelta
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 from temporalio import activity, workflow
 from temporalio.client import Client
@@ -37,7 +36,6 @@ from interlock_temporal.workflow import act_as
 from .throughput import NullTarget
 
 ACTIVITY = "load_effect"
-T = TypeVar("T")
 TARGET = NullTarget()
 #: activities a worker process runs at once (the SDK's default is 100)
 CONCURRENCY = 100
@@ -105,23 +103,11 @@ class Timings:
 
 def time_the_write_lock(journal: Any, timings: Timings) -> None:
     """SQLite: note how long each write transaction's ``BEGIN IMMEDIATE`` takes (measured in
-    this benchmark's worker only, around the journal's own ``_uncommitted``; nothing else
+    this benchmark's worker only, through the journal's ``observe_write_lock``; nothing else
     changes)."""
-    inner = getattr(journal, "_uncommitted", None)
-    if inner is None:
+    if not hasattr(journal, "observe_write_lock"):
         return
-
-    def uncommitted(fn: Callable[[Any], T]) -> T:
-        asked = time.perf_counter()
-
-        def begun(db: Any) -> T:
-            timings.begin.append((time.time(), time.perf_counter() - asked))
-            return fn(db)
-
-        result: T = inner(begun)
-        return result
-
-    journal._uncommitted = uncommitted
+    journal.observe_write_lock = lambda waited: timings.begin.append((time.time(), waited))
 
 
 #: Linux's prctl option that names the calling thread (15 bytes at most)

@@ -377,7 +377,7 @@ def _tail_section(g: GateCost) -> list[str]:
         "p50) of steady commits, in which its checkpointer runs a round "
         f"{INTERVAL_S * 1000:g} ms after the first commit not yet checkpointed, and at the "
         "block's end the round the last commits asked for is run at once and waited for, "
-        "untimed (`Checkpointer.settle`): a worker whose traffic pauses runs that round in the "
+        "untimed (`Checkpointer.catch_up`): a worker whose traffic pauses runs that round in the "
         "pause. Without it, that round ran in the next subject's block, charging one "
         "journal's checkpoint to another series; with blocks of 25 (shorter than the wait), "
         "most of a journal's rounds overlapped other series' samples rather than its own.",

@@ -876,7 +876,7 @@ class JournalConformance(EffectIdsConformance):
             (B, None, built(Kind.REFUSED), None, lease_id, None),
         ]
         sql_journal: Any = journal
-        outcomes = sql_journal._append_many(batch, sql_journal._write_appends)
+        outcomes = sql_journal.append_many(batch)
         assert not [o for o in outcomes if isinstance(o, Exception)], outcomes
         assert self._reserved(journal, lease_id) == 2_000
         assert self._others(journal, A, lease_id) == 0
@@ -1019,9 +1019,9 @@ class JournalConformance(EffectIdsConformance):
     ) -> None:
         journal.loop_shared = True
         await journal.append_async(A, "", [draft(Kind.PROPOSED)], effect_type="refund")
-        writers = list(journal._writer._threads)  # type: ignore[attr-defined]
-        assert len(writers) == 1
-        assert os.sched_getscheduler(writers[0].native_id) == os.SCHED_BATCH
+        writer = journal.writer_thread_id  # type: ignore[attr-defined]
+        assert writer is not None
+        assert os.sched_getscheduler(writer) == os.SCHED_BATCH
 
     async def test_a_batch_waits_for_the_appends_of_other_effects_under_way(
         self, journal: Journal, in_flight: None
@@ -1071,7 +1071,7 @@ class JournalConformance(EffectIdsConformance):
         assert max(t.loop_wait for t in seen) >= busy_s / 2
         # and unobserved, the append is the plain future, as before: no coroutine in between
         journal.observe_appends = None
-        group = journal._group_commit()  # type: ignore[attr-defined]
+        group = journal.group_commit()  # type: ignore[attr-defined]
         pending = group.submit((C, "", [draft(Kind.PROPOSED)], "refund", None, None))
         assert asyncio.isfuture(pending)
         assert (await pending) == journal.read(C)
@@ -2049,7 +2049,7 @@ class JournalConformance(EffectIdsConformance):
         assert await freed(), "a claim taken for a cancelled caller was kept"
         # given back, not merely dropped with its connection: this process holds no claim
         # (a worker counts the claims it holds to batch its appends)
-        assert journal._claims_held() == 0  # type: ignore[attr-defined]
+        assert journal.claims_held() == 0  # type: ignore[attr-defined]
 
         for _ in range(20):
             claim = journal.claim(A)

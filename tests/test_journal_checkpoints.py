@@ -33,10 +33,10 @@ def test_the_commit_leaves_the_checkpoint_to_the_journals_thread(tmp_path: Path)
     path = tmp_path / "j.db"
     journal = open_journal(path, signing_key=KEY)
     try:
-        db = journal._db  # type: ignore[attr-defined]
+        db = journal.connection  # type: ignore[attr-defined]
         # the writers' own checkpoint is a distant backstop, not SQLite's default 1,000 pages
         assert db.execute("PRAGMA wal_autocheckpoint").fetchone()[0] == checkpoints.BACKSTOP_PAGES
-        checkpointer = journal._checkpointer  # type: ignore[attr-defined]
+        checkpointer = journal.checkpointer  # type: ignore[attr-defined]
         rounds = checkpointer.rounds
         for i in range(40):
             eid = effect_id("cp.refund", {"i": i})
@@ -55,16 +55,16 @@ def test_the_commit_leaves_the_checkpoint_to_the_journals_thread(tmp_path: Path)
     assert not Path(f"{path}-wal").exists()  # the last connection closed checkpoints it all
 
 
-def test_settle_runs_the_round_asked_for_now_and_waits_for_it(
+def test_catch_up_runs_the_round_asked_for_now_and_waits_for_it(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    # an interval far beyond the test: only ``settle`` can start the round before it ends
+    # an interval far beyond the test: only ``catch_up`` can start the round before it ends
     monkeypatch.setattr(checkpoints, "INTERVAL_S", 60.0)
     path = tmp_path / "j.db"
     journal = open_journal(path, signing_key=KEY)
-    checkpointer = journal._checkpointer  # type: ignore[attr-defined]
+    checkpointer = journal.checkpointer  # type: ignore[attr-defined]
     try:
-        assert checkpointer.settle(5.0)  # nothing asked for: settled at once
+        assert checkpointer.catch_up(5.0)  # nothing asked for: caught up at once
         assert checkpointer.rounds == 0
         for i in range(20):
             eid = effect_id("cp.refund", {"i": i})
@@ -72,7 +72,7 @@ def test_settle_runs_the_round_asked_for_now_and_waits_for_it(
         frames, copied = _wal_pending(path)
         assert frames > copied
         started = time.monotonic()
-        assert checkpointer.settle(10.0)
+        assert checkpointer.catch_up(10.0)
         assert time.monotonic() - started < 5.0
         # it returned once the round had copied every frame, not before
         assert checkpointer.rounds == 1
@@ -81,7 +81,7 @@ def test_settle_runs_the_round_asked_for_now_and_waits_for_it(
         # and the thread went back to waiting for commits: the next ones are checkpointed too
         eid = effect_id("cp.refund", {"i": "after"})
         journal.append(eid, "", [draft(Kind.PROPOSED)], effect_type="cp.refund")
-        assert checkpointer.settle(10.0)
+        assert checkpointer.catch_up(10.0)
         assert checkpointer.rounds == 2
         frames, copied = _wal_pending(path)
         assert copied == frames
@@ -89,21 +89,23 @@ def test_settle_runs_the_round_asked_for_now_and_waits_for_it(
         journal.close()
 
 
-def test_settle_gives_up_after_its_timeout(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_catch_up_gives_up_after_its_timeout(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     # every round ends with a pass that holds the writers: while they are held here, the
     # round cannot end
     monkeypatch.setattr(checkpoints, "SOFT_LIMIT_FRAMES", 0)
     monkeypatch.setattr(checkpoints, "INTERVAL_S", 60.0)
     path = tmp_path / "j.db"
     journal = open_journal(path, signing_key=KEY)
-    checkpointer = journal._checkpointer  # type: ignore[attr-defined]
+    checkpointer = journal.checkpointer  # type: ignore[attr-defined]
     try:
         eid = effect_id("cp.refund", {"i": 0})
         journal.append(eid, "", [draft(Kind.PROPOSED)], effect_type="cp.refund")
-        with journal._writers_held():  # type: ignore[attr-defined]
-            assert not checkpointer.settle(0.3)
+        with journal.writers_held():  # type: ignore[attr-defined]
+            assert not checkpointer.catch_up(0.3)
             assert checkpointer.held_passes == 0
-        assert checkpointer.settle(10.0)
+        assert checkpointer.catch_up(10.0)
         assert checkpointer.held_passes == 1
     finally:
         journal.close()
@@ -119,7 +121,7 @@ def test_the_wal_stays_bounded_under_steady_commits(
     monkeypatch.setattr(sqlite_journal, "BACKSTOP_PAGES", 1_000_000)
     path = tmp_path / "j.db"
     journal = open_journal(path, signing_key=KEY)
-    checkpointer = journal._checkpointer  # type: ignore[attr-defined]
+    checkpointer = journal.checkpointer  # type: ignore[attr-defined]
     try:
         written = largest = last = 0
         for i in range(1_500):
@@ -145,7 +147,7 @@ from interlock_temporal.core.identity import effect_id
 from interlock_temporal.core.journal import open_journal
 from interlock_temporal.core.models import Draft, Kind
 j = open_journal(sys.argv[1], signing_key=sys.argv[2])
-cp = j._checkpointer
+cp = j.checkpointer
 i = 0
 while True:
     eid = effect_id("cp.refund", {"i": i})

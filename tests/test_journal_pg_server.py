@@ -88,8 +88,10 @@ def test_every_session_commits_synchronously_whatever_the_server_default() -> No
             assert conn.execute("SHOW synchronous_commit").fetchone() == ("off",)
         journal = open_journal(server.url, signing_key=KEY)
         try:
-            with journal._pool.connection() as conn:  # type: ignore[attr-defined]
-                assert conn.execute("SHOW synchronous_commit").fetchone() == ("on",)
+            shown = journal.reading(  # type: ignore[attr-defined]
+                lambda conn: conn.execute("SHOW synchronous_commit").fetchone()
+            )
+            assert shown == ("on",)
             claim = journal.claim("ab" * 32)
             assert claim is not None
             conn = claim._conn  # type: ignore[attr-defined]

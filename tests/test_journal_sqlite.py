@@ -186,7 +186,7 @@ def start_together(
 
 
 def test_wal_and_synchronous_full(journal: Journal, db_path: Path) -> None:
-    db = journal._db  # type: ignore[attr-defined]
+    db = journal.connection  # type: ignore[attr-defined]
     assert db.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
     assert db.execute("PRAGMA synchronous").fetchone()[0] == 2  # FULL
     # journal_mode=WAL is a property of the file: a fresh connection sees it too
@@ -267,7 +267,7 @@ async def test_a_journal_the_previous_release_wrote_opens_verifies_and_recovers(
 
 
 def test_lookups_by_effect_and_the_in_doubt_list_use_indexes(journal: Journal) -> None:
-    db = journal._db  # type: ignore[attr-defined]
+    db = journal.connection  # type: ignore[attr-defined]
 
     def plan(sql: str) -> str:
         return " ".join(r[-1] for r in db.execute("EXPLAIN QUERY PLAN " + sql, ("x",)))
@@ -498,7 +498,7 @@ async def test_concurrent_async_appends_share_commits(
 ) -> None:
     journal.commit_delay = commit_delay
     statements: list[str] = []
-    journal._db.set_trace_callback(statements.append)  # type: ignore[attr-defined]
+    journal.connection.set_trace_callback(statements.append)  # type: ignore[attr-defined]
     ids = [effect_id("sqlite.group", n) for n in range(40)]
     written = await asyncio.gather(
         *[
@@ -508,7 +508,7 @@ async def test_concurrent_async_appends_share_commits(
             for eid in ids
         ]
     )
-    journal._db.set_trace_callback(None)  # type: ignore[attr-defined]
+    journal.connection.set_trace_callback(None)  # type: ignore[attr-defined]
     commits = statements.count("COMMIT")
     if commit_delay:
         # the first append waits for the other effects under way: all go in one transaction
@@ -549,22 +549,41 @@ async def test_a_batch_that_cannot_begin_fails_every_append_and_the_next_goes_th
         journal.close()
 
 
+class _FailingFlush:
+    """A journal's connection whose COMMIT fails as SQLite's does when the flush to disk fails:
+    the transaction rolled back, a disk I/O error raised (while ``failing``)."""
+
+    def __init__(self, db: sqlite3.Connection) -> None:
+        self.db = db
+        self.failing = True
+
+    def execute(self, sql: str, *args: Any) -> Any:
+        if self.failing and sql == "COMMIT":
+            self.db.execute("ROLLBACK")
+            raise sqlite3.OperationalError("disk I/O error")
+        return self.db.execute(sql, *args)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.db, name)
+
+
 async def test_a_failed_flush_fails_the_whole_batch_and_keeps_none_of_it(
-    journal: Journal, in_flight: None, monkeypatch: pytest.MonkeyPatch
+    journal: Journal, in_flight: None
 ) -> None:
-    db = journal._db  # type: ignore[attr-defined]
+    flushes: list[_FailingFlush] = []
 
-    def failing_commit() -> None:
-        db.execute("ROLLBACK")  # what SQLite does when the flush to disk fails
-        raise JournalUnavailable("journal cannot be written: disk I/O error")
+    def failing(db: sqlite3.Connection) -> _FailingFlush:
+        flushes.append(_FailingFlush(db))
+        return flushes[-1]
 
+    journal.wrap_connections(failing)  # type: ignore[attr-defined]
     ids = [effect_id("sqlite.lost", n) for n in range(6)]
-    monkeypatch.setattr(journal, "_commit", failing_commit)
     outcomes = await asyncio.gather(
         *[journal.append_async(eid, "", [draft(Kind.DISPATCHED)], effect_type="g") for eid in ids],
         return_exceptions=True,
     )
-    monkeypatch.undo()
+    for flush in flushes:
+        flush.failing = False
     assert all(isinstance(o, JournalUnavailable) for o in outcomes), outcomes
     assert all(journal.row(eid) is None for eid in ids)
     assert list(journal.iter_raw()) == []
@@ -630,7 +649,7 @@ def test_url_plain_paths(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Non
 def test_url_busy_timeout_option(db_path: Path) -> None:
     journal = open_journal(f"sqlite:///{db_path}?busy_timeout=0.25", signing_key=KEY)
     try:
-        db = journal._db  # type: ignore[attr-defined]
+        db = journal.connection  # type: ignore[attr-defined]
         assert db.execute("PRAGMA busy_timeout").fetchone()[0] == 250
     finally:
         journal.close()

@@ -2,9 +2,16 @@
 
 ``interface`` is what every backend implements (``Journal``); ``entries`` signs, checks and
 exports the entries, ``verifying`` checks a whole journal; ``opening`` opens a journal by URL;
-``sql`` is what the SQL backends share (``sqlite``, ``postgres``), with the leases and the
-policy's state kept in their database (``sql_leases``, ``sql_policy``); ``claims`` are the
-effects' exclusive claims and ``signing`` the keys that sign entries.
+``signing`` holds the keys that sign entries and ``claims`` the effects' exclusive claims.
+
+``sql`` is what the SQL backends (``sqlite``, ``postgres``) share: ``SqlJournal``. The modules
+beside it reach it only through the protocols of ``sql_access`` (``SqlAccess`` for the stores
+kept in its database: ``sql_leases``, ``sql_policy``, ``sql_notify``; ``JournalAccess`` for
+``sql_ids``, the effect-id setting, and ``sql_archive``, an archive run) and
+``group_commit.BatchWriter`` (``group_commit``: coroutines' appends written in shared
+batches). ``archiving`` is the archive file and its checks, ``checkpoints`` the SQLite WAL's
+checkpointer, ``pg_server`` what a PostgreSQL server must promise before entries are written
+to it.
 
 Each name is imported on first use, so importing one module of this package loads only that
 module.

@@ -1,5 +1,5 @@
-"""Archives of settled effects (``interlock journal archive``): the file they are written to,
-and how it is checked, alone or against the journal it was taken from.
+"""Archives of effects in a final state (``interlock journal archive``): the file they are
+written to, and how it is checked, alone or against the journal it was taken from.
 
 An archive is JSON lines. The first line is its header, signed with the journal's key:
 ``{"archive": {...}, "key_id": ..., "sig": ...}``, where ``sig`` signs the sha256 of the
@@ -64,9 +64,9 @@ def header_line(header: Mapping[str, Any], key: SigningKey) -> str:
 
 @dataclass(frozen=True)
 class ArchiveRun:
-    """What one ``archive`` run did. ``skipped``: settled effects old enough that stayed, by
-    why (``claimed``: an attempt held it; ``under_review``: a person's decision is pending;
-    ``not_happened``: resolved as not happened)."""
+    """What one ``archive`` run did. ``skipped``: effects in a final state and old enough that
+    stayed, by why (``claimed``: an attempt held it; ``under_review``: a person's decision is
+    pending; ``not_happened``: resolved as not happened)."""
 
     archive_id: str | None
     path: Path | None
@@ -171,9 +171,11 @@ def _holds(
     for eid, chain in checker.chains.items():
         if heads[eid] != {"seq": chain.head_seq, "hash": chain.head}:
             return chain.head_seq, f"effect {eid[:16]} does not end at the head its header records"
-        if chain.status not in _SETTLED:
+        if chain.status not in _FINAL:
+            # the message as released (``journal verify --archive`` shows it)
             return chain.head_seq, f"effect {eid[:16]} is not settled ({chain.status})"
     return None
 
 
-_SETTLED = frozenset(k.value for k in (Kind.COMMITTED, Kind.REFUSED, Kind.RESOLVED))
+#: the statuses an effect ends in: an archive holds no other
+_FINAL = frozenset(k.value for k in (Kind.COMMITTED, Kind.REFUSED, Kind.RESOLVED))

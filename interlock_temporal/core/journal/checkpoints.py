@@ -65,7 +65,7 @@ class Checkpointer:
         self._on_start = on_start
         self._nudged = threading.Event()
         self._stopping = threading.Event()
-        #: set by ``close`` and ``settle``: the round waiting out its interval starts now
+        #: set by ``close`` and ``catch_up``: the round waiting out its interval starts now
         self._wake = threading.Event()
         #: a round is running (guarded by ``_rounds``, notified after each round)
         self._running = False
@@ -129,11 +129,11 @@ class Checkpointer:
             return 0, 0
         return int(frames), int(copied)
 
-    def settle(self, timeout_s: float) -> bool:
+    def catch_up(self, timeout_s: float) -> bool:
         """Start the round the last commits asked for now, without waiting out its interval,
-        and wait until no round is running or asked for (True), or ``timeout_s`` passed
-        (False). For a caller that knows no commit follows soon (the benchmarks, between one
-        journal's burst of traffic and another's)."""
+        and wait until no round is running or asked for (True: the checkpoints caught up with
+        the commits), or ``timeout_s`` passed (False). For a caller that knows no commit
+        follows soon (the benchmarks, between one journal's burst of traffic and another's)."""
         with self._rounds:
             if self._nudged.is_set():
                 self._wake.set()

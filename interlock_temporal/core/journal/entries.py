@@ -27,7 +27,7 @@ from json.encoder import encode_basestring  # type: ignore[attr-defined]
 from typing import Any
 
 from ..errors import JournalCorrupt
-from ..identity import canonical_json, origin_of
+from ..identity import canonical, canonical_json, origin_of
 from ..models import ANNOTATIONS, Draft, EffectRow, Entry, Kind, built
 from .signing import Keyring, SigningKey
 
@@ -52,6 +52,13 @@ class RawEntry:
     sig: str
     body: bytes
     vals: str | None = None
+
+
+#: an effect's index row (the ``effects`` table), in the order ``effect_row`` reads it
+ROW_COLUMNS = (
+    "effect_id, effect_type, status, head, head_seq, updated_ts, first_dispatch_ts, "
+    "last_dispatch_ts, origin"
+)
 
 
 def effect_row(values: Sequence[Any]) -> EffectRow:
@@ -91,6 +98,16 @@ def _loads_compact(text: str) -> Any:
     except StopIteration:
         return json.loads(text)
     return value if end == len(text) else json.loads(text)
+
+
+def values_json(values: Mapping[str, Any]) -> str:
+    """The JSON object of an append's values as stored beside its last entry (``vals``), each
+    value already canonical JSON bytes or made so."""
+    parts = [
+        _quoted(name) + ":" + (v if isinstance(v, bytes) else canonical(v)).decode()
+        for name, v in values.items()
+    ]
+    return "{" + ",".join(parts) + "}"
 
 
 def values_digest(vals: str) -> str:
@@ -312,8 +329,9 @@ def signed_ts(body: bytes, at: int) -> float:
 
 
 @dataclass(slots=True)
-class _Chain:
-    """What the entries of one effect add up to, as its index row must say."""
+class ChainSummary:
+    """What the entries of one effect add up to, as its index row must say: what
+    ``ChainCheck`` keeps per effect (``chains``), and ``verifying``'s short path starts."""
 
     head: str = ""
     head_seq: int = 0
@@ -359,7 +377,7 @@ class ChainCheck:
 
     def __init__(self, keyring: Keyring) -> None:
         self.keyring = keyring
-        self.chains: dict[str, _Chain] = {}
+        self.chains: dict[str, ChainSummary] = {}
         #: the archives' anchors met so far (``Kind.ANCHOR``)
         self.anchors: list[RawEntry] = []
 
@@ -372,7 +390,7 @@ class ChainCheck:
             return raw.seq, problem
         chain = self.chains.get(raw.effect_id)
         if chain is None:
-            chain = self.chains[raw.effect_id] = _Chain()
+            chain = self.chains[raw.effect_id] = ChainSummary()
         tombstone = raw.kind == _ARCHIVED
         if tombstone and chain.head:
             return raw.seq, "a tombstone after other entries of its effect (inserted)"
@@ -419,7 +437,7 @@ class ChainCheck:
         return None
 
     @staticmethod
-    def _bind(raw: RawEntry, chain: _Chain) -> tuple[int, str] | None:
+    def _bind(raw: RawEntry, chain: ChainSummary) -> tuple[int, str] | None:
         data = json.loads(raw.body).get("data")
         values = data.get("values") if isinstance(data, dict) else None
         if not isinstance(values, dict):

@@ -1,5 +1,9 @@
 """Group commit: the appends of one event loop's coroutines written together, one transaction
-and one flush to disk for a batch (``SqlJournal.append_async``)."""
+and one flush to disk for a batch (``SqlJournal.append_async``).
+
+The journal is seen here only through ``BatchWriter``: how long a batch may wait for company
+(``commit_delay``), how many effects this process has under way (``claims_held``), and how a
+batch is written (``write_batch``). ``SqlJournal`` implements it."""
 
 from __future__ import annotations
 
@@ -11,17 +15,45 @@ import os
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from concurrent.futures import Executor, Future, ThreadPoolExecutor
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 from ..models import Entry
-from .interface import Build
+from .interface import AppendTiming, Build
 
-if TYPE_CHECKING:
-    from .sql import SqlJournal
+__all__ = [
+    "AppendArgs",
+    "AppendTiming",
+    "BatchWriter",
+    "GroupCommit",
+    "no_wakeup_preemption",
+]
 
 #: an append's arguments: effect id, expected head, build, effect type, lease id, values
 AppendArgs = tuple[str, str, Build, str | None, str | None, Mapping[str, Any] | None]
 T = TypeVar("T")
+
+
+class BatchWriter(Protocol):
+    """What a group commit needs of its journal (``SqlJournal`` implements it)."""
+
+    #: seconds a batch waits for the appends of the other effects under way (see ``Journal``)
+    commit_delay: float
+    #: a measurement's hook (see ``Journal.observe_appends``), None in normal use
+    observe_appends: Callable[[AppendTiming], None] | None
+
+    def claims_held(self) -> int:
+        """How many effects this process holds claims on: the effects in flight here."""
+        ...
+
+    def write_batch(
+        self,
+        loop: asyncio.AbstractEventLoop,
+        writer: Executor,
+        batch: Sequence[AppendArgs],
+    ) -> asyncio.Future[list[list[Entry] | Exception]]:
+        """Write ``batch`` in one transaction, its flush to disk on ``writer``: the future
+        resolves once it is durable, with each append's entries or its own error."""
+        ...
 
 
 @dataclasses.dataclass(slots=True)
@@ -36,30 +68,6 @@ class _Queued:
     started: float = 0.0
     written: float = 0.0
     batch: int = 0
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class AppendTiming:
-    """Where one ``append_async`` of a group commit spent its time (``time.perf_counter()``
-    seconds), given to ``Journal.observe_appends`` on the loop once its coroutine resumed.
-    ``written`` is 0.0 where the batch never reached the writer thread (every append in it
-    failed on its own)."""
-
-    effect_id: str
-    #: queued; its batch begun (after ``commit_delay`` and the batch before it); the batch's
-    #: work on the writer thread ended; the awaiting coroutine running again
-    submitted: float
-    started: float
-    written: float
-    resumed: float
-    #: appends in its batch
-    batch: int
-
-    @property
-    def loop_wait(self) -> float:
-        """Seconds from the writer thread's end of the batch to the awaiting coroutine
-        running again: the time the append's result waited for the event loop."""
-        return self.resumed - self.written if self.written else 0.0
 
 
 class GroupCommit:
@@ -77,7 +85,7 @@ class GroupCommit:
     ``SqlJournal.append_async`` writes it itself)."""
 
     def __init__(
-        self, journal: SqlJournal, loop: asyncio.AbstractEventLoop, writer: ThreadPoolExecutor
+        self, journal: BatchWriter, loop: asyncio.AbstractEventLoop, writer: ThreadPoolExecutor
     ) -> None:
         self.journal = journal
         self.loop = loop
@@ -112,7 +120,7 @@ class GroupCommit:
 
     def _start(self) -> None:
         delay = self.journal.commit_delay
-        if delay > 0 and 0 < len(self._queue) < self.journal._claims_held():
+        if delay > 0 and 0 < len(self._queue) < self.journal.claims_held():
             self._busy = True
             self.loop.call_later(delay, self._next)
         else:
@@ -134,7 +142,7 @@ class GroupCommit:
             if self.journal.observe_appends is not None:
                 writer = _Stamping(self.writer, batch)
             try:
-                done = self.journal._write_batch(self.loop, writer, [q.args for q in batch])
+                done = self.journal.write_batch(self.loop, writer, [q.args for q in batch])
             except Exception as err:  # the transaction could not even begin
                 _resolve(batch, [err] * len(batch))
                 continue

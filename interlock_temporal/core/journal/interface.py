@@ -5,12 +5,13 @@ backends, and ``open_journal`` that picks one by URL (``opening``), are never im
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import functools
 import os
 import re
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, Protocol, TypeVar
+from typing import Any, Protocol, TypeVar
 from urllib.parse import parse_qs, unquote, urlparse, urlunparse
 
 from ..errors import JournalConfigError, JournalCorrupt
@@ -22,9 +23,6 @@ from .claims import Claim
 from .entries import RawEntry, check_entry
 from .signing import Keyring
 from .verifying import verify_stored
-
-if TYPE_CHECKING:
-    from .group_commit import AppendTiming
 
 SCHEMA_VERSION = 8
 #: the effect type of policy chains (``policy:<session>``)
@@ -100,6 +98,30 @@ class JournalTx(Protocol):
         lease_id: str | None = None,
         blobs: Mapping[str, Any] | None = None,
     ) -> list[Entry]: ...
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class AppendTiming:
+    """Where one ``append_async`` of a group commit spent its time (``time.perf_counter()``
+    seconds), given to ``Journal.observe_appends`` on the loop once its coroutine resumed.
+    ``written`` is 0.0 where the batch never reached the writer thread (every append in it
+    failed on its own)."""
+
+    effect_id: str
+    #: queued; its batch begun (after ``commit_delay`` and the batch before it); the batch's
+    #: work on the writer thread ended; the awaiting coroutine running again
+    submitted: float
+    started: float
+    written: float
+    resumed: float
+    #: appends in its batch
+    batch: int
+
+    @property
+    def loop_wait(self) -> float:
+        """Seconds from the writer thread's end of the batch to the awaiting coroutine
+        running again: the time the append's result waited for the event loop."""
+        return self.resumed - self.written if self.written else 0.0
 
 
 #: measured on a 2-core machine, 64 activities in flight on one worker: batches of 3.3 to 4.2

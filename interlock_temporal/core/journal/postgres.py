@@ -178,10 +178,10 @@ _MIGRATIONS: list[str] = [
         WHERE json_typeof(replace(s.doc, '\\u0000', '')::json -> 'deliveries') = 'array'
         ON CONFLICT DO NOTHING;
     """,
-    # 6 (retention): archives of settled effects leave signed anchors (kind ANCHOR) in the
-    # journal; verify reads them first, through this index (a partial one: appends of other
-    # kinds never write it). It also keeps a release that cannot read archives from opening
-    # an archived journal (it would take the archived seqs for missing entries).
+    # 6 (retention): archives of effects in a final state leave signed anchors (kind ANCHOR)
+    # in the journal; verify reads them first, through this index (a partial one: appends of
+    # other kinds never write it). It also keeps a release that cannot read archives from
+    # opening an archived journal (it would take the archived seqs for missing entries).
     """
     CREATE INDEX IF NOT EXISTS entries_anchors ON entries (seq) WHERE kind = 'ANCHOR';
     """,
@@ -425,13 +425,13 @@ class PostgresJournal(SqlJournal):
     def _sql(self, text: str) -> str:
         return text.replace("?", "%s")
 
-    def _write(self, fn: Callable[[psycopg.Connection[Any]], T]) -> T:
+    def writing(self, fn: Callable[[psycopg.Connection[Any]], T]) -> T:
         return self._transaction(fn, pipelined=False)
 
     def _write_appends(self, fn: Callable[[psycopg.Connection[Any]], T]) -> T:
         """Appends in pipeline mode: a statement whose result is not read yet is sent without
         waiting for the server, so the writes of an append go in one round trip, with the next
-        read (or ``_settle``)."""
+        read (or ``_drain``)."""
         return self._transaction(fn, pipelined=True)
 
     def _transaction(self, fn: Callable[[psycopg.Connection[Any]], T], *, pipelined: bool) -> T:
@@ -478,19 +478,19 @@ class PostgresJournal(SqlJournal):
         finally:
             self._pipelines.pop(conn, None)
 
-    def _read(self, fn: Callable[[psycopg.Connection[Any]], T]) -> T:
+    def reading(self, fn: Callable[[psycopg.Connection[Any]], T]) -> T:
         try:
             with self._pool.connection() as conn:
                 return fn(conn)
         except (psycopg.OperationalError, psycopg.InterfaceError, PoolTimeout) as err:
             raise JournalUnavailable(f"journal {self.url} cannot be read: {err}") from err
 
-    def _seq_base(self, db: psycopg.Connection[Any]) -> int:
+    def hold_seq(self, db: psycopg.Connection[Any]) -> int:
         row = db.execute("SELECT seq FROM journal_seq WHERE id = 1 FOR UPDATE").fetchone()
         assert row is not None
         return int(row[0])
 
-    def _seq_advance(self, db: psycopg.Connection[Any], seq: int) -> None:
+    def advance_seq(self, db: psycopg.Connection[Any], seq: int) -> None:
         db.execute("UPDATE journal_seq SET seq = %s WHERE id = 1", (seq,))
 
     def _store(
@@ -531,12 +531,12 @@ class PostgresJournal(SqlJournal):
 
         return seq
 
-    def _settle(self, db: psycopg.Connection[Any]) -> None:
+    def _drain(self, db: psycopg.Connection[Any]) -> None:
         pipeline = self._pipelines.get(db)
         if pipeline is not None:
             pipeline.sync()
 
-    def _is_unique_violation(self, err: BaseException) -> bool:
+    def is_unique_violation(self, err: BaseException) -> bool:
         return isinstance(err, psycopg.errors.UniqueViolation)
 
     def _is_database_error(self, err: BaseException) -> bool:
@@ -591,13 +591,13 @@ class PostgresJournal(SqlJournal):
             claim.release()
             raise
 
-    def _claims_held(self) -> int:
+    def claims_held(self) -> int:
         return self._claims.held()
 
     def is_claimed(self, effect_id: str) -> bool:
         key = lock_key(effect_id) & 0xFFFF_FFFF_FFFF_FFFF
         high, low = key >> 32, key & 0xFFFF_FFFF
-        row = self._read(
+        row = self.reading(
             lambda db: db.execute(
                 "SELECT EXISTS (SELECT 1 FROM pg_locks WHERE locktype = 'advisory' AND "
                 "database = (SELECT oid FROM pg_database WHERE datname = current_database()) "

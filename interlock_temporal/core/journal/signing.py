@@ -16,12 +16,22 @@ import stat
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from ..errors import JournalConfigError
 
-if TYPE_CHECKING:
-    from hashlib import _Hash
+
+class HashObject(Protocol):
+    """What a ``hashlib`` hash object does that the HMAC pads use (``hashlib`` names no
+    public type for it)."""
+
+    def copy(self) -> HashObject: ...
+
+    def update(self, data: bytes, /) -> None: ...
+
+    def digest(self) -> bytes: ...
+
+    def hexdigest(self) -> str: ...
 
 
 @dataclass(frozen=True)
@@ -30,7 +40,7 @@ class HmacKey:
 
     secret: bytes = field(repr=False)
     key_id: str = field(init=False)
-    _pads: tuple[_Hash, _Hash] = field(init=False, repr=False, compare=False)
+    _pads: tuple[HashObject, HashObject] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         if len(self.secret) < 16:
@@ -57,7 +67,7 @@ class HmacKey:
     def verify(self, entry_hash: bytes, sig: str) -> bool:
         return hmac.compare_digest(self.sign(entry_hash), sig)
 
-    def pads(self) -> tuple[Any, Any]:
+    def pads(self) -> tuple[HashObject, HashObject]:
         """The key's inner and outer pads, hashed (RFC 2104): ``hexdigest`` of ``outer`` after
         ``digest`` of ``inner`` after the message is the HMAC; copy them, never update them."""
         return self._pads

@@ -1,8 +1,14 @@
 """What the SQL journals share: the append, the reads, the schema's migration and the
-journal's lifecycle, written once in SQL both SQLite and PostgreSQL run; the leases and the
-policy's state (``sql_leases``, ``sql_policy``) reach the database only through the narrow
-API here (``SqlAccess``). A backend supplies its connections and transactions, its claims, its
-migrations, and the few words the two dialects spell differently."""
+journal's lifecycle, written once in SQL both SQLite and PostgreSQL run. A backend (``sqlite``,
+``postgres``) supplies its connections and transactions, its claims, its migrations, and the
+few words the two dialects spell differently.
+
+The modules beside it see the journal through protocols it implements, never through its
+private methods: the stores kept in its database (``sql_leases``, ``sql_policy``,
+``sql_notify``) through ``sql_access.SqlAccess``; the effect-id setting (``sql_ids``) and an
+archive run (``sql_archive``) through ``sql_access.JournalAccess``; the group commit
+(``group_commit``) through ``group_commit.BatchWriter``. The journal is one concept and this
+module stays whole: the append and the reads share their SQL and their checks."""
 
 from __future__ import annotations
 
@@ -14,15 +20,13 @@ import weakref
 from abc import abstractmethod
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import Executor, ThreadPoolExecutor
-from json.encoder import encode_basestring
 from typing import Any, ClassVar, Protocol, TypeVar
 
 from ..errors import HeadConflict, JournalConfigError, JournalUnavailable
-from ..identity import canonical
 from ..models import Draft, EffectRow, Entry, JournalHead, Kind, Lease
-from . import sql_ids
 from .entries import (
     ENTRY_COLUMNS,
+    ROW_COLUMNS,
     RawEntry,
     check_chain,
     decode_entry,
@@ -33,10 +37,11 @@ from .entries import (
     state_kind,
     value_of,
     values_digest,
+    values_json,
 )
 from .group_commit import AppendArgs, GroupCommit, no_wakeup_preemption
 from .interface import OWN_CHAIN_TYPES, SCHEMA_VERSION, Build, Journal, JournalTx
-from .sql_access import JournalAccess, SqlTx
+from .sql_ids import EffectIdSetting
 from .sql_leases import CHARGE_COLUMNS, Charge, SqlLeases, charge_columns, charge_in
 from .sql_notify import SqlNotifications
 from .sql_policy import SqlPolicy
@@ -51,10 +56,6 @@ class _Closable(Protocol):
     def close(self) -> None: ...
 
 
-ROW_COLUMNS = (
-    "effect_id, effect_type, status, head, head_seq, updated_ts, first_dispatch_ts, "
-    "last_dispatch_ts, origin"
-)
 _ENTRY_COLUMNS_E = ", ".join("e." + c.strip() for c in ENTRY_COLUMNS.split(","))
 _ROW_COLUMNS_F = ", ".join("f." + c.strip() for c in ROW_COLUMNS.split(","))
 #: what an append reads of an effect's row, the lease charge it holds last (``charge_in``)
@@ -80,15 +81,6 @@ READ_EFFECT_SQL = (
 )
 
 
-def _values_json(values: Mapping[str, Any]) -> str:
-    """The JSON object of an append's values, each already canonical JSON bytes or made so."""
-    parts = [
-        encode_basestring(name) + ":" + (v if isinstance(v, bytes) else canonical(v)).decode()
-        for name, v in values.items()
-    ]
-    return "{" + ",".join(parts) + "}"
-
-
 def _signing_its_type(first: Draft, effect_type: str) -> Draft:
     """A new effect's first entry, made to sign the effect's type, so that its index row can
     be checked."""
@@ -108,9 +100,10 @@ IN_DOUBT_SQL = (
 )
 
 
-class _Unsettled(Exception):
+class _UnknownRefusal(Exception):
     """A pipelined batch's append was refused, and which one is not known: the batch's
-    transaction is rolled back and run again, each append settled before the next."""
+    transaction is rolled back and run again, each append's statements drained before the
+    next's are sent."""
 
 
 class _ItemFailed(Exception):
@@ -124,7 +117,13 @@ class _ItemFailed(Exception):
 
 
 class SqlJournal(Journal):
-    """A journal in SQL tables. SQL is written with ``?`` placeholders."""
+    """A journal in SQL tables. SQL is written with ``?`` placeholders.
+
+    Besides ``Journal``, it implements the seams of the modules beside it: ``SqlAccess`` and
+    ``JournalAccess`` (``sql_access``: ``reading``, ``writing``, ``execute``,
+    ``append_within``, ``is_unique_violation``, ``hold_seq``, ``advance_seq``) and
+    ``BatchWriter`` (``group_commit``: ``claims_held``, ``write_batch``). A backend implements
+    the abstract ones."""
 
     #: the two-argument maximum
     GREATEST = "max"
@@ -137,21 +136,23 @@ class SqlJournal(Journal):
     PIPELINES = False
 
     def __init__(self) -> None:
+        #: the dialect's words, as ``SqlAccess`` gives them to the stores
+        self.for_update = self.FOR_UPDATE
+        self.greatest = self.GREATEST
         #: the thread that writes ``append_async``'s batches, and each event loop's queue
         self._writer: ThreadPoolExecutor | None = None
         self._writer_lock = threading.Lock()
+        self._writer_id: int | None = None
         self._groups: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, GroupCommit] = (
             weakref.WeakKeyDictionary()
         )
-        #: the effect-id setting can no longer change (it is set, or entries exist): ``sql_ids``
-        self._ids_settled = False
+        self._ids = EffectIdSetting(self)
         self._last_group: Callable[[], GroupCommit | None] = lambda: None
         #: what the backend opened (connections, pools), closed with the journal
         self._resources: list[_Closable] = []
-        access = JournalAccess(self)
-        self._leases = SqlLeases(access)
-        self._policy = SqlPolicy(access)
-        self._notifications = SqlNotifications(access)
+        self._leases = SqlLeases(self)
+        self._policy = SqlPolicy(self)
+        self._notifications = SqlNotifications(self)
 
     # -- opening and closing ---------------------------------------------------------------------
 
@@ -168,7 +169,7 @@ class SqlJournal(Journal):
                 raise JournalUnavailable(f"journal {self.url} cannot be opened: {err}") from err
             raise
         try:
-            self.effect_ids = self._read(functools.partial(sql_ids.recorded, self))
+            self.effect_ids = self.reading(self._ids.recorded)
             if check_tail:
                 self.check_tail()
                 self.check_effect_ids()
@@ -184,10 +185,10 @@ class SqlJournal(Journal):
     # -- effect ids (``sql_ids``) -----------------------------------------------------------------
 
     def key_effect_ids(self, scheme: str) -> None:
-        sql_ids.key_effect_ids(self, scheme)
+        self._ids.key(scheme)
 
     def check_effect_ids(self) -> None:
-        sql_ids.check_effect_ids(self)
+        self._ids.check()
 
     def _close_quietly(self) -> None:
         """Close what the backend opened, the last opened first: after an open that failed,
@@ -209,50 +210,52 @@ class SqlJournal(Journal):
         """Run ``fn(connection)`` in one transaction no other process can run beside (the
         migration's)."""
 
-    # -- the backend's transactions --------------------------------------------------------------
+    # -- the backend's transactions (``SqlAccess``, ``JournalAccess``) ----------------------------
 
     def _sql(self, text: str) -> str:
         return text
 
-    def _x(self, db: Any, sql: str, params: Sequence[Any] = ()) -> Any:
+    def execute(self, db: Any, sql: str, params: Sequence[Any] = ()) -> Any:
+        """Run one statement on ``db``, a connection of this journal's; returns its cursor."""
         return db.execute(self._sql(sql), tuple(params))
 
     @abstractmethod
-    def _write(self, fn: Callable[[Any], T]) -> T:
+    def writing(self, fn: Callable[[Any], T]) -> T:
         """Run ``fn(connection)`` in one durable write transaction."""
 
     @abstractmethod
-    def _read(self, fn: Callable[[Any], T]) -> T:
+    def reading(self, fn: Callable[[Any], T]) -> T:
         """Run ``fn(connection)`` for reads."""
 
     @abstractmethod
-    def _seq_base(self, db: Any) -> int:
+    def hold_seq(self, db: Any) -> int:
         """Inside a write transaction: the last seq, held until the transaction ends so that
         appends get dense seqs in commit order."""
 
-    def _seq_advance(self, db: Any, seq: int) -> None:
+    def advance_seq(self, db: Any, seq: int) -> None:
         """Inside the same transaction: the new last seq (for backends that keep a counter)."""
 
     def _seq_ask(self, db: Any) -> Callable[[], int]:
-        """``_seq_base``, asked now and read when the returned function is called (a backend
+        """``hold_seq``, asked now and read when the returned function is called (a backend
         that pipelines sends the question with the next ones)."""
-        seq = self._seq_base(db)
+        seq = self.hold_seq(db)
         return lambda: seq
 
-    def _settle(self, db: Any) -> None:
+    def _drain(self, db: Any) -> None:
         """The statements sent so far in this transaction have run: their errors are raised
-        here (a backend that pipelines its writes waits for them; the others already have)."""
+        here (a backend that pipelines its statements waits for their results; the others
+        already have)."""
 
     def _write_appends(self, fn: Callable[[Any], T]) -> T:
-        """``_write`` for appends. A backend may pipeline it: the errors of the last writes
-        are then raised by the COMMIT, out of ``fn`` (``_settle`` raises them sooner)."""
-        return self._write(fn)
+        """``writing`` for appends. A backend may pipeline it: the errors of the last writes
+        are then raised by the COMMIT, out of ``fn`` (``_drain`` raises them sooner)."""
+        return self.writing(fn)
 
     def _migrate_in(self, db: Any) -> None:
         """Bring the schema to ``SCHEMA_VERSION`` inside the caller's transaction (which keeps
         other processes out while it runs)."""
-        self._x(db, "CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT)")
-        row = self._x(db, "SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
+        self.execute(db, "CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT)")
+        row = self.execute(db, "SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
         version = int(row[0]) if row else 0
         if version > SCHEMA_VERSION:
             raise JournalConfigError(
@@ -266,7 +269,7 @@ class SqlJournal(Journal):
         if version < 4:
             # once the tables are the current ones: it appends, as this release does
             self._bind_values(db)
-        self._x(
+        self.execute(
             db,
             "INSERT INTO meta (key, value) VALUES ('schema_version', ?) "
             "ON CONFLICT (key) DO UPDATE SET value = excluded.value",
@@ -277,7 +280,7 @@ class SqlJournal(Journal):
         """Schema 4: entries sign the digest of the values stored beside them. Values stored
         before (format-1 entries) are bound now, as they are, by one signed ``VALUES_BOUND``
         entry per effect, so that from here on an edit of any of them is caught."""
-        rows = self._x(
+        rows = self.execute(
             db, "SELECT seq, effect_id, vals FROM entries WHERE vals IS NOT NULL ORDER BY seq"
         ).fetchall()
         unbound: dict[str, dict[str, str]] = {}
@@ -321,8 +324,8 @@ class SqlJournal(Journal):
         lease_id: str | None = None,
         blobs: Mapping[str, Any] | None = None,
     ) -> list[Entry]:
-        group = self._group_commit()
-        if group.idle and not self.loop_shared and self._claims_held() <= 1:
+        group = self.group_commit()
+        if group.idle and not self.loop_shared and self.claims_held() <= 1:
             # alone in this process, and the loop has nothing else to do: no hand-off to pay
             return self.append(
                 effect_id,
@@ -335,12 +338,14 @@ class SqlJournal(Journal):
         return await group.submit((effect_id, expected_head, build, effect_type, lease_id, blobs))
 
     async def transact_async(self, fn: Callable[[JournalTx], T]) -> T:
-        """``fn(tx)`` in one ``_write`` transaction on the writer thread, alone (see
+        """``fn(tx)`` in one ``writing`` transaction on the writer thread, alone (see
         ``GroupCommit.run_alone``): the appends of this process wait for it, they do not fail."""
-        job = functools.partial(self._write, lambda db: fn(SqlTx(self, db)))
-        return await self._group_commit().run_alone(job)
+        job = functools.partial(self.writing, lambda db: fn(SqlTx(self, db)))
+        return await self.group_commit().run_alone(job)
 
-    def _group_commit(self) -> GroupCommit:
+    def group_commit(self) -> GroupCommit:
+        """The running event loop's group commit, which ``append_async`` hands its appends to
+        when they can share a batch (made, with the journal's writer thread, on first use)."""
         loop = asyncio.get_running_loop()
         last = self._last_group()
         if last is not None and last.loop is loop and self._writer is not None:
@@ -348,13 +353,25 @@ class SqlJournal(Journal):
         with self._writer_lock:
             if self._writer is None:
                 self._writer = ThreadPoolExecutor(
-                    1, thread_name_prefix="interlock-journal", initializer=no_wakeup_preemption
+                    1, thread_name_prefix="interlock-journal", initializer=self._writer_started
                 )
             group = self._groups.get(loop)
             if group is None:
                 group = self._groups[loop] = GroupCommit(self, loop, self._writer)
             self._last_group = weakref.ref(group)
             return group
+
+    def _writer_started(self) -> None:
+        """On the writer thread, as it starts: note its id, and keep it from preempting the
+        loop that hands it a flush (``no_wakeup_preemption``)."""
+        self._writer_id = threading.get_native_id()
+        no_wakeup_preemption()
+
+    @property
+    def writer_thread_id(self) -> int | None:
+        """The native id of the journal's writer thread (None before its first batch): for a
+        test or a profile that looks at that thread."""
+        return self._writer_id
 
     def _close_writer(self) -> None:
         """Wait for the batch being written, and stop the writer thread."""
@@ -363,18 +380,23 @@ class SqlJournal(Journal):
         if writer is not None:
             writer.shutdown(wait=True)
 
-    def _write_batch(
+    def write_batch(
         self,
         loop: asyncio.AbstractEventLoop,
         writer: Executor,
         batch: Sequence[AppendArgs],
     ) -> asyncio.Future[list[list[Entry] | Exception]]:
-        """Write a batch of appends in one transaction; the future resolves once it is durable.
-        Here the whole transaction runs on the writer thread, leaving the loop free while a
-        database server is asked."""
-        return loop.run_in_executor(writer, self._append_many, batch, self._write_appends)
+        """Write a batch of appends in one transaction; the future resolves once it is durable
+        (``BatchWriter``). Here the whole transaction runs on the writer thread, leaving the
+        loop free while a database server is asked."""
+        return loop.run_in_executor(writer, self._append_many_in, batch, self._write_appends)
 
-    def _append_many(
+    def append_many(self, batch: Sequence[AppendArgs]) -> list[list[Entry] | Exception]:
+        """Several appends in one transaction, as a group commit writes a batch: each one's
+        entries, or its own error (see ``_append_many_in``)."""
+        return self._append_many_in(batch, self._write_appends)
+
+    def _append_many_in(
         self, batch: Sequence[AppendArgs], transaction: Callable[[Callable[[Any], Any]], Any]
     ) -> list[list[Entry] | Exception]:
         """Several appends in one ``transaction``, in order (a later append of one effect sees
@@ -382,24 +404,24 @@ class SqlJournal(Journal):
         are written again without it; an error of the database fails them all."""
         outcomes: dict[int, list[Entry] | Exception] = {}
         left = list(range(len(batch)))
-        settle_each = not self.PIPELINES
+        drain_each = not self.PIPELINES
         while left:
             try:
                 written = transaction(
                     functools.partial(
-                        self._append_batch, [batch[i] for i in left], settle_each=settle_each
+                        self._append_batch, [batch[i] for i in left], drain_each=drain_each
                     )
                 )
-            except _Unsettled:
-                settle_each = True
+            except _UnknownRefusal:
+                drain_each = True
                 continue
             except _ItemFailed as failed:
                 index = left.pop(failed.index)
                 outcomes[index] = self._append_error(batch[index], failed.error)
                 continue
             except Exception as err:
-                if self._is_unique_violation(err):
-                    # raised by the COMMIT: the last append's writes (the others had settled)
+                if self.is_unique_violation(err):
+                    # raised by the COMMIT: the last append's writes (the others' had drained)
                     index = left.pop()
                     outcomes[index] = self._append_error(batch[index], err)
                     continue
@@ -411,30 +433,38 @@ class SqlJournal(Journal):
 
     def _append_error(self, args: AppendArgs, err: Exception) -> Exception:
         """What a failed append raises: the UNIQUE (effect_id, prev) backstop is a moved head."""
-        if self._is_unique_violation(err):
+        if self.is_unique_violation(err):
             return HeadConflict(args[0], args[1], "?")
         return err
 
     def _append_batch(
-        self, batch: Sequence[AppendArgs], db: Any, *, settle_each: bool
+        self, batch: Sequence[AppendArgs], db: Any, *, drain_each: bool
     ) -> list[list[Entry]]:
         """The appends of a batch. Pipelined, an append's writes are sent with the next one's
         reads, and their refusal comes with those reads: whose it is, is not known, and the
-        batch is written again with each append settled before the next (``settle_each``).
-        The last one's writes settle with the COMMIT (``_append_many`` knows whose they are)."""
+        batch is written again with each append's statements drained before the next's
+        (``drain_each``). The last one's writes drain with the COMMIT (``_append_many_in``
+        knows whose they are)."""
         written = []
         for index, args in enumerate(batch):
             try:
                 written.append(self._append_tx(db, *args))
-                if settle_each and index < len(batch) - 1:
-                    self._settle(db)
+                if drain_each and index < len(batch) - 1:
+                    self._drain(db)
             except Exception as err:
-                if self._is_database_error(err) and not self._is_unique_violation(err):
+                if self._is_database_error(err) and not self.is_unique_violation(err):
                     raise
-                if not settle_each and self._is_unique_violation(err):
-                    raise _Unsettled() from err
+                if not drain_each and self.is_unique_violation(err):
+                    raise _UnknownRefusal() from err
                 raise _ItemFailed(index, err) from err
         return written
+
+    def append_within(
+        self, db: Any, chain: str, drafts: Sequence[Draft], *, effect_type: str
+    ) -> list[Entry]:
+        """Append ``drafts`` to ``chain`` after whatever its head is, inside the caller's write
+        transaction (``SqlAccess``: for chains only such transactions write)."""
+        return self._append_tx(db, chain, None, drafts, effect_type=effect_type)
 
     def _append_tx(
         self,
@@ -451,7 +481,7 @@ class SqlJournal(Journal):
         seq, row, lease_of = self._append_reads(
             db, effect_id, lease_id if callable(build) else None
         )
-        sql_ids.confirm(self, db, seq, effect_id)
+        self._ids.confirm(db, seq, effect_id)
         actual = row[2] if row else ""
         if expected_head is not None and actual != expected_head:
             raise HeadConflict(effect_id, expected_head, actual)
@@ -466,7 +496,7 @@ class SqlJournal(Journal):
             raise ValueError("a new effect needs its effect_type")
         if row is None:
             drafts[0] = _signing_its_type(drafts[0], etype)
-        vals = _values_json(blobs) if blobs else None
+        vals = values_json(blobs) if blobs else None
         now = time.time()
         written, rows = self._signed(effect_id, seq, actual, drafts, vals, now)
         charge = self._leases.keep_tx(db, charge_in(row[5:8] if row else None), drafts)
@@ -479,11 +509,11 @@ class SqlJournal(Journal):
         """An append's writes: its entries (``_INSERT_ENTRY``'s parameters, in seq order), the
         new last seq (``_seq_advance``) and the effect's index row (``PUT_ROW``'s)."""
         if len(entries) == 1:
-            self._x(db, _INSERT_ENTRY, entries[0])
+            self.execute(db, _INSERT_ENTRY, entries[0])
         else:
             db.cursor().executemany(self._sql(_INSERT_ENTRY), entries)
-        self._seq_advance(db, entries[-1][0])
-        self._x(db, PUT_ROW, row)
+        self.advance_seq(db, entries[-1][0])
+        self.execute(db, PUT_ROW, row)
 
     @abstractmethod
     def _append_reads(self, db: Any, effect_id: str, lease_id: str | None) -> AppendReads:
@@ -572,9 +602,8 @@ class SqlJournal(Journal):
         self._checked(effect_id)
 
     def _checked(self, effect_id: str) -> list[RawEntry]:
-        rows = self._read(
-            lambda db: self._x(db, READ_EFFECT_SQL, (effect_id, effect_id, effect_id)).fetchall()
-        )
+        params = (effect_id, effect_id, effect_id)
+        rows = self.reading(lambda db: self.execute(db, READ_EFFECT_SQL, params).fetchall())
         return self._checked_rows(effect_id, rows)
 
     def _checked_rows(self, effect_id: str, rows: Sequence[Sequence[Any]]) -> list[RawEntry]:
@@ -587,8 +616,8 @@ class SqlJournal(Journal):
         return raws
 
     def row(self, effect_id: str) -> EffectRow | None:
-        values = self._read(
-            lambda db: self._x(
+        values = self.reading(
+            lambda db: self.execute(
                 db, f"SELECT {ROW_COLUMNS} FROM effects WHERE effect_id = ?", (effect_id,)
             ).fetchone()
         )
@@ -623,15 +652,15 @@ class SqlJournal(Journal):
             sql += " ORDER BY updated_ts DESC"
         if limit is not None:
             sql += f" LIMIT {int(limit)}"
-        rows = self._read(lambda db: self._x(db, sql, params).fetchall())
+        rows = self.reading(lambda db: self.execute(db, sql, params).fetchall())
         return [effect_row(r) for r in rows]
 
     def blob(self, effect_id: str, name: str) -> Any:
         return value_of(self.read(effect_id), name)
 
     def by_origin(self, origin: str) -> list[str]:
-        rows = self._read(
-            lambda db: self._x(
+        rows = self.reading(
+            lambda db: self.execute(
                 db, "SELECT effect_id FROM effects WHERE origin = ?", (origin,)
             ).fetchall()
         )
@@ -641,15 +670,16 @@ class SqlJournal(Journal):
         return (effect_row(r) for r in self.row_values())
 
     def row_values(self) -> Sequence[Sequence[Any]]:
-        return self._read(lambda db: self._x(db, f"SELECT {ROW_COLUMNS} FROM effects").fetchall())
+        sql = f"SELECT {ROW_COLUMNS} FROM effects"
+        return self.reading(lambda db: self.execute(db, sql).fetchall())
 
     def anchor_entries(self) -> list[RawEntry]:
         sql = f"SELECT {ENTRY_COLUMNS} FROM entries WHERE kind = 'ANCHOR' ORDER BY seq"
-        return [raw_entry(r) for r in self._read(lambda db: self._x(db, sql).fetchall())]
+        return [raw_entry(r) for r in self.reading(lambda db: self.execute(db, sql).fetchall())]
 
     def last_raw(self) -> RawEntry | None:
-        r = self._read(
-            lambda db: self._x(
+        r = self.reading(
+            lambda db: self.execute(
                 db, f"SELECT {ENTRY_COLUMNS} FROM entries ORDER BY seq DESC LIMIT 1"
             ).fetchone()
         )
@@ -660,9 +690,8 @@ class SqlJournal(Journal):
         return None if raw is None else JournalHead(seq=raw.seq, hash=raw.hash)
 
     def schema_version(self) -> int:
-        row = self._read(
-            lambda db: self._x(db, "SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
-        )
+        sql = "SELECT value FROM meta WHERE key = 'schema_version'"
+        row = self.reading(lambda db: self.execute(db, sql).fetchone())
         return int(row[0])
 
     @property
@@ -678,12 +707,39 @@ class SqlJournal(Journal):
         return self._notifications
 
     @abstractmethod
-    def _is_unique_violation(self, err: BaseException) -> bool: ...
+    def is_unique_violation(self, err: BaseException) -> bool:
+        """Whether ``err`` is the database refusing a duplicate key (``SqlAccess``)."""
 
     @abstractmethod
-    def _claims_held(self) -> int:
-        """How many effects this process holds claims on: the effects in flight here."""
+    def claims_held(self) -> int:
+        """How many effects this process holds claims on: the effects in flight here
+        (``BatchWriter``)."""
 
     @abstractmethod
     def _is_database_error(self, err: BaseException) -> bool:
         """An error of the database itself (its driver's), not of one append's inputs."""
+
+
+class SqlTx:
+    """One write transaction of a SQL journal, as ``transact_async``'s function sees it
+    (``JournalTx``)."""
+
+    def __init__(self, journal: SqlJournal, db: Any) -> None:
+        self._journal = journal
+        self.db = db
+
+    def append(
+        self,
+        effect_id: str,
+        expected_head: str,
+        build: Build,
+        *,
+        effect_type: str | None = None,
+        lease_id: str | None = None,
+        blobs: Mapping[str, Any] | None = None,
+    ) -> list[Entry]:
+        args: AppendArgs = (effect_id, expected_head, build, effect_type, lease_id, blobs)
+        try:
+            return self._journal._append_tx(self.db, *args)
+        except Exception as err:
+            raise self._journal._append_error(args, err) from err

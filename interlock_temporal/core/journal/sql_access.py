@@ -1,19 +1,25 @@
-"""The narrow API the SQL journal gives the stores that keep their state in its database (the
-leases, the policy's state): run a read or a write transaction, run a statement inside one,
-append to a chain inside one, and read an effect's checked entries. They see nothing else of
-the journal."""
+"""The seam between the SQL journal (``sql.SqlJournal``) and the modules that keep their records
+in its database: what they may ask of it, as two protocols. ``SqlJournal`` implements both; a
+module beside it is handed the journal typed as one of them, and sees nothing else of it.
+
+- ``SqlAccess``: the stores (``sql_leases``, ``sql_policy``, ``sql_notify``). Run a read or a
+  write transaction, run a statement inside one, append to a chain inside one, read an
+  effect's checked entries.
+- ``JournalAccess``: what also writes the journal's own records beside the appends
+  (``sql_ids``: the effect-id setting; ``sql_archive``: an archive run): besides
+  ``SqlAccess``, the journal's seq (held as an append holds it, and moved on), its keyring,
+  its effect-id setting and whether an effect is claimed.
+
+This module imports no backend: the journal's modules depend on the seam, never on each other
+through it."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, Protocol, TypeVar
+from collections.abc import Callable, Sequence
+from typing import Any, Protocol, TypeVar
 
 from ..models import Draft, Entry
-from .group_commit import AppendArgs
-from .interface import Build
-
-if TYPE_CHECKING:
-    from .sql import SqlJournal
+from .signing import Keyring
 
 T = TypeVar("T")
 
@@ -22,11 +28,16 @@ class SqlAccess(Protocol):
     """What a store may do in the journal's database. Connections are the backend's; SQL is
     written with ``?`` placeholders and in the SQL both SQLite and PostgreSQL run."""
 
-    #: the suffix that locks the rows a transaction read (none where the transaction holds
-    #: the whole database, as SQLite's ``BEGIN IMMEDIATE`` does)
-    for_update: str
-    #: the two-argument maximum
-    greatest: str
+    @property
+    def for_update(self) -> str:
+        """The suffix that locks the rows a transaction read (none where the transaction holds
+        the whole database, as SQLite's ``BEGIN IMMEDIATE`` does)."""
+        ...
+
+    @property
+    def greatest(self) -> str:
+        """The two-argument maximum."""
+        ...
 
     def reading(self, fn: Callable[[Any], T]) -> T:
         """Run ``fn(connection)`` for reads."""
@@ -39,10 +50,6 @@ class SqlAccess(Protocol):
     def execute(self, db: Any, sql: str, params: Sequence[Any] = ()) -> Any:
         """Run one statement on ``db``; returns its cursor."""
         ...
-
-    def settle(self, db: Any) -> None:
-        """The statements sent so far have run (a pipelined cursor's ``rowcount`` is known
-        only then)."""
 
     def append_within(
         self, db: Any, chain: str, drafts: Sequence[Draft], *, effect_type: str
@@ -60,59 +67,25 @@ class SqlAccess(Protocol):
         ...
 
 
-class SqlTx:
-    """One write transaction, as ``transact_async``'s function sees it (``JournalTx``)."""
+class JournalAccess(SqlAccess, Protocol):
+    """``SqlAccess``, and what writing the journal's own records beside its appends takes (the
+    effect-id setting, an archive run)."""
 
-    def __init__(self, journal: SqlJournal, db: Any) -> None:
-        self._journal = journal
-        self.db = db
+    #: where the journal is, as messages show it
+    url: str
+    keyring: Keyring
+    #: the journal's effect-id setting as this process last read it (``Journal.effect_ids``)
+    effect_ids: str | None
 
-    def append(
-        self,
-        effect_id: str,
-        expected_head: str,
-        build: Build,
-        *,
-        effect_type: str | None = None,
-        lease_id: str | None = None,
-        blobs: Mapping[str, Any] | None = None,
-    ) -> list[Entry]:
-        args: AppendArgs = (effect_id, expected_head, build, effect_type, lease_id, blobs)
-        try:
-            return self._journal._append_tx(self.db, *args)
-        except Exception as err:
-            raise self._journal._append_error(args, err) from err
+    def hold_seq(self, db: Any) -> int:
+        """Inside a write transaction: the journal's last seq, held until the transaction
+        ends, so that appends wait for it and get dense seqs in commit order."""
+        ...
 
+    def advance_seq(self, db: Any, seq: int) -> None:
+        """Inside the same transaction: ``seq`` is the journal's last seq now."""
+        ...
 
-class JournalAccess:
-    """The SQL journal's narrow API (``SqlAccess``), as its lease and policy stores use it."""
-
-    def __init__(self, journal: SqlJournal) -> None:
-        self._journal = journal
-        self.for_update = journal.FOR_UPDATE
-        self.greatest = journal.GREATEST
-
-    def reading(self, fn: Callable[[Any], T]) -> T:
-        return self._journal._read(fn)
-
-    def writing(self, fn: Callable[[Any], T]) -> T:
-        return self._journal._write(fn)
-
-    def execute(self, db: Any, sql: str, params: Sequence[Any] = ()) -> Any:
-        return self._journal._x(db, sql, params)
-
-    def settle(self, db: Any) -> None:
-        """The statements sent so far have run (a pipelined cursor's ``rowcount`` is known
-        only then)."""
-        self._journal._settle(db)
-
-    def append_within(
-        self, db: Any, chain: str, drafts: Sequence[Draft], *, effect_type: str
-    ) -> list[Entry]:
-        return self._journal._append_tx(db, chain, None, drafts, effect_type=effect_type)
-
-    def is_unique_violation(self, err: BaseException) -> bool:
-        return self._journal._is_unique_violation(err)
-
-    def read(self, effect_id: str) -> list[Entry]:
-        return self._journal.read(effect_id)
+    def is_claimed(self, effect_id: str) -> bool:
+        """Whether an attempt (of any process) holds the effect's claim."""
+        ...

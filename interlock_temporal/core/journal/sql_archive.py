@@ -1,15 +1,18 @@
-"""An archive run on a SQL journal, in one write transaction: the settled effects chosen, their
-entries written to the archive file (flushed to disk before anything leaves the journal), then
-removed, each effect's tombstone and the archive's anchor appended, and the transaction
-committed. If anything fails before the commit, nothing left the journal and the file is
+"""An archive run on a SQL journal, in one write transaction: the effects in a final state
+chosen, their entries written to the archive file (flushed to disk before anything leaves the
+journal), then removed, each effect's tombstone and the archive's anchor appended, and the
+transaction committed. If anything fails before the commit, nothing left the journal and the file is
 removed again; a crash between the file's flush and the commit leaves a file whose anchor is
 not in the journal (``journal verify --archive`` says so): it took nothing.
 
 Appends wait for the run (it holds the journal's seq, as an append does), so no effect moves
 while it is chosen. An effect an attempt holds a claim on when the run looks is left alone;
 the run takes no claims itself (on PostgreSQL each would hold a connection), so an attempt
-that claims an effect meanwhile reads it settled, and an append it makes waits for the run,
-finds the head moved to the tombstone and reads again: it answers as before."""
+that claims an effect meanwhile reads it final, and an append it makes waits for the run,
+finds the head moved to the tombstone and reads again: it answers as before.
+
+The run sees the journal through ``JournalAccess`` (``sql_access``): it holds and moves the
+journal's seq, and writes entries and index rows with the journal's own statements."""
 
 from __future__ import annotations
 
@@ -32,6 +35,7 @@ from .archiving import (
 )
 from .entries import (
     ENTRY_COLUMNS,
+    ROW_COLUMNS,
     RawEntry,
     archive_root,
     check_chain,
@@ -41,14 +45,16 @@ from .entries import (
     export_line,
     raw_entry,
     value_of,
+    values_json,
 )
 from .interface import ARCHIVE_CHAIN_TYPE, POLICY_CHAIN_TYPE
-from .sql import ROW_COLUMNS, SqlJournal, _values_json
+from .sql_access import JournalAccess
 
-#: what ``settle`` says of an effect: the tombstone's data, or why it stays (a ``skipped`` key)
-Settle = Callable[[str, list[Entry]], "dict[str, Any] | str"]
+#: what ``judge`` says of an effect: the tombstone's data, or why it stays (a ``skipped`` key)
+Judge = Callable[[str, list[Entry]], "dict[str, Any] | str"]
 
-_SETTLED = ("COMMITTED", "REFUSED", "RESOLVED")
+#: the statuses an effect ends in (a run looks at no other)
+_FINAL = ("COMMITTED", "REFUSED", "RESOLVED")
 
 
 class _Chosen:
@@ -61,32 +67,40 @@ class _Chosen:
         self.result = result
 
 
-def archive_settled(
-    journal: SqlJournal, *, cutoff: float, to: Path, settle: Settle, header: Mapping[str, Any]
+def archive_final(
+    journal: JournalAccess, *, cutoff: float, to: Path, judge: Judge, header: Mapping[str, Any]
 ) -> ArchiveRun:
-    """Move the settled effects last updated before ``cutoff`` that ``settle`` accepts to the
-    archive file ``to`` (which must not exist), leaving tombstones and an anchor."""
+    """Move the effects in a final state last updated before ``cutoff`` that ``judge`` accepts
+    to the archive file ``to`` (which must not exist), leaving tombstones and an anchor."""
     skipped: dict[str, int] = {}
-    return journal._write(lambda db: _run(journal, db, cutoff, to, settle, dict(header), skipped))
+    return journal.writing(lambda db: _run(journal, db, cutoff, to, judge, dict(header), skipped))
+
+
+def archive_settled(
+    journal: JournalAccess, *, cutoff: float, to: Path, settle: Judge, header: Mapping[str, Any]
+) -> ArchiveRun:
+    """``archive_final`` under its former name and keywords, which ``core/retention`` still
+    calls; to go once it calls ``archive_final``."""
+    return archive_final(journal, cutoff=cutoff, to=to, judge=settle, header=header)
 
 
 def _run(
-    journal: SqlJournal,
+    journal: JournalAccess,
     db: Any,
     cutoff: float,
     to: Path,
-    settle: Settle,
+    judge: Judge,
     header: dict[str, Any],
     skipped: dict[str, int],
 ) -> ArchiveRun:
-    seq = journal._seq_base(db)  # held until the commit: appends wait for the run
-    chosen = _choose(journal, db, cutoff, settle, skipped)
+    seq = journal.hold_seq(db)  # held until the commit: appends wait for the run
+    chosen = _choose(journal, db, cutoff, judge, skipped)
     if not chosen:
         return ArchiveRun(None, None, 0, 0, [], None, None, skipped)
     raws = sorted((r for c in chosen for r in c.raws), key=lambda r: r.seq)
     archive_id = uuid.uuid4().hex
     ranges = seq_ranges(r.seq for r in raws)
-    last = journal._x(db, "SELECT seq, hash FROM entries ORDER BY seq DESC LIMIT 1").fetchone()
+    last = journal.execute(db, "SELECT seq, hash FROM entries ORDER BY seq DESC LIMIT 1").fetchone()
     header.update(
         format=ARCHIVE_FORMAT,
         archive_id=archive_id,
@@ -99,11 +113,11 @@ def _run(
     _write_file(to, header_line(header, journal.keyring.signing), raws)
     try:
         for first, end in ranges:
-            journal._x(db, "DELETE FROM entries WHERE seq >= ? AND seq <= ?", (first, end))
+            journal.execute(db, "DELETE FROM entries WHERE seq >= ? AND seq <= ?", (first, end))
         for c in chosen:
             seq = _tombstone(journal, db, seq, c, archive_id)
         anchor = _anchor(journal, db, seq + 1, archive_id, header)
-        journal._seq_advance(db, anchor.seq)
+        journal.advance_seq(db, anchor.seq)
     except BaseException:
         with contextlib.suppress(OSError):
             to.unlink()
@@ -121,17 +135,17 @@ def _run(
 
 
 def _choose(
-    journal: SqlJournal,
+    journal: JournalAccess,
     db: Any,
     cutoff: float,
-    settle: Settle,
+    judge: Judge,
     skipped: dict[str, int],
 ) -> list[_Chosen]:
-    rows = journal._x(
+    rows = journal.execute(
         db,
         f"SELECT {ROW_COLUMNS} FROM effects WHERE status IN (?, ?, ?) AND updated_ts < ? "
         "AND effect_type NOT IN (?, ?) ORDER BY head_seq",
-        (*_SETTLED, cutoff, POLICY_CHAIN_TYPE, ARCHIVE_CHAIN_TYPE),
+        (*_FINAL, cutoff, POLICY_CHAIN_TYPE, ARCHIVE_CHAIN_TYPE),
     ).fetchall()
     chosen = []
     for values in rows:
@@ -139,7 +153,7 @@ def _choose(
         if journal.is_claimed(row.effect_id):
             skipped["claimed"] = skipped.get("claimed", 0) + 1
             continue
-        stored = journal._x(
+        stored = journal.execute(
             db,
             f"SELECT {ENTRY_COLUMNS} FROM entries WHERE effect_id = ? ORDER BY seq",
             (row.effect_id,),
@@ -149,7 +163,7 @@ def _choose(
         if raws[-1].kind == Kind.ARCHIVED.value:
             continue  # only its tombstone is left: nothing to move
         entries = [decode_entry(r) for r in raws]
-        verdict = settle(row.effect_id, entries)
+        verdict = judge(row.effect_id, entries)
         if isinstance(verdict, str):
             skipped[verdict] = skipped.get(verdict, 0) + 1
             continue
@@ -173,7 +187,7 @@ def _write_file(to: Path, header: str, raws: Sequence[RawEntry]) -> None:
             os.close(directory)
 
 
-def _tombstone(journal: SqlJournal, db: Any, seq: int, c: _Chosen, archive_id: str) -> int:
+def _tombstone(journal: JournalAccess, db: Any, seq: int, c: _Chosen, archive_id: str) -> int:
     """Append the effect's tombstone after ``seq``; its index row points at it. The tombstone
     keeps the row's time (its signed ``ts``), so the effect's age and listings do not change."""
     row = c.row
@@ -186,7 +200,7 @@ def _tombstone(journal: SqlJournal, db: Any, seq: int, c: _Chosen, archive_id: s
         "last_dispatch_ts": row.last_dispatch_ts,
         "archived_at": time.time(),
     }
-    vals = None if c.result is None else _values_json({"result": c.result})
+    vals = None if c.result is None else values_json({"result": c.result})
     entry = encode_entry(
         seq=seq + 1,
         ts=row.updated_ts,
@@ -198,7 +212,7 @@ def _tombstone(journal: SqlJournal, db: Any, seq: int, c: _Chosen, archive_id: s
         vals=vals,
     )
     _insert(journal, db, entry, vals)
-    journal._x(
+    journal.execute(
         db,
         "UPDATE effects SET head = ?, head_seq = ? WHERE effect_id = ?",
         (entry.hash, entry.seq, row.effect_id),
@@ -207,7 +221,7 @@ def _tombstone(journal: SqlJournal, db: Any, seq: int, c: _Chosen, archive_id: s
 
 
 def _anchor(
-    journal: SqlJournal, db: Any, seq: int, archive_id: str, header: Mapping[str, Any]
+    journal: JournalAccess, db: Any, seq: int, archive_id: str, header: Mapping[str, Any]
 ) -> Entry:
     now = time.time()
     chain = archive_chain(archive_id)
@@ -229,7 +243,7 @@ def _anchor(
         },
     )
     _insert(journal, db, entry, None)
-    journal._x(
+    journal.execute(
         db,
         f"INSERT INTO effects ({ROW_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, NULL, NULL, NULL)",
         (chain, ARCHIVE_CHAIN_TYPE, Kind.ANCHOR.value, entry.hash, entry.seq, now),
@@ -237,8 +251,8 @@ def _anchor(
     return entry
 
 
-def _insert(journal: SqlJournal, db: Any, e: Entry, vals: str | None) -> None:
-    journal._x(
+def _insert(journal: JournalAccess, db: Any, e: Entry, vals: str | None) -> None:
+    journal.execute(
         db,
         f"INSERT INTO entries ({ENTRY_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
         (e.seq, e.effect_id, e.kind.value, e.prev, e.hash, e.key_id, e.sig, e.body, vals),

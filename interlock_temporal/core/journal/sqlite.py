@@ -142,10 +142,10 @@ _MIGRATIONS: list[str] = [
         SELECT s.session, d.value FROM policy_sessions s, json_each(s.doc, '$.deliveries') d
         WHERE json_type(s.doc, '$.deliveries') = 'array';
     """,
-    # 6 (retention): archives of settled effects leave signed anchors (kind ANCHOR) in the
-    # journal; verify reads them first, through this index (a partial one: appends of other
-    # kinds never write it). It also keeps a release that cannot read archives from opening
-    # an archived journal (it would take the archived seqs for missing entries).
+    # 6 (retention): archives of effects in a final state leave signed anchors (kind ANCHOR)
+    # in the journal; verify reads them first, through this index (a partial one: appends of
+    # other kinds never write it). It also keeps a release that cannot read archives from
+    # opening an archived journal (it would take the archived seqs for missing entries).
     """
     CREATE INDEX IF NOT EXISTS entries_anchors ON entries (seq) WHERE kind = 'ANCHOR';
     """,
@@ -195,12 +195,22 @@ _SEQ_ROW_AND_LEASE += f" {LEASE_JOIN}"
 
 
 class SqliteJournal(SqlJournal):
+    """The embedded journal. Besides ``SqlJournal``'s, its public names for tests and
+    measurements (never needed to use the journal): its writers' ``connection``,
+    ``wrap_connections`` (a measurement's proxy in place of its connections), its WAL's
+    ``checkpointer`` (``stop_checkpointer``, ``start_checkpointer``), ``writers_held`` (no
+    write of this process runs while held) and ``observe_write_lock``."""
+
     MIGRATIONS = _MIGRATIONS
     #: the writers' connection, the readers', the host's claims and the WAL's checkpointer
     _db: sqlite3.Connection
     _reader: sqlite3.Connection
     _claims: Claims
     _checkpointer: Checkpointer | None = None
+    #: a measurement's hook, None (the default) in normal use: called with the seconds each
+    #: write transaction's ``BEGIN IMMEDIATE`` took (the wait for the database's write lock,
+    #: which the other processes writing to it hold in turn)
+    observe_write_lock: Callable[[float], None] | None = None
 
     def __init__(
         self,
@@ -219,6 +229,7 @@ class SqliteJournal(SqlJournal):
         self._flushed = threading.Event()
         self._flushed.set()
         self._reader_lock = threading.Lock()
+        self._busy_timeout_s = busy_timeout_s
 
         def connect() -> None:
             self.path.parent.mkdir(parents=True, exist_ok=True)
@@ -231,13 +242,7 @@ class SqliteJournal(SqlJournal):
             # reads have their own connection: WAL lets them go on while a write is flushed
             self._reader = self._opened(self._connect(busy_timeout_s))
             self._claims = host_claims(self.path.with_name(self.path.name + ".claims"))
-            self._checkpointer = self._opened(
-                Checkpointer(
-                    lambda: self._connect(busy_timeout_s),
-                    self._writers_held,
-                    on_start=no_wakeup_preemption,
-                )
-            )
+            self.start_checkpointer()
 
         self._open(connect, check_tail=check_tail)
 
@@ -269,11 +274,53 @@ class SqliteJournal(SqlJournal):
             return
 
     @contextlib.contextmanager
-    def _writers_held(self) -> Iterator[None]:
-        """No write of this process runs (nor is being flushed) until the block ends."""
+    def writers_held(self) -> Iterator[None]:
+        """No write of this process runs (nor is being flushed) until the block ends: what a
+        checkpoint pass that must catch up holds (``Checkpointer``)."""
         with self._lock:
             self._flushed.wait()
             yield
+
+    # -- for tests and measurements ----------------------------------------------------------
+
+    @property
+    def connection(self) -> sqlite3.Connection:
+        """The writers' connection (reads run on it too while it is idle): to look at its
+        pragmas, its query plans or the statements it runs. A write made through it, outside
+        the journal's transactions, is not the journal's."""
+        return self._db
+
+    def wrap_connections(self, wrap: Callable[[sqlite3.Connection], Any]) -> None:
+        """Put ``wrap(connection)`` in place of the writers' and the readers' connections: a
+        measurement's proxy (the time spent in statements), which must do what the connection
+        does (``execute``, ``cursor``, ``in_transaction``, ...)."""
+        self._db = wrap(self._db)
+        self._reader = wrap(self._reader)
+
+    @property
+    def checkpointer(self) -> Checkpointer | None:
+        """The thread that checkpoints the WAL off the commits' path (None: stopped)."""
+        return self._checkpointer
+
+    def stop_checkpointer(self) -> None:
+        """Stop the WAL's checkpointer: SQLite's own auto-checkpoint (at the pages the
+        writers' connection sets, the backstop unless changed) is then the only one."""
+        checkpointer, self._checkpointer = self._checkpointer, None
+        if checkpointer is not None:
+            checkpointer.close()
+            self._resources.remove(checkpointer)
+
+    def start_checkpointer(self) -> Checkpointer:
+        """The WAL's checkpointer, started as the journal starts it if it is stopped."""
+        if self._checkpointer is None:
+            self._checkpointer = self._opened(
+                Checkpointer(
+                    lambda: self._connect(self._busy_timeout_s),
+                    self.writers_held,
+                    on_start=no_wakeup_preemption,
+                )
+            )
+        return self._checkpointer
 
     def _exclusively(self, fn: Callable[[sqlite3.Connection], T]) -> T:
         db = self._db
@@ -288,12 +335,12 @@ class SqliteJournal(SqlJournal):
 
     # -- transactions ------------------------------------------------------------------------
 
-    def _x(self, db: sqlite3.Connection, sql: str, params: Sequence[Any] = ()) -> Any:
+    def execute(self, db: sqlite3.Connection, sql: str, params: Sequence[Any] = ()) -> Any:
         """SQLite runs the shared SQL as written (``?`` placeholders), with any sequence of
         parameters: no translation, no copy."""
         return db.execute(sql, params)
 
-    def _write(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+    def writing(self, fn: Callable[[sqlite3.Connection], T]) -> T:
         """Run ``fn(db)`` in one durable write transaction (``BEGIN IMMEDIATE``: the whole
         database is this transaction's until it ends)."""
         with self._lock:
@@ -306,10 +353,14 @@ class SqliteJournal(SqlJournal):
         """``BEGIN IMMEDIATE`` and ``fn(db)``, leaving the transaction open for its caller to
         commit; rolled back if ``fn`` raises. The caller holds ``_lock``."""
         db = self._db
+        observe = self.observe_write_lock
+        asked = 0.0 if observe is None else time.perf_counter()
         try:
             db.execute("BEGIN IMMEDIATE")
         except sqlite3.Error as err:
             raise JournalUnavailable(f"journal {self.url} cannot be written: {err}") from err
+        if observe is not None:
+            observe(time.perf_counter() - asked)
         try:
             return fn(db)
         except sqlite3.IntegrityError:
@@ -335,7 +386,7 @@ class SqliteJournal(SqlJournal):
         if self._checkpointer is not None:
             self._checkpointer.nudge()
 
-    def _write_batch(
+    def write_batch(
         self,
         loop: asyncio.AbstractEventLoop,
         writer: Executor,
@@ -346,7 +397,7 @@ class SqliteJournal(SqlJournal):
         the writer thread; until it ends, the next write on this connection waits."""
         with self._lock:
             self._flushed.wait()
-            outcomes = self._append_many(batch, self._uncommitted)
+            outcomes = self._append_many_in(batch, self._uncommitted)
             if not self._db.in_transaction:  # every append failed on its own
                 done: asyncio.Future[list[list[Entry] | Exception]] = loop.create_future()
                 done.set_result(outcomes)
@@ -365,7 +416,7 @@ class SqliteJournal(SqlJournal):
             self._flushed.set()
         return outcomes
 
-    def _read(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+    def reading(self, fn: Callable[[sqlite3.Connection], T]) -> T:
         """``fn`` on the writers' connection when it is idle (no transaction open on it, no
         COMMIT being flushed: both need ``_lock``): its page cache holds what it wrote, where
         the readers' connection drops its whole cache whenever the database changed since its
@@ -392,11 +443,11 @@ class SqliteJournal(SqlJournal):
         lease = lease_in(found[9], found[10], own_cents(charge_in(found[6:9])))
         return int(found[0]), None if found[1] is None else found[1:9], lambda: lease
 
-    def _seq_base(self, db: sqlite3.Connection) -> int:
+    def hold_seq(self, db: sqlite3.Connection) -> int:
         (seq,) = db.execute("SELECT COALESCE(MAX(seq), 0) FROM entries").fetchone()
         return int(seq)
 
-    def _is_unique_violation(self, err: BaseException) -> bool:
+    def is_unique_violation(self, err: BaseException) -> bool:
         return isinstance(err, sqlite3.IntegrityError)
 
     def _is_database_error(self, err: BaseException) -> bool:
@@ -427,7 +478,7 @@ class SqliteJournal(SqlJournal):
     def is_claimed(self, effect_id: str) -> bool:
         return self._claims.is_claimed(effect_id)
 
-    def _claims_held(self) -> int:
+    def claims_held(self) -> int:
         return self._claims.held()
 
     def close(self) -> None:

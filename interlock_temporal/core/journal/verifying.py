@@ -32,8 +32,8 @@ from ..models import ANNOTATIONS, EffectRow, JournalHead, Kind, VerifyReport
 from .entries import (
     UNBOUND,
     ChainCheck,
+    ChainSummary,
     RawEntry,
-    _Chain,
     check_entry,
     effect_row,
     origin_in,
@@ -434,7 +434,7 @@ class _Pass:
             return False
         effect_type, origin = _first_data(body)
         at += len(tail)
-        chain = self.checker.chains[eid] = _Chain(
+        chain = self.checker.chains[eid] = ChainSummary(
             head=digest_hex, head_seq=seq, head_body=body, head_ts_at=at, quoted_id=quoted_id
         )
         chain.effect_type, chain.origin = effect_type, origin
