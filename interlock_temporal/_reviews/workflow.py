@@ -1,7 +1,7 @@
 """The ``EffectReview`` workflow a person resolves from the Web UI (or the CLI), and the models
 it exchanges with workers and waiting workflows. Sandbox-safe: it imports no journal, no
 storage and no protocol, only what workflow code may import; the worker's side (opening
-reviews, recording decisions) is ``_review``."""
+reviews, recording decisions) is the review desk, ``_reviews.desk``."""
 
 from __future__ import annotations
 
@@ -15,9 +15,9 @@ from temporalio.api.failure.v1 import ApplicationFailureInfo, Failure
 from temporalio.common import RetryPolicy
 from temporalio.exceptions import ActivityError, ApplicationError, FailureError
 
-from ._errors import describe_invalid
-from .core.models import Receipt
-from .core.review_rules import (
+from .._worker.errors import describe_invalid
+from ..core.models import Receipt
+from ..core.review_rules import (
     Recorded,
     ReviewKind,
     ReviewRules,

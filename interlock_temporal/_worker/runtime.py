@@ -14,26 +14,26 @@ from typing import TYPE_CHECKING, Any
 
 from temporalio import activity
 
-from ._codec import CodecSealer
-from ._gated import GateSpec
-from ._logs import announce_journal, install_ambiguous_line, no_heartbeat_warning
-from ._telemetry import Telemetry
-from .core.authority import AuthorityKeys
-from .core.errors import JournalConfigError
-from .core.journal import Journal, KeyLike, keyring_for, open_journal, parse_journal_url
-from .core.journal.interface import database_of, redacted
-from .core.journal.opening import configured_journal
-from .core.journal.signing import Keyring
-from .core.policy import Policy, PolicyFollower, PolicyGuard
-from .core.protocol import Gate
-from .core.review import ReviewRules
-from .core.sealing import Values
-from .core.targets import EffectTarget, capabilities, check_declaration
+from ..core.authority import AuthorityKeys
+from ..core.errors import JournalConfigError
+from ..core.journal import Journal, KeyLike, keyring_for, open_journal, parse_journal_url
+from ..core.journal.interface import database_of, redacted
+from ..core.journal.opening import configured_journal
+from ..core.journal.signing import Keyring
+from ..core.policy import Policy, PolicyFollower, PolicyGuard
+from ..core.protocol import Gate
+from ..core.review import ReviewRules
+from ..core.sealing import Values
+from ..core.targets import EffectTarget, capabilities, check_declaration
+from .codec import CodecSealer
+from .gated import GateSpec
+from .logs import announce_journal, install_ambiguous_line, no_heartbeat_warning
+from .telemetry import Telemetry
 
 if TYPE_CHECKING:
     import temporalio.client
 
-    from .notify import Notifier
+    from ..notify import Notifier
 
 log = logging.getLogger("interlock_temporal")
 
@@ -251,7 +251,7 @@ class WorkerRuntime:
         self.reminder_s = reminder_s
         #: a Replayer's runtime: no journal is opened (or created) for it
         self.replay_only = replay_only
-        #: a retried gated attempt drops its workflow's sticky queue (``_sticky``)
+        #: a retried gated attempt drops its workflow's sticky queue (``sticky``)
         self.release_sticky = True
         self._gated: dict[str, Recoverable] = {}
         self._specs: dict[str, GateSpec] = {}

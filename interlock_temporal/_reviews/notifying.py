@@ -18,13 +18,12 @@ from urllib.parse import quote
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
-from ._review_workflow import NOTIFY_ACTIVITY, NotifyEvent
-from .core.models import Kind
-from .core.notifications import NotificationFailure
-from .core.policy import redact
-from .core.receipts import fold
-from .core.review_rules import DECISIONS, ReviewRules
-from .notify import (
+from ..core.models import Kind
+from ..core.notifications import NotificationFailure
+from ..core.policy import redact
+from ..core.receipts import fold
+from ..core.review_rules import DECISIONS, ReviewRules
+from ..notify import (
     DEFAULT,
     DEFAULT_REMINDER_EVERY,
     DEFAULT_REVIEW_DEADLINE,
@@ -33,9 +32,10 @@ from .notify import (
     NotifyError,
     _Default,
 )
+from .workflow import NOTIFY_ACTIVITY, NotifyEvent
 
 if TYPE_CHECKING:
-    from ._runtime import WorkerRuntime
+    from .._worker.runtime import WorkerRuntime
 
 __all__ = ["NotifyDesk", "resolve_command", "review_settings", "ui_link"]
 

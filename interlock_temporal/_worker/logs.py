@@ -15,13 +15,13 @@ from datetime import timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ._errors import AmbiguousEffect
-from .core.review_rules import review_id
+from ..core.review_rules import review_id
+from .errors import AmbiguousEffect
 
 if TYPE_CHECKING:
     import temporalio.activity
 
-    from .core.journal import Journal
+    from ..core.journal import Journal
 
 log = logging.getLogger("interlock_temporal")
 

@@ -14,7 +14,7 @@ import importlib
 from temporalio.api.common.v1 import Payload
 from temporalio.converter import PayloadCodec
 
-from .core.sealing import Sealer
+from ..core.sealing import Sealer
 
 #: the scheme sealed values carry: a Temporal payload, encoded by the client's codec
 SCHEME = "temporal-codec/v1"

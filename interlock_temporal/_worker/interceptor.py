@@ -18,32 +18,9 @@ import temporalio.worker
 import temporalio.workflow
 from temporalio.exceptions import ApplicationError
 
-from ._context import HEADER, Authority, current_authority, open_header, signed_header
-from ._errors import (
-    AmbiguousEffect,
-    ApprovalRequired,
-    AuthorityRejected,
-    InterlockDenied,
-    TargetNotBound,
-    UnstableEffectKeyError,
-    as_temporal_errors,
-)
-from ._gated import (
-    EffectContext,
-    GateSpec,
-    _cost,
-    _current,
-    check_executor,
-    parameter_names,
-    spec_of,
-)
-from ._install import BARE, worker_options
-from ._notifying import review_settings
-from ._review import ReviewDesk
-from ._runtime import GateSource, JournalArg, WorkerRuntime, WorkerSetupError
-from ._sticky import finish_release, start_release
-from ._telemetry import REASON, VERDICT, Attempt, Telemetry
-from .core.authority import (
+from .._reviews.desk import ReviewDesk
+from .._reviews.notifying import review_settings
+from ..core.authority import (
     ActivityBinding,
     AnyBinding,
     AuthorityInvalid,
@@ -53,13 +30,13 @@ from .core.authority import (
     for_activity,
     for_start,
 )
-from .core.errors import (
+from ..core.errors import (
     Denied,
     JournalUnavailable,
 )
-from .core.journal import Journal, KeyLike
-from .core.models import Kind
-from .core.policy import (
+from ..core.journal import Journal, KeyLike
+from ..core.models import Kind
+from ..core.policy import (
     CallEvent,
     Policy,
     PolicyFollower,
@@ -71,10 +48,33 @@ from .core.policy import (
     enforce,
     input_digest,
 )
-from .core.protocol import Call, Delivery, Done, Gate, Ticket, to_the_end
-from .core.review import ReviewKind, ReviewRules
-from .core.targets import EffectTarget, capabilities
-from .notify import DEFAULT, Notifier, _Default
+from ..core.protocol import Call, Delivery, Done, Gate, Ticket, to_the_end
+from ..core.review import ReviewKind, ReviewRules
+from ..core.targets import EffectTarget, capabilities
+from ..notify import DEFAULT, Notifier, _Default
+from .context import HEADER, Authority, current_authority, open_header, signed_header
+from .errors import (
+    AmbiguousEffect,
+    ApprovalRequired,
+    AuthorityRejected,
+    InterlockDenied,
+    TargetNotBound,
+    UnstableEffectKeyError,
+    as_temporal_errors,
+)
+from .gated import (
+    EffectContext,
+    GateSpec,
+    _cost,
+    _current,
+    check_executor,
+    parameter_names,
+    spec_of,
+)
+from .install import BARE, worker_options
+from .runtime import GateSource, JournalArg, WorkerRuntime, WorkerSetupError
+from .sticky import finish_release, start_release
+from .telemetry import REASON, VERDICT, Attempt, Telemetry
 
 log = logging.getLogger("interlock_temporal")
 

@@ -16,14 +16,14 @@ from temporalio import activity, workflow
 from temporalio.client import WorkflowExecutionStatus
 from temporalio.service import RPCError, RPCStatusCode
 
-from .core.errors import InFlight, InterlockError, JournalCorrupt
-from .core.models import Kind
-from .core.receipts import EffectView, fold, receipt_of
+from ..core.errors import InFlight, InterlockError, JournalCorrupt
+from ..core.models import Kind
+from ..core.receipts import EffectView, fold, receipt_of
 
 if TYPE_CHECKING:
-    from ._review import ReviewDesk
-    from ._runtime import WorkerRuntime
-    from .core.protocol import Gate, OwnerEnded
+    from .._worker.runtime import WorkerRuntime
+    from ..core.protocol import Gate, OwnerEnded
+    from .desk import ReviewDesk
 
 RECONCILE_ACTIVITY = "interlock.reconcile"
 

@@ -28,18 +28,18 @@ from temporalio.converter import DefaultPayloadConverter
 from temporalio.worker import WorkflowInstance, WorkflowInstanceDetails, WorkflowRunner
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner
 
-from ._gated import argument_names, spec_of
-from ._notifying import NotifyDesk
-from ._reconciler import ReconcileActivity, Reconciler
-from ._review_workflow import EffectReview
-from ._runtime import WorkerSetupError
-from .core.policy import Policy
-from .core.policy.file import PolicySource, check_arguments
+from .._reviews.notifying import NotifyDesk
+from .._reviews.reconciler import ReconcileActivity, Reconciler
+from .._reviews.workflow import EffectReview
+from ..core.policy import Policy
+from ..core.policy.file import PolicySource, check_arguments
+from .gated import argument_names, spec_of
+from .runtime import WorkerSetupError
 
 if TYPE_CHECKING:
     import temporalio.client
 
-    from ._interceptor import InterlockInterceptor
+    from .interceptor import InterlockInterceptor
 
 log = logging.getLogger("interlock_temporal")
 

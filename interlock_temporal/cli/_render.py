@@ -13,12 +13,12 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
-from .core.models import EffectRow, Entry, Lease, Receipt, VerifyReport
-from .core.report import JournalReport
+from ..core.models import EffectRow, Entry, Lease, Receipt, VerifyReport
+from ..core.report import JournalReport
 
 if TYPE_CHECKING:  # the review models import Temporal: only the type checker needs them here
-    from ._reconciler import ReconcileReport
-    from ._review_workflow import ReviewStatus
+    from .._reviews.reconciler import ReconcileReport
+    from .._reviews.workflow import ReviewStatus
 
 __all__ = [
     "ReviewLine",

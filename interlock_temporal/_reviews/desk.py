@@ -1,7 +1,7 @@
-"""People in the loop, the worker's side: the review desk opens ``EffectReview`` workflows (for
-the interceptor and the reconciler), tells a review of a late COMMITTED, and records what
-people decide (an activity). The workflow itself is ``_review_workflow`` (sandbox-safe); the
-reconciler is ``_reconciler``."""
+"""The review desk, a worker's side of reviews: opens ``EffectReview`` workflows (for the
+interceptor and the reconciler), tells a review of a late COMMITTED, and records what people
+decide (the ``interlock.record_decision`` activity). The workflow itself is ``_reviews.workflow``
+(sandbox-safe); the reconciler is ``_reviews.reconciler``."""
 
 from __future__ import annotations
 
@@ -13,21 +13,13 @@ from temporalio import activity
 from temporalio.common import WorkflowIDConflictPolicy, WorkflowIDReusePolicy
 from temporalio.exceptions import ApplicationError
 
-from ._errors import JournalCorruptError, describe_invalid
-from ._review_workflow import (
-    RECORD_ACTIVITY,
-    DecisionRecord,
-    EffectReview,
-    LateCommit,
-    ReviewRequest,
-    Subscriber,
-)
-from .core.errors import JournalCorrupt
-from .core.identity import canonical
-from .core.models import Kind
-from .core.policy import redact
-from .core.receipts import fold, receipt_of
-from .core.review import (
+from .._worker.errors import JournalCorruptError, describe_invalid
+from ..core.errors import JournalCorrupt
+from ..core.identity import canonical
+from ..core.models import Kind
+from ..core.policy import redact
+from ..core.receipts import fold, receipt_of
+from ..core.review import (
     Recorded,
     ReviewError,
     ReviewKind,
@@ -39,10 +31,18 @@ from .core.review import (
     review_id,
     review_markdown,
 )
-from .core.sealing import ENCRYPTED
+from ..core.sealing import ENCRYPTED
+from .workflow import (
+    RECORD_ACTIVITY,
+    DecisionRecord,
+    EffectReview,
+    LateCommit,
+    ReviewRequest,
+    Subscriber,
+)
 
 if TYPE_CHECKING:
-    from ._runtime import WorkerRuntime
+    from .._worker.runtime import WorkerRuntime
 
 __all__ = ["ReviewDesk"]
 

@@ -16,7 +16,7 @@ from typing import Any
 from temporalio.api.common.v1 import Payload
 from temporalio.converter import PayloadConverter
 
-from .core.authority import (
+from ..core.authority import (
     AnyBinding,
     Authority,
     AuthorityClaim,

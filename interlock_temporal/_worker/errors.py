@@ -19,7 +19,7 @@ from typing import Any
 from pydantic import ValidationError
 from temporalio.exceptions import ActivityError, ApplicationError, ApplicationErrorCategory
 
-from .core.errors import (
+from ..core.errors import (
     Ambiguous,
     Denied,
     InFlight,
@@ -30,7 +30,7 @@ from .core.errors import (
     Refused,
     UnstableEffectKey,
 )
-from .core.models import Receipt
+from ..core.models import Receipt
 
 
 class AmbiguousEffect(ApplicationError):

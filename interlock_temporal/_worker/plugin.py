@@ -13,18 +13,18 @@ from temporalio.contrib.pydantic import PydanticPayloadConverter, pydantic_data_
 from temporalio.converter import DataConverter, DefaultPayloadConverter
 from temporalio.plugin import SimplePlugin
 
-from ._install import WORKFLOWS, close_cached_runs, install, with_passthrough
-from ._interceptor import InterlockInterceptor
-from ._notifying import review_settings
-from ._reconciler import Reconciler, ReconcileRequest
-from ._runtime import GateSource, JournalArg, WorkerRuntime
-from ._telemetry import Telemetry
-from .core.journal import KeyLike
-from .core.policy import Policy
-from .core.policy.file import PolicySource
-from .core.review import ReviewRules
-from .core.targets import EffectTarget
-from .notify import DEFAULT, Notifier, _Default
+from .._reviews.notifying import review_settings
+from .._reviews.reconciler import Reconciler, ReconcileRequest
+from ..core.journal import KeyLike
+from ..core.policy import Policy
+from ..core.policy.file import PolicySource
+from ..core.review import ReviewRules
+from ..core.targets import EffectTarget
+from ..notify import DEFAULT, Notifier, _Default
+from .install import WORKFLOWS, close_cached_runs, install, with_passthrough
+from .interceptor import InterlockInterceptor
+from .runtime import GateSource, JournalArg, WorkerRuntime
+from .telemetry import Telemetry
 
 
 def _with_pydantic(existing: DataConverter | None) -> DataConverter:

@@ -24,9 +24,9 @@ from temporalio.activity import _Definition
 from temporalio.common import RawValue
 from temporalio.converter import PayloadConverter
 
-from ._errors import InterlockNotInstalled, InvalidEffectInput, describe_invalid
-from .core.protocol import Measure
-from .core.targets import EffectTarget, check_declaration, runs_transactions
+from ..core.protocol import Measure
+from ..core.targets import EffectTarget, check_declaration, runs_transactions
+from .errors import InterlockNotInstalled, InvalidEffectInput, describe_invalid
 
 P = ParamSpec("P")
 R = TypeVar("R")

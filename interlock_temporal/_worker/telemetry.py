@@ -15,7 +15,9 @@ from opentelemetry import metrics, trace
 from opentelemetry._logs import LoggerProvider, SeverityNumber, get_logger_provider
 from opentelemetry.trace import NonRecordingSpan, Span, Status, StatusCode
 
-from ._errors import (
+from ..core.models import Receipt
+from ..core.policy import Decision
+from .errors import (
     AmbiguousEffect,
     ApprovalRequired,
     AuthorityRejected,
@@ -23,8 +25,6 @@ from ._errors import (
     EffectRefused,
     InterlockDenied,
 )
-from .core.models import Receipt
-from .core.policy import Decision
 
 SCOPE = "interlock_temporal"
 
