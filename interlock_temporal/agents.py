@@ -25,7 +25,7 @@ from datetime import timedelta
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, ValidationError, create_model
-from temporalio.activity import _Definition
+from temporalio.activity import _Definition  # private: no public API reads an activity's definition
 from temporalio.exceptions import ActivityError, ApplicationError
 
 from ._worker.errors import describe_invalid, receipt_from

@@ -8,7 +8,7 @@ from datetime import timedelta
 from typing import Any
 
 from temporalio import workflow
-from temporalio.activity import _Definition
+from temporalio.activity import _Definition  # private: no public API reads an activity's definition
 from temporalio.exceptions import ActivityError, ApplicationError
 
 from ._reviews.workflow import RESOLUTION_SIGNAL, Resolution

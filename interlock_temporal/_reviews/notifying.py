@@ -27,10 +27,10 @@ from ..notify import (
     DEFAULT,
     DEFAULT_REMINDER_EVERY,
     DEFAULT_REVIEW_DEADLINE,
+    DefaultType,
     Notification,
     Notifier,
     NotifyError,
-    _Default,
 )
 from .workflow import NOTIFY_ACTIVITY, NotifyEvent
 
@@ -158,8 +158,8 @@ class NotifyDesk:
 def review_settings(
     review: ReviewRules | None,
     notify: Sequence[Notifier],
-    review_deadline: timedelta | _Default | None,
-    reminder_every: timedelta | _Default | None,
+    review_deadline: timedelta | DefaultType | None,
+    reminder_every: timedelta | DefaultType | None,
 ) -> dict[str, Any]:
     """What ``InterlockPlugin``/``InterlockInterceptor`` pass each worker's runtime: the review
     rules with the deadline in force, the notifiers by name, the reminder interval. Raises

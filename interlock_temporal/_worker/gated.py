@@ -20,7 +20,7 @@ from typing import Any, ParamSpec, TypeVar, cast, get_type_hints, overload
 
 from pydantic import TypeAdapter
 from temporalio import activity
-from temporalio.activity import _Definition
+from temporalio.activity import _Definition  # private: no public API reads an activity's definition
 from temporalio.common import RawValue
 from temporalio.converter import PayloadConverter
 

@@ -16,9 +16,9 @@ import threading
 import weakref
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
-from temporalio.activity import _Definition
+from temporalio.activity import _Definition  # private: no public API reads an activity's definition
 from temporalio.bridge.proto.workflow_activation import (
     RemoveFromCache,
     WorkflowActivation,
@@ -39,7 +39,8 @@ from .runtime import WorkerSetupError
 if TYPE_CHECKING:
     import temporalio.client
 
-    from .interceptor import InterlockInterceptor
+    from .._reviews.desk import ReviewDesk
+    from .runtime import WorkerRuntime
 
 log = logging.getLogger("interlock_temporal")
 
@@ -160,7 +161,17 @@ async def close_cached_runs(runner: object) -> None:
 # -- the worker's configuration ------------------------------------------------------------------
 
 
-def install(config: Any, interceptor: InterlockInterceptor) -> None:
+class Installable(Protocol):
+    """What ``install`` adds to a worker: the interceptor (``InterlockInterceptor``), with the
+    worker's runtime and review desk. It is told it is ``installed`` once the worker has all
+    the gate needs (a bare interceptor refuses the worker)."""
+
+    runtime: WorkerRuntime
+    desk: ReviewDesk
+    installed: bool
+
+
+def install(config: Any, interceptor: Installable) -> None:
     """Add what the gate needs to a worker's configuration (a ``WorkerConfig``): each gated
     activity bound to its target (a gated activity with none refuses the worker, naming it),
     the policy's argument names checked, the journal opened (a bad URL or key fails the worker,
@@ -207,7 +218,7 @@ def _check_converter(client: temporalio.client.Client) -> None:
 
 
 def worker_options(
-    interceptor: InterlockInterceptor,
+    interceptor: Installable,
     client: temporalio.client.Client,
     options: dict[str, Any],
     *,

@@ -51,7 +51,7 @@ from ..core.policy import (
 from ..core.protocol import Call, Delivery, Done, Gate, Ticket, to_the_end
 from ..core.review import ReviewKind, ReviewRules
 from ..core.targets import EffectTarget, capabilities
-from ..notify import DEFAULT, Notifier, _Default
+from ..notify import DEFAULT, DefaultType, Notifier
 from .context import HEADER, Authority, current_authority, open_header, signed_header
 from .errors import (
     AmbiguousEffect,
@@ -195,8 +195,8 @@ class InterlockInterceptor(temporalio.worker.Interceptor):
         policy: Policy | PolicyFollower | None = None,
         telemetry: Telemetry | None = None,
         notify: Sequence[Notifier] = (),
-        review_deadline: timedelta | _Default | None = DEFAULT,
-        reminder_every: timedelta | _Default | None = DEFAULT,
+        review_deadline: timedelta | DefaultType | None = DEFAULT,
+        reminder_every: timedelta | DefaultType | None = DEFAULT,
     ) -> None:
         source = GateSource(
             journal,

@@ -20,7 +20,7 @@ from ..core.policy import Policy
 from ..core.policy.file import PolicySource
 from ..core.review import ReviewRules
 from ..core.targets import EffectTarget
-from ..notify import DEFAULT, Notifier, _Default
+from ..notify import DEFAULT, DefaultType, Notifier
 from .install import WORKFLOWS, close_cached_runs, install, with_passthrough
 from .interceptor import InterlockInterceptor
 from .runtime import GateSource, JournalArg, WorkerRuntime
@@ -95,8 +95,8 @@ class InterlockPlugin(SimplePlugin):
         review: ReviewRules | None = None,
         review_task_queue: str | None = None,
         notify: Sequence[Notifier] = (),
-        review_deadline: timedelta | _Default | None = DEFAULT,
-        reminder_every: timedelta | _Default | None = DEFAULT,
+        review_deadline: timedelta | DefaultType | None = DEFAULT,
+        reminder_every: timedelta | DefaultType | None = DEFAULT,
         reconcile_every: timedelta | None = None,
         reconcile_older_than: timedelta = timedelta(seconds=60),
         on_point: Callable[[str, str], None] | None = None,
