@@ -9,10 +9,11 @@ is, since it is part of what the effect *is*, not of where it runs."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import functools
 import inspect
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextvars import ContextVar
 from dataclasses import dataclass, field
@@ -56,6 +57,7 @@ class EffectContext:
         report_cost(usd)
 
 
+#: what the running activity reported it cost (``report_cost``), while the interceptor meters it
 _cost: ContextVar[list[float] | None] = ContextVar("interlock_cost", default=None)
 
 
@@ -70,6 +72,19 @@ def report_cost(usd: float) -> None:
     meter.append(float(usd))
 
 
+@contextlib.contextmanager
+def metering() -> Iterator[list[float]]:
+    """Meter the activity that runs inside: the costs it reports (``report_cost``), in order.
+    The tasks it starts share the list (they copy the context, and with it the same list)."""
+    spent: list[float] = []
+    token = _cost.set(spent)
+    try:
+        yield spent
+    finally:
+        _cost.reset(token)
+
+
+#: the gated body allowed to run, and the effect it sends, while the interceptor starts it
 _current: ContextVar[tuple[GateSpec, EffectContext] | None] = ContextVar(
     "interlock_effect", default=None
 )
@@ -82,6 +97,18 @@ def current_effect() -> EffectContext:
     if entry is None:
         raise RuntimeError("current_effect() is only available inside a gated activity body")
     return entry[1]
+
+
+@contextlib.contextmanager
+def running(spec: GateSpec, effect: EffectContext) -> Iterator[None]:
+    """Let the body of ``spec`` run, sending ``effect``: a task started inside copies the
+    context, so its body passes the wrapper's check and ``current_effect()`` gives ``effect``;
+    the caller's own context is as it was once the block ends."""
+    token = _current.set((spec, effect))
+    try:
+        yield
+    finally:
+        _current.reset(token)
 
 
 @dataclass(frozen=True)

@@ -1,15 +1,20 @@
-"""The Temporal adapter: runs the effect protocol around gated activities, and carries
-``act_as`` context from workflows to activities (and child workflows, and continue-as-new)."""
+"""``InterlockInterceptor``, the gate on one worker. On the activity side it makes one decision
+per activity: a gated one goes through the effect protocol (begin, send, commit), any other one
+past the worker's policy, or straight to its body when there is none; an error a person must
+answer opens its review (``review_for``) before the workflow sees it. On the workflow side it
+carries ``act_as`` to activities, child workflows and the next run, in a signed header.
+
+The attempt's ``Call`` is built in ``calls``; the activity's declaration is ``gated``'s; the
+span records what the gate's steps returned (``telemetry.Attempt``)."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
 import dataclasses
-import functools
 import logging
 from collections.abc import Callable, Mapping, Sequence
-from datetime import UTC, datetime, timedelta
+from datetime import timedelta
 from typing import Any, NoReturn
 
 import temporalio.activity
@@ -48,10 +53,11 @@ from ..core.policy import (
     enforce,
     input_digest,
 )
-from ..core.protocol import Call, Delivery, Done, Gate, Ticket, to_the_end
+from ..core.protocol import Call, Done, Gate, Ticket, to_the_end
 from ..core.review import ReviewKind, ReviewRules
 from ..core.targets import EffectTarget, capabilities
 from ..notify import DEFAULT, DefaultType, Notifier
+from .calls import call_of, delivery_nonce, effect_of, is_non_retryable, sent_in_begin
 from .context import HEADER, Authority, current_authority, open_header, signed_header
 from .errors import (
     AmbiguousEffect,
@@ -63,12 +69,11 @@ from .errors import (
     as_temporal_errors,
 )
 from .gated import (
-    EffectContext,
     GateSpec,
-    _cost,
-    _current,
     check_executor,
+    metering,
     parameter_names,
+    running,
     spec_of,
 )
 from .install import BARE, worker_options
@@ -79,95 +84,28 @@ from .telemetry import REASON, VERDICT, Attempt, Telemetry
 log = logging.getLogger("interlock_temporal")
 
 
-def is_last_attempt(info: temporalio.activity.Info, now: datetime | None = None) -> bool:
-    """Whether Temporal will not schedule another attempt after this one fails."""
-    policy = info.retry_policy
-    if policy is not None and 0 < policy.maximum_attempts <= info.attempt:
-        return True
-    if info.schedule_to_close_timeout:
-        now = now or datetime.now(UTC)
-        deadline = info.scheduled_time + info.schedule_to_close_timeout
-        interval = timedelta(seconds=1)
-        if policy is not None:
-            interval = policy.initial_interval * policy.backoff_coefficient ** (info.attempt - 1)
-            if policy.maximum_interval is not None:
-                interval = min(interval, policy.maximum_interval)
-        if now + interval >= deadline:
-            return True
-    return False
+def review_for(error: ApplicationError, *, gated: bool) -> tuple[ReviewKind, str] | None:
+    """The review a person must answer after an attempt failed with ``error``: its kind, and
+    what it is about (what ``ReviewDesk.open`` takes). None: nobody needs to.
 
-
-def delivery_nonce(info: temporalio.activity.Info) -> str:
-    """The policy's nonce for this delivery of an activity: its run, activity id and attempt,
-    and the time the attempt was scheduled. Delivered twice, one attempt is a replay; but an
-    operator's ``temporal activity reset`` starts the attempts again at 1, and that new
-    attempt 1 (scheduled anew) is not a replay of the first."""
-    scheduled = info.current_attempt_scheduled_time
-    stamp = f"@{round(scheduled.timestamp() * 1_000_000)}" if scheduled is not None else ""
-    return f"{info.workflow_run_id}/{info.activity_id}/{info.attempt}{stamp}"
-
-
-def delivery_of(info: temporalio.activity.Info) -> Delivery:
-    """Which Temporal delivery carries this attempt (recorded, never part of the identity)."""
-    return Delivery(
-        workflow_id=info.workflow_id,
-        run_id=info.workflow_run_id,
-        activity_id=info.activity_id,
-        attempt=info.attempt,
-        task_queue=info.task_queue,
-    )
-
-
-def call_of(
-    spec: GateSpec,
-    info: temporalio.activity.Info,
-    args: tuple[Any, ...],
-    authority: Authority | None,
-) -> Call:
-    """The core's view of one attempt of a gated activity: the only place the adapter builds a
-    ``Call``."""
-    effect_type = spec.effect_type or info.activity_type
-    return Call(
-        effect_type=effect_type,
-        activity=info.activity_type,
-        input=args[0] if len(args) == 1 else args,
-        args=args,
-        key=spec.key_of(args, effect_type),
-        premises_field=spec.premises,
-        principal=authority.principal if authority else None,
-        lease_id=authority.lease_id if authority else None,
-        session=(authority.session if authority else None) or info.workflow_id,
-        namespace=info.workflow_namespace,
-        measure=spec.measurer(effect_type),
-        delivery=delivery_of(info),
-        last_attempt=is_last_attempt(info),
-        decode_args=spec.decode_json,
-        param_names=spec.param_names,
-        transaction=_transaction_of(spec),
-    )
-
-
-#: how a Done says this attempt sent (and committed) the effect itself
-_SENT_NOW = ("dispatch", "reopened")
-
-
-def _transaction_of(spec: GateSpec) -> Any:
-    """A body that takes its target's transaction, bound to the target's ``transact``: what the
-    gate runs inside the journal's transaction for a tier-0 target."""
-    if spec.transaction is None:
+    - an effect the gate left AMBIGUOUS (only an attempt the gate ran: the doubt is in its
+      journal), or whose key changed while it was in doubt: that effect's review;
+    - a call the policy wants a person to approve: the review of what the approval binds to;
+    - a session whose circuit opened: a person resets it, from this review in the Web UI or
+      the command line.
+    """
+    if gated and isinstance(error, AmbiguousEffect):
+        return "ambiguous", error.receipt.effect_id
+    if gated and isinstance(error, UnstableEffectKeyError):
+        receipt = error.receipt
+        if receipt is not None and receipt.final == Kind.AMBIGUOUS.value:
+            return "ambiguous", receipt.effect_id
         return None
-    transact = getattr(spec.require_target(), "transact", None)
-    return None if transact is None else functools.partial(transact, spec.transaction)
-
-
-def _non_retryable(error: BaseException, info: temporalio.activity.Info) -> bool:
-    if isinstance(error, ApplicationError) and error.non_retryable:
-        return True
-    policy = info.retry_policy
-    if policy is None or not policy.non_retryable_error_types:
-        return False
-    name = error.type if isinstance(error, ApplicationError) else type(error).__name__
-    return name in policy.non_retryable_error_types
+    if isinstance(error, ApprovalRequired):
+        return "approval", error.binding
+    if isinstance(error, InterlockDenied) and error.circuit_open and error.session:
+        return "circuit", error.session
+    return None
 
 
 class InterlockInterceptor(temporalio.worker.Interceptor):
@@ -319,50 +257,44 @@ class _ActivityInbound(temporalio.worker.ActivityInboundInterceptor):
         super().init(outbound)
 
     async def execute_activity(self, input: temporalio.worker.ExecuteActivityInput) -> Any:
+        """One decision per activity; an error a person must answer opens its review first."""
         spec = spec_of(input.fn)
-        meter: list[float] = []
-        token = _cost.set(meter)
-        try:
-            if spec is None:
-                guard = self._root.guard
-                if guard is None:
-                    return await self.next.execute_activity(input)
-                return await self._policed(guard, input, meter)
-            info = temporalio.activity.info()
-            check_executor(spec, input.executor, info.activity_type)
-            spec = self._bound(spec, info)
-            gate = self._root.gate
-            # a retry: the workflow's next task must not wait on a dead worker's sticky queue
-            runtime = self._root.runtime
-            release = (
-                start_release(runtime.temporal_client(), info) if runtime.release_sticky else None
-            )
+        with metering() as spent:  # what the call says it cost (report_cost)
             try:
-                with self._root.telemetry.attempt(
-                    info.activity_type,
-                    capabilities(spec.require_target()).tier,
-                    gate.receipt_or_none,
-                ) as observed:
-                    return await self._gated(spec, info, input, meter, observed)
-            except AmbiguousEffect as err:
-                await self._open_review(err.receipt.effect_id, info)
+                if spec is not None:  # gated: the gate
+                    return await self._through_gate(spec, input, spent)
+                guard = self._root.guard
+                if guard is None:  # not gated, no policy: untouched
+                    return await self.next.execute_activity(input)
+                return await self._policed(guard, input, spent)  # not gated: the policy decides
+            except ApplicationError as err:
+                review = review_for(err, gated=spec is not None)
+                if review is not None:
+                    await self._open_review(*review)
                 raise
-            except UnstableEffectKeyError as err:
-                if err.receipt is not None and err.receipt.final == Kind.AMBIGUOUS.value:
-                    await self._open_review(err.receipt.effect_id, info)
-                raise
-            finally:
-                await finish_release(release)
-        except ApprovalRequired as err:
-            await self._open_review(err.binding, temporalio.activity.info(), kind="approval")
-            raise
-        except InterlockDenied as err:
-            if err.circuit_open and err.session:
-                # a person resets it: from this review in the Web UI, or the command line
-                await self._open_review(err.session, temporalio.activity.info(), kind="circuit")
-            raise
+
+    # -- a gated activity: the gate ----------------------------------------------------------
+
+    async def _through_gate(
+        self, spec: GateSpec, input: temporalio.worker.ExecuteActivityInput, spent: list[float]
+    ) -> Any:
+        """Refused where the gate cannot run it; else its target bound, and the attempt run
+        through the effect protocol inside its span."""
+        info = temporalio.activity.info()
+        check_executor(spec, input.executor, info.activity_type)
+        spec = self._bound(spec, info)
+        gate = self._root.gate
+        # a retry: the workflow's next task must not wait on a dead worker's sticky queue
+        runtime = self._root.runtime
+        release = start_release(runtime.temporal_client(), info) if runtime.release_sticky else None
+        try:
+            tier = capabilities(spec.require_target()).tier
+            with self._root.telemetry.attempt(
+                info.activity_type, tier, gate.receipt_or_none
+            ) as traced:
+                return await self._attempt(gate, spec, info, input, spent, traced)
         finally:
-            _cost.reset(token)
+            await finish_release(release)
 
     def _bound(self, spec: GateSpec, info: temporalio.activity.Info) -> GateSpec:
         """The gate this worker runs for the activity: its target bound. Workers refuse to
@@ -375,170 +307,45 @@ class _ActivityInbound(temporalio.worker.ActivityInboundInterceptor):
         self._root.runtime.check_heartbeat(info)
         return spec
 
-    async def _policed(
+    async def _attempt(
         self,
-        guard: PolicyGuard,
-        input: temporalio.worker.ExecuteActivityInput,
-        meter: list[float],
-    ) -> Any:
-        """An activity that is not gated: the policy decides whether its body runs at all."""
-        authority = self._root.authority(input)
-        info = temporalio.activity.info()
-        event = CallEvent(
-            activity=info.activity_type,
-            args=tuple(input.args),
-            principal=authority.principal if authority else None,
-            session=(authority.session if authority else None) or info.workflow_id,
-            namespace=info.workflow_namespace,
-            attempt=info.attempt,
-            workflow_id=info.workflow_id,
-            param_names=parameter_names(input.fn),
-        )
-        digest = input_digest(event.args)
-        scopes = Scopes.of(event, f"{info.workflow_run_id}/{info.activity_id}")
-        scopes = dataclasses.replace(
-            scopes, binding=call_binding(event.activity, digest, scopes.principal)
-        )
-        with self._root.telemetry.policy_span(event.activity) as span, as_temporal_errors():
-            checked = guard.check(event, scopes, delivery=delivery_nonce(info), digest=digest)
-            span.set_attributes({VERDICT: checked.verdict.value, REASON: checked.code or "-"})
-            decision = enforce(checked, session=scopes.session, binding=scopes.binding)
-        if decision.verdict is Verdict.MODIFY and decision.args is not None:
-            input = dataclasses.replace(input, args=list(decision.args))
-        result = await self.next.execute_activity(input)
-        self._record_cost(guard, scopes, meter, result)
-        return self._after_result(guard, event, result)
-
-    @staticmethod
-    def _record_cost(guard: PolicyGuard, scopes: Scopes, meter: list[float], result: Any) -> None:
-        """Charge the budgets with what the call actually cost, when it said."""
-        actual = meter[-1] if meter else cost_in(result, guard.policy.cost_field)
-        if actual is None:
-            return
-        try:
-            guard.record_cost(scopes, actual)
-        except JournalUnavailable as err:
-            # the estimate stays charged: the budget errs on the side of having spent more
-            log.warning("could not record the actual cost of %s: %s", scopes.execution, err)
-
-    @staticmethod
-    def _after_result(guard: PolicyGuard, event: CallEvent, result: Any) -> Any:
-        if not guard.policy.result_rules:
-            return result
-        decision = guard.check_result(dataclasses.replace(event, phase="result", result=result))
-        if decision.verdict is Verdict.DENY:
-            raise InterlockDenied(
-                Denied(decision.code, decision.reason, decision.policy_id, decision.argument)
-            )
-        if decision.verdict is Verdict.MODIFY and decision.args:
-            return decision.args[0]
-        return result
-
-    async def _gated(
-        self,
+        gate: Gate,
         spec: GateSpec,
         info: temporalio.activity.Info,
         input: temporalio.worker.ExecuteActivityInput,
-        meter: list[float],
-        observed: Attempt,
+        spent: list[float],
+        traced: Attempt,
     ) -> Any:
-        authority = self._root.authority(input)
-        args = spec.decode(input.args, temporalio.activity.payload_converter())
-        call = call_of(spec, info, args, authority)
-        gate = self._root.gate
+        """The effect protocol for one attempt: ``begin`` (the gate decides: send now, or done
+        already), the body sent as the effect, ``commit`` (to the end, even if the attempt is
+        cancelled meanwhile); a result this attempt committed then goes past the policy. The
+        span records what each step returned."""
+        call = call_of(spec, info, input.args, self._root.authority(input))
+        step = await self._begin(gate, call, spec.require_target(), info)
+        traced.began(call, step)
+        if isinstance(step, Done) and not sent_in_begin(call, step):
+            return step.result  # done before: replayed from the journal, or resolved by a person
+        if isinstance(step, Done):  # tier 0: begin sent and committed it, in one transaction
+            args, result = call.args, step.result
+        else:
+            with running(spec, effect_of(call, step)):
+                task = asyncio.ensure_future(self._send_and_record(gate, step, input, info))
+            result, done = await to_the_end(task)
+            traced.committed(done)
+            args = step.args
+        return self._policed_result(gate, call, info, step.effect_id, args, spent, result)
+
+    async def _begin(
+        self, gate: Gate, call: Call, target: EffectTarget, info: temporalio.activity.Info
+    ) -> Ticket | Done:
         # tier 0 runs the body inside begin's transaction: heartbeat for it meanwhile
         beat = None if call.transaction is None else self._heartbeat_while_sending(info)
         try:
             with as_temporal_errors():
-                step = await gate.begin(call, spec.require_target())
+                return await gate.begin(call, target)
         finally:
             if beat is not None:
                 beat.cancel()
-        observed.effect(step.effect_id)
-        if isinstance(step, Done) and call.transaction is not None and step.via in _SENT_NOW:
-            # tier 0: dispatched and committed in begin's one transaction, by this attempt
-            observed.event("DISPATCHED", via=step.via, dispatch=1)
-            observed.event("COMMITTED", via=step.via)
-            observed.ended("COMMITTED", gate_ms=None)
-            return self._policed_result(
-                gate, call, info, step.effect_id, call.args, meter, step.result
-            )
-        if isinstance(step, Done):
-            observed.event(step.via.upper())
-            observed.ended("COMMITTED" if step.via != "resolved" else "RESOLVED")
-            return step.result
-        admitted = call.admission.get(step.effect_id)
-        if admitted is not None:
-            observed.span.set_attributes(
-                {VERDICT: admitted.verdict.value, REASON: admitted.code or "-"}
-            )
-        observed.event(
-            "DISPATCHED", via=step.via, dispatch=step.dispatch_no, gate_ms=step.gate_s * 1000
-        )
-        token = _current.set(
-            (
-                spec,
-                EffectContext(
-                    effect_id=step.effect_id,
-                    effect_type=call.effect_type,
-                    via=step.via,
-                    dispatch_no=step.dispatch_no,
-                    attempt=info.attempt,
-                    principal=call.principal,
-                ),
-            )
-        )
-        try:
-            task = asyncio.ensure_future(self._send_and_record(gate, step, input, info))
-        finally:
-            _current.reset(token)
-        result, done = await to_the_end(task)
-        observed.event("COMMITTED", via=done.via)
-        observed.ended("COMMITTED", gate_ms=None if done.gate_s is None else done.gate_s * 1000)
-        return self._policed_result(gate, call, info, step.effect_id, step.args, meter, result)
-
-    def _policed_result(
-        self,
-        gate: Gate,
-        call: Call,
-        info: temporalio.activity.Info,
-        effect_id: str,
-        args: Sequence[Any],
-        meter: list[float],
-        result: Any,
-    ) -> Any:
-        """A result this attempt committed: its actual cost recorded, the result rules run."""
-        guard = gate.policy
-        if guard is None:
-            return result
-        event = CallEvent(
-            activity=call.activity,
-            args=tuple(args),
-            principal=call.principal,
-            session=call.session,
-            namespace=call.namespace,
-            attempt=info.attempt,
-            workflow_id=info.workflow_id,
-            effect_id=effect_id,
-        )
-        self._record_cost(guard, Scopes.of(event, f"effect:{effect_id}"), meter, result)
-        return self._after_result(guard, event, result)
-
-    async def _open_review(
-        self, effect_id: str, info: temporalio.activity.Info, kind: ReviewKind = "ambiguous"
-    ) -> None:
-        """Every AMBIGUOUS (or ApprovalRequired) raise makes sure the review exists and this
-        workflow hears of its outcome; failing to reach Temporal must not hide the error."""
-        try:
-            await self._root.desk.open(
-                effect_id,
-                task_queue=info.task_queue,
-                # a denied workflow does not wait for its circuit's reset
-                subscriber=info.workflow_id if kind != "circuit" else None,
-                kind=kind,
-            )
-        except Exception as err:
-            log.warning("could not open the %s review of %s: %s", kind, effect_id[:21], err)
 
     async def _send_and_record(
         self,
@@ -554,7 +361,7 @@ class _ActivityInbound(temporalio.worker.ActivityInboundInterceptor):
                     dataclasses.replace(input, args=list(step.args))
                 )
             except Exception as err:
-                last = step.call.last_attempt or _non_retryable(err, info)
+                last = step.call.last_attempt or is_non_retryable(err, info)
                 with as_temporal_errors():
                     await gate.fail(step, err, last_attempt=last)
                 raise
@@ -584,6 +391,111 @@ class _ActivityInbound(temporalio.worker.ActivityInboundInterceptor):
                 await asyncio.sleep(period)
 
         return asyncio.ensure_future(beat())
+
+    # -- an activity that is not gated: the policy -------------------------------------------
+
+    async def _policed(
+        self,
+        guard: PolicyGuard,
+        input: temporalio.worker.ExecuteActivityInput,
+        spent: list[float],
+    ) -> Any:
+        """An activity that is not gated: the policy decides whether its body runs at all."""
+        authority = self._root.authority(input)
+        info = temporalio.activity.info()
+        event = CallEvent(
+            activity=info.activity_type,
+            args=tuple(input.args),
+            principal=authority.principal if authority else None,
+            session=(authority.session if authority else None) or info.workflow_id,
+            namespace=info.workflow_namespace,
+            attempt=info.attempt,
+            workflow_id=info.workflow_id,
+            param_names=parameter_names(input.fn),
+        )
+        digest = input_digest(event.args)
+        scopes = Scopes.of(event, f"{info.workflow_run_id}/{info.activity_id}")
+        scopes = dataclasses.replace(
+            scopes, binding=call_binding(event.activity, digest, scopes.principal)
+        )
+        with self._root.telemetry.policy_span(event.activity) as span, as_temporal_errors():
+            checked = guard.check(event, scopes, delivery=delivery_nonce(info), digest=digest)
+            span.set_attributes({VERDICT: checked.verdict.value, REASON: checked.code or "-"})
+            decision = enforce(checked, session=scopes.session, binding=scopes.binding)
+        if decision.verdict is Verdict.MODIFY and decision.args is not None:
+            input = dataclasses.replace(input, args=list(decision.args))
+        result = await self.next.execute_activity(input)
+        self._record_cost(guard, scopes, spent, result)
+        return self._after_result(guard, event, result)
+
+    def _policed_result(
+        self,
+        gate: Gate,
+        call: Call,
+        info: temporalio.activity.Info,
+        effect_id: str,
+        args: Sequence[Any],
+        spent: list[float],
+        result: Any,
+    ) -> Any:
+        """A result this attempt committed: its actual cost recorded, the result rules run."""
+        guard = gate.policy
+        if guard is None:
+            return result
+        event = CallEvent(
+            activity=call.activity,
+            args=tuple(args),
+            principal=call.principal,
+            session=call.session,
+            namespace=call.namespace,
+            attempt=info.attempt,
+            workflow_id=info.workflow_id,
+            effect_id=effect_id,
+        )
+        self._record_cost(guard, Scopes.of(event, f"effect:{effect_id}"), spent, result)
+        return self._after_result(guard, event, result)
+
+    @staticmethod
+    def _record_cost(guard: PolicyGuard, scopes: Scopes, spent: list[float], result: Any) -> None:
+        """Charge the budgets with what the call actually cost, when it said."""
+        actual = spent[-1] if spent else cost_in(result, guard.policy.cost_field)
+        if actual is None:
+            return
+        try:
+            guard.record_cost(scopes, actual)
+        except JournalUnavailable as err:
+            # the estimate stays charged: the budget errs on the side of having spent more
+            log.warning("could not record the actual cost of %s: %s", scopes.execution, err)
+
+    @staticmethod
+    def _after_result(guard: PolicyGuard, event: CallEvent, result: Any) -> Any:
+        if not guard.policy.result_rules:
+            return result
+        decision = guard.check_result(dataclasses.replace(event, phase="result", result=result))
+        if decision.verdict is Verdict.DENY:
+            raise InterlockDenied(
+                Denied(decision.code, decision.reason, decision.policy_id, decision.argument)
+            )
+        if decision.verdict is Verdict.MODIFY and decision.args:
+            return decision.args[0]
+        return result
+
+    # -- a person in the loop ----------------------------------------------------------------
+
+    async def _open_review(self, kind: ReviewKind, about: str) -> None:
+        """Make sure the review exists and this workflow hears of its outcome (a denied
+        workflow does not wait for its circuit's reset); failing to reach Temporal must not
+        hide the error."""
+        info = temporalio.activity.info()
+        try:
+            await self._root.desk.open(
+                about,
+                task_queue=info.task_queue,
+                subscriber=info.workflow_id if kind != "circuit" else None,
+                kind=kind,
+            )
+        except Exception as err:
+            log.warning("could not open the %s review of %s: %s", kind, about[:21], err)
 
 
 class _WorkflowInbound(temporalio.worker.WorkflowInboundInterceptor):

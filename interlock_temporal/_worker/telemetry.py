@@ -17,6 +17,8 @@ from opentelemetry.trace import NonRecordingSpan, Span, Status, StatusCode
 
 from ..core.models import Receipt
 from ..core.policy import Decision
+from ..core.protocol import Call, Done, Ticket
+from .calls import sent_in_begin
 from .errors import (
     AmbiguousEffect,
     ApprovalRequired,
@@ -44,7 +46,10 @@ _NO_PROVIDER = (trace.ProxyTracerProvider, trace.NoOpTracerProvider)
 
 
 class Attempt:
-    """What a gated attempt tells its span as it goes."""
+    """One gated attempt's span, recorded from what the gate's steps returned: ``began`` with
+    what ``begin`` returned (the effect, and a send about to start or the attempt already
+    done), ``committed`` with what the commit returned. How the attempt ended is recorded when
+    ``Telemetry.attempt`` closes: the state it reached, or the one its error names."""
 
     def __init__(self, span: Span) -> None:
         self.span = span
@@ -52,16 +57,35 @@ class Attempt:
         self.state: str | None = None
         self.gate_ms: float | None = None
 
-    def effect(self, effect_id: str) -> None:
-        self.effect_id = effect_id
-        self.span.set_attribute(EFFECT_ID, effect_id)
+    def began(self, call: Call, step: Ticket | Done) -> None:
+        self.effect_id = step.effect_id
+        self.span.set_attribute(EFFECT_ID, step.effect_id)
+        if isinstance(step, Done) and sent_in_begin(call, step):
+            # tier 0: dispatched and committed in begin's one transaction, by this attempt
+            self._event("DISPATCHED", via=step.via, dispatch=1)
+            self._event("COMMITTED", via=step.via)
+            self.state = "COMMITTED"
+        elif isinstance(step, Done):
+            # done before: replayed from the journal, or as a person resolved it
+            self._event(step.via.upper())
+            self.state = "COMMITTED" if step.via != "resolved" else "RESOLVED"
+        else:
+            admitted = call.admission.get(step.effect_id)
+            if admitted is not None:
+                self.span.set_attributes(
+                    {VERDICT: admitted.verdict.value, REASON: admitted.code or "-"}
+                )
+            self._event(
+                "DISPATCHED", via=step.via, dispatch=step.dispatch_no, gate_ms=step.gate_s * 1000
+            )
 
-    def event(self, name: str, **attributes: Any) -> None:
+    def committed(self, done: Done) -> None:
+        self._event("COMMITTED", via=done.via)
+        self.state = "COMMITTED"
+        self.gate_ms = None if done.gate_s is None else done.gate_s * 1000
+
+    def _event(self, name: str, **attributes: Any) -> None:
         Telemetry.transition(self.span, name, **attributes)
-
-    def ended(self, state: str, *, gate_ms: float | None = None) -> None:
-        self.state = state
-        self.gate_ms = gate_ms
 
 
 class Telemetry:
