@@ -37,6 +37,9 @@ ESCALATED = (
     "escalated: no decision before the review's deadline; it stays open, because nobody may "
     "guess whether the effect happened"
 )
+#: why a review closed without a person, shown to people as released (CLI, Web UI, the review's
+#: details)
+LATE_COMMIT_REASON = "a late COMMITTED from the attempt in doubt settled it"
 #: a timer that fired is due even if the workflow's clock reads a hair before it
 _DUE_SLACK = timedelta(milliseconds=50)
 
@@ -232,9 +235,7 @@ class EffectReview:
                 self._reason = "no decision before the review's deadline"
                 break
             if self._closed_by is not None:
-                self._state, self._receipt = "closed", self._closed_by.receipt
-                # shown to people as released (CLI, Web UI, the review's details)
-                self._reason = "a late COMMITTED from the attempt in doubt settled it"
+                self._finish_by_late_commit(self._closed_by)
                 break
             await self._record()
 
@@ -276,10 +277,14 @@ class EffectReview:
                 reminder = _next(reminder, every, now)
                 continue
             if self._closed_by is not None:
-                self._state, self._receipt = "closed", self._closed_by.receipt
-                self._reason = "a late COMMITTED from the attempt in doubt settled it"
+                self._finish_by_late_commit(self._closed_by)
                 break
             await self._record()
+
+    def _finish_by_late_commit(self, commit: LateCommit) -> None:
+        """The attempt in doubt committed after all: the review closes without a person."""
+        self._state, self._receipt = "closed", commit.receipt
+        self._reason = LATE_COMMIT_REASON
 
     async def _record(self) -> None:
         assert self._pending is not None
@@ -404,6 +409,8 @@ class EffectReview:
         name="settled", description="Internal: a late COMMITTED from the attempt settled it."
     )
     def late_commit(self, commit: LateCommit) -> None:
+        """The attempt in doubt committed late (the review desk tells it): an open review closes
+        at its next turn."""
         if self._state == "open":
             self._closed_by = commit
 

@@ -209,7 +209,7 @@ class DeclaredTarget:
 
 @dataclass(frozen=True)
 class Recoverable:
-    """What a worker keeps of a gated activity it runs, for settling and checking what was
+    """What a worker keeps of a gated activity it runs, for closing out and checking what was
     recorded: the target as declared, how the recorded input decodes, the return type. Never
     the body: nothing kept here can send."""
 
