@@ -6,7 +6,10 @@
 - ``install``: what a worker needs, added to its configuration (the interceptor, the review and
   reconciler workflows and activities, targets bound, the sandbox passthrough);
 - ``interceptor``: ``InterlockInterceptor``, runs each activity past the policy and each gated
-  one through the gate; signs and checks the ``act_as`` header;
+  one through the gate, opens the review an error needs; signs and checks the ``act_as``
+  header;
+- ``calls``: one attempt as the core sees it: its ``Call`` (the input decoded, the key, the
+  measure, who asks), its delivery, whether Temporal retries it;
 - ``runtime``: one ``WorkerRuntime`` per worker on the plugin's ``GateSource`` (one gate);
 - ``gated``: ``gated()`` and ``current_effect()``: an activity's declared effect, its inputs,
   the context its body runs in;
