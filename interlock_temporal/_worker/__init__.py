@@ -8,11 +8,10 @@
 - ``interceptor``: ``InterlockInterceptor``, runs each activity past the policy and each gated
   one through the gate, opens the review an error needs; signs and checks the ``act_as``
   header;
-- ``calls``: one attempt as the core sees it: its ``Call`` (the input decoded, the key, the
-  measure, who asks), its delivery, whether Temporal retries it;
 - ``runtime``: one ``WorkerRuntime`` per worker on the plugin's ``GateSource`` (one gate);
 - ``gated``: ``gated()`` and ``current_effect()``: an activity's declared effect, its inputs,
-  the context its body runs in;
+  the context its body runs in, and the ``Call`` one attempt of it makes (the input decoded,
+  the key, the measure, who asks, which delivery, whether Temporal retries it);
 - ``context``: the ``act_as`` authority and its header (imported by workflow code too);
 - ``errors``: the ``ApplicationError`` types workflows see (imported by workflow code too);
 - ``telemetry``, ``logs``, ``sticky``, ``codec``: spans and metrics, log lines, the sticky

@@ -1,5 +1,7 @@
 """``gated(...)``: declares an activity's effect (target, key, premises) and refuses to run its
-body unless the Interlock interceptor is running the effect protocol around it.
+body unless the Interlock interceptor is running the effect protocol around it; and what one
+attempt of a gated activity is for the core (``call_of``: its ``Call``), built here, where the
+declaration that reads it is.
 
 The target may be declared here (``@gated(target=payments)``) or bound by the worker, by
 activity name (``gated(refund)`` with ``InterlockPlugin(targets={"refund": payments})``);
@@ -17,6 +19,7 @@ from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextvars import ContextVar
 from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
 from typing import Any, ParamSpec, TypeVar, cast, get_type_hints, overload
 
 from pydantic import TypeAdapter
@@ -25,8 +28,9 @@ from temporalio.activity import _Definition  # private: no public API reads an a
 from temporalio.common import RawValue
 from temporalio.converter import PayloadConverter
 
-from ..core.protocol import Measure
+from ..core.protocol import Call, Delivery, Done, Measure, Ticket
 from ..core.targets import EffectTarget, check_declaration, runs_transactions
+from .context import Authority
 from .errors import InterlockNotInstalled, InvalidEffectInput, describe_invalid
 
 P = ParamSpec("P")
@@ -461,6 +465,97 @@ def check_executor(spec: GateSpec, executor: object, activity_name: str) -> None
 def spec_of(fn: Any) -> GateSpec | None:
     spec = getattr(fn, SPEC_ATTR, None)
     return spec if isinstance(spec, GateSpec) else None
+
+
+# -- one attempt of a gated activity, as the core sees it ---------------------------------------
+
+#: how a Done says ``begin`` sent (and committed) the effect itself, for this attempt
+SENT_NOW = ("dispatch", "reopened")
+
+
+def call_of(
+    spec: GateSpec, info: activity.Info, raw: Sequence[Any], authority: Authority | None
+) -> Call:
+    """The core's view of one attempt of a gated activity, and the only place the adapter builds
+    a ``Call``: its arguments, raw from Temporal, decoded and validated as the activity declares
+    them (bad input fails here, once, naming the fields), the effect's key and measure, who
+    asks (the verified ``act_as`` authority) and which delivery carries it."""
+    args = spec.decode(raw, activity.payload_converter())
+    effect_type = spec.effect_type or info.activity_type
+    return Call(
+        effect_type=effect_type,
+        activity=info.activity_type,
+        input=args[0] if len(args) == 1 else args,
+        args=args,
+        key=spec.key_of(args, effect_type),
+        premises_field=spec.premises,
+        principal=authority.principal if authority else None,
+        lease_id=authority.lease_id if authority else None,
+        session=(authority.session if authority else None) or info.workflow_id,
+        namespace=info.workflow_namespace,
+        measure=spec.measurer(effect_type),
+        delivery=delivery_of(info),
+        last_attempt=is_last_attempt(info),
+        decode_args=spec.decode_json,
+        param_names=spec.param_names,
+        transaction=_transaction_of(spec),
+    )
+
+
+def _transaction_of(spec: GateSpec) -> Any:
+    """A body that takes its target's transaction, bound to the target's ``transact``: what the
+    gate runs inside the journal's transaction for a tier-0 target."""
+    if spec.transaction is None:
+        return None
+    transact = getattr(spec.require_target(), "transact", None)
+    return None if transact is None else functools.partial(transact, spec.transaction)
+
+
+def delivery_of(info: activity.Info) -> Delivery:
+    """Which Temporal delivery carries this attempt (recorded, never part of the identity)."""
+    return Delivery(
+        workflow_id=info.workflow_id,
+        run_id=info.workflow_run_id,
+        activity_id=info.activity_id,
+        attempt=info.attempt,
+        task_queue=info.task_queue,
+    )
+
+
+def is_last_attempt(info: activity.Info, now: datetime | None = None) -> bool:
+    """Whether Temporal will not schedule another attempt after this one fails."""
+    policy = info.retry_policy
+    if policy is not None and 0 < policy.maximum_attempts <= info.attempt:
+        return True
+    if info.schedule_to_close_timeout:
+        now = now or datetime.now(UTC)
+        deadline = info.scheduled_time + info.schedule_to_close_timeout
+        interval = timedelta(seconds=1)
+        if policy is not None:
+            interval = policy.initial_interval * policy.backoff_coefficient ** (info.attempt - 1)
+            if policy.maximum_interval is not None:
+                interval = min(interval, policy.maximum_interval)
+        if now + interval >= deadline:
+            return True
+    return False
+
+
+def effect_of(call: Call, ticket: Ticket) -> EffectContext:
+    """What the body may know of the effect it sends (``current_effect()``)."""
+    return EffectContext(
+        effect_id=ticket.effect_id,
+        effect_type=call.effect_type,
+        via=ticket.via,
+        dispatch_no=ticket.dispatch_no,
+        attempt=call.delivery.attempt,
+        principal=call.principal,
+    )
+
+
+def sent_in_begin(call: Call, done: Done) -> bool:
+    """Whether ``begin`` itself dispatched and committed the effect, for this attempt: a tier-0
+    target's write in the journal's one transaction (not a result recorded earlier)."""
+    return call.transaction is not None and done.via in SENT_NOW
 
 
 @functools.lru_cache(maxsize=1024)

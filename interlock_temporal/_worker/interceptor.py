@@ -4,8 +4,8 @@ past the worker's policy, or straight to its body when there is none; an error a
 answer opens its review (``review_for``) before the workflow sees it. On the workflow side it
 carries ``act_as`` to activities, child workflows and the next run, in a signed header.
 
-The attempt's ``Call`` is built in ``calls``; the activity's declaration is ``gated``'s; the
-span records what the gate's steps returned (``telemetry.Attempt``)."""
+The activity's declaration, and the ``Call`` one attempt of it makes, are ``gated``'s; the span
+records what the gate's steps returned (``telemetry.Attempt``)."""
 
 from __future__ import annotations
 
@@ -57,7 +57,6 @@ from ..core.protocol import Call, Done, Gate, Ticket, to_the_end
 from ..core.review import ReviewKind, ReviewRules
 from ..core.targets import EffectTarget, capabilities
 from ..notify import DEFAULT, DefaultType, Notifier
-from .calls import call_of, delivery_nonce, effect_of, is_non_retryable, sent_in_begin
 from .context import HEADER, Authority, current_authority, open_header, signed_header
 from .errors import (
     AmbiguousEffect,
@@ -70,10 +69,13 @@ from .errors import (
 )
 from .gated import (
     GateSpec,
+    call_of,
     check_executor,
+    effect_of,
     metering,
     parameter_names,
     running,
+    sent_in_begin,
     spec_of,
 )
 from .install import BARE, worker_options
@@ -82,6 +84,28 @@ from .sticky import finish_release, start_release
 from .telemetry import REASON, VERDICT, Attempt, Telemetry
 
 log = logging.getLogger("interlock_temporal")
+
+
+def delivery_nonce(info: temporalio.activity.Info) -> str:
+    """The policy's nonce for this delivery of an activity: its run, activity id and attempt,
+    and the time the attempt was scheduled. Delivered twice, one attempt is a replay; but an
+    operator's ``temporal activity reset`` starts the attempts again at 1, and that new
+    attempt 1 (scheduled anew) is not a replay of the first."""
+    scheduled = info.current_attempt_scheduled_time
+    stamp = f"@{round(scheduled.timestamp() * 1_000_000)}" if scheduled is not None else ""
+    return f"{info.workflow_run_id}/{info.activity_id}/{info.attempt}{stamp}"
+
+
+def is_non_retryable(error: BaseException, info: temporalio.activity.Info) -> bool:
+    """Whether Temporal will not retry the attempt ``error`` ends: the error says so, or the
+    activity's retry policy names its type."""
+    if isinstance(error, ApplicationError) and error.non_retryable:
+        return True
+    policy = info.retry_policy
+    if policy is None or not policy.non_retryable_error_types:
+        return False
+    name = error.type if isinstance(error, ApplicationError) else type(error).__name__
+    return name in policy.non_retryable_error_types
 
 
 def review_for(error: ApplicationError, *, gated: bool) -> tuple[ReviewKind, str] | None:
@@ -287,12 +311,12 @@ class _ActivityInbound(temporalio.worker.ActivityInboundInterceptor):
         # a retry: the workflow's next task must not wait on a dead worker's sticky queue
         runtime = self._root.runtime
         release = start_release(runtime.temporal_client(), info) if runtime.release_sticky else None
+        target = spec.require_target()
         try:
-            tier = capabilities(spec.require_target()).tier
             with self._root.telemetry.attempt(
-                info.activity_type, tier, gate.receipt_or_none
+                info.activity_type, capabilities(target).tier, gate.receipt_or_none
             ) as traced:
-                return await self._attempt(gate, spec, info, input, spent, traced)
+                return await self._attempt(gate, spec, target, info, input, spent, traced)
         finally:
             await finish_release(release)
 
@@ -311,6 +335,7 @@ class _ActivityInbound(temporalio.worker.ActivityInboundInterceptor):
         self,
         gate: Gate,
         spec: GateSpec,
+        target: EffectTarget,
         info: temporalio.activity.Info,
         input: temporalio.worker.ExecuteActivityInput,
         spent: list[float],
@@ -321,7 +346,7 @@ class _ActivityInbound(temporalio.worker.ActivityInboundInterceptor):
         cancelled meanwhile); a result this attempt committed then goes past the policy. The
         span records what each step returned."""
         call = call_of(spec, info, input.args, self._root.authority(input))
-        step = await self._begin(gate, call, spec.require_target(), info)
+        step = await self._begin(gate, call, target, info)
         traced.began(call, step)
         if isinstance(step, Done) and not sent_in_begin(call, step):
             return step.result  # done before: replayed from the journal, or resolved by a person

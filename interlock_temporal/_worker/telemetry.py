@@ -18,7 +18,6 @@ from opentelemetry.trace import NonRecordingSpan, Span, Status, StatusCode
 from ..core.models import Receipt
 from ..core.policy import Decision
 from ..core.protocol import Call, Done, Ticket
-from .calls import sent_in_begin
 from .errors import (
     AmbiguousEffect,
     ApprovalRequired,
@@ -27,6 +26,7 @@ from .errors import (
     EffectRefused,
     InterlockDenied,
 )
+from .gated import sent_in_begin
 
 SCOPE = "interlock_temporal"
 
