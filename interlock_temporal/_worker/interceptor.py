@@ -307,11 +307,11 @@ class _ActivityInbound(temporalio.worker.ActivityInboundInterceptor):
         info = temporalio.activity.info()
         check_executor(spec, input.executor, info.activity_type)
         spec = self._bound(spec, info)
+        target = spec.require_target()
         gate = self._root.gate
         # a retry: the workflow's next task must not wait on a dead worker's sticky queue
         runtime = self._root.runtime
         release = start_release(runtime.temporal_client(), info) if runtime.release_sticky else None
-        target = spec.require_target()
         try:
             with self._root.telemetry.attempt(
                 info.activity_type, capabilities(target).tier, gate.receipt_or_none
