@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 from .core.exports import lender
 
 if TYPE_CHECKING:
-    from ._errors import (
+    from ._worker.errors import (
         AmbiguousEffect,
         ApprovalRequired,
         AuthorityRejected,
@@ -27,10 +27,10 @@ if TYPE_CHECKING:
         InterlockNotInstalled,
         InvalidEffectInput,
     )
-    from ._gated import EffectContext, current_effect, gated, report_cost
-    from ._interceptor import InterlockInterceptor
-    from ._plugin import InterlockPlugin
-    from ._telemetry import Telemetry
+    from ._worker.gated import EffectContext, current_effect, gated, report_cost
+    from ._worker.interceptor import InterlockInterceptor
+    from ._worker.plugin import InterlockPlugin
+    from ._worker.telemetry import Telemetry
     from .core.journal import Journal, open_journal
     from .core.models import Kind, Lease, Receipt
     from .core.receipts import receipt
@@ -79,11 +79,13 @@ _ERRORS = (
 __getattr__ = lender(
     __name__,
     {
-        **dict.fromkeys(_ERRORS, "._errors"),
-        **dict.fromkeys(("EffectContext", "current_effect", "gated", "report_cost"), "._gated"),
-        "InterlockInterceptor": "._interceptor",
-        "InterlockPlugin": "._plugin",
-        "Telemetry": "._telemetry",
+        **dict.fromkeys(_ERRORS, "._worker.errors"),
+        **dict.fromkeys(
+            ("EffectContext", "current_effect", "gated", "report_cost"), "._worker.gated"
+        ),
+        "InterlockInterceptor": "._worker.interceptor",
+        "InterlockPlugin": "._worker.plugin",
+        "Telemetry": "._worker.telemetry",
         "Journal": ".core.journal",
         "open_journal": ".core.journal",
         "Kind": ".core.models",

@@ -25,11 +25,11 @@ from datetime import timedelta
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, ValidationError, create_model
-from temporalio.activity import _Definition
+from temporalio.activity import _Definition  # private: no public API reads an activity's definition
 from temporalio.exceptions import ActivityError, ApplicationError
 
-from ._errors import describe_invalid, receipt_from
-from ._gated import spec_of
+from ._worker.errors import describe_invalid, receipt_from
+from ._worker.gated import spec_of
 from .core.extras import needs_extra
 from .workflow import execute_effect
 

@@ -36,6 +36,7 @@ __all__ = [
     "DEFAULT_REVIEW_DEADLINE",
     "SCHEMA",
     "SIGNATURE_HEADER",
+    "DefaultType",
     "Email",
     "Event",
     "Notification",
@@ -58,7 +59,10 @@ DEFAULT_REMINDER_EVERY: Final = timedelta(hours=4)
 Event = Literal["opened", "reminder", "expired", "escalated", "resolved"]
 
 
-class _Default(Enum):
+class DefaultType(Enum):
+    """The type of ``DEFAULT``, its one value (for annotations: ``timedelta | DefaultType |
+    None``)."""
+
     DEFAULT = "DEFAULT"
 
     def __repr__(self) -> str:
@@ -67,7 +71,7 @@ class _Default(Enum):
 
 #: the default of ``review_deadline`` and ``reminder_every`` (``None`` turns either off, as an
 #: explicit choice)
-DEFAULT: Final = _Default.DEFAULT
+DEFAULT: Final = DefaultType.DEFAULT
 
 
 class NotifyError(Exception):

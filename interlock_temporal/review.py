@@ -19,8 +19,8 @@ from typing import TYPE_CHECKING
 from .core.exports import lender
 
 if TYPE_CHECKING:
-    from ._reconciler import Reconciler, ReconcileReport, ReconcileRequest
-    from ._review_workflow import EffectReview, Resolution, ReviewStatus
+    from ._reviews.reconciler import Reconciler, ReconcileReport, ReconcileRequest
+    from ._reviews.workflow import EffectReview, Resolution, ReviewStatus
     from .core.review_rules import ReviewRules, Vote, review_id
 
 __all__ = [
@@ -38,12 +38,12 @@ __all__ = [
 __getattr__ = lender(
     __name__,
     {
-        "EffectReview": "._review_workflow",
-        "Resolution": "._review_workflow",
-        "ReviewStatus": "._review_workflow",
-        "Reconciler": "._reconciler",
-        "ReconcileReport": "._reconciler",
-        "ReconcileRequest": "._reconciler",
+        "EffectReview": "._reviews.workflow",
+        "Resolution": "._reviews.workflow",
+        "ReviewStatus": "._reviews.workflow",
+        "Reconciler": "._reviews.reconciler",
+        "ReconcileReport": "._reviews.reconciler",
+        "ReconcileRequest": "._reviews.reconciler",
         "ReviewRules": ".core.review_rules",
         "Vote": ".core.review_rules",
         "review_id": ".core.review_rules",

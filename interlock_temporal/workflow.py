@@ -8,12 +8,12 @@ from datetime import timedelta
 from typing import Any
 
 from temporalio import workflow
-from temporalio.activity import _Definition
+from temporalio.activity import _Definition  # private: no public API reads an activity's definition
 from temporalio.exceptions import ActivityError, ApplicationError
 
-from ._context import Authority, current_authority
-from ._errors import EffectRefused, receipt_from
-from ._review_workflow import RESOLUTION_SIGNAL, Resolution
+from ._reviews.workflow import RESOLUTION_SIGNAL, Resolution
+from ._worker.context import Authority, current_authority
+from ._worker.errors import EffectRefused, receipt_from
 from .core.models import Receipt
 
 __all__ = ["act_as", "current_principal", "execute_effect", "receipt_from"]

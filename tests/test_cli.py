@@ -20,13 +20,13 @@ from typing import Any
 
 import pytest
 
-from interlock_temporal._render import (
+from interlock_temporal.cli import main, parse_duration
+from interlock_temporal.cli._render import (
     entry_summary,
     render_effects,
     render_entries,
     render_receipt,
 )
-from interlock_temporal.cli import main, parse_duration
 from interlock_temporal.core import (
     Ambiguous,
     Call,

@@ -27,16 +27,16 @@ from temporalio.service import RPCError
 from temporalio.worker import Worker
 
 from interlock_temporal import InterlockPlugin
-from interlock_temporal._reconciler import ReconcileOutcome, ReconcileReport
-from interlock_temporal._render import (
+from interlock_temporal._reviews.reconciler import ReconcileOutcome, ReconcileReport
+from interlock_temporal._reviews.workflow import ReviewStatus
+from interlock_temporal.cli import main, needs_nobody
+from interlock_temporal.cli._args import parse_age as _age
+from interlock_temporal.cli._render import (
     ReviewLine,
     reconcile_summary,
     render_reconcile,
     render_reviews,
 )
-from interlock_temporal._review_workflow import ReviewStatus
-from interlock_temporal.cli import main, needs_nobody
-from interlock_temporal.cli._args import parse_age as _age
 from interlock_temporal.core import Call, Gate, Journal, Kind, open_journal, receipt
 from interlock_temporal.core.review import review_id
 from interlock_temporal.targets.payments import RefundRequest, SimulatedCrash, SimulatedPayments

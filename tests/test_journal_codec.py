@@ -27,8 +27,8 @@ from temporalio.converter import PayloadCodec
 from temporalio.worker import Worker
 
 from interlock_temporal import InterlockPlugin
-from interlock_temporal._codec import CodecSealer
-from interlock_temporal._review_workflow import ReviewRequest
+from interlock_temporal._reviews.workflow import ReviewRequest
+from interlock_temporal._worker.codec import CodecSealer
 from interlock_temporal.cli import main
 from interlock_temporal.core.identity import canonical
 from interlock_temporal.core.journal import Journal, open_journal, value_of
@@ -301,7 +301,7 @@ async def test_a_worker_restarted_with_the_codec_never_resends_an_effect_in_flig
 async def test_a_codec_keys_a_new_journals_ids_and_an_older_journal_keeps_its_own(
     dev_server: DevServer, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    from interlock_temporal._runtime import GateSource
+    from interlock_temporal._worker.runtime import GateSource
 
     converter = dataclasses.replace(pydantic_data_converter, payload_codec=AesCodec())
     client = await Client.connect(dev_server.target, data_converter=converter)

@@ -29,7 +29,7 @@ from temporalio.client import Client
 from temporalio.worker import Worker
 
 from interlock_temporal import InterlockPlugin
-from interlock_temporal._review_workflow import EffectReview, ReviewRequest
+from interlock_temporal._reviews.workflow import EffectReview, ReviewRequest
 from interlock_temporal.core.policy import Policy
 from interlock_temporal.core.review import ReviewRules
 from interlock_temporal.notify import (

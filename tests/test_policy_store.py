@@ -20,7 +20,7 @@ import pytest
 from pydantic import BaseModel
 
 from interlock_temporal import gated
-from interlock_temporal._gated import spec_of
+from interlock_temporal._worker.gated import spec_of
 from interlock_temporal.core.errors import Denied, InvalidCall, JournalUnavailable, NeedsApproval
 from interlock_temporal.core.journal import Journal, open_journal, policy_chain
 from interlock_temporal.core.models import Kind

@@ -163,5 +163,11 @@ def test_importing_the_workflow_helpers_loads_no_journal_policy_or_protocol() ->
         [sys.executable, "-c", code], check=True, capture_output=True, text=True
     ).stdout.split()
     assert "interlock_temporal.workflow" in loaded
-    heavy = ("core.protocol", "core.policy", "core.journal.sql", "core.journal.opening", "_plugin")
+    heavy = (
+        "core.protocol",
+        "core.policy",
+        "core.journal.sql",
+        "core.journal.opening",
+        "_worker.plugin",
+    )
     assert [m for m in loaded if m.removeprefix("interlock_temporal.").startswith(heavy)] == []

@@ -25,14 +25,14 @@ from temporalio.service import RPCError
 from temporalio.worker import Worker
 
 from interlock_temporal import InterlockInterceptor, InterlockPlugin, current_effect, gated
-from interlock_temporal._reconciler import (
+from interlock_temporal._reviews.desk import ReviewDesk
+from interlock_temporal._reviews.reconciler import (
     ReconcileActivity,
     Reconciler,
     ReconcileReport,
     ReconcileRequest,
 )
-from interlock_temporal._review import ReviewDesk
-from interlock_temporal._runtime import DeclaredTarget
+from interlock_temporal._worker.runtime import DeclaredTarget
 from interlock_temporal.core.errors import Ambiguous
 from interlock_temporal.core.journal import open_journal
 from interlock_temporal.core.models import Kind

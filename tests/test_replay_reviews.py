@@ -16,7 +16,7 @@ from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.worker import Replayer
 
 from interlock_temporal import InterlockPlugin
-from interlock_temporal._review_workflow import ReviewRequest, ReviewStatus
+from interlock_temporal._reviews.workflow import ReviewRequest, ReviewStatus
 
 HISTORIES = sorted((Path(__file__).parent / "histories" / "reviews").glob("*.json"))
 

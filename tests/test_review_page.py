@@ -14,7 +14,7 @@ from temporalio.client import Client
 from temporalio.worker import Worker
 
 from interlock_temporal import InterlockPlugin
-from interlock_temporal._review_workflow import EffectReview, ReviewRequest
+from interlock_temporal._reviews.workflow import EffectReview, ReviewRequest
 from interlock_temporal.core.models import Kind
 from interlock_temporal.core.receipts import EffectView
 from interlock_temporal.core.review import ReviewRules, review_markdown

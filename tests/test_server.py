@@ -30,7 +30,7 @@ from interlock_temporal import (
     gated,
     receipt,
 )
-from interlock_temporal._plugin import _with_pydantic
+from interlock_temporal._worker.plugin import _with_pydantic
 from interlock_temporal.core.journal import Journal, open_journal
 from interlock_temporal.core.models import Kind
 from interlock_temporal.targets.payments import RefundRequest, RefundResult, SimulatedPayments

@@ -24,7 +24,7 @@ from temporalio.client import Client, WorkflowFailureError
 from temporalio.worker import Worker
 
 from interlock_temporal import BaseTarget, InterlockPlugin, gated, open_journal
-from interlock_temporal._runtime import WorkerSetupError
+from interlock_temporal._worker.runtime import WorkerSetupError
 from interlock_temporal.core.errors import Refused
 from interlock_temporal.core.journal import Journal
 from interlock_temporal.core.models import Change, Kind
@@ -257,7 +257,7 @@ async def test_a_tier_zero_result_is_sealed_by_the_codec_inside_the_transaction(
 ) -> None:
     """With a codec, the tier-0 result is sealed on the journal's writer thread (a loop of its
     own, not the worker's): stored sealed, read back decoded by a duplicate attempt."""
-    from interlock_temporal._codec import CodecSealer
+    from interlock_temporal._worker.codec import CodecSealer
     from interlock_temporal.core.journal import value_of
     from interlock_temporal.core.sealing import Values, is_sealed
 

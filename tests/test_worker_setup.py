@@ -34,7 +34,7 @@ from interlock_temporal import (
     current_effect,
     gated,
 )
-from interlock_temporal._runtime import WorkerSetupError
+from interlock_temporal._worker.runtime import WorkerSetupError
 from interlock_temporal.core.errors import Denied
 from interlock_temporal.core.identity import effect_id
 from interlock_temporal.core.journal import Journal, open_journal

@@ -38,7 +38,7 @@ from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.worker import Worker
 
 from interlock_temporal import InterlockPlugin
-from interlock_temporal._render import render_entries, render_receipt
+from interlock_temporal.cli._render import render_entries, render_receipt
 from interlock_temporal.core.journal import open_journal
 from interlock_temporal.core.receipts import receipt
 from interlock_temporal.targets.payments import RefundResult

@@ -32,7 +32,8 @@ One module per noun (``journal``, ``effects``, ``leases``, ``report``, ``circuit
 ``reconcile``), each with ``register(groups)`` adding its subcommands; a new verb goes in its
 noun's module, a new noun gets a module listed in ``_app.NOUNS``. What they share: ``_shared``
 (exit codes, ``CliError``, output, opening the journal), ``_args`` (argument types, the parser's
-pieces), ``_temporal`` (the client, RPC failures as one line).
+pieces), ``_temporal`` (the client, RPC failures as one line), ``_render`` (receipts, entries,
+effects, leases, reviews and reconcile reports as plain text; the demo prints with it too).
 """
 
 from ._app import build_parser, main

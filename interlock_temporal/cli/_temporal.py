@@ -47,7 +47,7 @@ def payload_codec(args: argparse.Namespace) -> PayloadCodec | None:
     spec: str | None = getattr(args, "codec", None)
     if not spec:
         return None
-    from .._codec import codec_from_spec
+    from .._worker.codec import codec_from_spec
 
     try:
         return codec_from_spec(spec)

@@ -5,8 +5,8 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from .._render import fmt_time
 from ._args import Groups, command, journal_options, json_flag, operator_name
+from ._render import fmt_time
 from ._shared import EXIT_FAILED, EXIT_OK, EXIT_USAGE, CliError, emit, emit_json, open_for, warn
 
 

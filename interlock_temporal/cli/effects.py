@@ -7,7 +7,6 @@ import asyncio
 import json
 from typing import Any
 
-from .._render import render_effects, render_entries, render_receipt
 from ..core.journal import Journal, value_of
 from ..core.journal.signing import Keyring
 from ..core.models import ANNOTATIONS, Entry, Kind
@@ -24,6 +23,7 @@ from ._args import (
     parse_duration,
     positive,
 )
+from ._render import render_effects, render_entries, render_receipt
 from ._shared import (
     EXIT_FAILED,
     EXIT_OK,
@@ -113,7 +113,7 @@ async def _values(args: argparse.Namespace, entries: list[Entry]) -> dict[str, A
     codec = payload_codec(args)
     if codec is None and not any(is_sealed(v) for v in stored.values()):
         return None
-    from .._codec import CodecSealer  # loads Temporal: only for a command that decodes
+    from .._worker.codec import CodecSealer  # loads Temporal: only for a command that decodes
 
     values = Values(Keyring(None), None if codec is None else CodecSealer(codec))
     return {

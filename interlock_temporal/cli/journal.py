@@ -9,13 +9,13 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from .._render import render_verify as _render_verify
 from ..core.errors import JournalConfigError, JournalCorrupt
 from ..core.journal import export_line, keyring_for, read_export, verify_entries
 from ..core.journal.archiving import archive_chain, read_archive, verify_archive
 from ..core.journal.signing import ED25519_PREFIX, ED25519_PUBLIC_PREFIX, Ed25519Key, Keyring
 from ..core.models import JournalHead, Kind
 from ._args import Groups, command, journal_options, json_flag, parse_age
+from ._render import render_verify as _render_verify
 from ._shared import (
     EXIT_FAILED,
     EXIT_OK,

@@ -6,9 +6,9 @@ import argparse
 import time
 from typing import Any
 
-from .._render import lease_state, render_leases
 from ..core.models import Lease
 from ._args import Groups, command, journal_options, json_flag, non_negative, parse_duration
+from ._render import lease_state, render_leases
 from ._shared import EXIT_FAILED, EXIT_OK, EXIT_USAGE, CliError, emit, emit_json, open_for, warn
 
 

@@ -7,7 +7,6 @@ import uuid
 from datetime import timedelta
 from typing import TYPE_CHECKING
 
-from .._render import reconcile_summary, render_reconcile
 from ..core.models import Kind
 from ._args import (
     Groups,
@@ -18,13 +17,14 @@ from ._args import (
     positive,
     temporal_options,
 )
+from ._render import reconcile_summary, render_reconcile
 from ._shared import EXIT_FAILED, EXIT_OK, CliError, emit, emit_json, warn
 from ._temporal import failure_message, on_server
 
 if TYPE_CHECKING:
     from temporalio.client import Client
 
-    from .._reconciler import ReconcileOutcome
+    from .._reviews.reconciler import ReconcileOutcome
 
 #: the outcomes an effect ends with
 _ENDED = frozenset({Kind.COMMITTED.value, Kind.REFUSED.value, Kind.RESOLVED.value})
@@ -64,7 +64,7 @@ async def reconcile(args: argparse.Namespace, client: Client) -> int:
     from temporalio.client import WorkflowFailureError
     from temporalio.exceptions import TimeoutError as WorkflowTimeout
 
-    from .._reconciler import ReconcileReport, ReconcileRequest
+    from .._reviews.reconciler import ReconcileReport, ReconcileRequest
 
     task_queue: str = args.task_queue
     timeout: timedelta = args.timeout

@@ -6,9 +6,9 @@ import argparse
 import time
 from datetime import timedelta
 
-from .._render import render_report
 from ..core.report import build_report
 from ._args import Groups, examples, journal_options, json_flag, parse_duration
+from ._render import render_report
 from ._shared import EXIT_OK, emit, emit_json, open_for
 
 

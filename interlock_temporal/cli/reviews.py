@@ -9,7 +9,6 @@ import re
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
-from .._render import ReviewLine, render_review_status, render_reviews
 from ..core.journal import Journal
 from ..core.models import Kind
 from ..core.review import DECISIONS, review_id
@@ -23,6 +22,7 @@ from ._args import (
     positive,
     temporal_options,
 )
+from ._render import ReviewLine, render_review_status, render_reviews
 from ._shared import (
     EXIT_FAILED,
     EXIT_OK,
@@ -40,7 +40,7 @@ from ._temporal import failure_message, is_not_found, on_server, temporal_namesp
 if TYPE_CHECKING:
     from temporalio.client import Client, WorkflowExecution
 
-    from .._review_workflow import ReviewStatus
+    from .._reviews.workflow import ReviewStatus
 
 #: a full effect id: 256 bits, hex
 _FULL_ID = re.compile(r"[0-9a-f]{64}")
@@ -76,7 +76,7 @@ async def _review_line(
     from temporalio.client import WorkflowExecutionStatus
     from temporalio.exceptions import TemporalError
 
-    from .._review_workflow import ReviewStatus
+    from .._reviews.workflow import ReviewStatus
 
     kind, effect_id = review_of(execution.id)
     handle = client.get_workflow_handle(
@@ -243,7 +243,7 @@ async def _no_open_review(
     from temporalio.exceptions import TemporalError
     from temporalio.service import RPCError
 
-    from .._review_workflow import ReviewStatus
+    from .._reviews.workflow import ReviewStatus
 
     handle = client.get_workflow_handle(workflow_id, result_type=ReviewStatus)
     try:
@@ -275,7 +275,7 @@ async def reviews_resolve(args: argparse.Namespace, client: Client) -> int:
     from temporalio.client import WorkflowUpdateFailedError
     from temporalio.service import RPCError
 
-    from .._review_workflow import ReviewStatus
+    from .._reviews.workflow import ReviewStatus
 
     effect_id = _effect_for_review(args)
     workflow_id = review_id(args.kind, effect_id)

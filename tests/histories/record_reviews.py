@@ -19,7 +19,7 @@ from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.worker import Worker
 
 from interlock_temporal import InterlockPlugin
-from interlock_temporal._review_workflow import EffectReview, ReviewRequest
+from interlock_temporal._reviews.workflow import EffectReview, ReviewRequest
 from interlock_temporal.core.review_rules import ReviewRules
 from interlock_temporal.testing import DevServer
 from workers.scenarios import SCENARIOS

@@ -1,0 +1,249 @@
+"""The errors a gated activity raises, as Temporal ``ApplicationError`` types.
+
+A workflow sees them as ``ActivityError`` whose ``cause`` is an ``ApplicationError`` with
+``.type`` set to the class name; ``receipt_from(error)`` reads the receipt in the details.
+
+The gate's expected decisions (``EffectRefused``, ``ApprovalRequired``, ``InterlockDenied``) are
+``BENIGN`` application errors: the worker logs them at DEBUG, without a traceback, and does
+not count them as activity failures in its metrics. ``AmbiguousEffect`` stays a failure that
+counts: a person must act.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from datetime import timedelta
+from typing import Any
+
+from pydantic import ValidationError
+from temporalio.exceptions import ActivityError, ApplicationError, ApplicationErrorCategory
+
+from ..core.errors import (
+    Ambiguous,
+    Denied,
+    InFlight,
+    InvalidCall,
+    JournalCorrupt,
+    JournalUnavailable,
+    NeedsApproval,
+    Refused,
+    UnstableEffectKey,
+)
+from ..core.models import Receipt
+
+
+class AmbiguousEffect(ApplicationError):
+    """Nobody can know whether the effect happened: a person must decide. Not retryable."""
+
+    def __init__(self, message: str, receipt: Receipt) -> None:
+        super().__init__(
+            message, receipt.model_dump(mode="json"), type="AmbiguousEffect", non_retryable=True
+        )
+        self.receipt = receipt
+
+
+class EffectRefused(ApplicationError):
+    """The effect must not be sent: authority or facts changed, the payload conflicts, or a
+    person rejected it (an approval rejected before any proposal carries no receipt)."""
+
+    def __init__(self, message: str, receipt: Receipt | None) -> None:
+        details = () if receipt is None else (receipt.model_dump(mode="json"),)
+        super().__init__(
+            message,
+            *details,
+            type="EffectRefused",
+            non_retryable=True,
+            category=ApplicationErrorCategory.BENIGN,
+        )
+        self.receipt = receipt
+
+
+class UnstableEffectKeyError(ApplicationError):
+    """The effect key changed between attempts of one activity with one input: nothing was sent
+    under the new id. Not retryable; the receipt in ``details[0]`` is the first effect's."""
+
+    def __init__(self, message: str, receipt: Receipt | None) -> None:
+        details = () if receipt is None else (receipt.model_dump(mode="json"),)
+        super().__init__(message, *details, type="UnstableEffectKey", non_retryable=True)
+        self.receipt = receipt
+
+
+class EffectInFlight(ApplicationError):
+    """A live attempt holds the effect, or the target may still be executing it. Retryable."""
+
+    def __init__(self, message: str, retry_after: float) -> None:
+        super().__init__(
+            message, type="EffectInFlight", next_retry_delay=timedelta(seconds=retry_after)
+        )
+
+
+class InterlockNotInstalled(ApplicationError):
+    """A gated activity ran where the gate cannot run it: on a worker without the interceptor,
+    or (a plain ``def`` one) on an activity executor that is not a thread pool. Its body never
+    runs. ``reason`` says which, and what to do (default: the interceptor is missing)."""
+
+    def __init__(self, activity_name: str, reason: str | None = None) -> None:
+        super().__init__(
+            f"gated activity {activity_name!r} "
+            + (
+                reason
+                or "ran on a worker without the Interlock interceptor; register InterlockPlugin "
+                "(or InterlockInterceptor) on this worker"
+            ),
+            type="InterlockNotInstalled",
+            non_retryable=True,
+        )
+
+
+class TargetNotBound(ApplicationError):
+    """A gated activity declared no target and this worker binds none under its name: nothing
+    was journaled or sent. Not retryable (workers refuse to start like this; this is the
+    interceptor's last word where no worker setup ran, e.g. an activity-only worker)."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message, type="TargetNotBound", non_retryable=True)
+
+
+class AuthorityRejected(ApplicationError):
+    """The activity's authority header grants nothing: unsigned (set from outside a worker),
+    signed with a key no worker holds, altered, or made for another workflow run. Nothing was
+    journaled and nothing sent. Not retryable. ``details[0]`` is ``{"code": ...}``: one of
+    ``unsigned``, ``malformed``, ``unknown_key``, ``bad_signature``, ``wrong_binding``,
+    ``refused`` (the workflow's own start header was refused; the message says why)."""
+
+    def __init__(self, code: str, reason: str) -> None:
+        super().__init__(
+            f"authority rejected ({code}): {reason}",
+            {"code": code},
+            type="AuthorityRejected",
+            non_retryable=True,
+        )
+        self.code = code
+        self.reason = reason
+
+
+class InvalidEffectInput(ApplicationError):
+    """The activity input does not validate: names the fields, never their values."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message, type="InvalidEffectInput", non_retryable=True)
+
+
+class InterlockDenied(ApplicationError):
+    """The policy denied the call; its body never ran. Not retryable.
+
+    The details hold ``{"code", "policy_id", "argument", "session", "circuit_open"}``: the
+    reason code, the policy that denied, the offending argument's name (never its value), and
+    whether the session's circuit is now open (a person must reset it).
+    """
+
+    def __init__(self, denied: Denied) -> None:
+        super().__init__(
+            str(denied),
+            {
+                "code": denied.code,
+                "policy_id": denied.policy_id,
+                "argument": denied.argument,
+                "session": denied.session,
+                "circuit_open": denied.circuit_open,
+            },
+            type="InterlockDenied",
+            non_retryable=True,
+            category=ApplicationErrorCategory.BENIGN,
+        )
+        self.code = denied.code
+        self.policy_id = denied.policy_id
+        self.argument = denied.argument
+        self.session = denied.session
+        self.circuit_open = denied.circuit_open
+
+
+class ApprovalRequired(ApplicationError):
+    """The policy wants a person to approve this call first; its body never ran."""
+
+    def __init__(self, code: str, reason: str, binding: str, policy_id: str | None = None) -> None:
+        super().__init__(
+            f"{code}: {reason}",
+            {"code": code, "binding": binding, "policy_id": policy_id},
+            type="ApprovalRequired",
+            non_retryable=True,
+            category=ApplicationErrorCategory.BENIGN,
+        )
+        self.code = code
+        self.binding = binding
+
+
+class JournalCorruptError(ApplicationError):
+    """The effect's journal entries do not verify: nothing was decided or sent on it. Not
+    retryable; the details name the effect and the entry (``{"effect_id", "seq"}``)."""
+
+    def __init__(self, message: str, effect_id: str | None, seq: int | None) -> None:
+        super().__init__(
+            message,
+            {"effect_id": effect_id, "seq": seq},
+            type="JournalCorrupt",
+            non_retryable=True,
+        )
+        self.effect_id = effect_id
+        self.seq = seq
+
+
+class JournalUnavailableError(ApplicationError):
+    """The journal cannot be written: nothing was sent. Retryable."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message, type="InterlockJournalUnavailable")
+
+
+def receipt_from(error: BaseException) -> Receipt | None:
+    """The receipt carried by an Interlock error, seen from the workflow or the client."""
+    cause: Any = error.cause if isinstance(error, ActivityError) else error
+    while cause is not None and not isinstance(cause, ApplicationError):
+        cause = getattr(cause, "cause", None)
+    if cause is None or cause.type not in ("AmbiguousEffect", "EffectRefused", "UnstableEffectKey"):
+        return None
+    details = list(cause.details)
+    return Receipt.model_validate(details[0]) if details else None
+
+
+def describe_invalid(err: BaseException, param: str) -> str:
+    """Which fields are wrong and how, without echoing any input value."""
+    cause: BaseException | None = err
+    while cause is not None and not isinstance(cause, ValidationError):
+        cause = cause.__cause__ or cause.__context__
+    if cause is None:
+        return f"argument {param!r} could not be decoded ({type(err).__name__})"
+    problems = []
+    for e in cause.errors(include_url=False, include_input=False, include_context=False):
+        where = ".".join(str(part) for part in (param, *e["loc"]))
+        problems.append(f"{where}: {e['type']}")
+    return "; ".join(problems)
+
+
+@contextlib.contextmanager
+def as_temporal_errors() -> Iterator[None]:
+    """Core outcomes become the ``ApplicationError`` types workflows and operators see."""
+    try:
+        yield
+    except Refused as r:
+        # a target's refusal reaches the workflow with the target's own error as its cause (an
+        # API's message: the journal keeps only what ``refusal_detail`` says)
+        cause = r.__context__ if r.code == "target_rejected" and r.refused_at is None else None
+        raise EffectRefused(str(r), r.receipt) from cause
+    except Ambiguous as a:
+        raise AmbiguousEffect(a.reason, a.receipt) from None
+    except InFlight as f:
+        raise EffectInFlight(str(f), f.retry_after) from None
+    except InvalidCall as e:
+        raise InvalidEffectInput(str(e)) from None
+    except JournalUnavailable as e:
+        raise JournalUnavailableError(str(e)) from None
+    except JournalCorrupt as e:
+        raise JournalCorruptError(str(e), e.effect_id, e.seq) from None
+    except UnstableEffectKey as e:
+        raise UnstableEffectKeyError(str(e), e.receipt) from None
+    except Denied as d:
+        raise InterlockDenied(d) from None
+    except NeedsApproval as n:
+        raise ApprovalRequired(n.code, n.reason, n.binding, n.policy_id) from None
