@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from .core.deprecated import install_moved_modules
 from .core.exports import lender
 
 if TYPE_CHECKING:
@@ -97,18 +98,7 @@ __getattr__ = lender(
         "EffectTarget": ".core.targets",
         "TargetDeclarationError": ".core.targets",
     },
-    moved={
-        "Change": ("interlock_temporal.targets", "Change"),
-        "Found": ("interlock_temporal.targets", "Found"),
-        "Limits": ("interlock_temporal.policy", "Limits"),
-        "Policy": ("interlock_temporal.policy", "Policy"),
-        "Decision": ("interlock_temporal.review", "Vote"),
-        "EffectReview": ("interlock_temporal.review", "EffectReview"),
-        "Reconciler": ("interlock_temporal.review", "Reconciler"),
-        "ReconcileReport": ("interlock_temporal.review", "ReconcileReport"),
-        "ReconcileRequest": ("interlock_temporal.review", "ReconcileRequest"),
-        "Resolution": ("interlock_temporal.review", "Resolution"),
-        "ReviewStatus": ("interlock_temporal.review", "ReviewStatus"),
-        "receipt_from": ("interlock_temporal.workflow", "receipt_from"),
-    },
 )
+
+# the adapter's old module paths, one more release (core/deprecated.py)
+install_moved_modules()

@@ -78,22 +78,4 @@ __getattr__ = lender(
         ),
         **dict.fromkeys(("PolicyError", "load_policy", "parse_policy"), ".core.policy.file"),
     },
-    moved={
-        # internal since 0.2 (the policy's engine, not what a user configures)
-        "ERROR_SIGNALS": ("interlock_temporal.core.policy", "ERROR_SIGNALS"),
-        "Approval": ("interlock_temporal.core.policy", "Approval"),
-        "CallFacts": ("interlock_temporal.core.policy", "CallFacts"),
-        "Circuit": ("interlock_temporal.core.policy", "Circuit"),
-        "PolicyGuard": ("interlock_temporal.core.policy", "PolicyGuard"),
-        "PolicyState": ("interlock_temporal.core.policy", "PolicyState"),
-        "Reason": ("interlock_temporal.core.policy", "Reason"),
-        "SessionState": ("interlock_temporal.core.policy", "SessionState"),
-        "admit": ("interlock_temporal.core.policy", "admit"),
-        "decide": ("interlock_temporal.core.policy", "decide"),
-        "evaluate_rules": ("interlock_temporal.core.policy", "evaluate_rules"),
-        "has_error_signal": ("interlock_temporal.core.policy", "has_error_signal"),
-        "reset_circuit": ("interlock_temporal.core.policy", "reset_circuit"),
-        "PolicySource": ("interlock_temporal.core.policy.file", "PolicySource"),
-        "report_cost": ("interlock_temporal", "report_cost"),
-    },
 )

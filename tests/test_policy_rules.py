@@ -151,16 +151,18 @@ def test_each_deprecation_says_what_to_use() -> None:
     for name in ("verdict_block", "verdict_by_name"):
         warned, value = _warned(uses[name])
         assert str(warned.message) == (
-            "Verdict.BLOCK is deprecated: use Verdict.DENY (the same verdict)"
+            "Verdict.BLOCK is deprecated: use Verdict.DENY (the same verdict); removed in 0.3.0"
         )
         assert value is Verdict.DENY
     warned, value = _warned(uses["old_block"])
-    assert str(warned.message) == "block() is deprecated: use deny() (the same verdict, DENY)"
+    assert str(warned.message) == (
+        "block() is deprecated: use deny() (the same verdict, DENY); removed in 0.3.0"
+    )
     assert value == deny("B") and deny("B").reason == ""
     warned, _ = _warned(uses["facts_with_delivery"])
     assert str(warned.message) == (
         "CallFacts(delivery=...) is deprecated and ignored: decide never reads it; the "
-        "delivery goes to PolicyGuard.check, whose store records it"
+        "delivery goes to PolicyGuard.check, whose store records it; removed in 0.3.0"
     )
 
 

@@ -1,6 +1,6 @@
 """The adapter's modules moved into ``_worker/`` and ``_reviews/`` (and ``_render`` into the CLI):
-each old path stays one release as an import shim that gives the same objects, and nothing of
-the project itself imports an old path any more."""
+each old path stays one release (``core/deprecated.py``'s finder) and gives the module itself,
+and nothing of the project itself imports an old path any more."""
 
 from __future__ import annotations
 
@@ -11,32 +11,12 @@ from pathlib import Path
 
 import pytest
 
+from interlock_temporal.core.deprecated import MODULES, REMOVED_IN
+
 ROOT = Path(__file__).resolve().parents[1]
 
 #: old module -> where its names live now
-SHIMS = {
-    **{
-        f"interlock_temporal._{name}": f"interlock_temporal._worker.{name}"
-        for name in (
-            "codec",
-            "context",
-            "errors",
-            "gated",
-            "install",
-            "interceptor",
-            "logs",
-            "plugin",
-            "runtime",
-            "sticky",
-            "telemetry",
-        )
-    },
-    "interlock_temporal._review_workflow": "interlock_temporal._reviews.workflow",
-    "interlock_temporal._review": "interlock_temporal._reviews.desk",
-    "interlock_temporal._reconciler": "interlock_temporal._reviews.reconciler",
-    "interlock_temporal._notifying": "interlock_temporal._reviews.notifying",
-    "interlock_temporal._render": "interlock_temporal.cli._render",
-}
+SHIMS = MODULES
 
 
 def _fresh(old: str) -> object:
@@ -44,7 +24,7 @@ def _fresh(old: str) -> object:
     sys.modules.pop(old, None)
     package, _, name = old.rpartition(".")
     vars(sys.modules[package]).pop(name, None)
-    said = rf"{old} moved to {SHIMS[old]}; the old path is removed in 0\.3\.0"
+    said = rf"{old} moved to {SHIMS[old]}; removed in {REMOVED_IN.replace('.', '[.]')}"
     with pytest.warns(DeprecationWarning, match=said):
         return importlib.import_module(old)
 
@@ -53,13 +33,16 @@ def _fresh(old: str) -> object:
 def test_an_old_path_gives_the_same_objects_and_says_where_they_live(old: str) -> None:
     shim = _fresh(old)
     new = importlib.import_module(SHIMS[old])
-    names = [n for n in vars(new) if not (n.startswith("__") and n.endswith("__"))]
-    assert names
-    for name in names:
-        assert getattr(shim, name) is getattr(new, name), name
-    assert SHIMS[old] in (shim.__doc__ or "") and "removed in 0.3.0" in (shim.__doc__ or "")
+    assert shim is new  # the module itself: every name, private ones included, is the same
+    assert getattr(sys.modules["interlock_temporal"], old.rpartition(".")[2]) is new
+    assert not (ROOT / "interlock_temporal" / f"{old.rpartition('.')[2]}.py").exists()
     with pytest.raises(AttributeError):
-        _ = shim.no_such_name  # type: ignore[attr-defined]
+        _ = shim.no_such_name
+
+
+def test_a_path_that_never_existed_is_still_not_found() -> None:
+    with pytest.raises(ModuleNotFoundError):
+        importlib.import_module("interlock_temporal._no_such_module")
 
 
 def test_the_names_code_outside_the_package_imported_still_import() -> None:
@@ -70,6 +53,7 @@ def test_the_names_code_outside_the_package_imported_still_import() -> None:
     from interlock_temporal._gated import spec_of
     from interlock_temporal._plugin import _with_pydantic
     from interlock_temporal._review_workflow import EffectReview, ReviewRequest, ReviewStatus
+
     from interlock_temporal._reviews import workflow
     from interlock_temporal._worker import gated, plugin
 
@@ -84,11 +68,10 @@ def test_the_names_code_outside_the_package_imported_still_import() -> None:
 
 def test_nothing_in_the_project_imports_an_old_path() -> None:
     """The shims are for code outside the package only."""
-    shims = {ROOT / "interlock_temporal" / f"{old.rpartition('.')[2]}.py" for old in SHIMS}
     found = []
     for folder in ("interlock_temporal", "workers", "workflows", "benchmarks", "tests", "tools"):
         for path in sorted((ROOT / folder).rglob("*.py")):
-            if path in shims or path == Path(__file__).resolve():
+            if path == Path(__file__).resolve():
                 continue
             package = ".".join(path.relative_to(ROOT).parent.parts)
             for node in ast.walk(ast.parse(path.read_text())):

@@ -9,11 +9,4 @@ from ..core.targets import BaseTarget, EffectTarget, TargetDeclarationError
 
 __all__ = ["BaseTarget", "Change", "EffectTarget", "Found", "TargetDeclarationError"]
 
-__getattr__ = lender(
-    __name__,
-    {},
-    moved={
-        "Capabilities": ("interlock_temporal.core.targets", "Capabilities"),
-        "capabilities": ("interlock_temporal.core.targets", "capabilities"),
-    },
-)
+__getattr__ = lender(__name__, {})

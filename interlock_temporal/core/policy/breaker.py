@@ -13,7 +13,6 @@ store can apply both in one transaction.
 from __future__ import annotations
 
 import fnmatch
-import warnings
 from bisect import bisect_right, insort
 from collections.abc import Mapping
 from dataclasses import InitVar, dataclass
@@ -23,6 +22,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from ..deprecated import warn_ignored
 from .state import Circuit, PolicyState, SessionState
 from .verdicts import Decision, Reason, Verdict
 
@@ -313,12 +313,7 @@ class CallFacts:
 
     def __post_init__(self, delivery: str) -> None:
         if delivery:
-            warnings.warn(
-                "CallFacts(delivery=...) is deprecated and ignored: decide never reads it; the "
-                "delivery goes to PolicyGuard.check, whose store records it",
-                DeprecationWarning,
-                stacklevel=3,
-            )
+            warn_ignored("CallFacts(delivery=...)", stacklevel=3)
 
     @property
     def signature(self) -> str:

@@ -9,10 +9,10 @@ import copy
 import dataclasses
 import fnmatch
 import logging
-import warnings
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from ..deprecated import warn_renamed
 from .call import CallEvent
 from .verdicts import Decision, Reason, Verdict
 
@@ -33,11 +33,7 @@ def deny(code: str, reason: str = "", *, argument: str | None = None) -> Decisio
 
 def block(code: str, reason: str = "", *, argument: str | None = None) -> Decision:
     """Deprecated: ``deny`` (the same verdict, ``DENY``), with a ``DeprecationWarning``."""
-    warnings.warn(
-        "block() is deprecated: use deny() (the same verdict, DENY)",
-        DeprecationWarning,
-        stacklevel=2,
-    )
+    warn_renamed("block()")
     return deny(code, reason, argument=argument)
 
 

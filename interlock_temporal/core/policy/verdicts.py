@@ -3,11 +3,11 @@ a denial or an escalation raises (``enforce``)."""
 
 from __future__ import annotations
 
-import warnings
 from dataclasses import dataclass
 from enum import EnumType, StrEnum
 from typing import Any
 
+from ..deprecated import warn_renamed
 from ..errors import Denied, NeedsApproval
 from .state import PolicyState
 
@@ -33,11 +33,7 @@ class _VerdictType(EnumType):
 
 
 def _warn_renamed(name: str) -> None:
-    warnings.warn(
-        f"Verdict.{name} is deprecated: use Verdict.{_RENAMED[name]} (the same verdict)",
-        DeprecationWarning,
-        stacklevel=3,
-    )
+    warn_renamed(f"Verdict.{name}", stacklevel=3)
 
 
 class Verdict(StrEnum, metaclass=_VerdictType):
