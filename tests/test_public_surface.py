@@ -86,6 +86,10 @@ PUBLIC = {
 
 #: (module, old name) -> (module, name) where it lives now
 MOVED = {
+    ("interlock_temporal.targets.stripe", "WebhookOutcome"): (
+        "interlock_temporal.targets.stripe",
+        "WebhookReport",
+    ),
     ("interlock_temporal", "Change"): ("interlock_temporal.targets", "Change"),
     ("interlock_temporal", "Found"): ("interlock_temporal.targets", "Found"),
     ("interlock_temporal", "Limits"): ("interlock_temporal.policy", "Limits"),

@@ -28,7 +28,8 @@ from .errors import (
 )
 from .gated import sent_in_begin
 
-SCOPE = "interlock_temporal"
+#: the instrumentation scope (OpenTelemetry's term) the spans, metrics and logs are made under
+INSTRUMENTATION = "interlock_temporal"
 
 #: span attribute names
 EFFECT_ID = "interlock.effect_id"
@@ -99,9 +100,9 @@ class Telemetry:
         meter_provider: metrics.MeterProvider | None = None,
         logger_provider: LoggerProvider | None = None,
     ) -> None:
-        self.tracer = trace.get_tracer(SCOPE, tracer_provider=tracer_provider)
+        self.tracer = trace.get_tracer(INSTRUMENTATION, tracer_provider=tracer_provider)
         self._tracer_given = tracer_provider is not None
-        meter = metrics.get_meter(SCOPE, meter_provider=meter_provider)
+        meter = metrics.get_meter(INSTRUMENTATION, meter_provider=meter_provider)
         self.effects = meter.create_counter(
             "interlock.effects",
             unit="{effect}",
@@ -118,7 +119,7 @@ class Telemetry:
             description="the gate's own time per effect: before the send, and the commit's checks",
         )
         provider = logger_provider or get_logger_provider()
-        self.logger = provider.get_logger(SCOPE)
+        self.logger = provider.get_logger(INSTRUMENTATION)
         #: receipts cost a journal read each: only where a log pipeline is configured (set
         #: the global providers before creating the plugin, or pass them)
         self.emits_receipts = type(provider).__name__ not in (

@@ -50,6 +50,10 @@ ALIASES: dict[str, dict[str, tuple[str, str]]] = {
         "ReviewStatus": ("interlock_temporal.review", "ReviewStatus"),
         "receipt_from": ("interlock_temporal.workflow", "receipt_from"),
     },
+    # what a verified webhook confirmed is a report ("outcome" is how an effect's attempt ended)
+    "interlock_temporal.targets.stripe": {
+        "WebhookOutcome": ("interlock_temporal.targets.stripe", "WebhookReport"),
+    },
     "interlock_temporal.targets": {
         "Capabilities": ("interlock_temporal.core.targets", "Capabilities"),
         "capabilities": ("interlock_temporal.core.targets", "capabilities"),

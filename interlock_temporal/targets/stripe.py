@@ -29,6 +29,7 @@ from typing import Any
 from pydantic import BaseModel, Field
 
 from ..core.errors import HeadConflict
+from ..core.exports import lender
 from ..core.extras import needs_extra
 from ..core.journal import Journal
 from ..core.models import Change, Draft, Found, Kind
@@ -38,6 +39,8 @@ with needs_extra("stripe", "interlock_temporal.targets.stripe"):
     import stripe
 
 log = logging.getLogger("interlock_temporal.stripe")
+
+__all__ = ["REFUND_EVENTS", "StripeRefund", "StripeRefunds", "WebhookReport"]
 
 REFUND_EVENTS = ("refund.created", "refund.updated", "refund.failed", "charge.refunded")
 
@@ -52,7 +55,7 @@ class StripeRefund(BaseModel):
     status: str
 
 
-class WebhookOutcome(BaseModel):
+class WebhookReport(BaseModel):
     """What a verified webhook event confirmed in the journal, and what it could not place."""
 
     event_id: str
@@ -273,14 +276,14 @@ class StripeRefunds(BaseTarget):
         journal: Journal,
         *,
         tolerance: int = 300,
-    ) -> WebhookOutcome:
+    ) -> WebhookReport:
         """Verify a webhook with Stripe's own signature check, and append a ``CONFIRMED``
         annotation to the journal of each effect whose refund the event reports. It confirms;
         it never changes an effect's state. Raises ``stripe.SignatureVerificationError`` for a
         bad signature (and ``ValueError`` for a payload that is not an event)."""
         text = payload.decode() if isinstance(payload, bytes) else payload
         event = stripe.Webhook.construct_event(text, signature, secret, tolerance)
-        outcome = WebhookOutcome(event_id=event.id, event_type=event.type)
+        outcome = WebhookReport(event_id=event.id, event_type=event.type)
         if event.type not in REFUND_EVENTS:
             return outcome
         obj = _plain(event.data.object)
@@ -346,3 +349,7 @@ class StripeRefunds(BaseTarget):
             except HeadConflict:
                 continue
         raise HeadConflict(effect_id, "", "?")
+
+
+# WebhookOutcome, this report's old name, one more release (core/deprecated.py)
+__getattr__ = lender(__name__, {})

@@ -15,7 +15,7 @@ from ..policy import (
     ApprovalScope,
     ApprovalStatus,
     Decision,
-    Outcome,
+    Evaluation,
     PolicyState,
     PolicyStore,
     Scopes,
@@ -116,7 +116,7 @@ class SqlPolicy(PolicyStore):
     def evaluate(
         self,
         scopes: Scopes,
-        fn: Callable[[PolicyState, bool, Approval | None, bool], Outcome],
+        fn: Callable[[PolicyState, bool, Approval | None, bool], Evaluation],
         *,
         nonce: str = "",
     ) -> Decision:
@@ -155,7 +155,7 @@ class SqlPolicy(PolicyStore):
                 self._add_spend(
                     db, "namespace:" + scopes.namespace, after.namespace_spent_usd - namespace
                 )
-            if out.charge is not None:
+            if out.cost is not None:
                 access.execute(
                     db,
                     "INSERT INTO policy_admissions (execution, session, principal, namespace, "
@@ -166,7 +166,7 @@ class SqlPolicy(PolicyStore):
                         scopes.session,
                         scopes.principal,
                         scopes.namespace,
-                        out.charge,
+                        out.cost,
                         time.time(),
                     ),
                 )

@@ -9,7 +9,7 @@ Its rooms, each plain Python with no I/O but the store's:
 - ``verdicts``: ``Verdict``, ``Decision`` and ``enforce``;
 - ``config``: the ``Policy`` (limits and rules under an id and an epoch); ``file``: the same
   from a YAML or JSON file, and ``PolicySource``, which follows one;
-- ``approvals``: a person's ``Approval``; ``store``: ``Scopes``, ``Outcome`` and the
+- ``approvals``: a person's ``Approval``; ``store``: ``Scopes``, ``Evaluation`` and the
   ``PolicyStore`` interface (the journal's database keeps the state, so several worker
   processes share one view);
 - ``guard``: ``PolicyGuard``, which strings them together around a store.
@@ -54,7 +54,7 @@ if TYPE_CHECKING:
         rule_name,
     )
     from .state import Circuit, PolicyState, SessionState, dump_session, load_session, reset_circuit
-    from .store import Outcome, PolicyStore, Scopes
+    from .store import Evaluation, PolicyStore, Scopes
     from .verdicts import Decision, Reason, Verdict, enforce
 
 __all__ = [
@@ -67,10 +67,10 @@ __all__ = [
     "CallFacts",
     "Circuit",
     "Decision",
+    "Evaluation",
     "HitlMode",
     "Limits",
     "Mode",
-    "Outcome",
     "Policy",
     "PolicyFollower",
     "PolicyGuard",
@@ -152,7 +152,7 @@ __getattr__ = lender(
             ),
             ".state",
         ),
-        **dict.fromkeys(("Outcome", "PolicyStore", "Scopes"), ".store"),
+        **dict.fromkeys(("Evaluation", "PolicyStore", "Scopes"), ".store"),
         **dict.fromkeys(("Decision", "Reason", "Verdict", "enforce"), ".verdicts"),
     },
 )

@@ -22,7 +22,7 @@ from .call import CallEvent, cost_in, input_digest, redact
 from .config import Policy, PolicyFollower
 from .rules import evaluate_rules
 from .state import PolicyState
-from .store import Outcome, PolicyStore, Scopes
+from .store import Evaluation, PolicyStore, Scopes
 from .verdicts import Decision, Reason, Verdict
 
 
@@ -59,7 +59,7 @@ class _Check:
 
     def evaluate(
         self, state: PolicyState, admitted: bool, approval: Approval | None, replayed: bool
-    ) -> Outcome:
+    ) -> Evaluation:
         """The outcome on the state the store read (``PolicyStore.evaluate``'s ``fn``)."""
         facts = self.facts
         covered = approval is not None and (
@@ -73,12 +73,12 @@ class _Check:
             is None
         )
         f = dataclasses.replace(facts, admitted=admitted, approved=covered, replayed=replayed)
-        charge = None if admitted else f.cost_usd
+        cost = None if admitted else f.cost_usd
         if self.policy.mode == "monitor":
-            return _observe(self, state, f, charge)
+            return _observe(self, state, f, cost)
         if self.ruled.denies:
             denied = dataclasses.replace(self.ruled, state=state)
-            return Outcome(denied, state, None, self.note(self.ruled, "deny"))
+            return Evaluation(denied, state, None, self.note(self.ruled, "deny"))
         d = decide(state, f, self.policy.limits, self.rng)
         after = d.state or state
         if d.verdict is not Verdict.ALLOW:
@@ -86,10 +86,10 @@ class _Check:
         d, consumed = self._allowed(d, state, f, approval)
         if consumed is not None:
             note = self.note(d, "approval_used")
-            return Outcome(d, after, charge, note, consumed=consumed, nonce=self.nonce)
-        return Outcome(d, after, charge, nonce=self.nonce)
+            return Evaluation(d, after, cost, note, consumed=consumed, nonce=self.nonce)
+        return Evaluation(d, after, cost, nonce=self.nonce)
 
-    def _refused(self, d: Decision, after: PolicyState) -> Outcome:
+    def _refused(self, d: Decision, after: PolicyState) -> Evaluation:
         """The breaker's DENY or ESCALATE (a rule's escalation in its own words), journaled;
         an escalation asks a person."""
         policy, ruled = self.policy, self.ruled
@@ -99,8 +99,8 @@ class _Check:
                 d, code=ruled.code, reason=ruled.reason, policy_id=ruled.policy_id
             )
         if d.verdict is Verdict.ESCALATE:
-            return Outcome(d, after, None, self.note(d, "escalate"), request=self.request(d))
-        return Outcome(d, after, None, self.note(d, "deny"))
+            return Evaluation(d, after, None, self.note(d, "escalate"), request=self.request(d))
+        return Evaluation(d, after, None, self.note(d, "deny"))
 
     def _allowed(
         self, d: Decision, state: PolicyState, f: CallFacts, approval: Approval | None
@@ -174,7 +174,7 @@ class _Check:
         )
 
 
-def _observe(check: _Check, state: PolicyState, f: CallFacts, charge: float | None) -> Outcome:
+def _observe(check: _Check, state: PolicyState, f: CallFacts, cost: float | None) -> Evaluation:
     """Monitor mode: the call runs and is counted and charged; what the rules or the breaker
     would have done is recorded (``observed``) and never enforced."""
     policy = check.policy
@@ -191,8 +191,8 @@ def _observe(check: _Check, state: PolicyState, f: CallFacts, charge: float | No
             argument=seen.argument,
             observed=True,
         )
-        return Outcome(observed, after, charge, check.note(seen, "observed"), nonce=check.nonce)
-    return Outcome(Decision(Verdict.ALLOW), after, charge, nonce=check.nonce)
+        return Evaluation(observed, after, cost, check.note(seen, "observed"), nonce=check.nonce)
+    return Evaluation(Decision(Verdict.ALLOW), after, cost, nonce=check.nonce)
 
 
 class PolicyGuard:

@@ -1,4 +1,4 @@
-"""Where a call's policy state lives (``Scopes``), what one evaluation writes (``Outcome``) and
+"""Where a call's policy state lives (``Scopes``), what one evaluation writes (``Evaluation``) and
 the store that keeps it: the journal's database, so several worker processes share one view."""
 
 from __future__ import annotations
@@ -39,13 +39,14 @@ class Scopes:
 
 
 @dataclass(frozen=True, slots=True)
-class Outcome:
-    """What one evaluation writes: the decision, the session's state after it, the charge
-    that admits the execution (None: not admitted now), and the journal note to sign."""
+class Evaluation:
+    """What one evaluation writes: the decision, the session's state after it, the estimated
+    cost (USD) the execution is admitted at (None: not admitted now), and the journal note to
+    sign."""
 
     decision: Decision
     state: PolicyState
-    charge: float | None = None
+    cost: float | None = None
     note: dict[str, Any] | None = None
     #: an approval to ask a person for (kept while the same request is pending)
     request: Approval | None = None
@@ -62,14 +63,14 @@ class PolicyStore(ABC):
     def evaluate(
         self,
         scopes: Scopes,
-        fn: Callable[[PolicyState, bool, Approval | None, bool], Outcome],
+        fn: Callable[[PolicyState, bool, Approval | None, bool], Evaluation],
         *,
         nonce: str = "",
     ) -> Decision:
         """In one transaction: read the state of ``scopes``, whether ``scopes.execution`` was
         admitted before, the approval of ``scopes.binding`` and whether ``nonce`` (a delivery)
         was recorded in the session before; call ``fn(state, admitted, approval, replayed)``;
-        write the state after it, admit the execution at ``charge`` (when not None), record the
+        write the state after it, admit the execution at ``cost`` (when not None), record the
         outcome's ``nonce`` for the session (for as long as the session's state is kept), record
         the approval request or consumption, and sign ``note`` into the session's policy chain
         in the journal. Returns the outcome's decision."""
