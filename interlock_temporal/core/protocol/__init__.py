@@ -6,7 +6,7 @@ send may go out. The caller sends, then calls ``commit`` or ``fail``, which reco
 release the claim. ``run`` strings the three together for callers with nothing to add.
 
 The rooms, each one job: ``calls`` (the call, its delivery, what the gate answers, the effect's
-name), ``outcomes`` (recording the send's outcome, refusals, ambiguities, receipts),
+name), ``recorder`` (recording the send's outcome, refusals, ambiguities, receipts),
 ``admission`` (the policy's say, the dispatch record), ``recovery`` (an effect in doubt, and
 settling one whose owner is gone), ``gate`` (the attempt path, and ``Gate`` itself).
 """

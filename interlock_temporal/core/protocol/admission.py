@@ -13,10 +13,10 @@ from ..leases import Charge, LeaseProblem
 from ..models import Draft, Kind, Lease
 from ..policy import CallEvent, Decision, Scopes, Verdict, enforce
 from .calls import Call, delivery_record, not_json_args
-from .outcomes import Outcomes
+from .recorder import Recorder
 
 
-class Admission(Outcomes):
+class Admission(Recorder):
     """The policy's say on an attempt, and the record of a dispatch."""
 
     @property

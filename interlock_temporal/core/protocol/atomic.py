@@ -21,7 +21,7 @@ from ..models import Draft, Entry, Kind, Lease
 from ..receipts import EffectView
 from ..targets import EffectTarget, classify, confirmation_of
 from .calls import ATOMIC_POINTS, Call, Done, to_the_end
-from .outcomes import Outcomes, refusal
+from .recorder import Recorder, refusal
 
 T = TypeVar("T")
 BEFORE_BODY, BEFORE_COMMIT = ATOMIC_POINTS
@@ -35,7 +35,7 @@ class BodyFailed(Exception):
         self.error = error
 
 
-class Atomic(Outcomes):
+class Atomic(Recorder):
     """The gate's tier-0 path: the dispatch, the body and the commit in one transaction."""
 
     journal: Journal

@@ -32,7 +32,7 @@ from .calls import (
     delivery_record,
     identify,
 )
-from .outcomes import refusal
+from .recorder import refusal
 from .recovery import Recovery
 
 

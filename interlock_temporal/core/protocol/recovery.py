@@ -28,7 +28,7 @@ from .calls import (
     Ticket,
     as_input,
 )
-from .outcomes import ambiguity, refusal
+from .recorder import ambiguity, refusal
 
 
 @dataclass

@@ -40,7 +40,7 @@ class AfterSend(NamedTuple):
     view: EffectView | None
 
 
-class Outcomes:
+class Recorder:
     """The gate's journal, clock and crash points, and the recording of outcomes."""
 
     def __init__(
