@@ -758,6 +758,25 @@ async def test_a_recorded_input_that_does_not_match_its_digest_is_never_sent(
     assert await recovery.recorded_args(view, None) == (call.input,)
 
 
+async def test_the_gate_answers_stored_values_and_receipts_from_the_record(
+    journal: Journal, lease: str
+) -> None:
+    """``Gate.stored`` reads the entries it is given (else the journal's); ``receipt`` and
+    ``receipt_or_none`` fold the journal's record (None: the effect has none)."""
+    target = Ledger()
+    gate = Gate(journal)
+    ticket = await dispatched(gate, refund(lease), target)
+    result = await target.send(ticket)
+    await gate.commit(ticket, result)
+    eid = ticket.effect_id
+    assert await gate.stored(eid, "result") == result
+    assert await gate.stored(eid, "approved", journal.read(eid)) == [ticket.input]
+    assert await gate.stored(eid, "result", []) is None  # the entries given, not a read
+    assert gate.receipt(eid) == receipt_of(fold(eid, journal.read(eid)))
+    assert gate.receipt_or_none(eid) == gate.receipt(eid)
+    assert gate.receipt_or_none("0" * 64) is None
+
+
 # -- another workflow's attempt, and the last attempt while another holds the claim --------------
 
 

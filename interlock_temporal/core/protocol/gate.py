@@ -80,24 +80,25 @@ class Gate:
         self.worker = _worker_id()
         point = _no_point if on_point is None else on_point
         self._point = point
-        self._recorder = Recorder(journal, self.values, point, self.worker)
-        self._admission = Admission(journal, policy, self.worker)
+        # the parts, each with what it needs (tier 0 is reached through Dispatch alone)
+        self._recorder = Recorder(self.journal, self.values, point, self.worker)
+        self._admission = Admission(self.journal, self.policy, self.worker)
         self._recovery = Recovery(
-            journal,
+            self.journal,
             self.values,
-            clock,
+            self.clock,
             point,
             recorder=self._recorder,
             admission=self._admission,
         )
         self._dispatch = Dispatch(
-            journal,
+            self.journal,
             self.values,
-            clock,
+            self.clock,
             point,
             recorder=self._recorder,
             admission=self._admission,
-            atomic=Atomic(journal, self.values, point, self._recorder),
+            atomic=Atomic(self.journal, self.values, point, self._recorder),
             recovery=self._recovery,
         )
 
