@@ -18,8 +18,9 @@ from interlock_temporal.core.journal import sql as sql_journal
 from interlock_temporal.core.journal import sqlite as sqlite_journal
 from interlock_temporal.core.leases import check_lease
 from interlock_temporal.core.models import Lease
-from interlock_temporal.core.protocol import Call, Delivery, Gate, Measure, recovery
-from interlock_temporal.core.protocol import gate as attempt_path
+from interlock_temporal.core.protocol import Call, Delivery, Measure, dispatch, recovery
+from interlock_temporal.core.protocol.recorder import Recorder
+from interlock_temporal.core.protocol.recovery import Recovery
 from interlock_temporal.core.receipts import EffectView, fold
 from interlock_temporal.core.targets import Capabilities, capabilities
 from workers.sweep_case import Case
@@ -27,7 +28,7 @@ from workers.sweep_case import Case
 Plant = Callable[[pytest.MonkeyPatch], None]
 
 #: the protocol's rooms that call the helpers a planted bug replaces
-ROOMS = (attempt_path, recovery)
+ROOMS = (dispatch, recovery)
 
 
 def in_the_gate(mp: pytest.MonkeyPatch, name: str, value: Any) -> None:
@@ -51,9 +52,9 @@ _recovering: contextvars.ContextVar[bool] = contextvars.ContextVar("recovering",
 
 
 def _lease_ignored_at_recovery(mp: pytest.MonkeyPatch) -> None:
-    real_recover, real_check = Gate._recover, check_lease
+    real_recover, real_check = Recovery.recover, check_lease
 
-    async def recover(self: Gate, *args: Any) -> Any:
+    async def recover(self: Recovery, *args: Any) -> Any:
         token = _recovering.set(True)
         try:
             return await real_recover(self, *args)
@@ -63,7 +64,7 @@ def _lease_ignored_at_recovery(mp: pytest.MonkeyPatch) -> None:
     def check(lease: Lease | None, demand: Any, now: float) -> Any:
         return None if _recovering.get() else real_check(lease, demand, now)
 
-    mp.setattr(Gate, "_recover", recover)
+    mp.setattr(Recovery, "recover", recover)
     in_the_gate(mp, "check_lease", check)
 
 
@@ -87,13 +88,13 @@ def _dedupe_margin_ignored(mp: pytest.MonkeyPatch) -> None:
 
 
 def _a_duplicate_submitter_sends(mp: pytest.MonkeyPatch) -> None:
-    real = Gate._recover
+    real = Recovery.recover
 
-    async def recover(self: Gate, call: Call, target: Any, view: EffectView, claim: Any) -> Any:
+    async def recover(self: Recovery, call: Call, target: Any, view: EffectView, claim: Any) -> Any:
         view.owner_delivery = {"workflow_id": call.delivery.workflow_id}  # anyone owns it
         return await real(self, call, target, view, claim)
 
-    mp.setattr(Gate, "_recover", recover)
+    mp.setattr(Recovery, "recover", recover)
 
 
 def _amount_of(arg: Any) -> int:
@@ -110,9 +111,10 @@ async def _send_to(target: Any, eid: str, ticket: Any) -> Any:
 
 
 def _the_reconciler_sends(mp: pytest.MonkeyPatch) -> None:
-    """The reconciler of old: it resends an effect in doubt as its owner would."""
+    """The reconciler of old: it resends an effect in doubt as its owner would (in the gate's
+    recovery part, where every close-out goes: the reconciler's and an unstable key's)."""
 
-    async def close_out(self: Gate, eid: str, target: Any, **kw: Any) -> Any:
+    async def close_out(self: Recovery, eid: str, target: Any, **kw: Any) -> Any:
         claim = self.journal.claim(eid)
         assert claim is not None
         try:
@@ -131,17 +133,17 @@ def _the_reconciler_sends(mp: pytest.MonkeyPatch) -> None:
                 last_attempt=True,
                 decode_args=decode,
             )
-            step = await self._recover(call, target, view, claim)
+            step = await self.recover(call, target, view, claim)
         except BaseException:
             claim.release()
             raise
         if isinstance(step, protocol.Ticket):
-            await self.commit(step, await _send_to(target, eid, step))
+            await self._recorder.commit(step, await _send_to(target, eid, step))
         else:
             claim.release()
-        return self.receipt(eid)
+        return self._recorder.receipt(eid)
 
-    mp.setattr(Gate, "close_out", close_out)
+    mp.setattr(Recovery, "close_out", close_out)
 
 
 class _NoClaim:
@@ -155,10 +157,10 @@ def _claim_skipped(mp: pytest.MonkeyPatch) -> None:
 
 
 def _conflicting_payload_skipped(mp: pytest.MonkeyPatch) -> None:
-    async def accept(self: Gate, view: Any, pdigest: str, call: Call) -> None:
+    async def accept(self: Recorder, view: Any, pdigest: str, call: Call) -> None:
         return None
 
-    mp.setattr(Gate, "_reject_conflict", accept)
+    mp.setattr(Recorder, "reject_conflict", accept)
 
 
 def _journal_read_unverified(mp: pytest.MonkeyPatch) -> None:

@@ -14,6 +14,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import socket
+import time
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -44,8 +45,12 @@ from interlock_temporal.core.protocol import (
     Measure,
     Ticket,
 )
+from interlock_temporal.core.protocol.admission import Admission
+from interlock_temporal.core.protocol.recorder import Recorder
+from interlock_temporal.core.protocol.recovery import Recovery
 from interlock_temporal.core.receipts import fold, receipt_of
 from interlock_temporal.core.review import record_resolution, reopen
+from interlock_temporal.core.sealing import Values
 
 from .test_protocol import (
     ACTIVITY,
@@ -723,21 +728,53 @@ async def test_recovery_resends_the_recorded_input_decoded_for_the_body(
     again.release()
 
 
+def recovery_part(journal: Journal) -> Recovery:
+    """The gate's recovery part as ``Gate(journal)`` builds it: plain values, no policy, no
+    crash points."""
+    values = Values(journal.keyring)
+
+    def no_point(name: str, eid: str) -> None:
+        pass
+
+    recorder = Recorder(journal, values, no_point, WORKER)
+    admission = Admission(journal, None, WORKER)
+    return Recovery(journal, values, time.time, no_point, recorder=recorder, admission=admission)
+
+
 async def test_a_recorded_input_that_does_not_match_its_digest_is_never_sent(
     journal: Journal, lease: str
 ) -> None:
     target = Ledger(tier=2)
     call = refund(lease)
     eid = (await dispatched(Gate(journal), call, target)).effect_id
-    gate = Gate(journal)
+    recovery = recovery_part(journal)
     view = fold(eid, journal.read(eid))
     with pytest.raises(InvalidCall) as err:
-        await gate._recorded_args(dataclasses.replace(view, approved_digest="0" * 64), None)
+        await recovery.recorded_args(dataclasses.replace(view, approved_digest="0" * 64), None)
     assert str(err.value) == (
         f"effect {eid[:16]}: the approved input in the journal is missing or does not match "
         "its recorded digest"
     )
-    assert await gate._recorded_args(view, None) == (call.input,)
+    assert await recovery.recorded_args(view, None) == (call.input,)
+
+
+async def test_the_gate_answers_stored_values_and_receipts_from_the_record(
+    journal: Journal, lease: str
+) -> None:
+    """``Gate.stored`` reads the entries it is given (else the journal's); ``receipt`` and
+    ``receipt_or_none`` fold the journal's record (None: the effect has none)."""
+    target = Ledger()
+    gate = Gate(journal)
+    ticket = await dispatched(gate, refund(lease), target)
+    result = await target.send(ticket)
+    await gate.commit(ticket, result)
+    eid = ticket.effect_id
+    assert await gate.stored(eid, "result") == result
+    assert await gate.stored(eid, "approved", journal.read(eid)) == [ticket.input]
+    assert await gate.stored(eid, "result", []) is None  # the entries given, not a read
+    assert gate.receipt(eid) == receipt_of(fold(eid, journal.read(eid)))
+    assert gate.receipt_or_none(eid) == gate.receipt(eid)
+    assert gate.receipt_or_none("0" * 64) is None
 
 
 # -- another workflow's attempt, and the last attempt while another holds the claim --------------

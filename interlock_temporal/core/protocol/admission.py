@@ -8,22 +8,30 @@ from typing import Any
 
 from ..errors import InvalidCall
 from ..identity import UnserializableInput, canonical_json, jsonable
-from ..journal import redacted
+from ..journal import Journal, redacted
 from ..leases import Charge, LeaseProblem
 from ..models import Draft, Kind, Lease
-from ..policy import CallEvent, Decision, Scopes, Verdict, enforce
+from ..policy import CallEvent, Decision, PolicyGuard, Scopes, Verdict, enforce
 from .calls import Call, delivery_record, not_json_args
-from .outcomes import Outcomes
 
 
-class Admission(Outcomes):
+class Admission:
     """The policy's say on an attempt, and the record of a dispatch."""
+
+    def __init__(self, journal: Journal, policy: PolicyGuard | None, worker: str) -> None:
+        #: named (without its password) when a lease is missing from it
+        self.journal = journal
+        #: consulted when a new effect is about to be dispatched or one in doubt resent (a
+        #: duplicate of a recorded outcome never reaches it)
+        self.policy = policy
+        #: the worker named in DISPATCHED
+        self.worker = worker
 
     @property
     def policy_id(self) -> str:
         return self.policy.policy.policy_id if self.policy else ""
 
-    def _police(self, call: Call, eid: str, pdigest: str, args: tuple[Any, ...]) -> Decision | None:
+    def police(self, call: Call, eid: str, pdigest: str, args: tuple[Any, ...]) -> Decision | None:
         """The policy's decision on sending ``args`` for this effect, once per attempt. Raises
         ``Denied`` or ``NeedsApproval``; nothing is journaled on the effect for either, so the
         effect may be proposed again once the session's circuit is reset or a person approves."""
@@ -68,7 +76,7 @@ class Admission(Outcomes):
                 f"take: {err}"
             ) from None
 
-    def _approved(self, call: Call, admitted: Decision | None) -> tuple[tuple[Any, ...], bytes]:
+    def approved(self, call: Call, admitted: Decision | None) -> tuple[tuple[Any, ...], bytes]:
         """What a dispatch sends, and its canonical JSON: the input as proposed, or the
         policy's rewrite of it."""
         if admitted is None or admitted.verdict is not Verdict.MODIFY or not admitted.args:
@@ -85,7 +93,7 @@ class Admission(Outcomes):
                 f"JSON data: {where}"
             ) from None
 
-    def _lease_seen(
+    def lease_seen(
         self, found: LeaseProblem | None, lease: Lease | None, lease_id: str | None
     ) -> LeaseProblem | None:
         """``found``, and for a lease this journal has never seen, the likely cause: the lease
@@ -99,7 +107,7 @@ class Admission(Outcomes):
             found.code,
         )
 
-    def _policy_note(self, decision: Decision | None) -> dict[str, Any]:
+    def policy_note(self, decision: Decision | None) -> dict[str, Any]:
         if decision is None:
             return {}
         return {
@@ -112,7 +120,7 @@ class Admission(Outcomes):
             }
         }
 
-    def _dispatched(
+    def dispatched(
         self,
         via: str,
         call: Call,

@@ -19,9 +19,10 @@ from ..journal import Journal
 from ..journal.interface import JournalTx
 from ..models import Draft, Entry, Kind, Lease
 from ..receipts import EffectView
+from ..sealing import Values
 from ..targets import EffectTarget, classify, confirmation_of
-from .calls import ATOMIC_POINTS, Call, Done, to_the_end
-from .outcomes import Outcomes, refusal
+from .calls import ATOMIC_POINTS, Call, Done, OnPoint, to_the_end
+from .recorder import Recorder, refusal
 
 T = TypeVar("T")
 BEFORE_BODY, BEFORE_COMMIT = ATOMIC_POINTS
@@ -35,12 +36,18 @@ class BodyFailed(Exception):
         self.error = error
 
 
-class Atomic(Outcomes):
+class Atomic:
     """The gate's tier-0 path: the dispatch, the body and the commit in one transaction."""
 
-    journal: Journal
+    def __init__(
+        self, journal: Journal, values: Values, point: OnPoint, recorder: Recorder
+    ) -> None:
+        self.journal = journal
+        self.values = values
+        self._point = point
+        self._recorder = recorder
 
-    async def _dispatch_atomic(
+    async def dispatch(
         self,
         call: Call,
         target: EffectTarget,
@@ -89,7 +96,7 @@ class Atomic(Outcomes):
                 result_json = canonical(jsonable(result))
             except Exception as err:
                 raise BodyFailed(err) from err
-            commit = self._commit_draft(
+            commit = self._recorder.commit_draft(
                 via, result_json, confirmation_of(target, result), scheme=scheme
             )
             stored = stored_result(result_json)
@@ -102,7 +109,7 @@ class Atomic(Outcomes):
         except BodyFailed as failed:
             await self._atomic_failed(call, target, eid, head, drafted, failed.error, before)
             raise failed.error from None
-        self._raise_if_refused(eid, written, before)
+        self._recorder.raise_if_refused(eid, written, before)
         self._point("after_commit_tx", eid)
         return Done(eid, result, via)
 
@@ -138,4 +145,4 @@ class Atomic(Outcomes):
         written = await self.journal.append_async(
             eid, head, [*proposal, draft], effect_type=call.effect_type
         )
-        self._raise_if_refused(eid, written, before)
+        self._recorder.raise_if_refused(eid, written, before)

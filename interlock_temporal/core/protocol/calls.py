@@ -76,6 +76,9 @@ POINTS = (
 #: the points of a tier-0 effect's one transaction (the body runs between them); before it is
 #: ``before_dispatch_tx``, after its commit ``after_commit_tx``
 ATOMIC_POINTS = ("atomic_before_body", "atomic_before_commit")
+#: called with a point's name (``POINTS``, ``ATOMIC_POINTS``) and the effect id as the gate
+#: passes it (see ``Gate(on_point=...)``)
+OnPoint = Callable[[str, str], None]
 #: a tier-0 effect's body, run inside the journal's transaction: ``(connection, approved
 #: arguments, effect id) -> result``
 Transaction = Callable[[Any, tuple[Any, ...], str], Any]

@@ -1,38 +1,41 @@
-"""The gate's attempt path: claim, read, decide; a new effect proposed, authorised and
-dispatched in one transaction; a reopened one authorised afresh; one in doubt handed to
-recovery; a recorded outcome answered as it is."""
+"""The gate: the protocol's top. ``Gate`` holds its parts and walks an attempt through them:
+claim, read, decide; nothing recorded → ``Dispatch`` (proposed, authorised and dispatched in
+one transaction; a tier-0 effect through ``Atomic``); reopened → ``Dispatch`` again, authorised
+afresh; in doubt → ``Recovery``; a recorded outcome answered as it is. ``Admission`` has the
+policy's say and drafts the DISPATCHED entry; ``Recorder`` records what the send's outcome
+means and answers with stored values and receipts."""
 
 from __future__ import annotations
 
 import functools
 import hashlib
+import os
+import socket
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
-from .. import premises as premise
-from ..errors import Ambiguous, HeadConflict, InFlight, Refused, UnstableEffectKey
-from ..identity import origin_of
+from ..errors import Ambiguous, HeadConflict, InFlight, Refused
+from ..journal import Journal
 from ..journal.claims import Claim
-from ..leases import Demand, charge_for, check_lease
-from ..models import Draft, Entry, Kind, Lease, Receipt
+from ..models import Entry, Kind, Receipt
+from ..policy import PolicyGuard
 from ..receipts import EffectView, fold, receipt_of
-from ..targets import EffectTarget, capabilities
-from .admission import policy_deciders
+from ..sealing import Values
+from ..targets import EffectTarget
+from .admission import Admission
 from .atomic import Atomic
 from .calls import (
     IN_FLIGHT_RETRY_S,
-    NO_LEASE,
     Call,
     Done,
-    Measure,
+    OnPoint,
+    OwnerEnded,
     Ticket,
-    as_input,
-    decision_premises,
-    delivery_record,
     identify,
 )
-from .outcomes import refusal
+from .dispatch import Dispatch
+from .recorder import Recorder
 from .recovery import Recovery
 
 
@@ -41,8 +44,67 @@ def _sha256_hex(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
-class Gate(Recovery, Atomic):
-    """Runs the protocol against one journal. Cheap to construct; holds no per-effect state."""
+def _worker_id() -> str:
+    return f"{socket.gethostname()}:{os.getpid()}"
+
+
+def _no_point(name: str, eid: str) -> None:
+    """No crash points (``Gate(on_point=None)``)."""
+
+
+class Gate:
+    """Runs the protocol against one journal. Cheap to construct; holds no per-effect state.
+
+    Its parts, each built here with what it needs: ``Recorder`` (outcomes), ``Admission`` (the
+    policy, the DISPATCHED draft), ``Atomic`` (tier 0), ``Recovery`` (an effect in doubt,
+    ``close_out``) and ``Dispatch`` (a new or reopened effect's dispatch). ``journal``,
+    ``values``, ``clock`` and ``policy`` are handed to them here: set them by constructing
+    another gate, not by assigning them afterwards."""
+
+    def __init__(
+        self,
+        journal: Journal,
+        *,
+        clock: Callable[[], float] = time.time,
+        on_point: OnPoint | None = None,
+        policy: PolicyGuard | None = None,
+        values: Values | None = None,
+    ) -> None:
+        self.journal = journal
+        #: how values are stored (plain, or sealed by the user's codec) and digested
+        self.values = values or Values(journal.keyring)
+        self.clock = clock
+        #: consulted when a new effect is about to be dispatched or one in doubt resent (a
+        #: duplicate of a recorded outcome never reaches it)
+        self.policy = policy
+        self.worker = _worker_id()
+        point = _no_point if on_point is None else on_point
+        self._point = point
+        # the parts, each with what it needs (tier 0 is reached through Dispatch alone)
+        self._recorder = Recorder(self.journal, self.values, point, self.worker)
+        self._admission = Admission(self.journal, self.policy, self.worker)
+        self._recovery = Recovery(
+            self.journal,
+            self.values,
+            self.clock,
+            point,
+            recorder=self._recorder,
+            admission=self._admission,
+        )
+        self._dispatch = Dispatch(
+            self.journal,
+            self.values,
+            self.clock,
+            point,
+            recorder=self._recorder,
+            admission=self._admission,
+            atomic=Atomic(self.journal, self.values, point, self._recorder),
+            recovery=self._recovery,
+        )
+
+    @property
+    def policy_id(self) -> str:
+        return self._admission.policy_id
 
     @staticmethod
     def identify(call: Call) -> tuple[str, str]:
@@ -61,12 +123,12 @@ class Gate(Recovery, Atomic):
         try:
             result = await send(step)
         except Exception as err:
-            await self.fail(step, err, last_attempt=call.last_attempt)
+            await self._recorder.fail(step, err, last_attempt=call.last_attempt)
             raise
         except BaseException:
             step.release()
             raise
-        return (await self.commit(step, result)).result
+        return (await self._recorder.commit(step, result)).result
 
     def _digest_in(self, scheme: str | None) -> Callable[[bytes], str]:
         if scheme is None:
@@ -80,17 +142,6 @@ class Gate(Recovery, Atomic):
         if view.digests == self.values.scheme:
             return pdigest
         return identify(call, self._digest_in(view.digests))[1]
-
-    def _origins(self, call: Call) -> list[str]:
-        """The origins an earlier attempt of this activity may have recorded: with the plain
-        input digest, and with the keyed one (a codec configured between the attempts)."""
-        found = [] if call.origin is None else [call.origin]
-        scheme = self.values.scheme
-        if scheme is not None and found:
-            d = call.delivery
-            keyed = self.values.digest(call.args_canonical, scheme)
-            found.append(origin_of(d.workflow_id, d.run_id, d.activity_id, keyed) or "")
-        return found
 
     async def begin(self, call: Call, target: EffectTarget) -> Ticket | Done:
         eid, pdigest = identify(
@@ -134,9 +185,9 @@ class Gate(Recovery, Atomic):
                 break
             view = fold(eid, await self.journal.read_async(eid))
             if view.payload_digest != (mine := self._payload_digest(call, view, pdigest)):
-                await self._reject_conflict(view, mine, call)
+                await self._recorder.reject_conflict(view, mine, call)
             try:
-                await self._ambiguous(
+                await self._recorder.ambiguous(
                     view,
                     "still in flight in another attempt when the last attempt ran",
                     "in_flight",
@@ -158,15 +209,15 @@ class Gate(Recovery, Atomic):
         if entries is None:
             entries = await self.journal.read_async(eid)
         if not entries:
-            await self._refuse_an_unstable_key(call, target, eid)
-            return await self._dispatch_first(call, target, eid, pdigest, claim)
+            await self._dispatch.refuse_an_unstable_key(call, target, eid)
+            return await self._dispatch.first(call, target, eid, pdigest, claim)
         view = fold(eid, entries)
         pdigest = self._payload_digest(call, view, pdigest)
         if view.payload_digest != pdigest:
-            await self._reject_conflict(view, pdigest, call)
+            await self._recorder.reject_conflict(view, pdigest, call)
         status = view.status
         if status is Kind.COMMITTED:
-            return Done(eid, await self.stored(eid, "result", entries), "duplicate")
+            return Done(eid, await self._recorder.stored(eid, "result", entries), "duplicate")
         if status is Kind.REFUSED:
             # refused by an earlier attempt: say so, with when, instead of as if it were news
             raise Refused(
@@ -178,217 +229,45 @@ class Gate(Recovery, Atomic):
         if status is Kind.AMBIGUOUS:
             raise Ambiguous(view.reason or "ambiguous", receipt_of(view))
         if status is Kind.RESOLVED and view.resolution == "happened":
-            return Done(eid, await self.stored(eid, "result", entries), "resolved")
+            return Done(eid, await self._recorder.stored(eid, "result", entries), "resolved")
         if claim is None:  # pragma: no cover - _unclaimed only passes terminal states
             raise InFlight(eid, "another live attempt holds it", IN_FLIGHT_RETRY_S)
         if status is Kind.REOPENED:
-            return await self._dispatch_reopened(call, target, view, claim)
-        return await self._recover(call, target, view, claim)
+            return await self._dispatch.reopened(call, target, view, claim)
+        return await self._recovery.recover(call, target, view, claim)
 
-    async def _refuse_an_unstable_key(self, call: Call, target: EffectTarget, eid: str) -> None:
-        """A retry that names a new effect: if an earlier attempt of this activity, with this
-        very input, proposed another one, the key changed between attempts. Nothing is sent
-        under the new id; the first effect is closed out without a send (its activity fails now
-        and will never send it again): found → COMMITTED, absent → REFUSED, else AMBIGUOUS.
-        Only a retry can find one, so only a retry asks (an indexed query)."""
-        if call.delivery.attempt <= 1 or call.origin is None:
-            return
-        first = None
-        for origin in self._origins(call):
-            found = await self.journal.by_origin_async(origin)
-            if (first := next((e for e in found if e != eid), None)) is not None:
-                break
-        if first is None:
-            return
-        try:
-            receipt: Receipt | None = await self.close_out(
-                first,
-                target,
-                owner_ended="abandoned",
-                why="its activity's effect key changed between attempts",
-                decode_args=call.decode_args,
-            )
-        except InFlight:
-            receipt = self.receipt_or_none(first)
-        raise UnstableEffectKey(eid, first, receipt)
+    # -- after the send, and the records ------------------------------------------------------
 
-    # -- 1. nothing recorded: propose, authorise, dispatch in one transaction --------------------
+    async def commit(self, ticket: Ticket, result: Any, confirmation: str | None = None) -> Done:
+        """Record that the target confirmed the effect, then release the claim."""
+        return await self._recorder.commit(ticket, result, confirmation)
 
-    async def _dispatch_first(
-        self, call: Call, target: EffectTarget, eid: str, pdigest: str, claim: Claim | None
-    ) -> Ticket | Done:
-        caps = capabilities(target)
-        admitted = self._police(call, eid, pdigest, call.args)
-        current = await premise.capture(target, call.input, eid)
-        decided = decision_premises(call)
-        recorded = decided if decided is not None else current
-        changes = await premise.validate(target, recorded, current, call.input)
-        approved, approved_json = self._approved(call, admitted)
-        scheme = self.values.scheme
-        approved_digest = self.values.digest(approved_json, scheme)
-        stored = await self.values.store(approved_json)
-        proposed = self._proposed(
-            call, target, pdigest, recorded, decided is None, scheme, caps.tier
-        )
-        measured = call.measure(approved) if call.measure else Measure()
-        demand = Demand(call.principal, call.activity, measured.amount_cents, measured.resource)
-        decided_by = ["lease", *policy_deciders(admitted, self.policy_id)]
+    async def fail(self, ticket: Ticket, error: BaseException, *, last_attempt: bool) -> None:
+        """Record what a failed send means, release the claim, and raise the outcome (or return,
+        so the caller re-raises ``error`` for Temporal to retry)."""
+        await self._recorder.fail(ticket, error, last_attempt=last_attempt)
 
-        def build(lease: Lease | None) -> list[Draft]:
-            if call.lease_id is None:
-                return [proposed, refusal("lease", NO_LEASE)]
-            found = self._lease_seen(check_lease(lease, demand, self.clock()), lease, call.lease_id)
-            if found is not None:
-                return [proposed, refusal(found.code, found.detail)]
-            if changes:
-                return [proposed, refusal("stale_premise", premise.describe(changes), changes)]
-            return [
-                proposed,
-                Draft.of(
-                    Kind.AUTHORIZED,
-                    {
-                        "lease": lease.snapshot() if lease else None,
-                        "approved_digest": approved_digest,
-                        "decided_by": decided_by,
-                        "checks": ["lease", "premises", *(["policy"] if admitted else [])],
-                        **self._policy_note(admitted),
-                    },
-                ),
-                self._dispatched("dispatch", call, current, None, charge_for(lease, demand)),
-            ]
-
-        self._point("before_dispatch_tx", eid)
-        if caps.transactional and call.transaction is not None:
-            return await self._dispatch_atomic(
-                call, target, eid, "", build, approved, stored, "dispatch"
-            )
-        written = await self.journal.append_async(
-            eid,
-            "",
-            build,
-            effect_type=call.effect_type,
-            lease_id=call.lease_id,
-            blobs={"approved": stored},
-        )
-        self._raise_if_refused(eid, written)
-        self._point("after_dispatch_tx", eid)
-        head = written[-1].hash
-        return Ticket(
-            eid,
-            head,
-            "dispatch",
-            approved,
-            as_input(approved),
-            1,
-            target,
-            call,
-            claim,
-            written=written,
-            digests=scheme,
-        )
-
-    def _proposed(
+    async def close_out(
         self,
-        call: Call,
+        effect_id: str,
         target: EffectTarget,
-        pdigest: str,
-        recorded: Any,
-        captured: bool,
-        scheme: str | None,
-        tier: int,
-    ) -> Draft:
-        keyed = {} if scheme is None else {"digests": scheme}
-        if self.journal.effect_ids is not None:
-            keyed["ids"] = self.journal.effect_ids
-        input_digest = (
-            call.input_digest if scheme is None else self.values.digest(call.args_canonical, scheme)
-        )
-        return Draft.of(
-            Kind.PROPOSED,
-            {
-                **keyed,
-                "effect_type": call.effect_type,
-                "activity": call.activity,
-                "payload_digest": pdigest,
-                "principal": call.principal,
-                "lease_id": call.lease_id,
-                "session": call.session,
-                "premises": recorded,
-                "premises_source": "capture" if captured else "decision",
-                "target": target.name,
-                "tier": tier,
-                "delivery": delivery_record(call),
-                "input_digest": input_digest,
-            },
+        *,
+        owner_ended: OwnerEnded,
+        why: str | None = None,
+        decode_args: Callable[[list[Any]], tuple[Any, ...]] | None = None,
+    ) -> Receipt:
+        """Close out an effect its owner will never send again, without ever sending it: see
+        ``Recovery.close_out``."""
+        return await self._recovery.close_out(
+            effect_id, target, owner_ended=owner_ended, why=why, decode_args=decode_args
         )
 
-    async def _dispatch_reopened(
-        self, call: Call, target: EffectTarget, view: EffectView, claim: Claim
-    ) -> Ticket | Done:
-        """A person reopened a refused effect: authorise it afresh, under the caller's authority
-        and the facts current now (the new baseline for any later recovery)."""
-        eid = view.effect_id
-        current = await premise.capture(target, call.input, eid)
-        decided = decision_premises(call)
-        recorded = decided if decided is not None else current
-        changes = await premise.validate(target, recorded, current, call.input)
-        admitted = self._police(call, eid, view.payload_digest or "", call.args)
-        approved, approved_json = self._approved(call, admitted)
-        approved_digest = self.values.digest(approved_json, view.digests)
-        stored = await self.values.store(approved_json)
-        measured = call.measure(approved) if call.measure else Measure()
-        demand = Demand(call.principal, call.activity, measured.amount_cents, measured.resource)
+    async def stored(self, eid: str, name: str, entries: Sequence[Entry] | None = None) -> Any:
+        """The value last stored under ``name`` for the effect, decoded if it is sealed."""
+        return await self._recorder.stored(eid, name, entries)
 
-        def build(lease: Lease | None) -> list[Draft]:
-            found = check_lease(lease, demand, self.clock()) if call.lease_id else None
-            found = self._lease_seen(found, lease, call.lease_id)
-            if call.lease_id is None:
-                return [refusal("lease", NO_LEASE)]
-            if found is not None:
-                return [refusal(found.code, found.detail)]
-            if changes:
-                return [refusal("stale_premise", premise.describe(changes), changes)]
-            return [
-                Draft.of(
-                    Kind.AUTHORIZED,
-                    {
-                        "lease": lease.snapshot() if lease else None,
-                        "lease_id": call.lease_id,
-                        "principal": call.principal,
-                        "premises": recorded,
-                        "approved_digest": approved_digest,
-                        "decided_by": [
-                            "lease",
-                            f"reopened:{view.operator}",
-                            *policy_deciders(admitted, self.policy_id),
-                        ],
-                        "checks": ["lease", "premises", *(["policy"] if admitted else [])],
-                        **self._policy_note(admitted),
-                    },
-                ),
-                self._dispatched("reopened", call, current, None, charge_for(lease, demand)),
-            ]
+    def receipt(self, eid: str) -> Receipt:
+        return self._recorder.receipt(eid)
 
-        if capabilities(target).transactional and call.transaction is not None:
-            return await self._dispatch_atomic(
-                call, target, eid, view.head, build, approved, stored, "reopened", view
-            )
-        written = await self.journal.append_async(
-            eid, view.head, build, lease_id=call.lease_id, blobs={"approved": stored}
-        )
-        self._raise_if_refused(eid, written, view)
-        self._point("after_dispatch_tx", eid)
-        return Ticket(
-            eid,
-            written[-1].hash,
-            "reopened",
-            approved,
-            as_input(approved),
-            view.dispatches + 1,
-            target,
-            call,
-            claim,
-            prior=view,
-            written=written,
-            digests=view.digests,
-        )
+    def receipt_or_none(self, eid: str) -> Receipt | None:
+        return self._recorder.receipt_or_none(eid)

@@ -1,4 +1,4 @@
-"""An effect in doubt (DESIGN section 4, step 5): its owner's next attempt waits out the
+"""An effect in doubt (dispatched, no outcome recorded): its owner's next attempt waits out the
 target's ``settle_time``, queries, re-checks, then resends or stops; another workflow's attempt
 only learns; ``close_out`` ends an effect whose owner is gone, without ever sending it."""
 
@@ -12,10 +12,12 @@ from typing import Any, get_args
 from .. import premises as premise
 from ..errors import HeadConflict, InFlight, InvalidCall
 from ..identity import canonical, jsonable
+from ..journal import Journal
 from ..journal.claims import Claim
 from ..leases import Demand, charge_for, check_lease
 from ..models import Change, Draft, Kind, Lease, Receipt
 from ..receipts import EffectView, fold, fold_checked, receipt_of
+from ..sealing import Values
 from ..targets import Capabilities, EffectTarget, capabilities, query, target_clock
 from .admission import Admission
 from .calls import (
@@ -24,11 +26,12 @@ from .calls import (
     Call,
     Done,
     Measure,
+    OnPoint,
     OwnerEnded,
     Ticket,
     as_input,
 )
-from .outcomes import ambiguity, refusal
+from .recorder import Recorder, ambiguity, refusal
 
 
 @dataclass
@@ -54,8 +57,25 @@ class _Resend:
     via: str = ""
 
 
-class Recovery(Admission):
+class Recovery:
     """The gate's handling of effects dispatched and never confirmed."""
+
+    def __init__(
+        self,
+        journal: Journal,
+        values: Values,
+        clock: Callable[[], float],
+        point: OnPoint,
+        *,
+        recorder: Recorder,
+        admission: Admission,
+    ) -> None:
+        self.journal = journal
+        self.values = values
+        self.clock = clock
+        self._point = point
+        self._recorder = recorder
+        self._admission = admission
 
     def _past_settle_time(self, view: EffectView, caps: Capabilities) -> bool:
         """The target has had ``settle_time`` since the last dispatch: "not found" now means
@@ -65,7 +85,7 @@ class Recovery(Admission):
             or self.clock() >= view.last_dispatch_ts + caps.settle_time.total_seconds()
         )
 
-    async def _recover(
+    async def recover(
         self, call: Call, target: EffectTarget, view: EffectView, claim: Claim
     ) -> Ticket | Done:
         if call.delivery.workflow_id != view.owner:
@@ -81,7 +101,7 @@ class Recovery(Admission):
             if caps.queryable:
                 found = await query(target, eid, payload)
                 if found is not None:
-                    return await self._commit_found(view, found)
+                    return await self._recorder.commit_found(view, found)
                 absent = past_settle_time
 
         current = await premise.capture(target, payload, eid)
@@ -91,12 +111,14 @@ class Recovery(Admission):
         # the target dedupes (same key, inside its window, facts unchanged) is safe before that
         if not past_settle_time and not (in_window and not changes):
             if call.last_attempt:
-                await self._ambiguous(view, "the target may still be executing it", "unsettled")
+                await self._recorder.ambiguous(
+                    view, "the target may still be executing it", "unsettled"
+                )
             raise InFlight(eid, "the target may still be executing it", IN_FLIGHT_RETRY_S)
         if in_window or absent:
             # a resend is re-checked against the policy like the lease (an approved input is
             # never rewritten again: only a denial or an escalation counts here)
-            self._police(call, eid, view.payload_digest or "", args)
+            self._admission.police(call, eid, view.payload_digest or "", args)
         measured = call.measure(args) if call.measure else Measure()
         demand = Demand(
             view.principal,
@@ -112,9 +134,9 @@ class Recovery(Admission):
             eid, view.head, functools.partial(self._resend_drafts, plan), lease_id=view.lease_id
         )
         if plan.kind == "refused":
-            self._raise_if_refused(eid, written, view)
+            self._recorder.raise_if_refused(eid, written, view)
         if plan.kind == "ambiguous":
-            self._raise_ambiguous(fold_checked(self.journal, view, written))
+            self._recorder.raise_ambiguous(fold_checked(self.journal, view, written))
         if plan.kind == "unsettled":  # the journal's ambiguity code for the same case
             raise InFlight(eid, "the target may still be executing it", IN_FLIGHT_RETRY_S)
         self._point("after_dispatch_tx", eid)
@@ -161,7 +183,7 @@ class Recovery(Admission):
         plan.kind = "dispatch"
         plan.via = via
         charge = charge_for(lease, plan.demand)
-        return [self._dispatched(via, plan.call, plan.current, lease, charge)]
+        return [self._admission.dispatched(via, plan.call, plan.current, lease, charge)]
 
     def _resend_problem(
         self, plan: _Resend, lease: Lease | None
@@ -207,9 +229,9 @@ class Recovery(Admission):
             args = await self._approved_args(call, view)
             found = await query(target, eid, as_input(args))
             if found is not None:
-                return await self._commit_found(view, found)
+                return await self._recorder.commit_found(view, found)
         if call.last_attempt and not view.absence_confirmed:
-            await self._ambiguous(
+            await self._recorder.ambiguous(
                 view,
                 f"in doubt when the last attempt of workflow {call.delivery.workflow_id} ran, "
                 f"and only the workflow that owns it ({view.owner}) may send it again",
@@ -221,12 +243,12 @@ class Recovery(Admission):
         """Recovery resends the recorded approved input, never one derived again."""
         if view.approved_digest == self.values.digest(call.args_canonical, view.digests):
             return call.args
-        return await self._recorded_args(view, call.decode_args)
+        return await self.recorded_args(view, call.decode_args)
 
-    async def _recorded_args(
+    async def recorded_args(
         self, view: EffectView, decode_args: Callable[[list[Any]], tuple[Any, ...]] | None
     ) -> tuple[Any, ...]:
-        blob = await self.stored(view.effect_id, "approved")
+        blob = await self._recorder.stored(view.effect_id, "approved")
         if blob is None or self.values.digest(canonical(blob), view.digests) != (
             view.approved_digest
         ):
@@ -300,18 +322,20 @@ class Recovery(Admission):
         caps = capabilities(target)
         absent = view.absence_confirmed
         if caps.queryable:
-            args = await self._recorded_args(view, decode_args)
+            args = await self.recorded_args(view, decode_args)
             found = await query(target, eid, as_input(args))
             if found is not None:
                 result_json = canonical(jsonable(found.result))
-                draft = self._commit_draft(
+                draft = self._recorder.commit_draft(
                     "recovery-query", result_json, found.confirmation, scheme=view.digests
                 )
                 stored = await self.values.store_outcome(result_json)
-                sent = await self._record_after_send(
+                sent = await self._recorder.record_after_send(
                     eid, view.head, draft, blobs={"result": stored}, view=view
                 )
-                return receipt_of(sent.view) if sent.view is not None else self.receipt(eid)
+                return (
+                    receipt_of(sent.view) if sent.view is not None else self._recorder.receipt(eid)
+                )
             if not absent and not self._past_settle_time(view, caps):
                 return receipt_of(view)  # "not found" proves nothing yet: ask again later
             absent = True

@@ -9,10 +9,8 @@ outcome with ``JournalCorrupt``.
 
 from __future__ import annotations
 
-import os
-import socket
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any, NamedTuple
 
 from .. import premises as premise
@@ -20,19 +18,14 @@ from ..errors import Ambiguous, HeadConflict, InFlight, Refused
 from ..identity import canonical_json, jsonable
 from ..journal import Journal, value_of
 from ..models import Change, Draft, Entry, Found, Kind, Receipt
-from ..policy import PolicyGuard
 from ..receipts import EffectView, fold, fold_checked, receipt_of
 from ..sealing import Values
 from ..targets import classify, confirmation_of
-from .calls import Call, Done, Ticket, delivery_record
-
-
-def _worker_id() -> str:
-    return f"{socket.gethostname()}:{os.getpid()}"
+from .calls import Call, Done, OnPoint, Ticket, delivery_record
 
 
 class AfterSend(NamedTuple):
-    """What ``_record_after_send`` did: whether it recorded the outcome, the final state the
+    """What ``record_after_send`` did: whether it recorded the outcome, the final state the
     outcome followed when it arrived late, and the effect's view after it (when known)."""
 
     recorded: bool
@@ -40,31 +33,16 @@ class AfterSend(NamedTuple):
     view: EffectView | None
 
 
-class Outcomes:
-    """The gate's journal, clock and crash points, and the recording of outcomes."""
+class Recorder:
+    """The recording of outcomes: what the send's confirmation or failure means, refusals and
+    ambiguities, a conflicting proposal; the stored values and receipts the gate answers with."""
 
-    def __init__(
-        self,
-        journal: Journal,
-        *,
-        clock: Callable[[], float] = time.time,
-        on_point: Callable[[str, str], None] | None = None,
-        policy: PolicyGuard | None = None,
-        values: Values | None = None,
-    ) -> None:
+    def __init__(self, journal: Journal, values: Values, point: OnPoint, worker: str) -> None:
         self.journal = journal
-        #: how values are stored (plain, or sealed by the user's codec) and digested
-        self.values = values or Values(journal.keyring)
-        self.clock = clock
-        #: consulted when a new effect is about to be dispatched or one in doubt resent (a
-        #: duplicate of a recorded outcome never reaches it)
-        self.policy = policy
-        self._on_point = on_point
-        self.worker = _worker_id()
-
-    def _point(self, name: str, eid: str) -> None:
-        if self._on_point is not None:
-            self._on_point(name, eid)
+        self.values = values
+        self._point = point
+        #: the worker named in COMMITTED
+        self.worker = worker
 
     # -- after the send ------------------------------------------------------------------------
 
@@ -121,7 +99,7 @@ class Outcomes:
                 )
             else:
                 return  # in doubt, and Temporal will retry: the next attempt recovers
-            sent = await self._record_after_send(eid, ticket.head, draft, view=ticket.view())
+            sent = await self.record_after_send(eid, ticket.head, draft, view=ticket.view())
             view = (
                 sent.view
                 if sent.view is not None
@@ -134,7 +112,7 @@ class Outcomes:
         finally:
             await ticket.release_async(self.journal)
 
-    async def _record_after_send(
+    async def record_after_send(
         self,
         eid: str,
         head: str,
@@ -183,7 +161,7 @@ class Outcomes:
                     data["alarm"] = "executed_after_refused"
         raise InFlight(eid, "could not record the outcome: the record keeps moving", 0.1)
 
-    def _commit_draft(
+    def commit_draft(
         self,
         via: str,
         result_json: bytes,
@@ -216,15 +194,15 @@ class Outcomes:
         scheme: str | None = None,
     ) -> Done:
         result_json = canonical_json(result)  # JSON data already (``jsonable``)
-        draft = self._commit_draft(via, result_json, confirmation, gate_s, scheme=scheme)
+        draft = self.commit_draft(via, result_json, confirmation, gate_s, scheme=scheme)
         stored = await self.values.store_outcome(result_json)
-        sent = await self._record_after_send(eid, head, draft, blobs={"result": stored})
+        sent = await self.record_after_send(eid, head, draft, blobs={"result": stored})
         if sent.recorded:
             return Done(eid, result, via, sent.after)
         view = sent.view if sent.view is not None else fold(eid, await self.journal.read_async(eid))
         return Done(eid, await self.stored(eid, "result"), view.via or via, sent.after)
 
-    async def _commit_found(self, view: EffectView, found: Found) -> Done:
+    async def commit_found(self, view: EffectView, found: Found) -> Done:
         """The target says the effect happened: record it, as the query found it."""
         return await self._record_commit(
             view.effect_id,
@@ -242,7 +220,7 @@ class Outcomes:
 
     # -- terminal records --------------------------------------------------------------------
 
-    async def _reject_conflict(self, view: EffectView, pdigest: str, call: Call) -> None:
+    async def reject_conflict(self, view: EffectView, pdigest: str, call: Call) -> None:
         eid = view.effect_id
         try:
             written = await self.journal.append_async(
@@ -282,16 +260,16 @@ class Outcomes:
         )
         raise Refused("conflicting_payload", rejected.reason or "", rejected)
 
-    async def _ambiguous(self, view: EffectView, reason: str, code: str) -> None:
+    async def ambiguous(self, view: EffectView, reason: str, code: str) -> None:
         written = await self.journal.append_async(
             view.effect_id, view.head, [ambiguity(code, reason)]
         )
-        self._raise_ambiguous(fold_checked(self.journal, view, written))
+        self.raise_ambiguous(fold_checked(self.journal, view, written))
 
-    def _raise_ambiguous(self, view: EffectView) -> None:
+    def raise_ambiguous(self, view: EffectView) -> None:
         raise Ambiguous(view.reason or "ambiguous", receipt_of(view))
 
-    def _raise_if_refused(
+    def raise_if_refused(
         self, eid: str, written: Sequence[Entry], before: EffectView | None = None
     ) -> None:
         """Raise ``Refused`` when the append that wrote ``written`` after ``before`` (None: the
