@@ -79,7 +79,7 @@ def _matches(name: str, pattern: str) -> bool:
 
 
 @dataclass(frozen=True)
-class Charge:
+class Reservation:
     """What a dispatch reserves of its lease's budget (recorded, signed, in DISPATCHED)."""
 
     lease_id: str
@@ -97,11 +97,11 @@ class Charge:
         }
 
 
-def charge_for(lease: Lease | None, demand: Demand) -> Charge | None:
+def reservation_for(lease: Lease | None, demand: Demand) -> Reservation | None:
     """The reservation a dispatch that ``check_lease`` allowed makes, if its lease has a budget."""
     if lease is None or lease.budget_cents is None or demand.amount_cents is None:
         return None
-    return Charge(
+    return Reservation(
         lease.lease_id,
         demand.amount_cents,
         lease.budget_cents,

@@ -45,7 +45,7 @@ from .pg_server import (
 )
 from .signing import Keyring
 from .sql import APPEND_ROW, PUT_ROW, READ_EFFECT_SQL, AppendReads, SqlJournal
-from .sql_leases import LEASE_LOCKED_COLUMNS, charge_in, lease_in, own_cents
+from .sql_leases import LEASE_LOCKED_COLUMNS, held_in, lease_in, own_cents
 from .verifying import read_ahead
 
 with needs_extra("postgres", "a PostgreSQL journal (postgresql://)"):
@@ -518,7 +518,7 @@ class PostgresJournal(SqlJournal):
         seq, found = seq_of(), asked.fetchone()
         assert found is not None
         row = None if found[0] is None else found[:8]
-        lease = lease_in(found[8], found[9], own_cents(charge_in(found[5:8])))
+        lease = lease_in(found[8], found[9], own_cents(held_in(found[5:8])))
         return seq, row, lambda: lease
 
     def _seq_ask(self, db: psycopg.Connection[Any]) -> Callable[[], int]:

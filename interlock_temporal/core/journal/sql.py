@@ -42,7 +42,7 @@ from .entries import (
 from .group_commit import AppendArgs, GroupCommit, no_wakeup_preemption
 from .interface import OWN_CHAIN_TYPES, SCHEMA_VERSION, Build, Journal, JournalTx
 from .sql_ids import EffectIdSetting
-from .sql_leases import CHARGE_COLUMNS, Charge, SqlLeases, charge_columns, charge_in
+from .sql_leases import RESERVATION_COLUMNS, Held, SqlLeases, held_columns, held_in
 from .sql_notify import SqlNotifications
 from .sql_policy import SqlPolicy
 
@@ -58,16 +58,18 @@ class _Closable(Protocol):
 
 _ENTRY_COLUMNS_E = ", ".join("e." + c.strip() for c in ENTRY_COLUMNS.split(","))
 _ROW_COLUMNS_F = ", ".join("f." + c.strip() for c in ROW_COLUMNS.split(","))
-#: what an append reads of an effect's row, the lease charge it holds last (``charge_in``)
-APPEND_ROW = f"effect_type, status, head, first_dispatch_ts, last_dispatch_ts, {CHARGE_COLUMNS}"
-#: an effect's index row as an append writes it, with its lease charge (``_put_row``)
+#: what an append reads of an effect's row, the lease reservation it holds last (``held_in``)
+APPEND_ROW = (
+    f"effect_type, status, head, first_dispatch_ts, last_dispatch_ts, {RESERVATION_COLUMNS}"
+)
+#: an effect's index row as an append writes it, with its lease reservation (``_put_row``)
 PUT_ROW = (
-    f"INSERT INTO effects ({ROW_COLUMNS}, {CHARGE_COLUMNS}) VALUES ({', '.join('?' * 12)}) "
+    f"INSERT INTO effects ({ROW_COLUMNS}, {RESERVATION_COLUMNS}) VALUES ({', '.join('?' * 12)}) "
     "ON CONFLICT (effect_id) DO UPDATE SET status = excluded.status, "
     "head = excluded.head, head_seq = excluded.head_seq, "
     "updated_ts = excluded.updated_ts, first_dispatch_ts = excluded.first_dispatch_ts, "
     "last_dispatch_ts = excluded.last_dispatch_ts, "
-    + ", ".join(f"{c} = excluded.{c}" for c in CHARGE_COLUMNS.split(", "))
+    + ", ".join(f"{c} = excluded.{c}" for c in RESERVATION_COLUMNS.split(", "))
 )
 _INSERT_ENTRY = f"INSERT INTO entries ({ENTRY_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)"
 _NO_ENTRY = ", ".join(["NULL"] * len(ENTRY_COLUMNS.split(",")))
@@ -499,9 +501,9 @@ class SqlJournal(Journal):
         vals = values_json(blobs) if blobs else None
         now = time.time()
         written, rows = self._signed(effect_id, seq, actual, drafts, vals, now)
-        charge = self._leases.keep_tx(db, charge_in(row[5:8] if row else None), drafts)
+        held = self._leases.keep_tx(db, held_in(row[5:8] if row else None), drafts)
         self._store(
-            db, rows, self._row_after(effect_id, etype, row, drafts, written[-1], now, charge)
+            db, rows, self._row_after(effect_id, etype, row, drafts, written[-1], now, held)
         )
         return written
 
@@ -566,11 +568,11 @@ class SqlJournal(Journal):
         drafts: Sequence[Draft],
         head: Entry,
         now: float,
-        charge: Charge,
+        held: Held,
     ) -> tuple[Any, ...]:
         """The effect's index row after ``drafts`` (``PUT_ROW``'s parameters), whose last
         entry is ``head``; ``row`` is the one before them (status, dispatch times), None for a
-        new effect; ``charge`` the lease charge it holds after them (``SqlLeases.keep_tx``)."""
+        new effect; ``held`` the lease reservation it holds after them (``SqlLeases.keep_tx``)."""
         status = state_kind(drafts, Kind(row[1]) if row else None)
         if status is None:
             raise ValueError("a new effect must start with a state entry, not annotations")
@@ -588,7 +590,7 @@ class SqlJournal(Journal):
             first_dispatch,
             last_dispatch,
             origin_in(drafts[0].data) if row is None else None,
-            *charge_columns(charge),
+            *held_columns(held),
         )
 
     # -- reading -------------------------------------------------------------------------------

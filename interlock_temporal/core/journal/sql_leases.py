@@ -12,15 +12,15 @@ from ..leases import LeaseStore, lease_from_doc
 from ..models import Draft, Kind, Lease
 from .sql_access import SqlAccess
 
-#: an effect's charge as its index row keeps it (``charge_lease_id``, ``charge_cents``,
+#: an effect's reservation as its index row keeps it (``charge_lease_id``, ``charge_cents``,
 #: ``charge_active``): the lease, the cents and whether they are held now (False: given back).
 #: None: the effect never reserved anything. At most one per effect.
-Charge = tuple[str, int, bool] | None
-#: the effects row's columns that keep its charge
-CHARGE_COLUMNS = "charge_lease_id, charge_cents, charge_active"
+Held = tuple[str, int, bool] | None
+#: the effects row's columns that keep its reservation (named ``charge_*`` in the schema)
+RESERVATION_COLUMNS = "charge_lease_id, charge_cents, charge_active"
 
 #: a lease and what its budget has reserved (``lease_in`` reads them with the effect's own
-#: active charge, from its row), for a backend whose write transaction holds the whole
+#: active reservation, from its row), for a backend whose write transaction holds the whole
 #: database: joined onto a row (``LEASE_JOIN``, its parameter: the lease id) or read alone
 LEASE_COLUMNS = "l.doc, s.reserved_cents"
 LEASE_JOIN = (
@@ -37,21 +37,21 @@ LEASE_LOCKED_COLUMNS = (
 )
 
 
-def charge_in(columns: Sequence[Any] | None) -> Charge:
-    """The charge read from an effect's row (its ``CHARGE_COLUMNS``; None: no row)."""
+def held_in(columns: Sequence[Any] | None) -> Held:
+    """The reservation read from an effect's row (its ``RESERVATION_COLUMNS``; None: no row)."""
     if columns is None or columns[0] is None:
         return None
     return (str(columns[0]), int(columns[1]), bool(columns[2]))
 
 
-def charge_columns(charge: Charge) -> tuple[str | None, int | None, int | None]:
-    """``charge`` as the effect's row keeps it (``CHARGE_COLUMNS``)."""
-    return (None, None, None) if charge is None else (charge[0], charge[1], int(charge[2]))
+def held_columns(held: Held) -> tuple[str | None, int | None, int | None]:
+    """``held`` as the effect's row keeps it (``RESERVATION_COLUMNS``)."""
+    return (None, None, None) if held is None else (held[0], held[1], int(held[2]))
 
 
-def own_cents(charge: Charge) -> int | None:
-    """What ``charge`` holds reserved now (None: nothing)."""
-    return charge[1] if charge is not None and charge[2] else None
+def own_cents(held: Held) -> int | None:
+    """What ``held`` holds reserved now (None: nothing)."""
+    return held[1] if held is not None and held[2] else None
 
 
 def lease_in(doc: Any, reserved: Any, own: Any) -> Lease | None:
@@ -62,7 +62,7 @@ def lease_in(doc: Any, reserved: Any, own: Any) -> Lease | None:
 
 def _with_others(lease: Lease, reserved: Any, own: Any) -> Lease:
     """A budgeted lease with what its *other* effects hold reserved (its reservations, less
-    this effect's own active charge); a lease without a budget as it is."""
+    this effect's own active reservation); a lease without a budget as it is."""
     if lease.budget_cents is None:
         return lease
     others = int(reserved or 0) - (int(own) if own is not None else 0)
@@ -76,9 +76,9 @@ def _lease_doc(lease: Lease) -> str:
 
 class SqlLeases(LeaseStore):
     """Leases, and their budgets: ``lease_spend`` holds what each budgeted lease has reserved,
-    each effect's index row its reservation (``Charge``: at most one per effect, active or
+    each effect's index row its reservation (``Held``: at most one per effect, active or
     given back). The dispatch transaction calls the ``*_tx`` methods with its own connection:
-    they move ``lease_spend``, and return the charge the append writes on the effect's row,
+    they move ``lease_spend``, and return the reservation the append writes on the effect's row,
     with the statement that writes the row anyway."""
 
     def __init__(self, access: SqlAccess) -> None:
@@ -163,33 +163,33 @@ class SqlLeases(LeaseStore):
             (cents, lease_id),
         )
 
-    def keep_tx(self, db: Any, held: Charge, drafts: Sequence[Draft]) -> Charge:
+    def keep_tx(self, db: Any, held: Held, drafts: Sequence[Draft]) -> Held:
         """Budgets move with the entries that change them, in their transaction: a DISPATCHED
         that reserves (its ``budget`` note), a REFUSED (it never executed: give the reservation
-        back), a late COMMITTED after a REFUSED (it did: charge it again). The effect's charge
+        back), a late COMMITTED after a REFUSED (it did: reserve it again). The effect's reservation
         after ``drafts``, from ``held``, the one its row holds (read under the append's lock),
         for the append to write on the row."""
-        charge = held
+        now = held
         for draft in drafts:
             if draft.kind is Kind.DISPATCHED:
                 note = draft.data.get("budget")
                 if note is not None:
-                    charge = self.charge_tx(db, charge, note["lease_id"], note["cents"])
+                    now = self.reserve_tx(db, now, note["lease_id"], note["cents"])
             elif draft.kind is Kind.REFUSED:
-                charge = self.release_tx(db, charge)
+                now = self.release_tx(db, now)
             elif draft.kind is Kind.COMMITTED and draft.data.get("after") == Kind.REFUSED.value:
-                charge = self.recharge_tx(db, charge)
-        return charge
+                now = self.reserve_again_tx(db, now)
+        return now
 
-    def charge_tx(self, db: Any, held: Charge, lease_id: str, cents: int) -> Charge:
+    def reserve_tx(self, db: Any, held: Held, lease_id: str, cents: int) -> Held:
         """Reserve ``cents`` of ``lease_id`` for an effect whose row holds ``held``, once: an
-        effect that holds a reservation already keeps it. The effect's charge after it."""
+        effect that holds a reservation already keeps it. The effect's reservation after it."""
         if held is not None and held[2]:
             return held
         self._spend(db, lease_id, cents)
         return (lease_id, cents, True)
 
-    def release_tx(self, db: Any, held: Charge) -> Charge:
+    def release_tx(self, db: Any, held: Held) -> Held:
         """Give back an effect's reservation: it ended without executing."""
         if held is None or not held[2]:
             return held
@@ -197,9 +197,9 @@ class SqlLeases(LeaseStore):
         self._spend(db, lease_id, -cents)
         return (lease_id, cents, False)
 
-    def recharge_tx(self, db: Any, held: Charge) -> Charge:
+    def reserve_again_tx(self, db: Any, held: Held) -> Held:
         """A late COMMITTED of an effect that gave its reservation back: it executed after all,
-        so it is charged again, budget or not."""
+        so it is reserved again, budget or not."""
         if held is None or held[2]:
             return held
-        return self.charge_tx(db, held, held[0], held[1])
+        return self.reserve_tx(db, held, held[0], held[1])

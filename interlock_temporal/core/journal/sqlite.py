@@ -26,7 +26,7 @@ from .group_commit import AppendArgs, no_wakeup_preemption
 from .interface import SCHEMA_VERSION
 from .signing import Keyring
 from .sql import IN_DOUBT_SQL, AppendReads, SqlJournal
-from .sql_leases import LEASE_COLUMNS, LEASE_JOIN, charge_in, lease_in, own_cents
+from .sql_leases import LEASE_COLUMNS, LEASE_JOIN, held_in, lease_in, own_cents
 
 __all__ = ["IN_DOUBT_SQL", "SqliteJournal"]
 
@@ -440,7 +440,7 @@ class SqliteJournal(SqlJournal):
             found = db.execute(_SEQ_AND_ROW, (effect_id,)).fetchone()
             return int(found[0]), None if found[1] is None else found[1:], None
         found = db.execute(_SEQ_ROW_AND_LEASE, (effect_id, lease_id)).fetchone()
-        lease = lease_in(found[9], found[10], own_cents(charge_in(found[6:9])))
+        lease = lease_in(found[9], found[10], own_cents(held_in(found[6:9])))
         return int(found[0]), None if found[1] is None else found[1:9], lambda: lease
 
     def hold_seq(self, db: sqlite3.Connection) -> int:

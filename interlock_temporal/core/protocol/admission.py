@@ -9,7 +9,7 @@ from typing import Any
 from ..errors import InvalidCall
 from ..identity import UnserializableInput, canonical_json, jsonable
 from ..journal import Journal, redacted
-from ..leases import Charge, LeaseProblem
+from ..leases import LeaseProblem, Reservation
 from ..models import Draft, Kind, Lease
 from ..policy import CallEvent, Decision, PolicyGuard, Scopes, Verdict, enforce
 from .calls import Call, delivery_record, not_json_args
@@ -126,7 +126,7 @@ class Admission:
         call: Call,
         current: Mapping[str, Any],
         lease: Lease | None,
-        charge: Charge | None = None,
+        reservation: Reservation | None = None,
     ) -> Draft:
         data: dict[str, Any] = {
             "via": via,
@@ -136,9 +136,9 @@ class Admission:
         }
         if lease is not None:
             data["lease"] = lease.snapshot()
-        if charge is not None:
+        if reservation is not None:
             # the journal reserves it in this transaction (once per effect)
-            data["budget"] = charge.as_data()
+            data["budget"] = reservation.as_data()
         return Draft.of(Kind.DISPATCHED, data)
 
 

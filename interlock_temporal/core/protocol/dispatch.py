@@ -13,7 +13,7 @@ from ..errors import InFlight, UnstableEffectKey
 from ..identity import origin_of
 from ..journal import Journal
 from ..journal.claims import Claim
-from ..leases import Demand, charge_for, check_lease
+from ..leases import Demand, check_lease, reservation_for
 from ..models import Draft, Kind, Lease, Receipt
 from ..receipts import EffectView
 from ..sealing import Values
@@ -143,7 +143,7 @@ class Dispatch:
                     },
                 ),
                 self._admission.dispatched(
-                    "dispatch", call, current, None, charge_for(lease, demand)
+                    "dispatch", call, current, None, reservation_for(lease, demand)
                 ),
             ]
 
@@ -259,7 +259,7 @@ class Dispatch:
                     },
                 ),
                 self._admission.dispatched(
-                    "reopened", call, current, None, charge_for(lease, demand)
+                    "reopened", call, current, None, reservation_for(lease, demand)
                 ),
             ]
 

@@ -14,7 +14,7 @@ from ..errors import HeadConflict, InFlight, InvalidCall
 from ..identity import canonical, jsonable
 from ..journal import Journal
 from ..journal.claims import Claim
-from ..leases import Demand, charge_for, check_lease
+from ..leases import Demand, check_lease, reservation_for
 from ..models import Change, Draft, Kind, Lease, Receipt
 from ..receipts import EffectView, fold, fold_checked, receipt_of
 from ..sealing import Values
@@ -182,8 +182,8 @@ class Recovery:
             ]
         plan.kind = "dispatch"
         plan.via = via
-        charge = charge_for(lease, plan.demand)
-        return [self._admission.dispatched(via, plan.call, plan.current, lease, charge)]
+        reservation = reservation_for(lease, plan.demand)
+        return [self._admission.dispatched(via, plan.call, plan.current, lease, reservation)]
 
     def _resend_problem(
         self, plan: _Resend, lease: Lease | None
