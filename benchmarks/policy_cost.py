@@ -46,13 +46,13 @@ from typing import Any
 
 from interlock_temporal.core.journal import open_journal
 from interlock_temporal.core.policy import (
+    Accounts,
     CallEvent,
     CallFacts,
     Limits,
     Policy,
     PolicyGuard,
     PolicyState,
-    Scopes,
     SessionState,
     Verdict,
     decide,
@@ -324,9 +324,9 @@ def _check_series(n: int, block: int) -> tuple[Dist, Dist]:
             namespace="default",
             workflow_id=f"session-{i % 8}",
         )
-        scopes = Scopes.of(event, f"run/{i}")
+        accounts = Accounts.of(event, f"run/{i}")
         started = time.perf_counter_ns()
-        d = guard.check(event, scopes, delivery=f"run/{i}/1")
+        d = guard.check(event, accounts, delivery=f"run/{i}/1")
         check_ns.append(time.perf_counter_ns() - started)
         if d.verdict is not Verdict.ALLOW:
             raise RuntimeError(f"the benchmark's calls must be allowed: {d}")

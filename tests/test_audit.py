@@ -268,7 +268,7 @@ def insert(path: Path, row: tuple[object, ...]) -> None:
 
 
 async def test_the_report_counts_what_the_journal_holds(tmp_path: Path) -> None:
-    from interlock_temporal.core.policy import CallEvent, Limits, Policy, PolicyGuard, Scopes
+    from interlock_temporal.core.policy import Accounts, CallEvent, Limits, Policy, PolicyGuard
     from interlock_temporal.core.protocol import Gate, Ticket
 
     from .test_protocol import MemTarget, make_call
@@ -289,9 +289,9 @@ async def test_the_report_counts_what_the_journal_holds(tmp_path: Path) -> None:
     )
     for i in range(2):
         event = CallEvent(activity="search", args=("same",), principal="bot", session="s-1")
-        guard.check(event, Scopes.of(event, f"run/{i}"), delivery=f"run/{i}/1")
+        guard.check(event, Accounts.of(event, f"run/{i}"), delivery=f"run/{i}/1")
     event = CallEvent(activity="wire", args=({"amount": 1},), principal="bot", session="s-2")
-    guard.check(event, Scopes.of(event, "run/w"), delivery="run/w/1")
+    guard.check(event, Accounts.of(event, "run/w"), delivery="run/w/1")
     journal.close()
 
     env = {"PATH": "/usr/bin:/bin", "INTERLOCK_SIGNING_KEY": "11" * 32}

@@ -14,13 +14,13 @@ from interlock_temporal.core.errors import Denied
 from interlock_temporal.core.journal import Journal, open_journal
 from interlock_temporal.core.policy import (
     MASK,
+    Accounts,
     CallEvent,
     Decision,
     Limits,
     Policy,
     PolicyGuard,
     Reason,
-    Scopes,
     Verdict,
     call_binding,
     deny_when,
@@ -41,11 +41,11 @@ def journal(tmp_path: Path) -> Iterator[Journal]:
     j.close()
 
 
-def wire(amount: int, run: str, principal: str = "bot") -> tuple[CallEvent, Scopes]:
+def wire(amount: int, run: str, principal: str = "bot") -> tuple[CallEvent, Accounts]:
     event = CallEvent(
         "wire", ({"to": "ACME", "amount_cents": amount, "card": "4111"},), principal, "wf-1"
     )
-    return event, Scopes.of(event, run)
+    return event, Accounts.of(event, run)
 
 
 def big(e: CallEvent) -> bool:
@@ -62,8 +62,8 @@ def test_a_rule_denial_is_journaled_with_what_an_operator_needs(journal: Journal
         policy_id="refunds",
     )
     guard = PolicyGuard(policy, journal.policy, clock=lambda: 1000.0)
-    event, scopes = wire(5000, "run/1")
-    d = guard.check(event, scopes, delivery="run/1/1")
+    event, accounts = wire(5000, "run/1")
+    d = guard.check(event, accounts, delivery="run/1/1")
     assert (d.verdict, d.code, d.argument, d.epoch) == (
         Verdict.DENY,
         "TOO_BIG",
@@ -103,9 +103,9 @@ def test_a_rule_denial_while_the_circuit_is_open_says_so(journal: Journal) -> No
     assert guard.check(*wire(1, "run/1"), delivery="run/1/1").verdict is Verdict.ALLOW
     tripped = guard.check(*wire(2, "run/2"), delivery="run/2/1")
     assert (tripped.code, tripped.policy_id) == (Reason.GLOBAL_LIMIT, "interlock")
-    event, scopes = wire(5000, "run/3")
+    event, accounts = wire(5000, "run/3")
     with pytest.raises(Denied) as denied:
-        enforce(guard.check(event, scopes, delivery="run/3/1"), session="wf-1", binding="b")
+        enforce(guard.check(event, accounts, delivery="run/3/1"), session="wf-1", binding="b")
     assert (denied.value.code, denied.value.circuit_open) == ("TOO_BIG", True)
 
 
@@ -115,8 +115,8 @@ def test_a_rule_escalation_asks_a_person_in_the_rules_words(journal: Journal) ->
 
     policy = Policy(rules=[review_big], secret_arguments=["card"], policy_id="refunds")
     guard = PolicyGuard(policy, journal.policy, clock=lambda: 1000.0)
-    event, scopes = wire(5000, "run/1")
-    d = guard.check(event, scopes, delivery="run/1/1")
+    event, accounts = wire(5000, "run/1")
+    d = guard.check(event, accounts, delivery="run/1/1")
     assert (d.verdict, d.code, d.reason, d.policy_id) == (
         Verdict.ESCALATE,
         "BIG_WIRE",
@@ -151,10 +151,10 @@ def test_a_used_approval_is_journaled_with_its_approvers(journal: Journal) -> No
 
     policy = Policy(Limits(hitl_activities=("wire",)), rules=[cap], policy_id="wires")
     guard = PolicyGuard(policy, journal.policy)
-    event, scopes = wire(6000, "run/1")
-    assert guard.check(event, scopes, delivery="run/1/1").verdict is Verdict.ESCALATE
+    event, accounts = wire(6000, "run/1")
+    assert guard.check(event, accounts, delivery="run/1/1").verdict is Verdict.ESCALATE
     journal.policy.decide_approval(
-        scopes.binding or call_binding("wire", input_digest(event.args), "bot"),
+        accounts.binding or call_binding("wire", input_digest(event.args), "bot"),
         approve=True,
         operators=["carol"],
     )
@@ -247,8 +247,8 @@ def test_one_decision_uses_one_policy_even_when_the_file_changes_meanwhile(
     assert journal.policy.spent("principal:bot") == pytest.approx(0.5)
 
     asking = PolicyGuard(ChangingHitl(), journal.policy)
-    event, scopes = wire(2, "run/2")
-    assert asking.check(event, scopes, delivery="run/2/1").verdict is Verdict.ESCALATE
+    event, accounts = wire(2, "run/2")
+    assert asking.check(event, accounts, delivery="run/2/1").verdict is Verdict.ESCALATE
     pending = journal.policy.approval(call_binding("wire", input_digest(event.args), "bot"))
     assert pending is not None and pending.proposal["card"] == MASK
 

@@ -17,6 +17,7 @@ from pydantic import BaseModel
 from interlock_temporal.core.errors import Denied, NeedsApproval
 from interlock_temporal.core.policy import (
     MASK,
+    Accounts,
     Approval,
     CallEvent,
     CallFacts,
@@ -25,7 +26,6 @@ from interlock_temporal.core.policy import (
     Limits,
     PolicyState,
     Reason,
-    Scopes,
     SessionState,
     Verdict,
     allow,
@@ -460,7 +460,7 @@ def test_calls_without_a_canonical_input_are_told_apart_by_type() -> None:
 
 
 def test_scopes_stand_in_for_what_is_unknown() -> None:
-    assert Scopes.of(CallEvent("x", ()), "run/1") == Scopes("-", "-", "-", "run/1")
+    assert Accounts.of(CallEvent("x", ()), "run/1") == Accounts("-", "-", "-", "run/1")
     assert call_binding("wire", "d", "bot").startswith("call:")
 
 

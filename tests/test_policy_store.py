@@ -25,13 +25,13 @@ from interlock_temporal.core.errors import Denied, InvalidCall, JournalUnavailab
 from interlock_temporal.core.journal import Journal, open_journal, policy_chain
 from interlock_temporal.core.models import Kind
 from interlock_temporal.core.policy import (
+    Accounts,
     CallEvent,
     Decision,
     Limits,
     Policy,
     PolicyGuard,
     Reason,
-    Scopes,
     Verdict,
     call_binding,
     deny_when,
@@ -73,9 +73,11 @@ def journal(new_store: Callable[[], str]) -> Iterator[Journal]:
     assert report.ok, str(report)
 
 
-def search(query: str, session: str = "wf-1", execution: str = "run/1") -> tuple[CallEvent, Scopes]:
+def search(
+    query: str, session: str = "wf-1", execution: str = "run/1"
+) -> tuple[CallEvent, Accounts]:
     event = CallEvent(activity="search", args=(query,), principal="bot", session=session)
-    return event, Scopes.of(event, execution)
+    return event, Accounts.of(event, execution)
 
 
 def test_a_retry_of_one_execution_is_charged_once_and_its_cost_recorded_once(
@@ -84,14 +86,14 @@ def test_a_retry_of_one_execution_is_charged_once_and_its_cost_recorded_once(
     guard = PolicyGuard(
         Policy(Limits(session_budget_usd=1.0, costs={"search": 0.25})), journal.policy
     )
-    event, scopes = search("q")
-    assert guard.check(event, scopes, delivery="run/1/1").verdict is Verdict.ALLOW
-    assert guard.check(event, scopes, delivery="run/1/2").code == "RETRY"
+    event, accounts = search("q")
+    assert guard.check(event, accounts, delivery="run/1/1").verdict is Verdict.ALLOW
+    assert guard.check(event, accounts, delivery="run/1/2").code == "RETRY"
     state = journal.policy.session("wf-1")
     assert state is not None and state.spent_usd == pytest.approx(0.25) and state.total == 1
     assert journal.policy.spent("principal:bot") == pytest.approx(0.25)
-    assert guard.record_cost(scopes, 0.10) is True
-    assert guard.record_cost(scopes, 0.10) is False  # never counted twice
+    assert guard.record_cost(accounts, 0.10) is True
+    assert guard.record_cost(accounts, 0.10) is False  # never counted twice
     state = journal.policy.session("wf-1")
     assert state is not None and state.spent_usd == pytest.approx(0.10)
     assert journal.policy.spent("principal:bot") == pytest.approx(0.10)
@@ -99,9 +101,9 @@ def test_a_retry_of_one_execution_is_charged_once_and_its_cost_recorded_once(
 
 def test_a_replayed_delivery_is_denied_and_journaled(journal: Journal) -> None:
     guard = PolicyGuard(Policy(Limits()), journal.policy)
-    event, scopes = search("q")
-    assert guard.check(event, scopes, delivery="run/1/1").verdict is Verdict.ALLOW
-    replay = guard.check(event, scopes, delivery="run/1/1")
+    event, accounts = search("q")
+    assert guard.check(event, accounts, delivery="run/1/1").verdict is Verdict.ALLOW
+    replay = guard.check(event, accounts, delivery="run/1/1")
     assert (replay.verdict, replay.code) == (Verdict.DENY, Reason.REPLAY)
     (entry,) = journal.read(policy_chain("wf-1"))
     assert entry.kind is Kind.POLICY and entry.data["code"] == "REPLAY"
@@ -113,10 +115,10 @@ def test_a_replay_is_denied_for_the_whole_session(journal: Journal) -> None:
     recent ones, and a replay trips nothing (a delivery is Temporal's, not the agent's)."""
     guard = PolicyGuard(Policy(Limits(max_total_calls=100)), journal.policy)
     for i in range(40):
-        event, scopes = search(f"q{i}", execution=f"run/{i}")
-        assert guard.check(event, scopes, delivery=f"run/{i}/1").verdict is Verdict.ALLOW
-    first, scopes = search("q0", execution="run/0")
-    replay = guard.check(first, scopes, delivery="run/0/1")
+        event, accounts = search(f"q{i}", execution=f"run/{i}")
+        assert guard.check(event, accounts, delivery=f"run/{i}/1").verdict is Verdict.ALLOW
+    first, accounts = search("q0", execution="run/0")
+    replay = guard.check(first, accounts, delivery="run/0/1")
     assert (replay.verdict, replay.code) == (Verdict.DENY, Reason.REPLAY)
     state = journal.policy.session("wf-1")
     assert state is not None and state.circuit is None and state.total == 40
@@ -127,10 +129,10 @@ def test_a_replay_is_denied_for_the_whole_session(journal: Journal) -> None:
     assert "run/" not in dump_session(state).decode()
     # nor does a person's reset of the circuit forget them
     capped = PolicyGuard(Policy(Limits(max_total_calls=40)), journal.policy)
-    event, scopes = search("q40", execution="run/40")
-    assert capped.check(event, scopes, delivery="run/40/1").code == Reason.GLOBAL_LIMIT
+    event, accounts = search("q40", execution="run/40")
+    assert capped.check(event, accounts, delivery="run/40/1").code == Reason.GLOBAL_LIMIT
     assert journal.policy.reset("wf-1", operator="carol") is True
-    assert guard.check(first, Scopes.of(first, "run/0"), delivery="run/0/1").code == "REPLAY"
+    assert guard.check(first, Accounts.of(first, "run/0"), delivery="run/0/1").code == "REPLAY"
 
 
 def test_a_random_denial_reads_as_a_real_one_to_the_agent_but_not_to_operators(
@@ -143,7 +145,7 @@ def test_a_random_denial_reads_as_a_real_one_to_the_agent_but_not_to_operators(
 
     def llm(session: str, n: int, cost: float) -> Decision:
         event = CallEvent("llm", ({"n": n, "cost_usd": cost},), principal="bot", session=session)
-        return guard.check(event, Scopes.of(event, f"{session}/{n}"), delivery=f"{session}/{n}/1")
+        return guard.check(event, Accounts.of(event, f"{session}/{n}"), delivery=f"{session}/{n}/1")
 
     seen = []
     # a tenth of the budget left: the small call is denied at random, the large one for real
@@ -163,17 +165,17 @@ def test_a_check_the_store_cannot_record_fails_closed(tmp_path: Path) -> None:
     db = tmp_path / "journal.db"
     with open_journal(f"sqlite:///{db}?busy_timeout=0.2", signing_key=KEY) as j:
         guard = PolicyGuard(Policy(Limits(max_total_calls=5)), j.policy)
-        event, scopes = search("q")
+        event, accounts = search("q")
         locker = sqlite3.connect(db, isolation_level=None)
         locker.execute("BEGIN EXCLUSIVE")
         try:
             with pytest.raises(JournalUnavailable):
-                guard.check(event, scopes, delivery="run/1/1")
+                guard.check(event, accounts, delivery="run/1/1")
         finally:
             locker.execute("ROLLBACK")
             locker.close()
         assert j.policy.session("wf-1") is None
-        assert guard.check(event, scopes, delivery="run/1/1").verdict is Verdict.ALLOW
+        assert guard.check(event, accounts, delivery="run/1/1").verdict is Verdict.ALLOW
 
 
 def test_only_a_call_that_runs_records_its_delivery(journal: Journal) -> None:
@@ -182,17 +184,17 @@ def test_only_a_call_that_runs_records_its_delivery(journal: Journal) -> None:
     guard, _ = ask_and_grant(journal, hitl(), 6000)
     asked = [e.data for e in journal.policy.events() if e.data["event"] == "escalate"]
     (delivery,) = [e["delivery"] for e in asked]
-    event, scopes = wire_call(6000, execution=delivery.rsplit("/", 1)[0])
-    again = guard.check(event, scopes, delivery=delivery)
+    event, accounts = wire_call(6000, execution=delivery.rsplit("/", 1)[0])
+    again = guard.check(event, accounts, delivery=delivery)
     assert (again.verdict, again.code) == (Verdict.ALLOW, "APPROVED")
-    assert guard.check(event, scopes, delivery=delivery).code == Reason.REPLAY
+    assert guard.check(event, accounts, delivery=delivery).code == Reason.REPLAY
 
     capped = PolicyGuard(Policy(Limits(max_total_calls=1)), journal.policy)
     for i in (1, 2):
-        event, scopes = search(f"q{i}", session="capped", execution=f"run/c{i}")
-        capped.check(event, scopes, delivery=f"run/c{i}/1")
+        event, accounts = search(f"q{i}", session="capped", execution=f"run/c{i}")
+        capped.check(event, accounts, delivery=f"run/c{i}/1")
     assert journal.policy.reset("capped", operator="carol") is True
-    again = capped.check(event, scopes, delivery="run/c2/1")
+    again = capped.check(event, accounts, delivery="run/c2/1")
     assert (again.verdict, again.code) == (Verdict.ALLOW, "")
 
 
@@ -203,8 +205,8 @@ def test_a_store_of_the_previous_schema_keeps_its_sessions_and_their_deliveries(
     migration moves those deliveries into the store's table, so their replays stay denied."""
     with open_journal(store.url, signing_key=KEY) as j:
         guard = PolicyGuard(Policy(Limits(max_repeat_calls=5)), j.policy)
-        event, scopes = search("q", execution="run/old")
-        assert guard.check(event, scopes, delivery="run/old/1").verdict is Verdict.ALLOW
+        event, accounts = search("q", execution="run/old")
+        assert guard.check(event, accounts, delivery="run/old/1").verdict is Verdict.ALLOW
     old_doc = json.dumps(
         {
             "circuit": None,
@@ -234,10 +236,10 @@ def test_a_store_of_the_previous_schema_keeps_its_sessions_and_their_deliveries(
         assert state.windows == {"search": (1.0, 2.0)}
         guard = PolicyGuard(Policy(Limits(max_repeat_calls=5)), j.policy)
         for delivery in ("run/a/1", "run/b/2"):
-            event, scopes = search("q", execution=delivery.rsplit("/", 1)[0])
-            assert guard.check(event, scopes, delivery=delivery).code == Reason.REPLAY
-        event, scopes = search("q", execution="run/c")
-        assert guard.check(event, scopes, delivery="run/c/1").verdict is Verdict.ALLOW
+            event, accounts = search("q", execution=delivery.rsplit("/", 1)[0])
+            assert guard.check(event, accounts, delivery=delivery).code == Reason.REPLAY
+        event, accounts = search("q", execution="run/c")
+        assert guard.check(event, accounts, delivery="run/c/1").verdict is Verdict.ALLOW
         assert j.verify().ok
 
 
@@ -245,13 +247,13 @@ def test_denials_trip_the_circuit_and_only_a_journaled_reset_closes_it(journal: 
     guard = PolicyGuard(Policy(Limits(max_repeat_calls=2)), journal.policy)
     outcomes = []
     for i, q in enumerate(["same", "same", "same", "other"]):
-        event, scopes = search(q, execution=f"run/{i}")
-        outcomes.append(guard.check(event, scopes, delivery=f"run/{i}/1").code)
+        event, accounts = search(q, execution=f"run/{i}")
+        outcomes.append(guard.check(event, accounts, delivery=f"run/{i}/1").code)
     assert outcomes == ["", "", "MAX_REPEAT_EXCEEDED", "CIRCUIT_OPEN"]
     assert journal.policy.reset("wf-1", operator="carol", note="looked at it") is True
     assert journal.policy.reset("wf-1", operator="carol") is False
-    event, scopes = search("other", execution="run/9")
-    assert guard.check(event, scopes, delivery="run/9/1").verdict is Verdict.ALLOW
+    event, accounts = search("other", execution="run/9")
+    assert guard.check(event, accounts, delivery="run/9/1").verdict is Verdict.ALLOW
     events = [e.data for e in journal.policy.events()]
     assert [e["event"] for e in events] == ["deny", "deny", "circuit_reset"]
     assert events[2]["operator"] == "carol" and events[2]["code"] == "MAX_REPEAT_EXCEEDED"
@@ -266,14 +268,14 @@ def test_processes_sharing_one_journal_share_one_view(new_store: Callable[[], st
         f"""
         import json, sys
         from interlock_temporal.core.journal import open_journal
-        from interlock_temporal.core.policy import CallEvent, Limits, Policy, PolicyGuard, Scopes
+        from interlock_temporal.core.policy import CallEvent, Limits, Policy, PolicyGuard, Accounts
         j = open_journal(sys.argv[1], signing_key="{KEY}")
         guard = PolicyGuard(Policy(Limits(max_total_calls=30)), j.policy)
         codes = []
         for i in range(25):
             event = CallEvent(activity="search", args=(f"{{sys.argv[2]}}-{{i}}",), session="s")
-            scopes = Scopes.of(event, f"{{sys.argv[2]}}/{{i}}")
-            codes.append(guard.check(event, scopes, delivery=f"{{sys.argv[2]}}/{{i}}/1").code)
+            accounts = Accounts.of(event, f"{{sys.argv[2]}}/{{i}}")
+            codes.append(guard.check(event, accounts, delivery=f"{{sys.argv[2]}}/{{i}}/1").code)
         print(json.dumps(codes))
         """
     )
@@ -462,14 +464,14 @@ def test_a_result_rules_modify_without_a_value_keeps_the_result(journal: Journal
 
 def wire_call(
     amount: int, principal: str = "bot", session: str = "wf-1", execution: str = "run/1"
-) -> tuple[CallEvent, Scopes]:
+) -> tuple[CallEvent, Accounts]:
     event = CallEvent(
         activity="wire",
         args=({"to": "ACME", "amount_cents": amount},),
         principal=principal,
         session=session,
     )
-    return event, Scopes.of(event, execution)
+    return event, Accounts.of(event, execution)
 
 
 def hitl(epoch_marker: int = 3) -> Policy:
@@ -482,8 +484,8 @@ def ask_and_grant(
 ) -> tuple[PolicyGuard, str]:
     guard = PolicyGuard(policy, journal.policy)
     run = f"run/ask-{uuid.uuid4().hex[:6]}"
-    event, scopes = wire_call(amount, execution=run)
-    asked = guard.check(event, scopes, delivery=f"{run}/1")
+    event, accounts = wire_call(amount, execution=run)
+    asked = guard.check(event, accounts, delivery=f"{run}/1")
     assert (asked.verdict, asked.code) == (Verdict.ESCALATE, Reason.HITL_REQUIRED)
     binding = call_binding("wire", input_digest(event.args), "bot")
     pending = journal.policy.approval(binding)
@@ -501,14 +503,14 @@ def ask_and_grant(
 
 def test_a_once_approval_is_consumed_by_its_first_use(journal: Journal) -> None:
     guard, binding = ask_and_grant(journal, hitl(), 6000)
-    event, scopes = wire_call(6000, execution="run/2")
-    used = guard.check(event, scopes, delivery="run/2/1")
+    event, accounts = wire_call(6000, execution="run/2")
+    used = guard.check(event, accounts, delivery="run/2/1")
     assert (used.verdict, used.code, used.approvers) == (Verdict.ALLOW, "APPROVED", ("carol",))
     assert journal.policy.approval(binding).status == "consumed"  # type: ignore[union-attr]
     # a Temporal retry of the admitted execution needs no second approval
-    assert guard.check(event, scopes, delivery="run/2/2").verdict is Verdict.ALLOW
-    event, scopes = wire_call(6000, execution="run/3")
-    assert guard.check(event, scopes, delivery="run/3/1").verdict is Verdict.ESCALATE
+    assert guard.check(event, accounts, delivery="run/2/2").verdict is Verdict.ALLOW
+    event, accounts = wire_call(6000, execution="run/3")
+    assert guard.check(event, accounts, delivery="run/3/1").verdict is Verdict.ESCALATE
 
 
 def test_an_approval_does_not_cover_another_input_principal_or_epoch(
@@ -520,7 +522,7 @@ def test_an_approval_does_not_cover_another_input_principal_or_epoch(
         "epoch": (*wire_call(6000, execution="run/c"), hitl(epoch_marker=4)),
         "session": (*wire_call(6000, session="wf-2", execution="run/d"), hitl()),
     }
-    for name, (event, scopes, policy) in cases.items():
+    for name, (event, accounts, policy) in cases.items():
         with open_journal(new_store(), signing_key=KEY) as journal:
             guard, _ = ask_and_grant(journal, hitl(), 6000, scope="session")
             # the session's approval covers the very call it approved, again and again
@@ -528,7 +530,7 @@ def test_an_approval_does_not_cover_another_input_principal_or_epoch(
                 same, same_scopes = wire_call(6000, execution=run)
                 d = guard.check(same, same_scopes, delivery=f"{run}/1")
                 assert (d.verdict, d.code) == (Verdict.ALLOW, "APPROVED")
-            d = PolicyGuard(policy, journal.policy).check(event, scopes, delivery="x/1")
+            d = PolicyGuard(policy, journal.policy).check(event, accounts, delivery="x/1")
             assert d.verdict is Verdict.ESCALATE, (name, d)
 
 
@@ -536,10 +538,10 @@ def test_a_ttl_approval_expires(journal: Journal) -> None:
     policy = hitl()
     guard, _ = ask_and_grant(journal, policy, 6000, ttl_s=60)
     later = PolicyGuard(policy, journal.policy, clock=lambda: time.time() + 61)
-    event, scopes = wire_call(6000, execution="run/2")
-    assert guard.check(event, scopes, delivery="run/2/1").code == "APPROVED"
-    event, scopes = wire_call(6000, execution="run/3")
-    assert later.check(event, scopes, delivery="run/3/1").verdict is Verdict.ESCALATE
+    event, accounts = wire_call(6000, execution="run/2")
+    assert guard.check(event, accounts, delivery="run/2/1").code == "APPROVED"
+    event, accounts = wire_call(6000, execution="run/3")
+    assert later.check(event, accounts, delivery="run/3/1").verdict is Verdict.ESCALATE
 
 
 def test_a_decided_approval_is_not_decided_again(journal: Journal) -> None:

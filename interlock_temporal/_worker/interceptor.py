@@ -42,11 +42,11 @@ from ..core.errors import (
 from ..core.journal import Journal, KeyLike
 from ..core.models import Kind
 from ..core.policy import (
+    Accounts,
     CallEvent,
     Policy,
     PolicyFollower,
     PolicyGuard,
-    Scopes,
     Verdict,
     call_binding,
     cost_in,
@@ -439,18 +439,18 @@ class _ActivityInbound(temporalio.worker.ActivityInboundInterceptor):
             param_names=parameter_names(input.fn),
         )
         digest = input_digest(event.args)
-        scopes = Scopes.of(event, f"{info.workflow_run_id}/{info.activity_id}")
-        scopes = dataclasses.replace(
-            scopes, binding=call_binding(event.activity, digest, scopes.principal)
+        accounts = Accounts.of(event, f"{info.workflow_run_id}/{info.activity_id}")
+        accounts = dataclasses.replace(
+            accounts, binding=call_binding(event.activity, digest, accounts.principal)
         )
         with self._root.telemetry.policy_span(event.activity) as span, as_temporal_errors():
-            checked = guard.check(event, scopes, delivery=delivery_nonce(info), digest=digest)
+            checked = guard.check(event, accounts, delivery=delivery_nonce(info), digest=digest)
             span.set_attributes({VERDICT: checked.verdict.value, REASON: checked.code or "-"})
-            decision = enforce(checked, session=scopes.session, binding=scopes.binding)
+            decision = enforce(checked, session=accounts.session, binding=accounts.binding)
         if decision.verdict is Verdict.MODIFY and decision.args is not None:
             input = dataclasses.replace(input, args=list(decision.args))
         result = await self.next.execute_activity(input)
-        self._record_cost(guard, scopes, spent, result)
+        self._record_cost(guard, accounts, spent, result)
         return self._after_result(guard, event, result)
 
     def _policed_result(
@@ -477,20 +477,22 @@ class _ActivityInbound(temporalio.worker.ActivityInboundInterceptor):
             workflow_id=info.workflow_id,
             effect_id=effect_id,
         )
-        self._record_cost(guard, Scopes.of(event, f"effect:{effect_id}"), spent, result)
+        self._record_cost(guard, Accounts.of(event, f"effect:{effect_id}"), spent, result)
         return self._after_result(guard, event, result)
 
     @staticmethod
-    def _record_cost(guard: PolicyGuard, scopes: Scopes, spent: list[float], result: Any) -> None:
+    def _record_cost(
+        guard: PolicyGuard, accounts: Accounts, spent: list[float], result: Any
+    ) -> None:
         """Charge the budgets with what the call actually cost, when it said."""
         actual = spent[-1] if spent else cost_in(result, guard.policy.cost_field)
         if actual is None:
             return
         try:
-            guard.record_cost(scopes, actual)
+            guard.record_cost(accounts, actual)
         except JournalUnavailable as err:
             # the estimate stays charged: the budget errs on the side of having spent more
-            log.warning("could not record the actual cost of %s: %s", scopes.execution, err)
+            log.warning("could not record the actual cost of %s: %s", accounts.execution, err)
 
     @staticmethod
     def _after_result(guard: PolicyGuard, event: CallEvent, result: Any) -> Any:

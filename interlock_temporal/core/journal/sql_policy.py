@@ -11,6 +11,7 @@ from typing import Any
 
 from ..models import Draft, Entry, Kind
 from ..policy import (
+    Accounts,
     Approval,
     ApprovalScope,
     ApprovalStatus,
@@ -18,7 +19,6 @@ from ..policy import (
     Evaluation,
     PolicyState,
     PolicyStore,
-    Scopes,
     SessionState,
     dump_session,
     load_session,
@@ -36,19 +36,19 @@ class SqlPolicy(PolicyStore):
     def __init__(self, access: SqlAccess) -> None:
         self._access = access
 
-    def _spent(self, db: Any, scope: str) -> float:
+    def _spent(self, db: Any, account: str) -> float:
         access = self._access
         if access.for_update:
             # a row that does not exist yet cannot be locked: make it first, so two first
-            # charges to one scope wait for each other instead of both reading nothing
+            # charges to one account wait for each other instead of both reading nothing
             access.execute(
                 db,
                 "INSERT INTO policy_spend (scope, spent_usd) VALUES (?, 0.0) "
                 "ON CONFLICT (scope) DO NOTHING",
-                (scope,),
+                (account,),
             )
         row = access.execute(
-            db, f"SELECT spent_usd FROM policy_spend WHERE scope = ?{access.for_update}", (scope,)
+            db, f"SELECT spent_usd FROM policy_spend WHERE scope = ?{access.for_update}", (account,)
         ).fetchone()
         return 0.0 if row is None else float(row[0])
 
@@ -76,13 +76,13 @@ class SqlPolicy(PolicyStore):
             (session, dump_session(state).decode()),
         )
 
-    def _add_spend(self, db: Any, scope: str, delta: float) -> None:
+    def _add_spend(self, db: Any, account: str, delta: float) -> None:
         g = self._access.greatest
         self._access.execute(
             db,
             f"INSERT INTO policy_spend (scope, spent_usd) VALUES (?, {g}(0.0, ?)) "
             f"ON CONFLICT (scope) DO UPDATE SET spent_usd = {g}(0.0, policy_spend.spent_usd + ?)",
-            (scope, delta, delta),
+            (account, delta, delta),
         )
 
     def _note(self, db: Any, session: str, data: dict[str, Any]) -> None:
@@ -115,7 +115,7 @@ class SqlPolicy(PolicyStore):
 
     def evaluate(
         self,
-        scopes: Scopes,
+        accounts: Accounts,
         fn: Callable[[PolicyState, bool, Approval | None, bool], Evaluation],
         *,
         nonce: str = "",
@@ -123,37 +123,37 @@ class SqlPolicy(PolicyStore):
         access = self._access
 
         def run(db: Any) -> Decision:
-            session = self._load(db, scopes.session)
-            principal = self._spent(db, "principal:" + scopes.principal)
-            namespace = self._spent(db, "namespace:" + scopes.namespace)
+            session = self._load(db, accounts.session)
+            principal = self._spent(db, "principal:" + accounts.principal)
+            namespace = self._spent(db, "namespace:" + accounts.namespace)
             admitted = (
                 access.execute(
-                    db, "SELECT 1 FROM policy_admissions WHERE execution = ?", (scopes.execution,)
+                    db, "SELECT 1 FROM policy_admissions WHERE execution = ?", (accounts.execution,)
                 ).fetchone()
                 is not None
             )
-            approval = self._approval(db, scopes.binding, lock=True)
+            approval = self._approval(db, accounts.binding, lock=True)
             # the session's row is locked (above): no other check of this session can record
             # the nonce between this read and the write below
             replayed = bool(nonce) and (
                 access.execute(
                     db,
                     "SELECT 1 FROM policy_nonces WHERE session = ? AND nonce = ?",
-                    (scopes.session, nonce),
+                    (accounts.session, nonce),
                 ).fetchone()
                 is not None
             )
             out = fn(PolicyState(session, principal, namespace), admitted, approval, replayed)
             after = out.state
             if after.session != session:
-                self._save(db, scopes.session, after.session)
+                self._save(db, accounts.session, after.session)
             if after.principal_spent_usd != principal:
                 self._add_spend(
-                    db, "principal:" + scopes.principal, after.principal_spent_usd - principal
+                    db, "principal:" + accounts.principal, after.principal_spent_usd - principal
                 )
             if after.namespace_spent_usd != namespace:
                 self._add_spend(
-                    db, "namespace:" + scopes.namespace, after.namespace_spent_usd - namespace
+                    db, "namespace:" + accounts.namespace, after.namespace_spent_usd - namespace
                 )
             if out.cost is not None:
                 access.execute(
@@ -162,10 +162,10 @@ class SqlPolicy(PolicyStore):
                     "estimate_usd, ts) VALUES (?, ?, ?, ?, ?, ?) "
                     "ON CONFLICT (execution) DO NOTHING",
                     (
-                        scopes.execution,
-                        scopes.session,
-                        scopes.principal,
-                        scopes.namespace,
+                        accounts.execution,
+                        accounts.session,
+                        accounts.principal,
+                        accounts.namespace,
                         out.cost,
                         time.time(),
                     ),
@@ -183,15 +183,15 @@ class SqlPolicy(PolicyStore):
                     db,
                     "INSERT INTO policy_nonces (session, nonce) VALUES (?, ?) "
                     "ON CONFLICT (session, nonce) DO NOTHING",
-                    (scopes.session, out.nonce),
+                    (accounts.session, out.nonce),
                 )
             if out.note is not None:
-                self._note(db, scopes.session, out.note)
+                self._note(db, accounts.session, out.note)
             return out.decision
 
         return access.writing(run)
 
-    def record_cost(self, scopes: Scopes, actual_usd: float) -> bool:
+    def record_cost(self, accounts: Accounts, actual_usd: float) -> bool:
         if not actual_usd >= 0 or actual_usd == float("inf"):
             raise ValueError("a cost must be a finite, non-negative number of USD")
         access = self._access
@@ -201,7 +201,7 @@ class SqlPolicy(PolicyStore):
                 db,
                 "SELECT session, principal, namespace, estimate_usd, actual_usd "
                 f"FROM policy_admissions WHERE execution = ?{access.for_update}",
-                (scopes.execution,),
+                (accounts.execution,),
             ).fetchone()
             if row is None or row[4] is not None:
                 return False
@@ -218,7 +218,7 @@ class SqlPolicy(PolicyStore):
             access.execute(
                 db,
                 "UPDATE policy_admissions SET actual_usd = ? WHERE execution = ?",
-                (actual_usd, scopes.execution),
+                (actual_usd, accounts.execution),
             )
             return True
 
@@ -309,12 +309,12 @@ class SqlPolicy(PolicyStore):
         states = {session: load_session(doc) for session, doc in rows}
         return {k: v for k, v in states.items() if v.circuit is not None}
 
-    def spent(self, scope: str) -> float:
-        return self._access.reading(lambda db: self._spent_unlocked(db, scope))
+    def spent(self, account: str) -> float:
+        return self._access.reading(lambda db: self._spent_unlocked(db, account))
 
-    def _spent_unlocked(self, db: Any, scope: str) -> float:
+    def _spent_unlocked(self, db: Any, account: str) -> float:
         row = self._access.execute(
-            db, "SELECT spent_usd FROM policy_spend WHERE scope = ?", (scope,)
+            db, "SELECT spent_usd FROM policy_spend WHERE scope = ?", (account,)
         ).fetchone()
         return 0.0 if row is None else float(row[0])
 

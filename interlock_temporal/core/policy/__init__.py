@@ -9,7 +9,7 @@ Its rooms, each plain Python with no I/O but the store's:
 - ``verdicts``: ``Verdict``, ``Decision`` and ``enforce``;
 - ``config``: the ``Policy`` (limits and rules under an id and an epoch); ``file``: the same
   from a YAML or JSON file, and ``PolicySource``, which follows one;
-- ``approvals``: a person's ``Approval``; ``store``: ``Scopes``, ``Evaluation`` and the
+- ``approvals``: a person's ``Approval``; ``store``: ``Accounts``, ``Evaluation`` and the
   ``PolicyStore`` interface (the journal's database keeps the state, so several worker
   processes share one view);
 - ``guard``: ``PolicyGuard``, which strings them together around a store.
@@ -54,12 +54,13 @@ if TYPE_CHECKING:
         rule_name,
     )
     from .state import Circuit, PolicyState, SessionState, dump_session, load_session, reset_circuit
-    from .store import Evaluation, PolicyStore, Scopes
+    from .store import Accounts, Evaluation, PolicyStore
     from .verdicts import Decision, Reason, Verdict, enforce
 
 __all__ = [
     "ERROR_SIGNALS",
     "MASK",
+    "Accounts",
     "Approval",
     "ApprovalScope",
     "ApprovalStatus",
@@ -78,7 +79,6 @@ __all__ = [
     "PolicyStore",
     "Reason",
     "Rule",
-    "Scopes",
     "SessionState",
     "Verdict",
     "admit",
@@ -152,7 +152,7 @@ __getattr__ = lender(
             ),
             ".state",
         ),
-        **dict.fromkeys(("Evaluation", "PolicyStore", "Scopes"), ".store"),
+        **dict.fromkeys(("Evaluation", "PolicyStore", "Accounts"), ".store"),
         **dict.fromkeys(("Decision", "Reason", "Verdict", "enforce"), ".verdicts"),
     },
 )

@@ -174,7 +174,7 @@ class _Plan:
     #: ``Limits``, shallow or deep, carries its original's plan (copying a plan gives the same
     #: plan), which this tells apart; a pickled ``Limits`` comes back with its own plan
     owner: Limits
-    #: (scope, limit, which spend: 0 the session's, 1 the principal's, 2 the namespace's), in
+    #: (account, limit, which spend: 0 the session's, 1 the principal's, 2 the namespace's), in
     #: the order the budget layer reads them
     budgets: tuple[tuple[str, float, int], ...]
     #: the session's budget when it is the only one set (``budgets`` holds it too), else None
@@ -219,7 +219,7 @@ class _Plan:
         amplified = repeat or 0
         if limits.error_amplification:
             amplified = max(1, amplified - 1)
-        budgets_set = tuple((scope, b, i) for scope, b, i in budgets if b is not None)
+        budgets_set = tuple((account, b, i) for account, b, i in budgets if b is not None)
         always_person = limits.hitl_always or limits.hitl_mode is HitlMode.ALWAYS
         return cls(
             owner=limits,
@@ -407,12 +407,12 @@ def _escalate(state: PolicyState, code: Reason, reason: str) -> Decision:
     return Decision(_ESCALATE, code.value, reason, state=state)
 
 
-def _over(scope: str) -> str:
-    return f"the call's cost exceeds what remains of the {scope} budget"
+def _over(account: str) -> str:
+    return f"the call's cost exceeds what remains of the {account} budget"
 
 
-def _threshold(scope: str) -> str:
-    return f"the {scope} budget fell to its escalation threshold"
+def _threshold(account: str) -> str:
+    return f"the {account} budget fell to its escalation threshold"
 
 
 def _budgets(
@@ -422,8 +422,8 @@ def _budgets(
     its denial or escalation, if any, and the lowest fraction left and whose it is."""
     s = state.session
     lowest = 1.0
-    lowest_scope = over = ""
-    for scope, limit, which in plan.budgets:
+    lowest_account = over = ""
+    for account, limit, which in plan.budgets:
         remaining = limit - (
             s.spent_usd
             if which == 0
@@ -432,22 +432,22 @@ def _budgets(
             else state.namespace_spent_usd
         )
         if remaining <= 0:
-            spent = f"the {scope} budget is spent"
+            spent = f"the {account} budget is spent"
             return _deny(state, call, Reason.BUDGET_EXHAUSTED, spent), lowest, ""
         if not over and call.cost_usd > remaining:
-            over = scope
+            over = account
         fraction = remaining / limit
-        if fraction < lowest or not lowest_scope:
-            lowest, lowest_scope = fraction, scope
+        if fraction < lowest or not lowest_account:
+            lowest, lowest_account = fraction, account
     if not call.approved:
         if plan.threshold is not None and lowest <= plan.threshold:
-            why = _threshold(lowest_scope)
-            return _escalate(state, Reason.BUDGET_THRESHOLD, why), lowest, lowest_scope
+            why = _threshold(lowest_account)
+            return _escalate(state, Reason.BUDGET_THRESHOLD, why), lowest, lowest_account
         if over and plan.escalate_over:
             return _escalate(state, Reason.BUDGET_EXHAUSTED, _over(over)), lowest, over
     if over and not (call.approved and plan.escalate_over):
         return _deny(state, call, Reason.BUDGET_EXHAUSTED, _over(over)), lowest, over
-    return None, lowest, lowest_scope
+    return None, lowest, lowest_account
 
 
 def _window(
@@ -484,14 +484,14 @@ def decide(state: PolicyState, call: CallFacts, limits: Limits, rng: float) -> D
     if plan.owner is not limits:
         plan = plan_of(limits)
 
-    lowest, lowest_scope = 1.0, ""
+    lowest, lowest_account = 1.0, ""
     budget = plan.session_alone
     if budget is not None:  # _budgets for the session's budget alone (the usual), unrolled
         remaining = budget - s.spent_usd
         if remaining <= 0:
             return _deny(state, call, Reason.BUDGET_EXHAUSTED, "the session budget is spent")
         lowest = remaining / budget
-        lowest_scope = "session"
+        lowest_account = "session"
         if not call.approved and plan.threshold is not None and lowest <= plan.threshold:
             return _escalate(state, Reason.BUDGET_THRESHOLD, _threshold("session"))
         if call.cost_usd > remaining:
@@ -500,7 +500,7 @@ def decide(state: PolicyState, call: CallFacts, limits: Limits, rng: float) -> D
             if not call.approved:
                 return _escalate(state, Reason.BUDGET_EXHAUSTED, _over("session"))
     elif plan.budgets:
-        denied, lowest, lowest_scope = _budgets(state, call, plan)
+        denied, lowest, lowest_account = _budgets(state, call, plan)
         if denied is not None:
             return denied
 
@@ -520,9 +520,11 @@ def decide(state: PolicyState, call: CallFacts, limits: Limits, rng: float) -> D
     if plan.max_total_calls is not None and s.total >= plan.max_total_calls:
         return _deny(state, call, Reason.GLOBAL_LIMIT, f"{s.total} calls in this session")
     jitter = plan.jitter
-    if jitter is not None and lowest_scope and lowest < 0.2 and rng < jitter * (1.0 - lowest):
+    if jitter is not None and lowest_account and lowest < 0.2 and rng < jitter * (1.0 - lowest):
         # worded as a real over-budget denial on purpose: the agent cannot tell them apart
-        return _deny(state, call, Reason.BUDGET_EXHAUSTED, _over(lowest_scope), probabilistic=True)
+        return _deny(
+            state, call, Reason.BUDGET_EXHAUSTED, _over(lowest_account), probabilistic=True
+        )
     if (call.escalate or plan.person_layer) and plan.asks_person(call):
         return _escalate(state, Reason.HITL_REQUIRED, "a person must approve this call")
 

@@ -22,7 +22,7 @@ from .call import CallEvent, cost_in, input_digest, redact
 from .config import Policy, PolicyFollower
 from .rules import evaluate_rules
 from .state import PolicyState
-from .store import Evaluation, PolicyStore, Scopes
+from .store import Accounts, Evaluation, PolicyStore
 from .verdicts import Decision, Reason, Verdict
 
 
@@ -44,7 +44,7 @@ class _Check:
 
     policy: Policy
     event: CallEvent
-    scopes: Scopes
+    accounts: Accounts
     facts: CallFacts
     #: the Temporal delivery (the store's nonce), "" when there is none
     delivery: str
@@ -65,9 +65,9 @@ class _Check:
         covered = approval is not None and (
             approval.covers(
                 digest=facts.digest,
-                principal=self.scopes.principal,
+                principal=self.accounts.principal,
                 epoch=self.policy.epoch,
-                session=self.scopes.session,
+                session=self.accounts.session,
                 now=facts.now,
             )
             is None
@@ -135,7 +135,7 @@ class _Check:
 
     def note(self, d: Decision, event_name: str) -> dict[str, Any]:
         """What the journal signs of a decision."""
-        scopes = self.scopes
+        accounts = self.accounts
         return {
             "event": event_name,
             "verdict": d.verdict.value,
@@ -147,9 +147,9 @@ class _Check:
             "activity": self.event.activity,
             "digest": self.facts.digest,
             "principal": self.event.principal,
-            "session": scopes.session,
-            "execution": scopes.execution,
-            "binding": scopes.binding,
+            "session": accounts.session,
+            "execution": accounts.execution,
+            "binding": accounts.binding,
             "delivery": self.delivery,
             "approvers": list(d.approvers),
             "tripped": d.state is not None and d.state.session.circuit is not None,
@@ -158,12 +158,12 @@ class _Check:
 
     def request(self, d: Decision) -> Approval:
         """The approval an escalation asks a person for."""
-        scopes = self.scopes
+        accounts = self.accounts
         return Approval(
-            binding=scopes.binding,
+            binding=accounts.binding,
             activity=self.event.activity,
-            principal=scopes.principal,
-            session=scopes.session,
+            principal=accounts.principal,
+            session=accounts.session,
             payload_digest=self.facts.digest,
             epoch=self.policy.epoch,
             policy_id=d.policy_id,
@@ -243,7 +243,7 @@ class PolicyGuard:
     def check(
         self,
         event: CallEvent,
-        scopes: Scopes,
+        accounts: Accounts,
         *,
         delivery: str = "",
         digest: str | None = None,
@@ -255,11 +255,11 @@ class PolicyGuard:
         facts = self.facts(event, digest=digest, policy=policy)
         if ruled.verdict is Verdict.ESCALATE:
             facts = dataclasses.replace(facts, escalate=True)
-        if not scopes.binding:
-            binding = call_binding(event.activity, facts.digest, scopes.principal)
-            scopes = dataclasses.replace(scopes, binding=binding)
-        one = _Check(policy, event, scopes, facts, delivery, ruled, rewritten, self.rng())
-        decided = self.store.evaluate(scopes, one.evaluate, nonce=delivery)
+        if not accounts.binding:
+            binding = call_binding(event.activity, facts.digest, accounts.principal)
+            accounts = dataclasses.replace(accounts, binding=binding)
+        one = _Check(policy, event, accounts, facts, delivery, ruled, rewritten, self.rng())
+        decided = self.store.evaluate(accounts, one.evaluate, nonce=delivery)
         decision = dataclasses.replace(decided, epoch=policy.epoch)
         if self.on_decision is not None:
             self.on_decision(decision, event.activity)
@@ -280,6 +280,6 @@ class PolicyGuard:
             return dataclasses.replace(d, verdict=Verdict.ALLOW, observed=True)
         return d
 
-    def record_cost(self, scopes: Scopes, actual_usd: float) -> bool:
+    def record_cost(self, accounts: Accounts, actual_usd: float) -> bool:
         """Charge the execution its actual cost in place of the estimate, once."""
-        return self.store.record_cost(scopes, actual_usd)
+        return self.store.record_cost(accounts, actual_usd)

@@ -1,5 +1,6 @@
-"""Where a call's policy state lives (``Scopes``), what one evaluation writes (``Evaluation``) and
-the store that keeps it: the journal's database, so several worker processes share one view."""
+"""The accounts a call's policy state is kept under (``Accounts``), what one evaluation writes
+(``Evaluation``) and the store that keeps it: the journal's database, so several worker
+processes share one view."""
 
 from __future__ import annotations
 
@@ -15,8 +16,11 @@ from .verdicts import Decision
 
 
 @dataclass(frozen=True, slots=True)
-class Scopes:
-    """Where a call's state lives."""
+class Accounts:
+    """The accounts a call's policy state is kept under: its session's, principal's and
+    namespace's (state, and spend against their budgets; the policy store's ``policy_spend``
+    keeps them in a column named ``scope``), its execution's (admitted once) and the binding its
+    approvals name."""
 
     session: str
     principal: str
@@ -27,7 +31,7 @@ class Scopes:
     binding: str = ""
 
     @classmethod
-    def of(cls, event: CallEvent, execution: str, binding: str = "") -> Scopes:
+    def of(cls, event: CallEvent, execution: str, binding: str = "") -> Accounts:
         """The session defaults to the workflow id; "-" stands for an unknown principal."""
         return cls(
             session=event.session or event.workflow_id or "-",
@@ -62,13 +66,13 @@ class PolicyStore(ABC):
     @abstractmethod
     def evaluate(
         self,
-        scopes: Scopes,
+        accounts: Accounts,
         fn: Callable[[PolicyState, bool, Approval | None, bool], Evaluation],
         *,
         nonce: str = "",
     ) -> Decision:
-        """In one transaction: read the state of ``scopes``, whether ``scopes.execution`` was
-        admitted before, the approval of ``scopes.binding`` and whether ``nonce`` (a delivery)
+        """In one transaction: read the state of ``accounts``, whether ``accounts.execution`` was
+        admitted before, the approval of ``accounts.binding`` and whether ``nonce`` (a delivery)
         was recorded in the session before; call ``fn(state, admitted, approval, replayed)``;
         write the state after it, admit the execution at ``cost`` (when not None), record the
         outcome's ``nonce`` for the session (for as long as the session's state is kept), record
@@ -94,7 +98,7 @@ class PolicyStore(ABC):
         binding raises ``KeyError``."""
 
     @abstractmethod
-    def record_cost(self, scopes: Scopes, actual_usd: float) -> bool:
+    def record_cost(self, accounts: Accounts, actual_usd: float) -> bool:
         """Replace the execution's estimated charge with its actual cost, once. False when its
         actual cost was recorded already (or it was never admitted)."""
 
@@ -114,7 +118,7 @@ class PolicyStore(ABC):
         """Every session whose circuit is open, by session."""
 
     @abstractmethod
-    def spent(self, scope: str) -> float:
+    def spent(self, account: str) -> float:
         """The spend of ``principal:<name>`` or ``namespace:<name>``."""
 
     @abstractmethod

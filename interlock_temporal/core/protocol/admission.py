@@ -11,7 +11,7 @@ from ..identity import UnserializableInput, canonical_json, jsonable
 from ..journal import Journal, redacted
 from ..leases import LeaseProblem, Reservation
 from ..models import Draft, Kind, Lease
-from ..policy import CallEvent, Decision, PolicyGuard, Scopes, Verdict, enforce
+from ..policy import Accounts, CallEvent, Decision, PolicyGuard, Verdict, enforce
 from .calls import Call, delivery_record, not_json_args
 
 
@@ -53,7 +53,7 @@ class Admission:
             )
             decision = self.policy.check(
                 event,
-                Scopes.of(event, f"effect:{eid}", binding=eid),
+                Accounts.of(event, f"effect:{eid}", binding=eid),
                 delivery=f"{d.run_id}/{d.activity_id}/{d.attempt}" if d.activity_id else "",
                 digest=pdigest,
             )
