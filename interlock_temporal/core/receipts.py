@@ -118,14 +118,14 @@ def _as_read(entry: Entry) -> Entry:
 
 
 #: what a tombstone does not keep of an effect's view: where it is (the tombstone is its new
-#: head) and the facts captured when it was proposed (nothing settled reads them again)
+#: head) and the facts captured when it was proposed (nothing reads them once it is final)
 _NOT_KEPT = frozenset({"effect_id", "status", "head", "head_seq", "premises"})
 
 
-def settled_view(v: EffectView) -> dict[str, Any]:
-    """What a tombstone signs of a settled effect's view (``Kind.ARCHIVED``): everything a
-    later attempt, a receipt or a person's decision reads of it, so that the effect reads as
-    it did before its entries moved to an archive."""
+def final_view(v: EffectView) -> dict[str, Any]:
+    """What a tombstone signs of the view of an effect in a final state (``Kind.ARCHIVED``):
+    everything a later attempt, a receipt or a person's decision reads of it, so that the effect
+    reads as it did before its entries moved to an archive."""
     return {
         f.name: copy.deepcopy(getattr(v, f.name))
         for f in dataclasses.fields(v)

@@ -1,5 +1,5 @@
-"""Retention: settled effects older than a date move from the live journal to a signed archive
-(``interlock journal archive``; the file's format is ``journal.archiving``'s).
+"""Retention: effects in a final state older than a date move from the live journal to a signed
+archive (``interlock journal archive``; the file's format is ``journal.archiving``'s).
 
 What moves: effects COMMITTED, REFUSED, or RESOLVED as ``happened``, last updated before the
 date and older than ``min_age``, that no attempt holds a claim on and no person's approval
@@ -7,7 +7,7 @@ waits for. Never anything in doubt (DISPATCHED), under review (AMBIGUOUS), resol
 happened (a person may still reopen it) or a policy chain.
 
 Each archived effect leaves a tombstone that signs its folded state and keeps its result
-value, so a duplicate submission gets the same result, a zombie attempt finds it settled, a
+value, so a duplicate submission gets the same result, a zombie attempt finds its outcome, a
 changed payload is still a conflict, and its lease reservation (kept in the lease tables,
 never in the entries) still counts. Its receipt reads as before, save its ``journal_seq`` and
 ``journal_hash``: the tombstone's."""
@@ -23,7 +23,7 @@ from .errors import JournalConfigError
 from .journal import Journal
 from .journal.archiving import ArchiveRun
 from .models import Entry, Kind
-from .receipts import fold, receipt_of, settled_view
+from .receipts import final_view, fold, receipt_of
 
 #: the default ``min_age``: 30 days. An attempt of a gated activity can still ask the journal
 #: about its effect until the activity's schedule-to-close timeout, and a person may still read
@@ -73,10 +73,11 @@ def archive(
     min_age: timedelta = DEFAULT_MIN_AGE,
     allow_short_min_age: bool = False,
 ) -> ArchiveRun:
-    """Archive the settled effects last updated before ``before`` (and older than ``min_age``)
-    to the new file ``to``, in one transaction of ``journal``: see the module's docstring."""
+    """Archive the effects in a final state last updated before ``before`` (and older than
+    ``min_age``) to the new file ``to``, in one transaction of ``journal``: see the module's
+    docstring."""
     from .journal.sql import SqlJournal
-    from .journal.sql_archive import archive_settled
+    from .journal.sql_archive import archive_final
 
     now = time.time()
     cutoff = check_request(before, min_age, allow_short_min_age=allow_short_min_age, now=now)
@@ -93,12 +94,13 @@ def archive(
         "min_age_s": min_age.total_seconds(),
     }
 
-    def settle(effect_id: str, entries: list[Entry]) -> dict[str, Any] | str:
+    def judge(effect_id: str, entries: list[Entry]) -> dict[str, Any] | str:
         view = fold(effect_id, entries)
         if view.status is Kind.RESOLVED and view.resolution != "happened":
             return "not_happened"
         if view.status not in (Kind.COMMITTED, Kind.REFUSED, Kind.RESOLVED):
-            return "unsettled"  # the index row said settled; its chain did not
+            # the index row said final, its chain did not (the reason's word as released)
+            return "unsettled"
         if effect_id in waiting or view.payload_digest in waiting:
             return "under_review"
         return {
@@ -108,7 +110,7 @@ def archive(
             "lease_id": view.lease_id,
             "amount_cents": None if view.budget is None else view.budget.get("cents"),
             "result_digest": view.result_digest,
-            "view": settled_view(view),
+            "view": final_view(view),
         }
 
-    return archive_settled(journal, cutoff=cutoff, to=path, settle=settle, header=header)
+    return archive_final(journal, cutoff=cutoff, to=path, judge=judge, header=header)

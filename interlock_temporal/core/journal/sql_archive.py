@@ -76,14 +76,6 @@ def archive_final(
     return journal.writing(lambda db: _run(journal, db, cutoff, to, judge, dict(header), skipped))
 
 
-def archive_settled(
-    journal: JournalAccess, *, cutoff: float, to: Path, settle: Judge, header: Mapping[str, Any]
-) -> ArchiveRun:
-    """``archive_final`` under its former name and keywords, which ``core/retention`` still
-    calls; to go once it calls ``archive_final``."""
-    return archive_final(journal, cutoff=cutoff, to=to, judge=settle, header=header)
-
-
 def _run(
     journal: JournalAccess,
     db: Any,
