@@ -1,4 +1,4 @@
-"""The conformance suite every journal backend must pass (DESIGN sections 4 and 5).
+"""The conformance suite every journal backend must pass (the effect protocol and the journal).
 
 It is written against ``interlock_temporal.core.journal.Journal`` only. A backend's test module
 subclasses ``JournalConformance`` and provides two fixtures:

@@ -1,4 +1,4 @@
-"""An effect key must be a function of the approved decision (DESIGN section 4). A key (or an
+"""An effect key must be a function of the approved decision. A key (or an
 input) with no single canonical JSON form is refused before anything is sent, naming the field
 and the type; a key that changes between attempts of one activity with one input (it read the
 clock) is caught on the retry, which sends nothing and says ``UnstableEffectKey``. Money is read

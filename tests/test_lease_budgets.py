@@ -1,4 +1,4 @@
-"""A lease may carry a cumulative budget (DESIGN section 6): each effect reserves its approved
+"""A lease may carry a cumulative budget: each effect reserves its approved
 amount once, in the transaction that records its dispatch, and gets it back in the transaction
 that records it ended without executing. Money is read from the payments service; SQLite and
 PostgreSQL both."""

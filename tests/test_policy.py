@@ -564,7 +564,7 @@ LAYERS = [
 @pytest.mark.parametrize(("layer", "verdict", "code"), LAYERS, ids=[row[0] for row in LAYERS])
 def test_the_layers_run_in_the_specs_order(layer: str, verdict: Verdict, code: Reason) -> None:
     """SP/1.0 section 3.2: where a layer and the one after it both fire, the earlier decides.
-    (The threshold comes before a cost over what remains, as the spec and DESIGN section 6
+    (The threshold comes before a cost over what remains, as the spec and the design
     order them.)"""
     state, call, limits, rng = _ordered(layer)
     d = decide(state, call, limits, rng)

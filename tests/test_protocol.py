@@ -1,4 +1,4 @@
-"""The effect protocol's edges (DESIGN section 4), driving ``Gate`` directly.
+"""The effect protocol's edges, driving ``Gate`` directly.
 
 Each test uses a real SQLite journal in ``tmp_path`` (``verify()`` must pass when it is done) and
 either ``MemTarget``, a minimal in-memory target configured to a tier, or the simulated payments
@@ -810,7 +810,7 @@ async def test_in_doubt_send_on_the_last_attempt_is_ambiguous(journal: Journal, 
 async def test_not_sent_on_the_last_attempt_does_not_strand_the_effect(
     journal: Journal, lease: str
 ) -> None:
-    """DESIGN 7: every effect ends COMMITTED, REFUSED, or in front of a person (the sweep's
+    """Every effect ends COMMITTED, REFUSED, or in front of a person (the sweep's
     invariant: every non-COMMITTED, non-REFUSED effect is AMBIGUOUS). After a "not_sent" on the
     last attempt Temporal will make, nothing will retry the effect: it must end in a final state
     (nothing happened, so REFUSED with executed False fits), or at least be listed where the
@@ -830,7 +830,7 @@ async def test_not_sent_on_the_last_attempt_does_not_strand_the_effect(
     assert receipt(eid, journal=journal).executed is not True
 
 
-# -- only the owner sends (DESIGN section 7) ------------------------------------------------------
+# -- only the owner sends ------------------------------------------------------
 
 
 def in_workflow(call: Call, workflow_id: str, *, last_attempt: bool = False) -> Call:

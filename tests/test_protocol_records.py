@@ -1,6 +1,6 @@
 """What the effect protocol records and answers on each path, entry by entry.
 
-``test_protocol.py`` drives each edge of DESIGN section 4 and checks the outcome; this file pins
+``test_protocol.py`` drives each edge of the effect protocol and checks the outcome; this file pins
 what an auditor and the next attempt read afterwards: the data of every journal entry, the
 receipt, the error a caller gets (its code, reason and retry delay) and the ticket handed to the
 send. The target here behaves like a ledger of refunds against an order: its facts are read per

@@ -1,4 +1,4 @@
-"""Every value the gate relies on is signed, and every read checks it (DESIGN section 5).
+"""Every value the gate relies on is signed, and every read checks it.
 
 An operator with write access to the database edits what the journal holds: a stored value (the
 approved input, the result) or a field signed in the middle of an effect's chain. ``verify``

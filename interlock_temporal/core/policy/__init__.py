@@ -1,4 +1,4 @@
-"""The policy layer (DESIGN section 6): may this principal run this activity with this input now?
+"""The policy layer: may this principal run this activity with this input now?
 
 Its rooms, each plain Python with no I/O but the store's:
 

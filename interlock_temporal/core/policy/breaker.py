@@ -1,4 +1,4 @@
-"""The circuit breaker (DESIGN section 6): its configuration (``Limits``), what it knows of a
+"""The circuit breaker: its configuration (``Limits``), what it knows of a
 call (``CallFacts``) and the pure ``decide(state, call, limits, rng)``.
 
 ``decide``'s layers run in SP/1.0's order (docs/shackle-conformance.md names each and the tests
