@@ -329,7 +329,9 @@ _ESCALATE = Verdict.ESCALATE
 #: the states and the decision of an allowed call are made with this and filled slot by slot:
 #: a dataclass's ``__init__`` costs more than the object it makes (``decide``'s whole budget is
 #: about a microsecond). tests/test_policy.py checks they equal the ones the constructors make,
-#: so a field added to one of those classes and not set here fails there
+#: so a field added to one of those classes and not set here fails there. This fast path and
+#: the plan cached on ``Limits`` (read inline in ``decide``) are why ``decide`` runs at
+#: SHACKLE's speed (docs/benchmarks.md, figure 4): keep both through any refactor
 _new = object.__new__
 
 
@@ -480,6 +482,7 @@ def decide(state: PolicyState, call: CallFacts, limits: Limits, rng: float) -> D
         return _deny(state, call, Reason.REPLAY, "this delivery was already allowed once")
     if call.admitted:
         return Decision(_ALLOW, "RETRY", state=state)
+    # the plan cached on the limits, read inline (a call to plan_of costs a frame): see _new
     plan = limits._plan
     if plan.owner is not limits:
         plan = plan_of(limits)
