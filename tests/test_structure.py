@@ -141,3 +141,38 @@ def test_the_package_and_the_workers_keep_the_house_rules() -> None:
     package = [b for b in check([repo / "interlock_temporal"]) if b.fails]
     workers = [b for b in check([repo / "workers"]) if b.kind == "cycle"]
     assert [str(b) for b in package + workers] == []
+
+
+def test_the_gate_is_built_by_composition() -> None:
+    """``Gate`` holds its parts: no class of the protocol inherits another of its parts (a
+    reader finds every ``self._x`` in its class's own file), and ``Gate`` has no base class."""
+    import importlib
+    import inspect
+    import pkgutil
+
+    from interlock_temporal.core import protocol
+    from interlock_temporal.core.protocol import Gate
+
+    assert Gate.__bases__ == (object,)
+    inherited = []
+    for info in pkgutil.iter_modules(protocol.__path__):
+        module = importlib.import_module(f"{protocol.__name__}.{info.name}")
+        for name, cls in inspect.getmembers(module, inspect.isclass):
+            if cls.__module__ != module.__name__:
+                continue
+            inherited += [
+                f"{name}({base.__name__})"
+                for base in cls.__mro__[1:]
+                if base.__module__.startswith(protocol.__name__)
+            ]
+    assert inherited == []
+    from interlock_temporal.testing import throwaway_journal
+
+    journal = throwaway_journal()
+    try:
+        held = {type(v).__name__: v for v in vars(Gate(journal)).values()}
+        assert {"Recorder", "Admission", "Recovery", "Dispatch"} <= set(held)
+        # tier 0 is reached through the dispatch alone
+        assert "Atomic" in {type(v).__name__ for v in vars(held["Dispatch"]).values()}
+    finally:
+        journal.close()
