@@ -46,6 +46,7 @@ from workers.scenarios import ORDER
 from . import test_policy_server as approvals
 from . import test_reviews as reviews
 from .doc_snippets import load, snippet
+from .sealed import sealed
 from .test_policy_server import EXTRA, fresh_payee, over_threshold, ran, wire  # noqa: F401
 from .test_reviews import fresh_case, until  # noqa: F401
 from .test_server import rig
@@ -327,18 +328,20 @@ async def test_email_is_sent_over_smtp(dev_server: DevServer, tmp_path: Path) ->
     try:
         client = await Client.connect(dev_server.target, plugins=[plugin])
         queue = f"notify-{uuid.uuid4().hex[:8]}"
-        review_id = f"interlock-review-approval-{uuid.uuid4().hex}"
+        binding = uuid.uuid4().hex
+        review_id = f"interlock-review-approval-{binding}"
+        request = ReviewRequest(
+            kind="approval",
+            effect_id=binding,
+            activity="wire",
+            principal="payments-agent",
+            rules=ReviewRules(deadline_s=1.0),
+            notifiers=["email"],
+        )
         async with Worker(client, task_queue=queue):
             handle = await client.start_workflow(
                 EffectReview.run,
-                ReviewRequest(
-                    kind="approval",
-                    effect_id="f" * 64,
-                    activity="wire",
-                    principal="payments-agent",
-                    rules=ReviewRules(deadline_s=1.0),
-                    notifiers=["email"],
-                ),
+                sealed(request, review_id, "11" * 32),
                 id=review_id,
                 task_queue=queue,
             )
@@ -350,12 +353,12 @@ async def test_email_is_sent_over_smtp(dev_server: DevServer, tmp_path: Path) ->
         controller.stop()
     (to, first), (_, second) = inbox.messages
     assert to == ["oncall@ops.example"]
-    assert first["Subject"] == "[interlock] Approval needed (opened): wire ffffffffffff"
+    assert first["Subject"] == f"[interlock] Approval needed (opened): wire {binding[:12]}"
     text = first.get_payload(decode=True).decode().replace("\r\n", "\n")
     assert f"/namespaces/default/workflows/{review_id}" in text
     assert f"--workflow-id {review_id} --name resolve" in text
     check_signature("mail-" + "ef" * 16, first["Interlock-Signature"], text.encode())
-    assert second["Subject"] == "[interlock] Approval needed (expired): wire ffffffffffff"
+    assert second["Subject"] == f"[interlock] Approval needed (expired): wire {binding[:12]}"
     assert "the call is refused" in second.get_payload(decode=True).decode()
 
 

@@ -5,13 +5,16 @@ decide (the ``interlock.record_decision`` activity). The workflow itself is ``_r
 
 from __future__ import annotations
 
+import json
 import logging
 from typing import TYPE_CHECKING, Any
 
 from pydantic import TypeAdapter, ValidationError
 from temporalio import activity
+from temporalio.client import Client, WorkflowExecutionStatus
 from temporalio.common import WorkflowIDConflictPolicy, WorkflowIDReusePolicy
 from temporalio.exceptions import ApplicationError
+from temporalio.service import RPCError, RPCStatusCode
 
 from .._worker.errors import JournalCorruptError, describe_invalid
 from ..core.errors import JournalCorrupt
@@ -20,23 +23,29 @@ from ..core.models import Kind
 from ..core.policy import redact
 from ..core.receipts import fold, receipt_of
 from ..core.review import (
+    Reached,
     Recorded,
     ReviewError,
     ReviewKind,
     approval_markdown,
     circuit_markdown,
+    reached,
     record_approval,
     record_circuit_reset,
     record_resolution,
     review_id,
     review_markdown,
+    vote_problem,
 )
+from ..core.review_seal import ReviewSeals
 from ..core.sealing import ENCRYPTED
 from .workflow import (
+    CHECK_ACTIVITY,
     RECORD_ACTIVITY,
     DecisionRecord,
     EffectReview,
     LateCommit,
+    ReviewCheck,
     ReviewRequest,
     Subscriber,
 )
@@ -71,6 +80,14 @@ class ReviewDesk:
 
     def __init__(self, runtime: WorkerRuntime) -> None:
         self._runtime = runtime
+        self._seals: ReviewSeals | None = None
+
+    @property
+    def seals(self) -> ReviewSeals:
+        """Seals the reviews this worker opens, and checks a review's (the journal's keys)."""
+        if self._seals is None:
+            self._seals = ReviewSeals(self._runtime.gate.journal.keyring)
+        return self._seals
 
     # -- opening -----------------------------------------------------------------------------
 
@@ -135,6 +152,8 @@ class ReviewDesk:
             **self._settings(),
         )
         workflow_id = review_id(kind, effect_id)
+        req.seal = self.seals.seal(workflow_id, req.model_dump(mode="json"))
+        waiting = await self._replace_unless_genuine(client, workflow_id)
         options: dict[str, Any] = {
             "id": workflow_id,
             "task_queue": runtime.review_task_queue or task_queue,
@@ -149,8 +168,43 @@ class ReviewDesk:
             options["start_signal_args"] = [Subscriber(workflow_id=subscriber)]
         else:
             options["id_conflict_policy"] = WorkflowIDConflictPolicy.USE_EXISTING
-        await client.start_workflow(EffectReview.run, req, **options)
+        handle = await client.start_workflow(EffectReview.run, req, **options)
+        for other in sorted(waiting - {subscriber or ""}):  # who waited on the one it replaced
+            await handle.signal(EffectReview.subscribe, Subscriber(workflow_id=other))
         return workflow_id
+
+    async def _replace_unless_genuine(self, client: Client, workflow_id: str) -> set[str]:
+        """A running review of this id whose request does not carry this journal's seal (one a
+        client started to shape or block the real one) is terminated, saying why, and the
+        workflows it told it was waiting for them are returned, to wait on the genuine one.
+        Cost: a describe, and when one runs, its start event (one history page)."""
+        handle = client.get_workflow_handle(workflow_id)
+        try:
+            described = await handle.describe()
+        except RPCError as err:
+            if err.status is RPCStatusCode.NOT_FOUND:
+                return set()
+            raise
+        if described.status is not WorkflowExecutionStatus.RUNNING:
+            return set()
+        request = await _start_of(client, workflow_id, described.run_id)
+        problem = (
+            "its start event could not be read"
+            if request is None
+            else self.seals.problem(workflow_id, request)
+        )
+        if problem is None:
+            return set()
+        log.warning("replacing review %s, which is not genuine: %s", workflow_id, problem)
+        waiting = await _waiting_on(client, workflow_id, described.run_id)
+        try:
+            await client.get_workflow_handle(workflow_id, run_id=described.run_id).terminate(
+                reason=f"not a genuine Interlock review ({problem}): replaced by the worker's"
+            )
+        except RPCError as err:
+            if err.status is not RPCStatusCode.NOT_FOUND:
+                raise
+        return waiting
 
     def _settings(self) -> dict[str, Any]:
         """A review's rules (its deadline included), and who is told of it and how often."""
@@ -179,45 +233,141 @@ class ReviewDesk:
 
     # -- the activities --------------------------------------------------------------------
 
+    @activity.defn(name=CHECK_ACTIVITY)
+    async def check_review(self) -> ReviewCheck:
+        """Asked by a review as it starts: is its own request sealed by this journal's keys,
+        for its own workflow id? A review that is not says so and ends; the record activity
+        checks again, for itself, so a review that skips this asks in vain."""
+        problem = await self._caller_problem()
+        return ReviewCheck(genuine=problem is None, reason=problem or "")
+
     @activity.defn(name=RECORD_ACTIVITY)
     async def record_decision(self, rec: DecisionRecord) -> Recorded:
-        """Record a person's decision; one on an effect whose entries do not verify is refused
-        (non-retryable ``JournalCorrupt``): nothing is recorded, and the review stays open."""
-        journal = self._runtime.gate.journal
-        values = self._runtime.gate.values
-        result = rec.result
+        """Record a person's decision, enforced here rather than where the votes were collected:
+        only for the genuine review of this effect (the calling workflow is the canonical
+        ``EffectReview`` of ``rec``, and its request, read from its history, carries the
+        journal's seal), from the votes themselves counted under this worker's rules and the
+        principal the journal recorded (never the review's copies of them). Anything else is
+        refused, non-retryably, with nothing recorded; a refusal is logged with its caller and
+        counted. One on an effect whose entries do not verify is refused (``JournalCorrupt``)."""
+        problem = await self._caller_problem(rec.kind, rec.effect_id)
+        if problem is None and rec.votes is None:
+            problem = "it sent no votes, only their tally"
+        if problem is not None:
+            raise self._refused("not_genuine", f"not recorded: not a genuine review: {problem}")
         try:
-            if rec.decision == "happened" and result is not None:
-                result = self._checked_result(rec.effect_id, result)
-            if rec.kind == "circuit":
-                return record_circuit_reset(
-                    journal, rec.effect_id, operators=rec.operators, note=rec.note
-                )
-            if rec.kind == "approval":
-                return record_approval(
-                    journal,
-                    rec.effect_id,
-                    decision=rec.decision,
-                    operators=rec.operators,
-                    note=rec.note,
-                    scope=rec.scope,
-                    ttl_s=rec.ttl_s,
-                )
-            return record_resolution(
-                journal,
-                rec.effect_id,
-                kind=rec.kind,
-                decision=rec.decision,
-                operators=rec.operators,
-                note=rec.note,
-                result=result,
-                values=values,
-                stored_result=None if result is None else await values.store(canonical(result)),
-            )
+            return await self._record(rec.kind, rec.effect_id, self._counted(rec))
         except ReviewError as err:
             raise ApplicationError(str(err), type="InvalidDecision", non_retryable=True) from None
         except JournalCorrupt as err:
             raise JournalCorruptError(str(err), err.effect_id, err.seq) from None
+
+    def _counted(self, rec: DecisionRecord) -> Reached:
+        """The decision ``rec``'s votes reach under this worker's rules, each vote checked
+        against them and the journal's principal; refused if they reach none."""
+        rules = self._runtime.review_rules
+        principal = self._principal(rec.kind, rec.effect_id)
+        counted: list[Any] = []
+        for vote in rec.votes or []:
+            problem = vote_problem(rec.kind, vote, rules, principal, counted)
+            if problem is None:
+                counted.append(vote)
+            else:
+                log.warning("review of %s: a vote not counted: %s", rec.effect_id[:16], problem)
+        decided = reached(counted, rules.min_approvals)
+        if decided is None:
+            raise self._refused(
+                "no_decision",
+                "not recorded: the votes reach no decision under this worker's rules ("
+                f"{rules.min_approvals} distinct operator(s) must agree"
+                + (", from its allowed operators" if rules.allowed_operators is not None else "")
+                + ", and the agent's own principal may not decide)",
+            )
+        return decided
+
+    def _principal(self, kind: ReviewKind, subject: str) -> str | None:
+        """Who asked, as the journal recorded it: the effect's principal, the approval's; a
+        circuit's reset has none."""
+        journal = self._runtime.gate.journal
+        if kind == "approval":
+            approval = journal.policy.approval(subject)
+            return None if approval is None else approval.principal
+        if kind == "ambiguous":
+            entries = journal.read(subject)
+            return fold(subject, entries).principal if entries else None
+        return None
+
+    async def _record(self, kind: ReviewKind, subject: str, decided: Reached) -> Recorded:
+        journal = self._runtime.gate.journal
+        values = self._runtime.gate.values
+        result = decided.result
+        if decided.decision == "happened" and result is not None:
+            result = self._checked_result(subject, result)
+        if kind == "circuit":
+            return record_circuit_reset(
+                journal, subject, operators=decided.operators, note=decided.note
+            )
+        if kind == "approval":
+            return record_approval(
+                journal,
+                subject,
+                decision=decided.decision,
+                operators=decided.operators,
+                note=decided.note,
+                scope=decided.scope,
+                ttl_s=decided.ttl_s,
+            )
+        return record_resolution(
+            journal,
+            subject,
+            kind=kind,
+            decision=decided.decision,
+            operators=decided.operators,
+            note=decided.note,
+            result=result,
+            values=values,
+            stored_result=None if result is None else await values.store(canonical(result)),
+        )
+
+    async def _caller_problem(
+        self, kind: ReviewKind | None = None, subject: str | None = None
+    ) -> str | None:
+        """Why the workflow calling this activity is not the genuine review of ``kind`` and
+        ``subject`` (by default: of what its own request names); None when it is. The type and
+        id checks are defence in depth: the seal, over the request its history holds, is what
+        holds against a client that started a review, or runs a review's workflow tasks."""
+        info = activity.info()
+        if not info.workflow_id or not info.workflow_run_id:
+            return "it was started on its own, not by a review"
+        if info.workflow_type != EffectReview.__name__:
+            return f"its caller is a {info.workflow_type} workflow, not a review"
+        client = self._runtime.temporal_client()
+        if client is None:
+            return "this worker has no Temporal client to read the review's history with"
+        request = await _start_of(client, info.workflow_id, info.workflow_run_id)
+        if request is None:
+            return "the review's start event could not be read"
+        named = (request.get("kind"), request.get("effect_id"))
+        if kind is not None and named != (kind, subject):
+            return "the review's request names another effect or kind than the decision"
+        if not isinstance(named[0], str) or not isinstance(named[1], str):
+            return "the review's request names no effect"
+        if info.workflow_id != review_id(named[0], named[1]):
+            return f"its workflow id {info.workflow_id!r} is not its effect's review's"
+        return self.seals.problem(info.workflow_id, request)
+
+    def _refused(self, code: str, message: str) -> ApplicationError:
+        """A refusal to record, logged with who called and counted."""
+        info = activity.info()
+        log.warning(
+            "%s (called by workflow %r of type %r, run %s)",
+            message,
+            info.workflow_id,
+            info.workflow_type,
+            info.workflow_run_id,
+        )
+        self._runtime.telemetry.refused_review(code)
+        return ApplicationError(message, type="InvalidDecision", non_retryable=True)
 
     def _checked_result(self, effect_id: str, result: Any) -> Any:
         view = fold(effect_id, self._runtime.gate.journal.read(effect_id))
@@ -235,3 +385,43 @@ class ReviewDesk:
                 non_retryable=True,
             ) from None
         return adapter.dump_python(value, mode="json")
+
+
+async def _start_of(client: Client, workflow_id: str, run_id: str) -> dict[str, Any] | None:
+    """The request a review run was started with, as JSON data (decoded by the client's codec,
+    if it has one), read from its first history event; None when there is none to read."""
+    handle = client.get_workflow_handle(workflow_id, run_id=run_id)
+    async for event in handle.fetch_history_events(page_size=4):
+        if not event.HasField("workflow_execution_started_event_attributes"):
+            return None
+        found = await _decoded(client, event.workflow_execution_started_event_attributes.input)
+        return found if isinstance(found, dict) else None
+    return None
+
+
+async def _waiting_on(client: Client, workflow_id: str, run_id: str) -> set[str]:
+    """The workflows a review run was told wait on it (its ``subscribe`` signals)."""
+    handle = client.get_workflow_handle(workflow_id, run_id=run_id)
+    waiting: set[str] = set()
+    async for event in handle.fetch_history_events():
+        if not event.HasField("workflow_execution_signaled_event_attributes"):
+            continue
+        signaled = event.workflow_execution_signaled_event_attributes
+        if signaled.signal_name != "subscribe":
+            continue
+        found = await _decoded(client, signaled.input)
+        if isinstance(found, dict) and isinstance(found.get("workflow_id"), str):
+            waiting.add(found["workflow_id"])
+    return waiting
+
+
+async def _decoded(client: Client, payloads: Any) -> Any:
+    """The first of ``payloads`` as JSON data, through the client's codec; None if not JSON."""
+    found = list(payloads.payloads)
+    codec = client.data_converter.payload_codec
+    if codec is not None and found:
+        found = list(await codec.decode(found))
+    try:
+        return json.loads(found[0].data) if found else None
+    except ValueError:
+        return None

@@ -22,13 +22,19 @@ from ..core.review_rules import (
     ReviewKind,
     ReviewRules,
     Vote,
-    tally,
+    reached,
     vote_problem,
 )
 
 RESOLUTION_SIGNAL = "interlock.resolution"
 RECORD_ACTIVITY = "interlock.record_decision"
 NOTIFY_ACTIVITY = "interlock.notify"
+CHECK_ACTIVITY = "interlock.check_review"
+#: guards what reviews do since requests are sealed: a review first asks a worker whether its
+#: request carries the seal of the journal's keys (``core.review_seal``), and one that does not
+#: ends at once, telling its waiters only to look again; the record activity is sent every vote.
+#: Reviews started before replay as they ran.
+SEAL_PATCH = "interlock-review-sealed"
 #: guards what reviews do since notifications: tell people (opened, reminder, expired,
 #: escalated, resolved), remind, and escalate an AMBIGUOUS review at its deadline instead of
 #: expiring it. Reviews started before replay as they ran.
@@ -58,6 +64,9 @@ class ReviewRequest(BaseModel):
     notifiers: list[str] = Field(default_factory=list)
     #: send a ``reminder`` this often while the review is open (None: never)
     reminder_s: float | None = Field(default=None, gt=0)
+    #: the opening worker's seal over everything above and the review's workflow id
+    #: (``core.review_seal``): a request without a valid one is not a genuine review's
+    seal: str | None = None
 
 
 class Subscriber(BaseModel):
@@ -124,9 +133,18 @@ class LateCommit(BaseModel):
     result: Any = None
 
 
+class ReviewCheck(BaseModel):
+    """A worker's answer to a review asking whether it is genuine: its request carries the
+    seal of the journal's keys, for its own workflow id."""
+
+    genuine: bool
+    reason: str = ""
+
+
 class DecisionRecord(BaseModel):
-    """What the record activity is asked to journal: the decision the votes reached, and who
-    reached it (not a single ``Vote``)."""
+    """What the record activity is asked to journal: the decision the votes reached, who
+    reached it, and (since ``SEAL_PATCH``) every vote, which the activity counts again under
+    the worker's own rules; the aggregate alone decides nothing."""
 
     kind: ReviewKind
     effect_id: str
@@ -137,6 +155,8 @@ class DecisionRecord(BaseModel):
     #: an approval's extent (see ``Vote``)
     scope: Literal["once", "session"] | None = None
     ttl_s: float | None = None
+    #: every vote the review counted, in order (None: a review from before ``SEAL_PATCH``)
+    votes: list[Vote] | None = None
 
 
 def _refusal(message: str) -> FailureError:
@@ -195,12 +215,19 @@ class EffectReview:
         self._deadline_at: float | None = None
         #: each notifier's deliveries, in order (the last one's task)
         self._deliveries: dict[str, asyncio.Task[None]] = {}
+        #: since SEAL_PATCH: the request is checked first, and every vote goes to the record
+        self._sealed = False
+        #: a worker found the request not sealed: nothing here is recorded
+        self._forged = False
 
     @workflow.run
     async def run(self, req: ReviewRequest) -> ReviewStatus:
-        if workflow.patched(NOTIFY_PATCH):
+        self._sealed = workflow.patched(SEAL_PATCH)
+        # a review that is not genuine ends at once: nothing a person sends here is recorded
+        genuine = not self._sealed or await self._genuine()
+        if genuine and workflow.patched(NOTIFY_PATCH):
             await self._wait_telling(req)
-        else:
+        elif genuine:
             await self._wait(req)
         self._outcome = self._resolution()
         self._show()
@@ -281,6 +308,25 @@ class EffectReview:
                 break
             await self._record()
 
+    async def _genuine(self) -> bool:
+        """Whether a worker finds this review's request sealed for its workflow id. One that is
+        not ends closed, says why, and only wakes its waiters (their next attempt opens the
+        genuine review); a vote waiting on a recording is refused."""
+        check: ReviewCheck = await workflow.execute_activity(
+            CHECK_ACTIVITY,
+            start_to_close_timeout=timedelta(seconds=30),
+            retry_policy=RetryPolicy(maximum_interval=timedelta(seconds=10)),
+            result_type=ReviewCheck,
+        )
+        if check.genuine:
+            return True
+        self._state, self._forged = "closed", True
+        self._reason = f"not a genuine review, nothing sent here is recorded: {check.reason}"
+        self._last_error, self._pending = self._reason, None
+        self._recordings += 1
+        workflow.logger.warning("review %s: %s", workflow.info().workflow_id, self._reason)
+        return False
+
     def _finish_by_late_commit(self, commit: LateCommit) -> None:
         """The attempt in doubt committed after all: the review closes without a person."""
         self._state, self._receipt = "closed", commit.receipt
@@ -304,6 +350,7 @@ class EffectReview:
                     result=result,
                     scope=self._extent[0],
                     ttl_s=self._extent[1],
+                    votes=list(self._votes) if self._sealed else None,
                 ),
                 result_type=Recorded,
                 start_to_close_timeout=timedelta(seconds=30),
@@ -341,16 +388,11 @@ class EffectReview:
 
     def _vote(self, d: Vote) -> None:
         self._votes.append(d)
-        counted = tally(self._votes, self._req.rules.min_approvals)
-        if counted is not None and self._pending is None:
-            decision, operators = counted
-            deciding = [v for v in self._votes if v.decision == decision]
-            result = next((v.result for v in reversed(deciding) if v.result is not None), None)
-            note = "; ".join(f"{v.operator.strip()}: {v.note}" for v in deciding if v.note)
-            self._pending = (decision, operators, note, result)
-            extent = [v for v in deciding if v.scope is not None or v.ttl_s is not None]
-            if extent:
-                self._extent = (extent[-1].scope, extent[-1].ttl_s)
+        decided = reached(self._votes, self._req.rules.min_approvals)
+        if decided is not None and self._pending is None:
+            self._pending = (decided.decision, decided.operators, decided.note, decided.result)
+            if decided.scope is not None or decided.ttl_s is not None:
+                self._extent = (decided.scope, decided.ttl_s)
         self._show()
 
     @workflow.signal(
@@ -439,6 +481,13 @@ class EffectReview:
 
     def _resolution(self) -> Resolution:
         decided = self._decided
+        if self._forged:  # a wake-up only: nothing was decided here
+            return Resolution(
+                effect_id=self._req.effect_id,
+                kind=self._req.kind,
+                state="closed",
+                note=self._reason,
+            )
         if self._state == "closed" and decided is None:
             return Resolution(
                 effect_id=self._req.effect_id,

@@ -16,10 +16,12 @@ from .models import Draft, Kind
 from .policy import Approval, SessionState
 from .receipts import EffectView, fold, fold_checked, receipt_of
 from .review_rules import DECISIONS as DECISIONS
+from .review_rules import Reached as Reached
 from .review_rules import Recorded as Recorded
 from .review_rules import ReviewKind as ReviewKind
 from .review_rules import ReviewRules as ReviewRules
 from .review_rules import Vote as Vote
+from .review_rules import reached as reached
 from .review_rules import review_id as review_id
 from .review_rules import tally as tally
 from .review_rules import vote_problem as vote_problem

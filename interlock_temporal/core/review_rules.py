@@ -96,6 +96,38 @@ def tally(votes: Sequence[Vote], min_approvals: int) -> tuple[str, list[str]] | 
     return None
 
 
+class Reached(BaseModel):
+    """What the votes decided: the decision enough distinct operators agree on, who they are,
+    their notes, the result the last of them attested, and an approval's extent (from the last
+    of them that gave one)."""
+
+    decision: str
+    operators: list[str]
+    note: str = ""
+    result: Any = None
+    scope: Literal["once", "session"] | None = None
+    ttl_s: float | None = None
+
+
+def reached(votes: Sequence[Vote], min_approvals: int) -> Reached | None:
+    """The decision ``votes`` reach (``tally``), with what the deciding votes carry; None: no
+    decision yet. The review workflow and the activity that records it count alike."""
+    counted = tally(votes, min_approvals)
+    if counted is None:
+        return None
+    decision, operators = counted
+    deciding = [v for v in votes if v.decision == decision]
+    extent = [v for v in deciding if v.scope is not None or v.ttl_s is not None]
+    return Reached(
+        decision=decision,
+        operators=operators,
+        note="; ".join(f"{v.operator.strip()}: {v.note}" for v in deciding if v.note),
+        result=next((v.result for v in reversed(deciding) if v.result is not None), None),
+        scope=extent[-1].scope if extent else None,
+        ttl_s=extent[-1].ttl_s if extent else None,
+    )
+
+
 class Recorded(BaseModel):
     """The journal's answer to a decision that the votes reached."""
 
