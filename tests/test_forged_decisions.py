@@ -25,9 +25,12 @@ from temporalio.worker import UnsandboxedWorkflowRunner, Worker
 
 from interlock_temporal import receipt
 from interlock_temporal.core.journal import Journal
-from interlock_temporal.core.review_rules import review_id
-from interlock_temporal.testing import temporal_cli
+from interlock_temporal.core.models import Kind
+from interlock_temporal.core.review_rules import ReviewRules, review_id
+from interlock_temporal.testing import DevServer, temporal_cli
+from workers.scenarios import ORDER
 
+from .test_server import rig
 from .test_target_email import Server, crash_after_send, email, journal, smtp
 
 __all__ = ["journal", "smtp"]  # the email tests' fixtures, used here too
@@ -193,3 +196,87 @@ async def test_an_outsider_can_neither_decide_nor_resend_a_tier_3_email(
     finally:
         for w in workers:
             await w.stop()
+
+
+#: what the outsider's workflow code below sends to the record activity, set by the test
+FORGING: dict[str, Any] = {}
+
+
+@workflow.defn(name="EffectReview", sandboxed=False)
+class OutsiderRunsTheGenuineReview:
+    """An outsider polling the reviews' task queue runs the genuine review's workflow tasks:
+    its request (sealed by the worker) is genuine; the votes it sends are the outsider's."""
+
+    @workflow.run
+    async def run(self, request: dict[str, Any]) -> Any:
+        return await workflow.execute_activity(
+            RECORD,
+            FORGING["record"],
+            task_queue=FORGING["queue"],
+            start_to_close_timeout=timedelta(seconds=20),
+            retry_policy=RetryPolicy(maximum_attempts=1),
+        )
+
+
+@pytest.mark.server
+@pytest.mark.parametrize(
+    "votes",
+    [
+        [{"decision": "not_happened", "operator": "refund-bot"}],  # the agent's own principal
+        [{"decision": "not_happened", "operator": "mallory"}],  # not an allowed operator
+        [{"decision": "not_happened", "operator": "carol"}],  # one of the two that must agree
+    ],
+    ids=["self", "not-allowed", "too-few"],
+)
+async def test_votes_are_counted_again_where_they_are_recorded(
+    dev_server: DevServer, tmp_path: Path, votes: list[dict[str, Any]]
+) -> None:
+    """The review's request is genuine, but an outsider runs its workflow tasks: the votes
+    reach the record activity unchecked by any review, and it counts them again under the
+    worker's rules and the principal the journal recorded. The money moved once."""
+    reviews = f"reviews-{uuid.uuid4().hex[:8]}"  # polled by the outsider alone
+    rules = ReviewRules(allowed_operators=["carol", "dave"], min_approvals=2)
+    options = {"review": rules, "review_task_queue": reviews}
+    async with rig(dev_server, tmp_path, tier=3, plugin_options=options) as r:
+        r.payments.arm("after_commit", "reset")
+        case = await r.client.start_workflow(
+            "CallActivity",
+            {
+                "activity": "refund",
+                "arg": r.request().model_dump(mode="json"),
+                "principal": "refund-bot",
+                "lease": r.lease_id,
+                "maximum_attempts": 1,
+            },
+            id=f"case-{uuid.uuid4().hex[:8]}",
+            task_queue=r.task_queue,
+        )
+        with pytest.raises(WorkflowFailureError):
+            await asyncio.wait_for(case.result(), 60)
+        (row,) = r.journal.effects()
+        assert row.status is Kind.AMBIGUOUS
+        FORGING.update(
+            queue=r.task_queue,
+            record={
+                "kind": "ambiguous",
+                "effect_id": row.effect_id,
+                "decision": "not_happened",
+                "operators": [v["operator"] for v in votes],
+                "votes": votes,
+            },
+        )
+        outsider = await Client.connect(dev_server.target)  # no plugin, no key
+        async with Worker(
+            outsider,
+            task_queue=reviews,
+            workflows=[OutsiderRunsTheGenuineReview],
+            workflow_runner=UnsandboxedWorkflowRunner(),
+        ):
+            review = r.client.get_workflow_handle(review_id("ambiguous", row.effect_id))
+            with pytest.raises(WorkflowFailureError) as failed:
+                await asyncio.wait_for(review.result(), 30)
+        cause = failed.value.cause
+        assert isinstance(cause, ActivityError) and isinstance(cause.cause, ApplicationError)
+        assert "reach no decision under this worker's rules" in cause.cause.message
+        assert receipt(row.effect_id, journal=r.journal).final == "AMBIGUOUS"
+        assert r.payments.refunded_cents(ORDER) == 2000 and r.payments.calls(ORDER) == 1
