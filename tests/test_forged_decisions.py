@@ -134,6 +134,8 @@ async def test_an_outsider_can_neither_decide_nor_resend_a_tier_3_email(
                 {"queue": queue, "record": forged(eid, "happened", "carol")},
                 id=canonical,
                 task_queue=f"nobody-{uuid.uuid4().hex[:8]}",
+                start_signal="subscribe",
+                start_signal_args=[{"workflow_id": "a-workflow-waiting-on-it"}],
             )
 
         # 3. the record activity started on its own
@@ -185,7 +187,9 @@ async def test_an_outsider_can_neither_decide_nor_resend_a_tier_3_email(
         replaced = client.get_workflow_handle(canonical, run_id=held.result_run_id)
         assert (await replaced.describe()).status.name == "TERMINATED"
         real = client.get_workflow_handle(canonical)
-        assert (await real.query("status"))["state"] == "open"
+        status = await real.query("status")
+        # open, and whoever the outsider's review said waited on it waits on this one too
+        assert status["state"] == "open" and status["subscribers"] == 2
         decided = await real.execute_update(
             "decide", {"decision": "happened", "operator": "carol", "note": "in the outbox"}
         )
