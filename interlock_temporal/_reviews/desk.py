@@ -102,39 +102,10 @@ class ReviewDesk:
         """Make sure the effect's review exists (and ``subscriber`` will hear its outcome).
         Starts one only while the journal says the effect awaits a person."""
         runtime = self._runtime
-        journal = runtime.gate.journal
-        principal: str | None
-        if kind == "circuit":
-            state = journal.policy.session(effect_id)
-            if state is None or state.circuit is None:
-                return None
-            activity_name, principal = state.circuit.activity, None
-            details = circuit_markdown(effect_id, state, runtime.review_rules)
-        elif kind == "approval":
-            approval = journal.policy.approval(effect_id)
-            if approval is None or approval.status != "pending":
-                return None
-            activity_name, principal = approval.activity, approval.principal
-            details = approval_markdown(approval, runtime.review_rules)
-        else:
-            entries = journal.read(effect_id)
-            view = fold(effect_id, entries)
-            if view.status is not Kind.AMBIGUOUS:
-                return None
-            approved = await _shown_input(runtime, journal.blob(effect_id, "approved"))
-            changes: list[dict[str, Any]] = next(
-                (e.data.get("changes", []) for e in reversed(entries) if e.kind is Kind.AMBIGUOUS),
-                [],
-            )
-            activity_name = view.activity or view.effect_type or ""
-            principal = view.principal
-            details = review_markdown(
-                kind,
-                view,
-                approved[0] if len(approved) == 1 else approved,
-                runtime.review_rules,
-                changes,
-            )
+        awaiting = await self._awaiting(kind, effect_id)
+        if awaiting is None:
+            return None
+        activity_name, principal, details = awaiting
         client = runtime.temporal_client()
         if client is None:
             log.warning(
@@ -205,6 +176,38 @@ class ReviewDesk:
             if err.status is not RPCStatusCode.NOT_FOUND:
                 raise
         return waiting
+
+    async def _awaiting(
+        self, kind: ReviewKind, effect_id: str
+    ) -> tuple[str, str | None, str] | None:
+        """What a person deciding is shown (the activity, who asked, the details), read from
+        the journal; None unless it says the effect (or call, or session) awaits a person."""
+        runtime = self._runtime
+        journal = runtime.gate.journal
+        if kind == "circuit":
+            state = journal.policy.session(effect_id)
+            if state is None or state.circuit is None:
+                return None
+            details = circuit_markdown(effect_id, state, runtime.review_rules)
+            return state.circuit.activity, None, details
+        if kind == "approval":
+            approval = journal.policy.approval(effect_id)
+            if approval is None or approval.status != "pending":
+                return None
+            details = approval_markdown(approval, runtime.review_rules)
+            return approval.activity, approval.principal, details
+        entries = journal.read(effect_id)
+        view = fold(effect_id, entries)
+        if view.status is not Kind.AMBIGUOUS:
+            return None
+        approved = await _shown_input(runtime, journal.blob(effect_id, "approved"))
+        changes: list[dict[str, Any]] = next(
+            (e.data.get("changes", []) for e in reversed(entries) if e.kind is Kind.AMBIGUOUS),
+            [],
+        )
+        shown = approved[0] if len(approved) == 1 else approved
+        details = review_markdown(kind, view, shown, runtime.review_rules, changes)
+        return view.activity or view.effect_type or "", view.principal, details
 
     def _settings(self) -> dict[str, Any]:
         """A review's rules (its deadline included), and who is told of it and how often."""
