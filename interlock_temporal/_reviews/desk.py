@@ -23,19 +23,19 @@ from ..core.models import Kind
 from ..core.policy import redact
 from ..core.receipts import fold, receipt_of
 from ..core.review import (
+    NoDecision,
     Reached,
     Recorded,
     ReviewError,
     ReviewKind,
     approval_markdown,
     circuit_markdown,
-    reached,
+    count_votes,
     record_approval,
     record_circuit_reset,
     record_resolution,
     review_id,
     review_markdown,
-    vote_problem,
 )
 from ..core.review_seal import ReviewSeals
 from ..core.sealing import ENCRYPTED
@@ -266,39 +266,18 @@ class ReviewDesk:
             raise JournalCorruptError(str(err), err.effect_id, err.seq) from None
 
     def _counted(self, rec: DecisionRecord) -> Reached:
-        """The decision ``rec``'s votes reach under this worker's rules, each vote checked
-        against them and the journal's principal; refused if they reach none."""
-        rules = self._runtime.review_rules
-        principal = self._principal(rec.kind, rec.effect_id)
-        counted: list[Any] = []
-        for vote in rec.votes or []:
-            problem = vote_problem(rec.kind, vote, rules, principal, counted)
-            if problem is None:
-                counted.append(vote)
-            else:
-                log.warning("review of %s: a vote not counted: %s", rec.effect_id[:16], problem)
-        decided = reached(counted, rules.min_approvals)
-        if decided is None:
-            raise self._refused(
-                "no_decision",
-                "not recorded: the votes reach no decision under this worker's rules ("
-                f"{rules.min_approvals} distinct operator(s) must agree"
-                + (", from its allowed operators" if rules.allowed_operators is not None else "")
-                + ", and the agent's own principal may not decide)",
-            )
-        return decided
-
-    def _principal(self, kind: ReviewKind, subject: str) -> str | None:
-        """Who asked, as the journal recorded it: the effect's principal, the approval's; a
-        circuit's reset has none."""
+        """The decision ``rec``'s votes reach under this worker's rules (``count_votes``);
+        refused, and counted, if they reach none."""
         journal = self._runtime.gate.journal
-        if kind == "approval":
-            approval = journal.policy.approval(subject)
-            return None if approval is None else approval.principal
-        if kind == "ambiguous":
-            entries = journal.read(subject)
-            return fold(subject, entries).principal if entries else None
-        return None
+        try:
+            decided, left_out = count_votes(
+                journal, rec.kind, rec.effect_id, rec.votes or [], self._runtime.review_rules
+            )
+        except NoDecision as err:
+            raise self._refused("no_decision", str(err)) from None
+        for problem in left_out:
+            log.warning("review of %s: a vote not counted: %s", rec.effect_id[:16], problem)
+        return decided
 
     async def _record(self, kind: ReviewKind, subject: str, decided: Reached) -> Recorded:
         journal = self._runtime.gate.journal

@@ -32,6 +32,48 @@ class ReviewError(InterlockError):
     """A decision that cannot be recorded (the message is shown to the person)."""
 
 
+class NoDecision(ReviewError):
+    """The votes reach no decision under the rules (the message says which rules)."""
+
+
+def principal_of(journal: Journal, kind: str, subject: str) -> str | None:
+    """Who asked, as the journal recorded it: the effect's principal, the approval's; a
+    circuit's reset has none."""
+    if kind == "approval":
+        approval = journal.policy.approval(subject)
+        return None if approval is None else approval.principal
+    if kind == "ambiguous":
+        entries = journal.read(subject)
+        return fold(subject, entries).principal if entries else None
+    return None
+
+
+def count_votes(
+    journal: Journal, kind: str, subject: str, votes: Sequence[Vote], rules: ReviewRules
+) -> tuple[Reached, list[str]]:
+    """The decision ``votes`` reach where it is recorded: each vote checked against ``rules``
+    (the recording worker's) and the principal the journal recorded, never a review's copies of
+    them; with why each vote left out was. ``NoDecision`` if the counted votes reach none."""
+    principal = principal_of(journal, kind, subject)
+    counted: list[Vote] = []
+    left_out: list[str] = []
+    for vote in votes:
+        problem = vote_problem(kind, vote, rules, principal, counted)
+        if problem is None:
+            counted.append(vote)
+        else:
+            left_out.append(problem)
+    decided = reached(counted, rules.min_approvals)
+    if decided is None:
+        raise NoDecision(
+            "not recorded: the votes reach no decision under this worker's rules ("
+            f"{rules.min_approvals} distinct operator(s) must agree"
+            + (", from its allowed operators" if rules.allowed_operators is not None else "")
+            + ", and the agent's own principal may not decide)"
+        )
+    return decided, left_out
+
+
 def record_resolution(
     journal: Journal,
     effect_id: str,
