@@ -33,6 +33,7 @@ from ..core.review import (
 )
 from ..core.sealing import ENCRYPTED
 from .workflow import (
+    COMMITTED_ACTIVITY,
     RECORD_ACTIVITY,
     DecisionRecord,
     EffectReview,
@@ -162,14 +163,15 @@ class ReviewDesk:
         }
 
     async def late_commit(self, effect_id: str) -> None:
-        """A late COMMITTED closed an AMBIGUOUS effect: tell its review, if one is open."""
+        """A late COMMITTED closed an AMBIGUOUS effect: tell its review, if one is open. The
+        signal wakes the review, which reads the COMMITTED from the journal itself
+        (``committed``) before it closes."""
         client = self._runtime.temporal_client()
         if client is None:
             return
-        journal = self._runtime.gate.journal
-        view = fold(effect_id, journal.read(effect_id))
-        result = await self._runtime.gate.values.shown(journal.blob(effect_id, "result"))
-        commit = LateCommit(receipt=receipt_of(view), result=result)
+        commit = await self._committed(effect_id)
+        if commit is None:
+            return
         try:
             await client.get_workflow_handle(review_id("ambiguous", effect_id)).signal(
                 EffectReview.late_commit, commit
@@ -177,7 +179,27 @@ class ReviewDesk:
         except Exception as err:
             log.info("no open review to close for %s (%s)", effect_id[:16], type(err).__name__)
 
+    async def _committed(self, effect_id: str) -> LateCommit | None:
+        journal = self._runtime.gate.journal
+        view = fold(effect_id, journal.read(effect_id))
+        if view.status is not Kind.COMMITTED:
+            return None
+        result = await self._runtime.gate.values.shown(journal.blob(effect_id, "result"))
+        return LateCommit(receipt=receipt_of(view), result=result)
+
     # -- the activities --------------------------------------------------------------------
+
+    @activity.defn(name=COMMITTED_ACTIVITY)
+    async def committed(self, effect_id: str) -> LateCommit | None:
+        """The effect's COMMITTED as the journal records it (its receipt and result), or None
+        when the journal records no COMMITTED: what a review woken by a ``settled`` signal
+        believes, instead of the signal (anyone with namespace access can send one). An effect
+        whose entries do not verify is refused (non-retryable ``JournalCorrupt``), and the
+        review stays open. One read of the effect's chain."""
+        try:
+            return await self._committed(effect_id)
+        except JournalCorrupt as err:
+            raise JournalCorruptError(str(err), err.effect_id, err.seq) from None
 
     @activity.defn(name=RECORD_ACTIVITY)
     async def record_decision(self, rec: DecisionRecord) -> Recorded:

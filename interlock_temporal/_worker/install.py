@@ -199,6 +199,7 @@ def install(config: Any, interceptor: Installable) -> None:
     config["activities"] = [
         *(config.get("activities") or []),
         interceptor.desk.record_decision,
+        interceptor.desk.committed,
         reconciler.reconcile,
         NotifyDesk(runtime).notify,
     ]
