@@ -159,6 +159,27 @@ async def test_an_outsider_can_neither_decide_nor_resend_a_tier_3_email(
         with pytest.raises(ActivityFailureError) as alone:
             await asyncio.wait_for(client.get_activity_handle(standalone).result(), 30)
         refused_as_not_genuine(alone.value, "started on its own")
+        # ... and the journal's answer on whether it committed is not for an outsider either
+        asked = f"committed-{uuid.uuid4().hex[:8]}"
+        await temporal(
+            "activity",
+            "start",
+            "--address",
+            client.service_client.config.target_host,
+            "--task-queue",
+            queue,
+            "--type",
+            "interlock.committed",
+            "--activity-id",
+            asked,
+            "--start-to-close-timeout",
+            "10s",
+            "--input",
+            json.dumps(eid),
+        )
+        with pytest.raises(ActivityFailureError) as answered:
+            await asyncio.wait_for(client.get_activity_handle(asked).result(), 30)
+        refused_as_not_genuine(answered.value, "not answered", "started on its own")
 
         # nothing was recorded, and the owner's next attempt sends nothing: it is still in doubt
         assert receipt(eid, journal=journal).final == "AMBIGUOUS"

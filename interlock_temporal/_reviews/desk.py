@@ -41,6 +41,7 @@ from ..core.review_seal import ReviewSeals
 from ..core.sealing import ENCRYPTED
 from .workflow import (
     CHECK_ACTIVITY,
+    COMMITTED_ACTIVITY,
     RECORD_ACTIVITY,
     DecisionRecord,
     EffectReview,
@@ -219,20 +220,29 @@ class ReviewDesk:
         }
 
     async def late_commit(self, effect_id: str) -> None:
-        """A late COMMITTED closed an AMBIGUOUS effect: tell its review, if one is open."""
+        """A late COMMITTED closed an AMBIGUOUS effect: tell its review, if one is open. The
+        signal wakes the review, which reads the COMMITTED from the journal itself
+        (``committed``) before it closes."""
         client = self._runtime.temporal_client()
         if client is None:
             return
-        journal = self._runtime.gate.journal
-        view = fold(effect_id, journal.read(effect_id))
-        result = await self._runtime.gate.values.shown(journal.blob(effect_id, "result"))
-        commit = LateCommit(receipt=receipt_of(view), result=result)
+        commit = await self._committed(effect_id)
+        if commit is None:
+            return
         try:
             await client.get_workflow_handle(review_id("ambiguous", effect_id)).signal(
                 EffectReview.late_commit, commit
             )
         except Exception as err:
             log.info("no open review to close for %s (%s)", effect_id[:16], type(err).__name__)
+
+    async def _committed(self, effect_id: str) -> LateCommit | None:
+        journal = self._runtime.gate.journal
+        view = fold(effect_id, journal.read(effect_id))
+        if view.status is not Kind.COMMITTED:
+            return None
+        result = await self._runtime.gate.values.shown(journal.blob(effect_id, "result"))
+        return LateCommit(receipt=receipt_of(view), result=result)
 
     # -- the activities --------------------------------------------------------------------
 
@@ -243,6 +253,23 @@ class ReviewDesk:
         checks again, for itself, so a review that skips this asks in vain."""
         problem = await self._caller_problem()
         return ReviewCheck(genuine=problem is None, reason=problem or "")
+
+    @activity.defn(name=COMMITTED_ACTIVITY)
+    async def committed(self, effect_id: str) -> LateCommit | None:
+        """The effect's COMMITTED as the journal records it (its receipt and result), or None
+        when the journal records no COMMITTED: what a review woken by a ``settled`` signal
+        believes, instead of the signal (anyone with namespace access can send one). An effect
+        whose entries do not verify is refused (non-retryable ``JournalCorrupt``), and the
+        review stays open. Answered only to the genuine review of that effect (anyone else is
+        refused, as ``record_decision`` refuses them): the receipt and result are not for any
+        workflow that asks. One read of the effect's chain, and of the caller's start event."""
+        problem = await self._caller_problem("ambiguous", effect_id)
+        if problem is not None:
+            raise self._refused("not_genuine", f"not answered: not a genuine review: {problem}")
+        try:
+            return await self._committed(effect_id)
+        except JournalCorrupt as err:
+            raise JournalCorruptError(str(err), err.effect_id, err.seq) from None
 
     @activity.defn(name=RECORD_ACTIVITY)
     async def record_decision(self, rec: DecisionRecord) -> Recorded:
@@ -339,7 +366,8 @@ class ReviewDesk:
         return self.seals.problem(info.workflow_id, request)
 
     def _refused(self, code: str, message: str) -> ApplicationError:
-        """A refusal to record, logged with who called and counted."""
+        """A refusal of a caller that is not the genuine review (nothing recorded or answered),
+        logged with who called and counted."""
         info = activity.info()
         log.warning(
             "%s (called by workflow %r of type %r, run %s)",

@@ -28,6 +28,8 @@ from ..core.review_rules import (
 
 RESOLUTION_SIGNAL = "interlock.resolution"
 RECORD_ACTIVITY = "interlock.record_decision"
+#: the worker's activity that reads from the journal whether an effect is COMMITTED
+COMMITTED_ACTIVITY = "interlock.committed"
 NOTIFY_ACTIVITY = "interlock.notify"
 CHECK_ACTIVITY = "interlock.check_review"
 #: guards what reviews do since requests are sealed: a review first asks a worker whether its
@@ -42,6 +44,15 @@ NOTIFY_PATCH = "interlock-review-notify"
 ESCALATED = (
     "escalated: no decision before the review's deadline; it stays open, because nobody may "
     "guess whether the effect happened"
+)
+#: guards what a review believes since the journal decides it: the ``settled`` signal only wakes
+#: the review, which asks the journal (``COMMITTED_ACTIVITY``) and closes only on a COMMITTED
+#: the journal records, handing on the journal's receipt and result. Reviews that were open
+#: before close on the signal's word, as they did
+SETTLED_PATCH = "interlock-review-settled-reads-journal"
+NOT_COMMITTED = (
+    "a `settled` signal arrived, but the journal records no COMMITTED for this effect: the "
+    "review stays open"
 )
 #: why a review closed without a person, shown to people as released (CLI, Web UI, the review's
 #: details)
@@ -126,8 +137,10 @@ class NotifyEvent(BaseModel):
 
 
 class LateCommit(BaseModel):
-    """A late COMMITTED from the attempt that was in doubt: what it recorded. It closes the
-    review without a person."""
+    """A late COMMITTED from the attempt that was in doubt: what it recorded. The ``settled``
+    signal carries one (from the review desk), and the review's journal check returns one (the
+    receipt and result the journal records). Since ``SETTLED_PATCH`` only the journal's closes
+    the review: the signal's is a wake-up, whoever sent it."""
 
     receipt: Receipt
     result: Any = None
@@ -203,6 +216,7 @@ class EffectReview:
         self._outcome: Resolution | None = None
         self._receipt: Receipt | None = None
         self._reason = ""
+        #: decisions whose recording ended (recorded, refused, or overtaken by a late COMMITTED)
         self._recordings = 0
         self._last_error: str | None = None
         self._decided: tuple[str, list[str], str, Any] | None = None
@@ -262,8 +276,9 @@ class EffectReview:
                 self._reason = "no decision before the review's deadline"
                 break
             if self._closed_by is not None:
-                self._finish_by_late_commit(self._closed_by)
-                break
+                if await self._settled():
+                    break
+                continue
             await self._record()
 
     async def _wait_telling(self, req: ReviewRequest) -> None:
@@ -304,8 +319,9 @@ class EffectReview:
                 reminder = _next(reminder, every, now)
                 continue
             if self._closed_by is not None:
-                self._finish_by_late_commit(self._closed_by)
-                break
+                if await self._settled():
+                    break
+                continue
             await self._record()
 
     async def _genuine(self) -> bool:
@@ -326,6 +342,43 @@ class EffectReview:
         self._recordings += 1
         workflow.logger.warning("review %s: %s", workflow.info().workflow_id, self._reason)
         return False
+
+    async def _settled(self) -> bool:
+        """A ``settled`` signal arrived: whether the review closes. Since ``SETTLED_PATCH`` the
+        signal is only a wake-up (anyone with namespace access can send it): the review asks the
+        journal through the worker's ``COMMITTED_ACTIVITY`` and closes only if the journal
+        records COMMITTED, with the journal's receipt and result; otherwise it stays open and
+        says so. Costs one activity per ``settled`` signal. Reviews open before the patch close
+        on the signal's word."""
+        if not workflow.patched(SETTLED_PATCH):
+            assert self._closed_by is not None
+            self._finish_by_late_commit(self._closed_by)
+            return True
+        self._closed_by = None
+        try:
+            found: LateCommit | None = await workflow.execute_activity(
+                COMMITTED_ACTIVITY,
+                self._req.effect_id,
+                result_type=LateCommit,
+                start_to_close_timeout=timedelta(seconds=30),
+                retry_policy=RetryPolicy(maximum_interval=timedelta(seconds=10)),
+            )
+        except ActivityError as err:
+            cause = err.cause
+            message = cause.message if isinstance(cause, ApplicationError) else str(err)
+            self._report(f"a `settled` signal could not be checked against the journal: {message}")
+            return False
+        if found is None:
+            self._report(NOT_COMMITTED)
+            return False
+        self._closed_by = found
+        self._finish_by_late_commit(found)
+        if self._pending is not None:
+            # a decision collected while the journal was read: overtaken by the COMMITTED, so
+            # not recorded; the Update waiting on it returns the closed review
+            self._pending = None
+            self._recordings += 1
+        return True
 
     def _finish_by_late_commit(self, commit: LateCommit) -> None:
         """The attempt in doubt committed after all: the review closes without a person."""
@@ -451,8 +504,9 @@ class EffectReview:
         name="settled", description="Internal: a late COMMITTED from the attempt settled it."
     )
     def late_commit(self, commit: LateCommit) -> None:
-        """The attempt in doubt committed late (the review desk tells it): an open review closes
-        at its next turn."""
+        """The attempt in doubt committed late (the review desk tells it): an open review asks
+        the journal at its next turn, and closes if the journal records COMMITTED (before
+        ``SETTLED_PATCH``: closes on the signal's word)."""
         if self._state == "open":
             self._closed_by = commit
 

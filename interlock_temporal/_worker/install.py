@@ -200,6 +200,7 @@ def install(config: Any, interceptor: Installable) -> None:
         *(config.get("activities") or []),
         interceptor.desk.record_decision,
         interceptor.desk.check_review,
+        interceptor.desk.committed,
         reconciler.reconcile,
         NotifyDesk(runtime).notify,
     ]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
@@ -151,6 +152,7 @@ class Denied(GateOutcome):
         *,
         session: str | None = None,
         circuit_open: bool = False,
+        rejected_by: Sequence[str] = (),
     ) -> None:
         where = f" (policy {policy_id}" + (f", argument {argument!r})" if argument else ")")
         super().__init__(f"{code}: {reason}{where if policy_id else ''}")
@@ -161,6 +163,8 @@ class Denied(GateOutcome):
         self.session = session
         #: the session's circuit is open after this denial: a person must reset it
         self.circuit_open = circuit_open
+        #: the people who rejected this very request (code ``APPROVAL_REJECTED``)
+        self.rejected_by = tuple(rejected_by)
 
 
 class NeedsApproval(GateOutcome):
