@@ -20,6 +20,7 @@ from .._worker.errors import JournalCorruptError, describe_invalid
 from ..core.errors import JournalCorrupt
 from ..core.identity import canonical
 from ..core.models import Kind
+from ..core.operators import roster_of
 from ..core.policy import redact
 from ..core.receipts import fold, receipt_of
 from ..core.review import (
@@ -39,6 +40,7 @@ from ..core.review import (
 )
 from ..core.review_seal import ReviewSeals
 from ..core.sealing import ENCRYPTED
+from ..core.vote_proofs import ballot_of
 from .workflow import (
     CHECK_ACTIVITY,
     COMMITTED_ACTIVITY,
@@ -57,6 +59,17 @@ if TYPE_CHECKING:
 __all__ = ["ReviewDesk"]
 
 log = logging.getLogger("interlock_temporal.review")
+
+#: what a person deciding is told of who may decide, with and without an operator roster
+PROVEN = (
+    "**Who may decide.** A vote counts only with its operator's proof: sign it with "
+    "`interlock reviews resolve --key FILE`, or paste the one-time code sent to you."
+)
+UNPROVEN = (
+    "**Who may decide.** This journal has no operator roster: operator names are not checked, "
+    "and anyone with access to this Temporal namespace can decide this review under any name "
+    "(`interlock operators add` sets one up)."
+)
 
 TITLES = {
     "ambiguous": "Effect in doubt",
@@ -107,6 +120,10 @@ class ReviewDesk:
         if awaiting is None:
             return None
         activity_name, principal, details = awaiting
+        journal = runtime.gate.journal
+        roster = roster_of(journal)
+        ballot = ballot_of(journal, roster, kind, effect_id) if roster.exists else None
+        details += "\n\n" + (PROVEN if roster.exists else UNPROVEN)
         client = runtime.temporal_client()
         if client is None:
             log.warning(
@@ -121,6 +138,7 @@ class ReviewDesk:
             activity=activity_name,
             principal=principal,
             details=details,
+            ballot=ballot,
             **self._settings(),
         )
         workflow_id = review_id(kind, effect_id)
@@ -336,6 +354,7 @@ class ReviewDesk:
             result=result,
             values=values,
             stored_result=None if result is None else await values.store(canonical(result)),
+            proofs=decided.proofs,
         )
 
     async def _caller_problem(

@@ -18,6 +18,7 @@ from temporalio.exceptions import ActivityError, ApplicationError, FailureError
 from .._worker.errors import describe_invalid
 from ..core.models import Receipt
 from ..core.review_rules import (
+    Ballot,
     Recorded,
     ReviewKind,
     ReviewRules,
@@ -75,6 +76,9 @@ class ReviewRequest(BaseModel):
     notifiers: list[str] = Field(default_factory=list)
     #: send a ``reminder`` this often while the review is open (None: never)
     reminder_s: float | None = Field(default=None, gt=0)
+    #: what a vote's proof signs besides the vote (``core.vote_proofs``), where the journal has
+    #: an operator roster: shown in the status, for a person's tools to sign
+    ballot: Ballot | None = None
     #: the opening worker's seal over everything above and the review's workflow id
     #: (``core.review_seal``): a request without a valid one is not a genuine review's
     seal: str | None = None
@@ -114,6 +118,9 @@ class ReviewStatus(BaseModel):
     escalated: bool = False
     #: the review's deadline (unix seconds), if it has one
     deadline_at: float | None = None
+    #: what a vote's proof signs besides the vote (None: the journal has no operator roster,
+    #: and votes need no proof)
+    ballot: Ballot | None = None
 
 
 class NotifyEvent(BaseModel):
@@ -529,6 +536,7 @@ class EffectReview:
             receipt=self._receipt,
             escalated=self._escalated,
             deadline_at=self._deadline_at,
+            ballot=self._req.ballot,
         )
 
     # -- telling people and workflows ------------------------------------------------------------

@@ -49,6 +49,9 @@ class Kind(StrEnum):
     #: an archive's anchor, alone on its chain (``archive:<id>``): the seq ranges the archive
     #: took from the journal and the root over their hashes
     ANCHOR = "ANCHOR"
+    #: a change to the journal's configuration, on a chain of its own (``config:<name>``):
+    #: an operator added to or revoked from the roster (``core.operators``)
+    CONFIG = "CONFIG"
     # annotations: recorded on the effect's chain, never change its state
     REJECTED_PROPOSAL = "REJECTED_PROPOSAL"
     CONFIRMED = "CONFIRMED"

@@ -5,6 +5,7 @@ is in ``review_rules`` (imported here too)."""
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any, Literal
@@ -13,9 +14,11 @@ from .errors import InterlockError
 from .identity import canonical, jsonable
 from .journal import Journal
 from .models import Draft, Kind
+from .operators import Roster, roster_of
 from .policy import Approval, SessionState
 from .receipts import EffectView, fold, fold_checked, receipt_of
 from .review_rules import DECISIONS as DECISIONS
+from .review_rules import Ballot
 from .review_rules import Reached as Reached
 from .review_rules import Recorded as Recorded
 from .review_rules import ReviewKind as ReviewKind
@@ -26,6 +29,7 @@ from .review_rules import review_id as review_id
 from .review_rules import tally as tally
 from .review_rules import vote_problem as vote_problem
 from .sealing import Values
+from .vote_proofs import ballot_of, proof_problem, recorded_proofs
 
 
 class ReviewError(InterlockError):
@@ -49,16 +53,43 @@ def principal_of(journal: Journal, kind: str, subject: str) -> str | None:
 
 
 def count_votes(
-    journal: Journal, kind: str, subject: str, votes: Sequence[Vote], rules: ReviewRules
+    journal: Journal,
+    kind: str,
+    subject: str,
+    votes: Sequence[Vote],
+    rules: ReviewRules,
+    *,
+    roster: Roster | None = None,
+    now: float | None = None,
 ) -> tuple[Reached, list[str]]:
     """The decision ``votes`` reach where it is recorded: each vote checked against ``rules``
     (the recording worker's) and the principal the journal recorded, never a review's copies of
-    them; with why each vote left out was. ``NoDecision`` if the counted votes reach none."""
+    them; where the journal has an operator roster (``roster``, read from the journal unless
+    given), each vote counts only with a proof that its operator cast it on this very question
+    (``vote_proofs``), so ``min_approvals`` counts distinct proven operators. Returns the
+    decision with the deciding votes' proofs, and why each vote left out was. ``NoDecision`` if
+    the counted votes reach none."""
     principal = principal_of(journal, kind, subject)
+    roster = roster_of(journal) if roster is None else roster
+    ballot: Ballot | None = None
+    used: set[str] = set()
+    if roster.exists:
+        ballot = ballot_of(journal, roster, kind, subject)
+        used = recorded_proofs(journal, kind, subject)
+    when = time.time() if now is None else now
     counted: list[Vote] = []
+    proofs: dict[str, dict[str, Any]] = {}
     left_out: list[str] = []
     for vote in votes:
         problem = vote_problem(kind, vote, rules, principal, counted)
+        if problem is None and roster.exists:
+            if ballot is None:
+                problem = "nothing in the journal awaits this decision"
+            else:
+                problem, proof = proof_problem(ballot, vote, roster, when, used)
+                if proof is not None:
+                    proofs[proof["operator"]] = proof
+                    used.add(proof["digest"])
         if problem is None:
             counted.append(vote)
         else:
@@ -69,8 +100,11 @@ def count_votes(
             "not recorded: the votes reach no decision under this worker's rules ("
             f"{rules.min_approvals} distinct operator(s) must agree"
             + (", from its allowed operators" if rules.allowed_operators is not None else "")
+            + (", each proving who they are" if roster.exists else "")
             + ", and the agent's own principal may not decide)"
+            + (": " + "; ".join(left_out) if left_out else "")
         )
+    decided.proofs = [proofs[name] for name in decided.operators if name in proofs]
     return decided, left_out
 
 
@@ -85,11 +119,14 @@ def record_resolution(
     result: Any = None,
     values: Values | None = None,
     stored_result: bytes | None = None,
+    proofs: Sequence[dict[str, Any]] = (),
 ) -> Recorded:
     """Append ``RESOLVED`` for an effect that is AMBIGUOUS, conditional on its head.
 
     ``values``: how the gate digests values (the result's digest takes the effect's scheme);
-    ``stored_result``: the result as stored (sealed by the caller when values are sealed).
+    ``stored_result``: the result as stored (sealed by the caller when values are sealed);
+    ``proofs``: the deciding votes' proofs (``count_votes``), signed into the entry so that
+    ``interlock journal verify --public-key`` can check them again.
 
     An effect a late ``COMMITTED`` already closed is reported closed, and one already resolved
     is reported as it was: neither is changed.
@@ -126,6 +163,8 @@ def record_resolution(
         "operators": list(operators),
         "note": note,
     }
+    if proofs:
+        data["proofs"] = [dict(p) for p in proofs]
     blobs: dict[str, Any] = {}
     if decision == "happened" and result is not None:
         result_json = canonical(result)

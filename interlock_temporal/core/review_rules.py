@@ -25,10 +25,43 @@ def review_id(kind: str, effect_id: str) -> str:
     return f"interlock-review-{kind}-{effect_id}"
 
 
+class Ballot(BaseModel):
+    """What a vote on one review is about, as the journal records it: what a vote's proof
+    signs besides the vote itself (``vote_proofs``). ``journal`` is the roster's id (this
+    journal's, so a signature counts in no other); ``episode`` names this question (the entry
+    that left the effect AMBIGUOUS, the approval request, the circuit's opening), so a vote
+    signed for one cannot be replayed onto the next after a reopen. A review shows its ballot
+    so that a person's tools can sign it; the worker that records the vote builds it again from
+    the journal and checks the signature against that one."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    journal: str
+    kind: ReviewKind
+    binding: str
+    episode: str
+    proposed: str | None = None
+    approved: str | None = None
+    principal: str | None = None
+    epoch: str | None = None
+
+
+class VoteProof(BaseModel):
+    """An Ed25519 signature, by an operator's key (or an attester's for them), over the
+    ballot and the vote (``vote_proofs.statement``), valid until ``expires`` (unix seconds)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    key_id: str = Field(max_length=64)
+    expires: int = Field(gt=0)
+    signature: str = Field(pattern=r"^[0-9a-f]{128}$")
+
+
 class Vote(BaseModel):
     """A person's vote on a review, as sent from the Web UI, the CLI or code: ``decision`` names
     the decision voted for (one of ``DECISIONS[kind]``). Not the policy's verdict
-    (``core.policy.Decision``)."""
+    (``core.policy.Decision``). Where the journal has an operator roster, a vote counts only
+    with a ``proof`` (``interlock reviews resolve --key``) that its operator's key signed it."""
 
     model_config = ConfigDict(extra="forbid")
 
@@ -41,6 +74,7 @@ class Vote(BaseModel):
     #: ``ttl_s`` seconds
     scope: Literal["once", "session"] | None = None
     ttl_s: float | None = Field(default=None, gt=0)
+    proof: VoteProof | None = None
 
 
 class ReviewRules(BaseModel):
@@ -107,6 +141,8 @@ class Reached(BaseModel):
     result: Any = None
     scope: Literal["once", "session"] | None = None
     ttl_s: float | None = None
+    #: the deciding votes' proofs as checked where they were recorded (``vote_proofs``)
+    proofs: list[dict[str, Any]] = Field(default_factory=list)
 
 
 def reached(votes: Sequence[Vote], min_approvals: int) -> Reached | None:

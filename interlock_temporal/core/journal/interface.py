@@ -29,8 +29,10 @@ SCHEMA_VERSION = 8
 POLICY_CHAIN_TYPE = "interlock.policy"
 #: the effect type of archive anchors' chains (``archive:<archive id>``)
 ARCHIVE_CHAIN_TYPE = "interlock.archive"
+#: the effect type of the journal's configuration chains (``config:<name>``: the roster)
+CONFIG_CHAIN_TYPE = "interlock.config"
 #: the journal's own chains' types: they record no effect
-OWN_CHAIN_TYPES = (POLICY_CHAIN_TYPE, ARCHIVE_CHAIN_TYPE)
+OWN_CHAIN_TYPES = (POLICY_CHAIN_TYPE, ARCHIVE_CHAIN_TYPE, CONFIG_CHAIN_TYPE)
 
 
 def policy_chain(session: str) -> str:

@@ -638,8 +638,8 @@ class SqlJournal(Journal):
             sql = IN_DOUBT_SQL
             params: list[Any] = [time.time() - (older_than or 0.0)]
         else:
-            # policy chains and archive anchors are the journal's own records, not effects
-            where: list[str] = ["effect_type NOT IN (?, ?)"]
+            # policy chains, archive anchors and configuration are the journal's own records
+            where: list[str] = [f"effect_type NOT IN ({', '.join('?' * len(OWN_CHAIN_TYPES))})"]
             params = list(OWN_CHAIN_TYPES)
             if status is not None:
                 where.append("status = ?")

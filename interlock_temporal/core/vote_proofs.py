@@ -1,0 +1,184 @@
+"""Proofs that an operator cast a vote: an Ed25519 signature by the operator's key (or by an
+attester's key for them) over what is decided.
+
+The problem: a vote arrives as a Temporal signal or update, and anyone with namespace access
+can send one naming any operator. Checking the workflow that collected it cannot help either:
+whoever polls the task queue can run a review's workflow tasks. Only something each vote carries
+can show who cast it.
+
+The mechanism: the person's tools sign a **statement**: a domain tag and version, the ballot
+(the roster's id, the review's kind, what it binds, the episode, the proposed and approved
+payload digests, the principal and the policy epoch: ``review_rules.Ballot``), the operator, the
+decision, the digest of the attested result, an approval's scope and ttl, the key id and an
+expiry, in canonical JSON. The worker that records the decision builds the ballot again from
+the journal (``ballot_of``, never the review's copy), and counts the vote only if the signature
+verifies under a key the roster holds for that operator, before its expiry. A vote for one
+episode does not verify on the next (its entry hash differs); a signature is recorded with the
+decision it made (``RESOLVED``'s ``proofs``, by digest) and refused if it is offered again, and
+``interlock journal verify --public-key`` re-checks the recorded ones offline.
+
+Cost: one Ed25519 verification (about 50 µs) and one canonical JSON per counted vote, plus the
+ballot's journal read (the effect's chain, or an approval's row), once per decision.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Iterable
+from typing import Any
+
+from .identity import canonical, canonical_json, digest
+from .journal import Journal
+from .journal.signing import Ed25519Key
+from .models import Entry, Kind
+from .operators import Roster
+from .receipts import fold
+from .review_rules import Ballot, Vote, VoteProof
+
+DOMAIN = "interlock-vote"
+VERSION = 1
+
+
+def statement(ballot: Ballot, vote: Vote, key_id: str, expires: int) -> bytes:
+    """The bytes a vote's proof signs."""
+    result = None if vote.result is None else hashlib.sha256(canonical(vote.result)).hexdigest()
+    return canonical_json(
+        {
+            "domain": DOMAIN,
+            "v": VERSION,
+            **ballot.model_dump(mode="json"),
+            "operator": vote.operator.strip(),
+            "decision": vote.decision,
+            "result": result,
+            "scope": vote.scope,
+            "ttl_s": vote.ttl_s,
+            "key_id": key_id,
+            "expires": expires,
+        }
+    )
+
+
+def sign_vote(ballot: Ballot, vote: Vote, key: Ed25519Key, expires: int) -> Vote:
+    """``vote`` with its proof: signed by ``key`` (the operator's, or an attester's for them)."""
+    signature = key.sign(statement(ballot, vote, key.key_id, expires))
+    proof = VoteProof(key_id=key.key_id, expires=expires, signature=signature)
+    return vote.model_copy(update={"proof": proof})
+
+
+def proof_digest(proof: VoteProof) -> str:
+    """What names a signature where it is recorded (and refused a second time)."""
+    return hashlib.sha256(bytes.fromhex(proof.signature)).hexdigest()
+
+
+def episode_of(entries: Iterable[Entry]) -> str | None:
+    """The hash of the entry that left the effect AMBIGUOUS this time (None: it is not)."""
+    episode: str | None = None
+    for entry in entries:
+        if entry.kind is Kind.AMBIGUOUS:
+            episode = entry.hash
+    return episode
+
+
+def ballot_of(journal: Journal, roster: Roster, kind: str, subject: str) -> Ballot | None:
+    """The ballot of the review of ``kind`` on ``subject`` as the journal records it now; None
+    when nothing there awaits a decision (no AMBIGUOUS entry, no approval request, no open
+    circuit)."""
+    if kind == "ambiguous":
+        entries = journal.read(subject)
+        episode = episode_of(entries)
+        if episode is None:
+            return None
+        view = fold(subject, entries)
+        return Ballot(
+            journal=roster.id,
+            kind="ambiguous",
+            binding=subject,
+            episode=episode,
+            proposed=view.payload_digest,
+            approved=view.approved_digest,
+            principal=view.principal,
+            epoch=(view.policy or {}).get("epoch"),
+        )
+    if kind == "approval":
+        approval = journal.policy.approval(subject)
+        if approval is None:
+            return None
+        asked = {
+            "binding": approval.binding,
+            "requested_at": approval.requested_at,
+            "payload_digest": approval.payload_digest,
+        }
+        return Ballot(
+            journal=roster.id,
+            kind="approval",
+            binding=subject,
+            episode=digest(asked),
+            proposed=approval.payload_digest,
+            approved=approval.payload_digest,
+            principal=approval.principal,
+            epoch=approval.epoch,
+        )
+    if kind == "circuit":
+        state = journal.policy.session(subject)
+        circuit = None if state is None else state.circuit
+        if circuit is None:
+            return None
+        opened = {"session": subject, "code": circuit.code, "at": circuit.at}
+        return Ballot(journal=roster.id, kind="circuit", binding=subject, episode=digest(opened))
+    return None
+
+
+def recorded_proofs(journal: Journal, kind: str, subject: str) -> set[str]:
+    """The digests of the proofs already recorded with a decision on ``subject``."""
+    if kind != "ambiguous":
+        return set()  # an approval's or a circuit's episode ends with its decision
+    return {
+        str(p.get("digest"))
+        for e in journal.read(subject)
+        if e.kind is Kind.RESOLVED
+        for p in e.data.get("proofs") or []
+        if isinstance(p, dict)
+    }
+
+
+def proof_problem(
+    ballot: Ballot, vote: Vote, roster: Roster, now: float, used: set[str]
+) -> tuple[str | None, dict[str, Any] | None]:
+    """Why ``vote``'s proof does not show that its operator cast it on ``ballot`` (None when it
+    does), and the proof as recorded with the decision."""
+    operator = vote.operator.strip()
+    proof = vote.proof
+    if proof is None:
+        return (
+            f"{operator!r}: the journal has an operator roster, and this vote carries no proof "
+            "(sign it: `interlock reviews resolve --key FILE`)",
+            None,
+        )
+    signer = roster.by_key(proof.key_id)
+    if signer is None:
+        return f"{operator!r}: signed with key {proof.key_id}, which the roster does not hold", None
+    if not roster.may_sign(signer, operator):
+        return (
+            f"{operator!r}: signed with {signer.name!r}'s key, which does not prove "
+            f"{operator!r}'s vote",
+            None,
+        )
+    if proof.expires <= now:
+        return f"{operator!r}: the proof expired", None
+    if not signer.key.verify(statement(ballot, vote, proof.key_id, proof.expires), proof.signature):
+        return (
+            f"{operator!r}: the signature does not match this vote on this review (signed for "
+            "another decision, another episode of it, or another journal)",
+            None,
+        )
+    recorded = proof_digest(proof)
+    if recorded in used:
+        return f"{operator!r}: this signature was already used", None
+    return None, {
+        "operator": operator,
+        "key_id": proof.key_id,
+        "signer": signer.name,
+        "expires": proof.expires,
+        "signature": proof.signature,
+        "digest": recorded,
+    }

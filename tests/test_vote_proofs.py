@@ -1,0 +1,318 @@
+"""Operators who prove who they are (issue 32), in the core: the roster is signed journal
+configuration, and a vote counts only with a proof by its operator's key (or an attester's),
+over this very question. Each case reads the money outcome from the target: a tier-3 refund
+that was in truth sent, whose review a vote without a valid proof tries to settle as
+``not_happened`` (which would send it again)."""
+
+from __future__ import annotations
+
+import sqlite3
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from interlock_temporal.core.errors import Ambiguous, JournalCorrupt
+from interlock_temporal.core.journal import Journal, open_journal
+from interlock_temporal.core.journal.signing import Ed25519Key
+from interlock_temporal.core.models import Kind
+from interlock_temporal.core.operators import (
+    NO_ROSTER,
+    RosterError,
+    add_operator,
+    revoke_operator,
+    roster_of,
+)
+from interlock_temporal.core.protocol import Gate, Ticket
+from interlock_temporal.core.receipts import fold
+from interlock_temporal.core.review import (
+    NoDecision,
+    ReviewRules,
+    Vote,
+    count_votes,
+    record_resolution,
+)
+from interlock_temporal.core.vote_proofs import ballot_of, sign_vote, statement
+
+from .test_protocol import connect, journal, lease
+from .test_protocol_records import Ledger, refund
+
+__all__ = ["connect", "journal", "lease"]
+
+LATER = int(time.time()) + 600
+
+
+class Keys:
+    def __init__(self) -> None:
+        self.carol, self.dave, self.app = (Ed25519Key.generate() for _ in range(3))
+
+
+@pytest.fixture
+def keys() -> Keys:
+    return Keys()
+
+
+async def sent_then_in_doubt(journal: Journal, lease: str, target: Ledger) -> str:
+    """A tier-3 refund that reached the target, whose worker died before recording it; the
+    owner's last attempt finds it AMBIGUOUS (nobody can know)."""
+    call = refund(lease)
+    ticket = await Gate(journal).begin(call, target)
+    assert isinstance(ticket, Ticket)
+    await target.send(ticket)
+    ticket.release()
+    with pytest.raises(Ambiguous):
+        await Gate(journal).begin(refund(lease, last_attempt=True), target)
+    return ticket.effect_id
+
+
+def decide(journal: Journal, eid: str, votes: list[Vote], rules: ReviewRules | None = None) -> Any:
+    """What the record activity does with the votes a review sends."""
+    decided, left_out = count_votes(journal, "ambiguous", eid, votes, rules or ReviewRules())
+    return record_resolution(
+        journal,
+        eid,
+        kind="ambiguous",
+        decision=decided.decision,
+        operators=decided.operators,
+        note=decided.note,
+        proofs=decided.proofs,
+    ), left_out
+
+
+async def resend_count(journal: Journal, lease: str, target: Ledger) -> int:
+    """Run the owner's attempt again and say how many times the money went out."""
+    try:
+        answer = await Gate(journal).begin(refund(lease, last_attempt=True), target)
+    except Ambiguous:
+        return target.sends
+    if isinstance(answer, Ticket):  # the gate sends again
+        await target.send(answer)
+        answer.release()
+    return target.sends
+
+
+def signed(journal: Journal, eid: str, vote: Vote, key: Ed25519Key, expires: int = LATER) -> Vote:
+    ballot = ballot_of(journal, roster_of(journal), "ambiguous", eid)
+    assert ballot is not None
+    return sign_vote(ballot, vote, key, expires)
+
+
+def with_roster(journal: Journal, keys: Keys) -> None:
+    add_operator(journal, "carol", keys.carol.public_text, notify=["mailto:carol@example.org"])
+    add_operator(journal, "dave", keys.dave.public_text)
+
+
+# -- the roster ----------------------------------------------------------------------------------
+
+
+def test_the_roster_is_signed_configuration_an_edit_of_its_rows_cannot_change(
+    keys: Keys, tmp_path: Path
+) -> None:
+    journal = open_journal(f"sqlite:///{tmp_path / 'journal.db'}", signing_key="11" * 32)
+    assert roster_of(journal) is NO_ROSTER or not roster_of(journal).exists
+    with_roster(journal, keys)
+    roster = roster_of(journal)
+    assert roster.exists and set(roster.operators) == {"carol", "dave"}
+    assert roster.operators["carol"].notify == ("mailto:carol@example.org",)
+    # the roster's chain is the journal's own record, not an effect
+    assert all(not row.effect_id.startswith("config:") for row in journal.effects())
+    # whoever can write the database but holds no key swaps carol's key for their own
+    mallory = Ed25519Key.generate()
+    db = sqlite3.connect(tmp_path / "journal.db")
+    (body,) = db.execute(
+        "SELECT body FROM entries WHERE effect_id = 'config:operators' ORDER BY seq LIMIT 1"
+    ).fetchone()
+    forged = bytes(body).replace(keys.carol.public_text.encode(), mallory.public_text.encode())
+    assert forged != bytes(body)
+    with db:
+        db.execute(
+            "UPDATE entries SET body = ? WHERE effect_id = 'config:operators' AND seq = "
+            "(SELECT MIN(seq) FROM entries WHERE effect_id = 'config:operators')",
+            (forged,),
+        )
+    db.close()
+    with pytest.raises(JournalCorrupt):
+        roster_of(journal)
+    assert not journal.verify().ok
+    journal.close()
+
+
+def test_roster_changes_are_checked(journal: Journal, keys: Keys) -> None:
+    with pytest.raises(RosterError, match="ed25519-public"):
+        add_operator(journal, "carol", "not-a-key")
+    with pytest.raises(RosterError, match="not hold"):
+        add_operator(journal, "app", keys.app.public_text, attests_for=["carol"])
+    with_roster(journal, keys)
+    with pytest.raises(RosterError, match="already 'carol'"):
+        add_operator(journal, "erin", keys.carol.public_text)
+    with pytest.raises(RosterError, match="not on the roster"):
+        revoke_operator(journal, "erin")
+    with pytest.raises(RosterError, match="itself"):
+        add_operator(journal, "app", keys.app.public_text, attests_for=["app"])
+
+
+# -- votes that count, and votes that do not ----------------------------------------------------
+
+
+async def test_without_a_proof_a_name_does_not_count_and_nothing_is_sent_again(
+    journal: Journal, lease: str, keys: Keys
+) -> None:
+    with_roster(journal, keys)
+    target = Ledger(tier=3)
+    eid = await sent_then_in_doubt(journal, lease, target)
+    # the allow-list is met by typing a name: it proves nothing
+    with pytest.raises(NoDecision, match="carries no proof"):
+        decide(journal, eid, [Vote(decision="not_happened", operator="carol")])
+    # signed by dave's key in carol's name
+    forged = signed(journal, eid, Vote(decision="not_happened", operator="carol"), keys.dave)
+    with pytest.raises(NoDecision, match="does not prove 'carol'"):
+        decide(journal, eid, [forged])
+    # a key the roster does not hold
+    stranger = signed(
+        journal, eid, Vote(decision="not_happened", operator="carol"), Ed25519Key.generate()
+    )
+    with pytest.raises(NoDecision, match="roster does not hold"):
+        decide(journal, eid, [stranger])
+    # carol's signature on happened, sent as not_happened
+    happened = signed(journal, eid, Vote(decision="happened", operator="carol"), keys.carol)
+    altered = happened.model_copy(update={"decision": "not_happened"})
+    with pytest.raises(NoDecision, match="does not match"):
+        decide(journal, eid, [altered])
+    # expired
+    old = signed(journal, eid, Vote(decision="not_happened", operator="carol"), keys.carol, 1)
+    with pytest.raises(NoDecision, match="expired"):
+        decide(journal, eid, [old])
+    assert fold(eid, journal.read(eid)).status is Kind.AMBIGUOUS
+    # the money went out once, and the owner's next attempt sends nothing
+    assert await resend_count(journal, lease, target) == 1
+
+
+async def test_a_proven_vote_counts_and_its_proof_is_recorded(
+    journal: Journal, lease: str, keys: Keys
+) -> None:
+    with_roster(journal, keys)
+    target = Ledger(tier=3)
+    eid = await sent_then_in_doubt(journal, lease, target)
+    vote = signed(journal, eid, Vote(decision="happened", operator="carol"), keys.carol)
+    recorded, left_out = decide(journal, eid, [vote])
+    assert recorded.recorded and left_out == []
+    (resolved,) = [e for e in journal.read(eid) if e.kind is Kind.RESOLVED]
+    (proof,) = resolved.data["proofs"]
+    assert proof["operator"] == "carol" and proof["key_id"] == keys.carol.key_id
+    assert await resend_count(journal, lease, target) == 1
+
+
+async def test_min_approvals_counts_distinct_proven_operators(
+    journal: Journal, lease: str, keys: Keys
+) -> None:
+    with_roster(journal, keys)
+    target = Ledger(tier=3)
+    eid = await sent_then_in_doubt(journal, lease, target)
+    two = ReviewRules(min_approvals=2)
+    carol = signed(journal, eid, Vote(decision="happened", operator="carol"), keys.carol)
+    # one person typing a second name: carol's key cannot prove dave's vote
+    as_dave = signed(journal, eid, Vote(decision="happened", operator="dave"), keys.carol)
+    with pytest.raises(NoDecision, match="2 distinct operator"):
+        decide(journal, eid, [carol, as_dave], two)
+    dave = signed(journal, eid, Vote(decision="happened", operator="dave"), keys.dave)
+    # one bad vote beside the good ones does not drop them
+    recorded, left_out = decide(journal, eid, [as_dave, carol, dave], two)
+    assert recorded.recorded and len(left_out) == 1
+    assert sorted(p["operator"] for p in journal.read(eid)[-1].data["proofs"]) == [
+        "carol",
+        "dave",
+    ]
+
+
+async def test_an_attester_signs_for_the_operators_it_names_only(
+    journal: Journal, lease: str, keys: Keys
+) -> None:
+    with_roster(journal, keys)
+    add_operator(journal, "review-app", keys.app.public_text, attests_for=["carol"])
+    target = Ledger(tier=3)
+    eid = await sent_then_in_doubt(journal, lease, target)
+    # not for dave, and never in its own name
+    for name in ("dave", "review-app"):
+        vote = signed(journal, eid, Vote(decision="happened", operator=name), keys.app)
+        with pytest.raises(NoDecision):
+            decide(journal, eid, [vote])
+    vote = signed(journal, eid, Vote(decision="happened", operator="carol"), keys.app)
+    recorded, _ = decide(journal, eid, [vote])
+    assert recorded.recorded
+    assert journal.read(eid)[-1].data["proofs"][0]["signer"] == "review-app"
+
+
+async def test_a_revoked_key_proves_nothing(journal: Journal, lease: str, keys: Keys) -> None:
+    with_roster(journal, keys)
+    target = Ledger(tier=3)
+    eid = await sent_then_in_doubt(journal, lease, target)
+    vote = signed(journal, eid, Vote(decision="not_happened", operator="carol"), keys.carol)
+    revoke_operator(journal, "carol", note="left the team")
+    with pytest.raises(NoDecision, match="roster does not hold"):
+        decide(journal, eid, [vote])
+    assert await resend_count(journal, lease, target) == 1
+
+
+async def test_a_signature_from_one_episode_is_refused_on_the_next(
+    journal: Journal, lease: str, keys: Keys
+) -> None:
+    """carol's ``not_happened`` settles one AMBIGUOUS episode; the effect is sent again and is
+    in doubt again. The same signed vote, replayed, is refused: it names the first episode."""
+    with_roster(journal, keys)
+    target = Ledger(tier=3)
+    eid = await sent_then_in_doubt(journal, lease, target)
+    first = signed(journal, eid, Vote(decision="not_happened", operator="carol"), keys.carol)
+    recorded, _ = decide(journal, eid, [first])
+    assert recorded.recorded
+    # the owner sends again (a person said it did not happen), and dies in doubt again
+    ticket = await Gate(journal).begin(refund(lease), target)
+    assert isinstance(ticket, Ticket)
+    await target.send(ticket)
+    ticket.release()
+    with pytest.raises(Ambiguous):
+        await Gate(journal).begin(refund(lease, last_attempt=True), target)
+    assert target.sends == 2
+    with pytest.raises(NoDecision, match="another episode"):
+        decide(journal, eid, [first])
+    assert await resend_count(journal, lease, target) == 2
+
+
+async def test_without_a_roster_names_are_self_asserted(journal: Journal, lease: str) -> None:
+    """The documented limit: with no roster nothing tells one person from another."""
+    target = Ledger(tier=3)
+    eid = await sent_then_in_doubt(journal, lease, target)
+    recorded, _ = decide(journal, eid, [Vote(decision="happened", operator="anyone")])
+    assert recorded.recorded and "proofs" not in journal.read(eid)[-1].data
+
+
+def test_the_statement_binds_every_field_it_names(journal: Journal, keys: Keys) -> None:
+    """Changing any part of the ballot or the vote changes the signed bytes."""
+    from interlock_temporal.core.review_rules import Ballot
+
+    ballot = Ballot(
+        journal="j" * 64,
+        kind="approval",
+        binding="b",
+        episode="e",
+        proposed="p",
+        approved="a",
+        principal="refund-bot",
+        epoch="1",
+    )
+    vote = Vote(decision="approve", operator="carol", scope="session")
+    base = statement(ballot, vote, "k", 10)
+    changed = [
+        statement(ballot.model_copy(update={field: "x"}), vote, "k", 10)
+        for field in ("journal", "binding", "episode", "proposed", "approved", "principal", "epoch")
+    ]
+    changed += [
+        statement(ballot, vote.model_copy(update={"decision": "reject"}), "k", 10),
+        statement(ballot, vote.model_copy(update={"operator": "dave"}), "k", 10),
+        statement(ballot, vote.model_copy(update={"scope": "once"}), "k", 10),
+        statement(ballot, vote.model_copy(update={"ttl_s": 5.0}), "k", 10),
+        statement(ballot, vote.model_copy(update={"result": {"ok": 1}}), "k", 10),
+        statement(ballot, vote, "k2", 10),
+        statement(ballot, vote, "k", 11),
+    ]
+    assert base not in changed and len(set(changed)) == len(changed)
