@@ -6,6 +6,7 @@ that was in truth sent, whose review a vote without a valid proof tries to settl
 
 from __future__ import annotations
 
+import json
 import sqlite3
 import time
 from pathlib import Path
@@ -15,7 +16,7 @@ import pytest
 
 from interlock_temporal.core.errors import Ambiguous, JournalCorrupt
 from interlock_temporal.core.journal import Journal, open_journal
-from interlock_temporal.core.journal.signing import Ed25519Key
+from interlock_temporal.core.journal.signing import Ed25519Key, parse_key
 from interlock_temporal.core.models import Kind
 from interlock_temporal.core.operators import (
     NO_ROSTER,
@@ -35,10 +36,11 @@ from interlock_temporal.core.review import (
 )
 from interlock_temporal.core.vote_proofs import ballot_of, sign_vote, statement
 
+from .test_cli import cli
 from .test_protocol import connect, journal, lease
 from .test_protocol_records import Ledger, refund
 
-__all__ = ["connect", "journal", "lease"]
+__all__ = ["cli", "connect", "journal", "lease"]
 
 LATER = int(time.time()) + 600
 
@@ -53,16 +55,18 @@ def keys() -> Keys:
     return Keys()
 
 
-async def sent_then_in_doubt(journal: Journal, lease: str, target: Ledger) -> str:
+async def sent_then_in_doubt(
+    journal: Journal, lease: str, target: Ledger, case: str = "c-1"
+) -> str:
     """A tier-3 refund that reached the target, whose worker died before recording it; the
     owner's last attempt finds it AMBIGUOUS (nobody can know)."""
-    call = refund(lease)
-    ticket = await Gate(journal).begin(call, target)
+    key = {"case": case, "order": "o-1"}
+    ticket = await Gate(journal).begin(refund(lease, key=key), target)
     assert isinstance(ticket, Ticket)
     await target.send(ticket)
     ticket.release()
     with pytest.raises(Ambiguous):
-        await Gate(journal).begin(refund(lease, last_attempt=True), target)
+        await Gate(journal).begin(refund(lease, key=key, last_attempt=True), target)
     return ticket.effect_id
 
 
@@ -316,3 +320,51 @@ def test_the_statement_binds_every_field_it_names(journal: Journal, keys: Keys) 
         statement(ballot, vote, "k", 11),
     ]
     assert base not in changed and len(set(changed)) == len(changed)
+
+
+# -- the command line: the roster, and proofs checked again offline -----------------------------
+
+
+async def test_the_roster_from_the_command_line_and_proofs_checked_again_by_verify(
+    tmp_path: Path, cli: Any
+) -> None:
+    """``interlock operators keygen/add``, a proven decision, and ``journal verify`` (with only
+    the journal's public key) checking its proof again; a decision whose recorded proof does not
+    verify (written by a worker that skipped the check: the journal's key signs it, so only the
+    proof can show it) fails ``verify``."""
+    journal_key = Ed25519Key.generate()
+    url = f"sqlite:///{tmp_path / 'journal.db'}"
+    seed = f"ed25519:{journal_key.seed_hex()}"
+    journal = open_journal(url, signing_key=seed)
+    flags = ["--journal", url, "--signing-key", seed]
+    assert cli("operators", "list", *flags).code == 0  # no roster yet: says so
+    assert cli("operators", "keygen", str(tmp_path / "carol")).code == 0
+    assert oct((tmp_path / "carol").stat().st_mode)[-3:] == "600"
+    added = cli("operators", "add", "carol", "--public-key", str(tmp_path / "carol.pub"), *flags)
+    assert added.code == 0 and "now has an operator roster" in added.err
+    listed = cli("operators", "list", "--json", *flags)
+    assert [o["name"] for o in json.loads(listed.out)["operators"]] == ["carol"]
+    carol = parse_key((tmp_path / "carol").read_text())
+    assert isinstance(carol, Ed25519Key)
+
+    lease = journal.leases.issue("refund-bot", activities=["refund_order_zq9"])
+    target = Ledger(tier=3)
+    eid = await sent_then_in_doubt(journal, lease, target)
+    vote = signed(journal, eid, Vote(decision="happened", operator="carol"), carol)
+    decide(journal, eid, [vote])
+    public = ["--journal", url, "--public-key", journal_key.public_text]
+    checked = cli("journal", "verify", *public)
+    assert checked.code == 0, checked.err
+    assert "1 re-checked against the roster: ok" in checked.out
+
+    # another effect, decided by a worker that recorded a proof it never checked
+    other = await sent_then_in_doubt(journal, lease, Ledger(tier=3), case="c-2")
+    forged = dict(journal.read(eid)[-1].data["proofs"][0])  # carol's, for the first effect
+    record_resolution(
+        journal, other, kind="ambiguous", decision="happened", operators=["carol"], proofs=[forged]
+    )
+    failed = cli("journal", "verify", "--json", *public)
+    assert failed.code == 1
+    problems = json.loads(failed.out)["vote_proofs"]["problems"]
+    assert len(problems) == 1 and other[:16] in problems[0] and "does not verify" in problems[0]
+    journal.close()

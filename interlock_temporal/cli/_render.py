@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..core.models import EffectRow, Entry, Lease, Receipt, VerifyReport
 from ..core.report import JournalReport
+from ..core.vote_proofs import ProofCheck
 
 if TYPE_CHECKING:  # the review models import Temporal: only the type checker needs them here
     from .._reviews.reconciler import ReconcileReport
@@ -327,6 +328,15 @@ def render_verify(report: VerifyReport, journal: str | None = None) -> str:
         ]
         if report.head is not None:
             pairs.append(("journal ends at", str(report.head)))
+    return _fields(pairs)
+
+
+def render_proofs(check: ProofCheck) -> str:
+    """The vote proofs ``journal verify`` checked again (one-time codes cannot be: a code is a
+    secret the journal consumed, not a signature anyone can check)."""
+    verdict = "ok" if not check.problems else f"{len(check.problems)} FAILED"
+    pairs = [("vote proofs", f"{check.checked} re-checked against the roster: {verdict}")]
+    pairs += [("proof", problem) for problem in check.problems]
     return _fields(pairs)
 
 

@@ -24,14 +24,16 @@ ballot's journal read (the effect's chain, or an approval's row), once per decis
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import Any
+
+from pydantic import BaseModel, Field
 
 from .identity import canonical, canonical_json, digest
 from .journal import Journal
 from .journal.signing import Ed25519Key
 from .models import Entry, Kind
-from .operators import Roster
+from .operators import ROSTER_CHAIN, Roster, fold_roster
 from .receipts import fold
 from .review_rules import Ballot, Vote, VoteProof
 
@@ -41,21 +43,49 @@ VERSION = 1
 
 def statement(ballot: Ballot, vote: Vote, key_id: str, expires: int) -> bytes:
     """The bytes a vote's proof signs."""
-    result = None if vote.result is None else hashlib.sha256(canonical(vote.result)).hexdigest()
+    return statement_of(
+        ballot,
+        operator=vote.operator.strip(),
+        decision=vote.decision,
+        result=result_hash(vote.result),
+        scope=vote.scope,
+        ttl_s=vote.ttl_s,
+        key_id=key_id,
+        expires=expires,
+    )
+
+
+def statement_of(
+    ballot: Ballot,
+    *,
+    operator: str,
+    decision: str,
+    result: str | None,
+    scope: str | None,
+    ttl_s: float | None,
+    key_id: str,
+    expires: int,
+) -> bytes:
+    """``statement`` from its parts, as a recorded proof keeps them (``recheck``)."""
     return canonical_json(
         {
             "domain": DOMAIN,
             "v": VERSION,
             **ballot.model_dump(mode="json"),
-            "operator": vote.operator.strip(),
-            "decision": vote.decision,
+            "operator": operator,
+            "decision": decision,
             "result": result,
-            "scope": vote.scope,
-            "ttl_s": vote.ttl_s,
+            "scope": scope,
+            "ttl_s": ttl_s,
             "key_id": key_id,
             "expires": expires,
         }
     )
+
+
+def result_hash(result: Any) -> str | None:
+    """What a statement signs of an attested result: the sha256 of its canonical JSON."""
+    return None if result is None else hashlib.sha256(canonical(result)).hexdigest()
 
 
 def sign_vote(ballot: Ballot, vote: Vote, key: Ed25519Key, expires: int) -> Vote:
@@ -84,21 +114,7 @@ def ballot_of(journal: Journal, roster: Roster, kind: str, subject: str) -> Ball
     when nothing there awaits a decision (no AMBIGUOUS entry, no approval request, no open
     circuit)."""
     if kind == "ambiguous":
-        entries = journal.read(subject)
-        episode = episode_of(entries)
-        if episode is None:
-            return None
-        view = fold(subject, entries)
-        return Ballot(
-            journal=roster.id,
-            kind="ambiguous",
-            binding=subject,
-            episode=episode,
-            proposed=view.payload_digest,
-            approved=view.approved_digest,
-            principal=view.principal,
-            epoch=(view.policy or {}).get("epoch"),
-        )
+        return ballot_before(roster.id, subject, journal.read(subject))
     if kind == "approval":
         approval = journal.policy.approval(subject)
         if approval is None:
@@ -181,4 +197,90 @@ def proof_problem(
         "expires": proof.expires,
         "signature": proof.signature,
         "digest": recorded,
+        # what the signature covers besides the ballot and the decision, for ``recheck``
+        "result": result_hash(vote.result),
+        "scope": vote.scope,
+        "ttl_s": vote.ttl_s,
     }
+
+
+class ProofCheck(BaseModel):
+    """What ``recheck`` found: how many recorded proofs verify again, and what does not."""
+
+    checked: int = 0
+    problems: list[str] = Field(default_factory=list)
+
+
+def ballot_before(roster_id: str, effect_id: str, entries: Sequence[Entry]) -> Ballot | None:
+    """The ballot of the AMBIGUOUS episode ``entries`` (an effect's, up to a decision) end in."""
+    episode = episode_of(entries)
+    if episode is None:
+        return None
+    view = fold(effect_id, list(entries))
+    return Ballot(
+        journal=roster_id,
+        kind="ambiguous",
+        binding=effect_id,
+        episode=episode,
+        proposed=view.payload_digest,
+        approved=view.approved_digest,
+        principal=view.principal,
+        epoch=(view.policy or {}).get("epoch"),
+    )
+
+
+def recheck(journal: Journal) -> ProofCheck:
+    """Check again every proof recorded with a decision (``RESOLVED``'s ``proofs``) against the
+    roster as it stood when the decision was recorded, from the journal alone: what
+    ``interlock journal verify`` adds to its check of the chains. It needs no secret (operators'
+    public keys are in the roster's signed entries). One read of each decided effect's chain."""
+    roster_entries = journal.read(ROSTER_CHAIN)
+    found = ProofCheck()
+    if not roster_entries:
+        return found
+    decided = sorted({raw.effect_id for raw in journal.iter_raw() if raw.kind == Kind.RESOLVED})
+    for effect_id in decided:
+        entries = journal.read(effect_id)
+        for i, entry in enumerate(entries):
+            proofs = entry.data.get("proofs") if entry.kind is Kind.RESOLVED else None
+            if not proofs:
+                continue
+            where = f"effect {effect_id[:16]} seq {entry.seq}"
+            ballot = ballot_before(roster_entries[0].hash, effect_id, entries[:i])
+            roster = fold_roster([r for r in roster_entries if r.seq < entry.seq])
+            for proof in proofs:
+                found.checked += 1
+                problem = _recorded_problem(ballot, roster, entry, proof)
+                if problem is not None:
+                    found.problems.append(f"{where}: {problem}")
+    return found
+
+
+def _recorded_problem(
+    ballot: Ballot | None, roster: Roster, entry: Entry, proof: dict[str, Any]
+) -> str | None:
+    if ballot is None:
+        return "no AMBIGUOUS entry precedes the decision (its episode was archived?)"
+    operator = str(proof.get("operator", ""))
+    signer = roster.by_key(str(proof.get("key_id", "")))
+    if signer is None:
+        return f"{operator!r}: key {proof.get('key_id')} was not on the roster then"
+    if not roster.may_sign(signer, operator):
+        return f"{operator!r}: {signer.name!r}'s key did not prove {operator!r}'s vote"
+    if operator not in (entry.data.get("operators") or []):
+        return f"{operator!r} signed, but the decision does not name them"
+    message = statement_of(
+        ballot,
+        operator=operator,
+        decision=str(entry.data.get("decision")),
+        result=proof.get("result"),
+        scope=proof.get("scope"),
+        ttl_s=proof.get("ttl_s"),
+        key_id=signer.key_id,
+        expires=int(proof.get("expires") or 0),
+    )
+    if not signer.key.verify(message, str(proof.get("signature", ""))):
+        return f"{operator!r}: the signature does not verify"
+    if proof.get("expires") is None or float(proof["expires"]) < entry.ts:
+        return f"{operator!r}: the proof had expired when the decision was recorded"
+    return None
