@@ -34,7 +34,8 @@ from interlock_temporal.core.review import (
     count_votes,
     record_resolution,
 )
-from interlock_temporal.core.vote_proofs import ballot_of, sign_vote, statement
+from interlock_temporal.core.vote_codes import FORMAT, MAX_FAILURES, VoteCodes, code_digest
+from interlock_temporal.core.vote_proofs import ballot_of, sign_vote, spend_codes, statement
 
 from .test_cli import cli
 from .test_protocol import connect, journal, lease
@@ -368,3 +369,67 @@ async def test_the_roster_from_the_command_line_and_proofs_checked_again_by_veri
     problems = json.loads(failed.out)["vote_proofs"]["problems"]
     assert len(problems) == 1 and other[:16] in problems[0] and "does not verify" in problems[0]
     journal.close()
+
+
+# -- one-time codes (for the Web UI's forms) -----------------------------------------------------
+
+
+def code_for(journal: Journal, eid: str, operator: str, decision: str) -> str:
+    ballot = ballot_of(journal, roster_of(journal), "ambiguous", eid)
+    assert ballot is not None
+    return VoteCodes(journal.keyring).code(ballot, operator, decision)
+
+
+async def test_a_one_time_code_proves_its_operator_and_decision_once(
+    journal: Journal, lease: str, keys: Keys
+) -> None:
+    with_roster(journal, keys)
+    target = Ledger(tier=3)
+    eid = await sent_then_in_doubt(journal, lease, target)
+    code = code_for(journal, eid, "carol", "happened")
+    assert FORMAT.fullmatch(code) and len(code.replace("-", "")) * 5 >= 80
+    # dave's code in carol's name; carol's code for another decision; a code with a result
+    for vote in (
+        Vote(
+            decision="happened", operator="carol", code=code_for(journal, eid, "dave", "happened")
+        ),
+        Vote(
+            decision="not_happened",
+            operator="carol",
+            code=code_for(journal, eid, "carol", "happened"),
+        ),
+    ):
+        with pytest.raises(NoDecision, match="not their code"):
+            decide(journal, eid, [vote])
+    with pytest.raises(NoDecision, match="cannot attest a result"):
+        decide(journal, eid, [Vote(decision="happened", operator="carol", code=code, result={})])
+    recorded, _ = decide(journal, eid, [Vote(decision="happened", operator="carol", code=code)])
+    assert recorded.recorded
+    (proof,) = journal.read(eid)[-1].data["proofs"]
+    assert proof["via"] == "code" and code not in str(proof)  # recorded by digest only
+    spend_codes(journal, [proof])
+    assert journal.code_uses.used(code_digest(code))
+    # offered again: refused, nothing more recorded
+    with pytest.raises(NoDecision, match="already used"):
+        decide(journal, eid, [Vote(decision="happened", operator="carol", code=code)])
+    assert [e.kind for e in journal.read(eid)].count(Kind.RESOLVED) == 1
+    assert await resend_count(journal, lease, target) == 1
+
+
+async def test_wrong_codes_lock_an_operator_out_of_the_question(
+    journal: Journal, lease: str, keys: Keys
+) -> None:
+    with_roster(journal, keys)
+    target = Ledger(tier=3)
+    eid = await sent_then_in_doubt(journal, lease, target)
+    for _ in range(MAX_FAILURES):
+        with pytest.raises(NoDecision, match="not their code"):
+            decide(journal, eid, [Vote(decision="not_happened", operator="carol", code="AAAA")])
+    right = code_for(journal, eid, "carol", "not_happened")
+    with pytest.raises(NoDecision, match="locked out"):
+        decide(journal, eid, [Vote(decision="not_happened", operator="carol", code=right)])
+    # dave is not locked out, and a key still proves carol
+    signed_vote = signed(journal, eid, Vote(decision="happened", operator="carol"), keys.carol)
+    recorded, _ = decide(journal, eid, [signed_vote])
+    assert recorded.recorded
+    assert await resend_count(journal, lease, target) == 1

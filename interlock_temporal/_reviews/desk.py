@@ -40,7 +40,7 @@ from ..core.review import (
 )
 from ..core.review_seal import ReviewSeals
 from ..core.sealing import ENCRYPTED
-from ..core.vote_proofs import ballot_of
+from ..core.vote_proofs import ballot_of, spend_codes
 from .workflow import (
     CHECK_ACTIVITY,
     COMMITTED_ACTIVITY,
@@ -304,7 +304,11 @@ class ReviewDesk:
         if problem is not None:
             raise self._refused("not_genuine", f"not recorded: not a genuine review: {problem}")
         try:
-            return await self._record(rec.kind, rec.effect_id, self._counted(rec))
+            decided = self._counted(rec)
+            recorded = await self._record(rec.kind, rec.effect_id, decided)
+            if recorded.recorded:
+                spend_codes(self._runtime.gate.journal, decided.proofs)
+            return recorded
         except ReviewError as err:
             raise ApplicationError(str(err), type="InvalidDecision", non_retryable=True) from None
         except JournalCorrupt as err:

@@ -29,6 +29,7 @@ from .review_rules import review_id as review_id
 from .review_rules import tally as tally
 from .review_rules import vote_problem as vote_problem
 from .sealing import Values
+from .vote_codes import VoteCodes
 from .vote_proofs import ballot_of, proof_problem, recorded_proofs
 
 
@@ -73,6 +74,7 @@ def count_votes(
     roster = roster_of(journal) if roster is None else roster
     ballot: Ballot | None = None
     used: set[str] = set()
+    codes = VoteCodes(journal.keyring)
     if roster.exists:
         ballot = ballot_of(journal, roster, kind, subject)
         used = recorded_proofs(journal, kind, subject)
@@ -86,7 +88,9 @@ def count_votes(
             if ballot is None:
                 problem = "nothing in the journal awaits this decision"
             else:
-                problem, proof = proof_problem(ballot, vote, roster, when, used)
+                problem, proof = proof_problem(
+                    ballot, vote, roster, when, used, codes, journal.code_uses
+                )
                 if proof is not None:
                     proofs[proof["operator"]] = proof
                     used.add(proof["digest"])

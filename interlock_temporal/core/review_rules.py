@@ -74,7 +74,10 @@ class Vote(BaseModel):
     #: ``ttl_s`` seconds
     scope: Literal["once", "session"] | None = None
     ttl_s: float | None = Field(default=None, gt=0)
+    #: a key's proof (``interlock reviews resolve --key``)
     proof: VoteProof | None = None
+    #: or the one-time code sent to the operator's own channel (for the Web UI's forms)
+    code: str | None = Field(default=None, max_length=64)
 
 
 class ReviewRules(BaseModel):
@@ -109,6 +112,13 @@ def vote_problem(
         return f"{operator!r} is the agent's own principal: no self-approval"
     if d.result is not None and d.decision != "happened":
         return "a result can be attested only with the decision happened"
+    if d.code is not None and d.result is not None:
+        return (
+            "a one-time code cannot attest a result (it was issued before any result existed): "
+            "sign the vote with a key (`interlock reviews resolve --key`)"
+        )
+    if d.code is not None and d.proof is not None:
+        return "a vote carries one proof: a key's signature or a one-time code, not both"
     if (d.scope is not None or d.ttl_s is not None) and d.decision != "approve":
         return "scope and ttl_s belong to an approve decision only"
     if d.scope == "session" and d.ttl_s is not None:

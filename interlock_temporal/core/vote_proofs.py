@@ -36,6 +36,7 @@ from .models import Entry, Kind
 from .operators import ROSTER_CHAIN, Roster, fold_roster
 from .receipts import fold
 from .review_rules import Ballot, Vote, VoteProof
+from .vote_codes import MAX_FAILURES, CodeUses, VoteCodes, code_digest
 
 DOMAIN = "interlock-vote"
 VERSION = 1
@@ -158,12 +159,21 @@ def recorded_proofs(journal: Journal, kind: str, subject: str) -> set[str]:
 
 
 def proof_problem(
-    ballot: Ballot, vote: Vote, roster: Roster, now: float, used: set[str]
+    ballot: Ballot,
+    vote: Vote,
+    roster: Roster,
+    now: float,
+    used: set[str],
+    codes: VoteCodes,
+    uses: CodeUses,
 ) -> tuple[str | None, dict[str, Any] | None]:
-    """Why ``vote``'s proof does not show that its operator cast it on ``ballot`` (None when it
-    does), and the proof as recorded with the decision."""
+    """Why ``vote``'s proof (a key's signature, or a one-time code) does not show that its
+    operator cast it on ``ballot`` (None when it does), and the proof as recorded with the
+    decision."""
     operator = vote.operator.strip()
     proof = vote.proof
+    if proof is None and vote.code is not None:
+        return _code_problem(ballot, vote, roster, codes, uses)
     if proof is None:
         return (
             f"{operator!r}: the journal has an operator roster, and this vote carries no proof "
@@ -197,6 +207,7 @@ def proof_problem(
         "expires": proof.expires,
         "signature": proof.signature,
         "digest": recorded,
+        "via": "key",
         # what the signature covers besides the ballot and the decision, for ``recheck``
         "result": result_hash(vote.result),
         "scope": vote.scope,
@@ -204,10 +215,50 @@ def proof_problem(
     }
 
 
+def _code_problem(
+    ballot: Ballot, vote: Vote, roster: Roster, codes: VoteCodes, uses: CodeUses
+) -> tuple[str | None, dict[str, Any] | None]:
+    """A one-time code's check: the operator on the roster, not locked out of this question, the
+    code theirs for this decision and never used. A wrong one counts against them."""
+    operator = vote.operator.strip()
+    code = vote.code or ""
+    if roster.operator(operator) is None:
+        return f"{operator!r} is not an operator on the roster", None
+    if uses.failures(ballot.episode, operator) >= MAX_FAILURES:
+        return (
+            f"{operator!r} offered {MAX_FAILURES} wrong codes on this question and is locked out "
+            "of it: sign with a key instead",
+            None,
+        )
+    if not codes.matches(ballot, operator, vote.decision, code):
+        left = MAX_FAILURES - uses.fail(ballot.episode, operator)
+        return (
+            f"{operator!r}: that is not their code for {vote.decision!r} on this question "
+            f"({max(left, 0)} more wrong code(s) lock them out of it)",
+            None,
+        )
+    digest = code_digest(code)
+    if uses.used(digest):
+        return f"{operator!r}: this code was already used", None
+    return None, {"operator": operator, "via": "code", "digest": digest, "episode": ballot.episode}
+
+
+def spend_codes(journal: Journal, proofs: Sequence[dict[str, Any]]) -> None:
+    """Consume the one-time codes among a recorded decision's proofs (after it is recorded: a
+    crash between leaves a code unconsumed on a question its decision already closed)."""
+    for proof in proofs:
+        if proof.get("via") == "code":
+            journal.code_uses.consume(
+                str(proof["episode"]), str(proof["operator"]), str(proof["digest"])
+            )
+
+
 class ProofCheck(BaseModel):
     """What ``recheck`` found: how many recorded proofs verify again, and what does not."""
 
     checked: int = 0
+    #: proofs by one-time code: recorded by digest, they cannot be checked again offline
+    by_code: int = 0
     problems: list[str] = Field(default_factory=list)
 
 
@@ -249,6 +300,9 @@ def recheck(journal: Journal) -> ProofCheck:
             ballot = ballot_before(roster_entries[0].hash, effect_id, entries[:i])
             roster = fold_roster([r for r in roster_entries if r.seq < entry.seq])
             for proof in proofs:
+                if proof.get("via") == "code":
+                    found.by_code += 1
+                    continue
                 found.checked += 1
                 problem = _recorded_problem(ballot, roster, entry, proof)
                 if problem is not None:

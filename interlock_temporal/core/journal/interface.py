@@ -19,12 +19,13 @@ from ..leases import LeaseStore
 from ..models import Draft, EffectRow, Entry, JournalHead, Kind, Lease, VerifyReport
 from ..notifications import NotificationLog
 from ..policy import PolicyStore
+from ..vote_codes import CodeUses
 from .claims import Claim
 from .entries import RawEntry, check_entry
 from .signing import Keyring
 from .verifying import verify_stored
 
-SCHEMA_VERSION = 8
+SCHEMA_VERSION = 9
 #: the effect type of policy chains (``policy:<session>``)
 POLICY_CHAIN_TYPE = "interlock.policy"
 #: the effect type of archive anchors' chains (``archive:<archive id>``)
@@ -168,6 +169,11 @@ class Journal(ABC):
     @abstractmethod
     def notifications(self) -> NotificationLog:
         """Notifications that failed to reach people (not in any effect's chain)."""
+
+    @property
+    @abstractmethod
+    def code_uses(self) -> CodeUses:
+        """What happened to one-time codes: wrong ones counted, used ones consumed."""
 
     @abstractmethod
     def read(self, effect_id: str) -> list[Entry]:

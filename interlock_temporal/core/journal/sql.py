@@ -41,6 +41,7 @@ from .entries import (
 )
 from .group_commit import AppendArgs, GroupCommit, no_wakeup_preemption
 from .interface import OWN_CHAIN_TYPES, SCHEMA_VERSION, Build, Journal, JournalTx
+from .sql_codes import SqlCodeUses
 from .sql_ids import EffectIdSetting
 from .sql_leases import RESERVATION_COLUMNS, Held, SqlLeases, held_columns, held_in
 from .sql_notify import SqlNotifications
@@ -155,6 +156,7 @@ class SqlJournal(Journal):
         self._leases = SqlLeases(self)
         self._policy = SqlPolicy(self)
         self._notifications = SqlNotifications(self)
+        self._code_uses = SqlCodeUses(self)
 
     # -- opening and closing ---------------------------------------------------------------------
 
@@ -707,6 +709,10 @@ class SqlJournal(Journal):
     @property
     def notifications(self) -> SqlNotifications:
         return self._notifications
+
+    @property
+    def code_uses(self) -> SqlCodeUses:
+        return self._code_uses
 
     @abstractmethod
     def is_unique_violation(self, err: BaseException) -> bool:
