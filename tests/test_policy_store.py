@@ -229,7 +229,7 @@ def test_a_store_of_the_previous_schema_keeps_its_sessions_and_their_deliveries(
     store.sql("UPDATE policy_sessions SET doc = ? WHERE session = ?", old_doc, "wf-1")
     store.sql("UPDATE meta SET value = '4' WHERE key = 'schema_version'")
     with open_journal(store.url, signing_key=KEY) as j:
-        assert j.schema_version() == 8
+        assert j.schema_version() == 9
         state = j.policy.session("wf-1")
         assert state is not None
         assert (state.total, state.streak, state.spent_usd) == (7, 2, 0.5)
