@@ -34,6 +34,7 @@ from interlock_temporal.core.review import (
     count_votes,
     record_resolution,
 )
+from interlock_temporal.core.review_config import rules_in_force
 from interlock_temporal.core.vote_codes import FORMAT, MAX_FAILURES, VoteCodes, code_digest
 from interlock_temporal.core.vote_proofs import ballot_of, sign_vote, spend_codes, statement
 
@@ -433,3 +434,50 @@ async def test_wrong_codes_lock_an_operator_out_of_the_question(
     recorded, _ = decide(journal, eid, [signed_vote])
     assert recorded.recorded
     assert await resend_count(journal, lease, target) == 1
+
+
+# -- the review rules, as signed journal configuration -------------------------------------------
+
+
+async def test_every_worker_counts_under_the_journals_rules(
+    tmp_path: Path, cli: Any, keys: Keys
+) -> None:
+    """``interlock operators rules`` sets the rules in the journal: a worker given looser rules
+    in code counts under the journal's; an edit of the rules' row without the key fails the
+    read, and nothing is counted under it."""
+    url = f"sqlite:///{tmp_path / 'journal.db'}"
+    journal = open_journal(url, signing_key="22" * 32)
+    flags = ["--journal", url, "--signing-key", "22" * 32]
+    assert "sets no review rules" in cli("operators", "rules", *flags).err
+    worker = ReviewRules(min_approvals=1, deadline_s=60.0)
+    assert rules_in_force(journal, worker) == worker
+    set_two = cli("operators", "rules", "--min-approvals", "2", "--allowed", "carol,dave", *flags)
+    assert set_two.code == 0, set_two.err
+    assert json.loads(cli("operators", "rules", "--json", *flags).out) == {
+        "allowed_operators": ["carol", "dave"],
+        "min_approvals": 2,
+    }
+    in_force = rules_in_force(journal, worker)
+    assert (in_force.min_approvals, in_force.allowed_operators, in_force.deadline_s) == (
+        2,
+        ["carol", "dave"],
+        60.0,
+    )
+    lease = journal.leases.issue("refund-bot", activities=["refund_order_zq9"])
+    target = Ledger(tier=3)
+    eid = await sent_then_in_doubt(journal, lease, target)
+    with pytest.raises(NoDecision, match="2 distinct operator"):
+        count_votes(
+            journal, "ambiguous", eid, [Vote(decision="not_happened", operator="carol")], in_force
+        )
+    # loosened in the database, without the key: the read fails
+    db = sqlite3.connect(tmp_path / "journal.db")
+    with db:
+        db.execute(
+            "UPDATE entries SET body = replace(body, '\"min_approvals\":2', '\"min_approvals\":1') "
+            "WHERE effect_id = 'config:review-rules'"
+        )
+    db.close()
+    with pytest.raises(JournalCorrupt):
+        rules_in_force(journal, worker)
+    journal.close()

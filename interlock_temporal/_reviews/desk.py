@@ -38,6 +38,8 @@ from ..core.review import (
     review_id,
     review_markdown,
 )
+from ..core.review_config import rules_in_force
+from ..core.review_rules import ReviewRules
 from ..core.review_seal import ReviewSeals
 from ..core.sealing import ENCRYPTED
 from ..core.vote_proofs import ballot_of, spend_codes
@@ -207,13 +209,13 @@ class ReviewDesk:
             state = journal.policy.session(effect_id)
             if state is None or state.circuit is None:
                 return None
-            details = circuit_markdown(effect_id, state, runtime.review_rules)
+            details = circuit_markdown(effect_id, state, self._rules())
             return state.circuit.activity, None, details
         if kind == "approval":
             approval = journal.policy.approval(effect_id)
             if approval is None or approval.status != "pending":
                 return None
-            details = approval_markdown(approval, runtime.review_rules)
+            details = approval_markdown(approval, self._rules())
             return approval.activity, approval.principal, details
         entries = journal.read(effect_id)
         view = fold(effect_id, entries)
@@ -225,14 +227,19 @@ class ReviewDesk:
             [],
         )
         shown = approved[0] if len(approved) == 1 else approved
-        details = review_markdown(kind, view, shown, runtime.review_rules, changes)
+        details = review_markdown(kind, view, shown, self._rules(), changes)
         return view.activity or view.effect_type or "", view.principal, details
+
+    def _rules(self) -> ReviewRules:
+        """The rules a decision is counted under: the journal's (``interlock operators rules``)
+        where it sets them, else this worker's; the deadline is always this worker's."""
+        return rules_in_force(self._runtime.gate.journal, self._runtime.review_rules)
 
     def _settings(self) -> dict[str, Any]:
         """A review's rules (its deadline included), and who is told of it and how often."""
         runtime = self._runtime
         return {
-            "rules": runtime.review_rules,
+            "rules": self._rules(),
             "notifiers": list(runtime.notifiers),
             "reminder_s": runtime.reminder_s if runtime.notifiers else None,
         }
@@ -320,7 +327,7 @@ class ReviewDesk:
         journal = self._runtime.gate.journal
         try:
             decided, left_out = count_votes(
-                journal, rec.kind, rec.effect_id, rec.votes or [], self._runtime.review_rules
+                journal, rec.kind, rec.effect_id, rec.votes or [], self._rules()
             )
         except NoDecision as err:
             raise self._refused("no_decision", str(err)) from None

@@ -9,7 +9,8 @@ from typing import Any
 
 from ..core.journal.signing import ED25519_PREFIX, Ed25519Key
 from ..core.operators import RosterError, add_operator, revoke_operator, roster_of
-from ._args import Groups, command, json_flag
+from ..core.review_config import journal_rules, set_review_rules
+from ._args import Groups, command, json_flag, positive
 from ._shared import EXIT_OK, EXIT_USAGE, CliError, emit, emit_json, open_for, warn
 
 
@@ -106,6 +107,41 @@ def cmd_operators_list(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def cmd_operators_rules(args: argparse.Namespace) -> int:
+    changing = args.min_approvals is not None or args.allowed is not None
+    with open_for(args, create=changing) as journal:
+        if changing:
+            current = journal_rules(journal)
+            allowed = current.allowed_operators if current is not None else None
+            if args.allowed is not None:
+                allowed = [n.strip() for n in args.allowed.split(",") if n.strip()] or None
+            minimum = args.min_approvals or (current.min_approvals if current is not None else 1)
+            set_review_rules(
+                journal,
+                allowed_operators=allowed,
+                min_approvals=minimum,
+                by=args.by,
+                note=args.note,
+            )
+        rules = journal_rules(journal)
+    if rules is None:
+        warn(
+            "the journal sets no review rules: each worker counts votes under its own "
+            "(InterlockPlugin(review=ReviewRules(...)))"
+        )
+        return EXIT_OK
+    shown = {
+        "allowed_operators": rules.allowed_operators,
+        "min_approvals": rules.min_approvals,
+    }
+    if args.json:
+        emit_json(shown)
+    else:
+        who = ", ".join(rules.allowed_operators) if rules.allowed_operators else "any operator"
+        emit(f"min approvals  {rules.min_approvals}\nwho may decide {who}")
+    return EXIT_OK
+
+
 def register(groups: Groups) -> None:
     operators = groups.add_parser(
         "operators", help="the people who may decide reviews, and the keys that prove it"
@@ -168,3 +204,25 @@ def register(groups: Groups) -> None:
         example=["interlock operators list", "interlock operators list --json"],
     )
     json_flag(listing)
+    rules = command(
+        sub,
+        "rules",
+        cmd_operators_rules,
+        "show, or set, the review rules every worker of the journal counts votes under "
+        "(signed journal configuration; a worker's own rules apply where it sets none)",
+        example=[
+            "interlock operators rules",
+            "interlock operators rules --min-approvals 2 --allowed carol,dave",
+        ],
+    )
+    rules.add_argument(
+        "--min-approvals", type=positive, metavar="N", help="distinct operators who must agree"
+    )
+    rules.add_argument(
+        "--allowed",
+        metavar="NAMES",
+        help="comma-separated operators who may decide (an empty string: any operator)",
+    )
+    rules.add_argument("--by", default="", metavar="WHO", help="who makes the change (recorded)")
+    rules.add_argument("--note", default="", metavar="N", help="why, for the record")
+    json_flag(rules)

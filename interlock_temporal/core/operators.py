@@ -30,10 +30,11 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from .errors import HeadConflict, InterlockError
-from .journal import CONFIG_CHAIN_TYPE, Journal
+from .config_chain import append_config, config_data
+from .errors import InterlockError
+from .journal import Journal
 from .journal.signing import ED25519_PUBLIC_PREFIX, Ed25519Key
-from .models import Draft, Entry, Kind
+from .models import Entry
 
 #: the journal chain that holds the roster's changes
 ROSTER_CHAIN = "config:operators"
@@ -135,13 +136,11 @@ def fold_roster(entries: Sequence[Entry]) -> Roster:
     operators: dict[str, Operator] = {}
     revoked: set[str] = set()
     for entry in entries:
-        if entry.kind is not Kind.CONFIG:
+        data = config_data(entry)
+        if data is None:
             raise RosterError(f"entry {entry.seq} on the roster's chain is not a CONFIG entry")
         try:
-            # a chain's first entry also signs its effect type
-            change = OperatorChange.model_validate(
-                {k: v for k, v in entry.data.items() if k != "effect_type"}
-            )
+            change = OperatorChange.model_validate(data)
         except ValidationError:
             raise RosterError(f"entry {entry.seq} on the roster's chain is not a change") from None
         if change.change == "revoke":
@@ -165,19 +164,8 @@ def roster_of(journal: Journal) -> Roster:
 
 
 def _change(journal: Journal, change: OperatorChange) -> Roster:
-    for _ in range(8):
-        row = journal.row(ROSTER_CHAIN)
-        try:
-            journal.append(
-                ROSTER_CHAIN,
-                row.head if row is not None else "",
-                [Draft(kind=Kind.CONFIG, data=change.model_dump(mode="json"))],
-                effect_type=CONFIG_CHAIN_TYPE,
-            )
-        except HeadConflict:
-            continue  # another change landed first: read again
-        return roster_of(journal)
-    raise RosterError("the roster kept changing under this change: try again")
+    append_config(journal, ROSTER_CHAIN, change.model_dump(mode="json"))
+    return roster_of(journal)
 
 
 def add_operator(
