@@ -20,6 +20,7 @@ from pydantic import ValidationError
 from temporalio.exceptions import ActivityError, ApplicationError, ApplicationErrorCategory
 
 from ..core.errors import (
+    APPROVAL_REJECTED,
     Ambiguous,
     Denied,
     InFlight,
@@ -31,7 +32,6 @@ from ..core.errors import (
     UnstableEffectKey,
 )
 from ..core.models import Receipt
-from ..core.policy.verdicts import Reason
 
 
 class AmbiguousEffect(ApplicationError):
@@ -221,7 +221,7 @@ def rejected_by(error: BaseException | None) -> list[str] | None:
         return None
     details = list(cause.details)
     first = details[0] if details and isinstance(details[0], dict) else {}
-    if first.get("code") != Reason.APPROVAL_REJECTED.value:
+    if first.get("code") != APPROVAL_REJECTED:
         return None
     return [str(name) for name in first.get("rejected_by") or []]
 

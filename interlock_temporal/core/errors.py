@@ -139,6 +139,11 @@ class InFlight(GateOutcome):
         self.retry_after = retry_after
 
 
+#: a denial's code when a person rejected this very request (``policy.Reason``'s member has this
+#: value; here, so that workflow code can name it without loading the policy)
+APPROVAL_REJECTED = "APPROVAL_REJECTED"
+
+
 class Denied(GateOutcome):
     """The policy denied the call: the body did not run. Names the reason code, the policy and
     the offending argument (never its value)."""

@@ -8,7 +8,7 @@ from enum import EnumType, StrEnum
 from typing import Any
 
 from ..deprecated import warn_renamed
-from ..errors import Denied, NeedsApproval
+from ..errors import APPROVAL_REJECTED, Denied, NeedsApproval
 from .state import PolicyState
 
 #: the names an older release gave a verdict, and the one each means now
@@ -63,7 +63,7 @@ class Reason(StrEnum):
     #: the guard's, not the breaker's: a person rejected this very request (same input,
     #: principal and policy epoch). It says nothing about the agent's behaviour, so it never
     #: trips the circuit, and nobody is asked again
-    APPROVAL_REJECTED = "APPROVAL_REJECTED"
+    APPROVAL_REJECTED = APPROVAL_REJECTED
 
 
 @dataclass(slots=True)
