@@ -18,7 +18,6 @@ from .operators import Roster, roster_of
 from .policy import Approval, SessionState
 from .receipts import EffectView, fold, fold_checked, receipt_of
 from .review_rules import DECISIONS as DECISIONS
-from .review_rules import Ballot
 from .review_rules import Reached as Reached
 from .review_rules import Recorded as Recorded
 from .review_rules import ReviewKind as ReviewKind
@@ -30,7 +29,7 @@ from .review_rules import tally as tally
 from .review_rules import vote_problem as vote_problem
 from .sealing import Values
 from .vote_codes import VoteCodes
-from .vote_proofs import ballot_of, proof_problem, recorded_proofs
+from .vote_proofs import proof_problem, question_of
 
 
 class ReviewError(InterlockError):
@@ -39,18 +38,6 @@ class ReviewError(InterlockError):
 
 class NoDecision(ReviewError):
     """The votes reach no decision under the rules (the message says which rules)."""
-
-
-def principal_of(journal: Journal, kind: str, subject: str) -> str | None:
-    """Who asked, as the journal recorded it: the effect's principal, the approval's; a
-    circuit's reset has none."""
-    if kind == "approval":
-        approval = journal.policy.approval(subject)
-        return None if approval is None else approval.principal
-    if kind == "ambiguous":
-        entries = journal.read(subject)
-        return fold(subject, entries).principal if entries else None
-    return None
 
 
 def count_votes(
@@ -70,14 +57,10 @@ def count_votes(
     (``vote_proofs``), so ``min_approvals`` counts distinct proven operators. Returns the
     decision with the deciding votes' proofs, and why each vote left out was. ``NoDecision`` if
     the counted votes reach none."""
-    principal = principal_of(journal, kind, subject)
     roster = roster_of(journal) if roster is None else roster
-    ballot: Ballot | None = None
-    used: set[str] = set()
+    question = question_of(journal, roster, kind, subject)
+    principal, ballot, used = question.principal, question.ballot, set(question.used)
     codes = VoteCodes(journal.keyring)
-    if roster.exists:
-        ballot = ballot_of(journal, roster, kind, subject)
-        used = recorded_proofs(journal, kind, subject)
     when = time.time() if now is None else now
     counted: list[Vote] = []
     proofs: dict[str, dict[str, Any]] = {}

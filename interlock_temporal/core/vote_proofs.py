@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from pydantic import BaseModel, Field
@@ -145,17 +146,40 @@ def ballot_of(journal: Journal, roster: Roster, kind: str, subject: str) -> Ball
     return None
 
 
-def recorded_proofs(journal: Journal, kind: str, subject: str) -> set[str]:
-    """The digests of the proofs already recorded with a decision on ``subject``."""
+@dataclass(frozen=True)
+class Question:
+    """What the journal records of the question votes answer: who asked (never decides), the
+    ballot a proof must sign (None without a roster, or when nothing awaits a decision), and
+    the proofs already used on it."""
+
+    principal: str | None
+    ballot: Ballot | None
+    used: frozenset[str]
+
+
+def question_of(journal: Journal, roster: Roster, kind: str, subject: str) -> Question:
+    """The question of the review of ``kind`` on ``subject``, from the journal: an effect's
+    chain is read once."""
     if kind != "ambiguous":
-        return set()  # an approval's or a circuit's episode ends with its decision
-    return {
+        principal = None
+        if kind == "approval":
+            approval = journal.policy.approval(subject)
+            principal = None if approval is None else approval.principal
+        ballot = ballot_of(journal, roster, kind, subject) if roster.exists else None
+        # an approval's or a circuit's episode ends with its decision
+        return Question(principal, ballot, frozenset())
+    entries = journal.read(subject)
+    principal = fold(subject, entries).principal if entries else None
+    if not roster.exists:
+        return Question(principal, None, frozenset())
+    used = frozenset(
         str(p.get("digest"))
-        for e in journal.read(subject)
+        for e in entries
         if e.kind is Kind.RESOLVED
         for p in e.data.get("proofs") or []
         if isinstance(p, dict)
-    }
+    )
+    return Question(principal, ballot_before(roster.id, subject, entries), used)
 
 
 def proof_problem(
