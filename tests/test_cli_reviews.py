@@ -9,6 +9,7 @@ import asyncio
 import json
 import os
 import re
+import socket
 import subprocess
 import sys
 import time
@@ -39,6 +40,7 @@ from interlock_temporal.cli._render import (
 )
 from interlock_temporal.core import Call, Gate, Journal, Kind, open_journal, receipt
 from interlock_temporal.core.review import review_id
+from interlock_temporal.core.review_rules import SENT_BY_CAVEAT
 from interlock_temporal.targets.payments import RefundRequest, SimulatedCrash, SimulatedPayments
 from interlock_temporal.testing import DevServer, free_port
 from workers.scenarios import ORDER
@@ -52,6 +54,7 @@ from .waiting import until
 pytestmark = pytest.mark.server
 
 CONSOLE_SCRIPT = Path(sys.executable).with_name("interlock")
+ROOT = Path(__file__).resolve().parents[1]
 
 
 @pytest.fixture(autouse=True)
@@ -78,6 +81,8 @@ async def interlock(*argv: str, cwd: Path, env: dict[str, str] | None = None) ->
     """The console script in a subprocess (never blocking the loop the in-process worker runs
     on). The environment has no INTERLOCK_* or TEMPORAL_* variables unless ``env`` adds them."""
     environ = {k: v for k, v in os.environ.items() if not k.startswith(("INTERLOCK_", "TEMPORAL_"))}
+    # the package from this checkout, whichever one the environment's console script names
+    environ["PYTHONPATH"] = os.pathsep.join([str(ROOT), *filter(None, [environ.get("PYTHONPATH")])])
     environ.update(env or {})
     process = await asyncio.create_subprocess_exec(
         str(CONSOLE_SCRIPT),
@@ -300,6 +305,12 @@ async def test_list_and_resolve_a_review_a_workflow_waits_on(
             "yes",
             "carol",
         )
+        # beside carol: the identity Temporal recorded for the command's Update (the SDK's
+        # default, pid@host), and what it is worth
+        cli_identity = r"\d+@" + re.escape(socket.gethostname())
+        assert re.fullmatch(
+            rf"carol: {cli_identity} \({re.escape(SENT_BY_CAVEAT)}\)", shown["sent by"]
+        ), shown["sent by"]
         outcome = await asyncio.wait_for(handle.result(), 15)
         assert outcome.status == "RESOLVED"
         found = receipt(eid, journal=r.journal)
@@ -327,9 +338,14 @@ async def test_list_and_resolve_a_review_a_workflow_waits_on(
         (ended,) = [d for d in everything.json()["reviews"] if d["effect_id"] == eid]
         assert ended["state"] == "resolved"
         assert ended["status"]["operators"] == ["carol"]
-        assert ended["votes"] == [
-            {"decision": "happened", "operator": "carol", "note": "the refund is on the statement"}
-        ]
+        (vote,) = ended["votes"]
+        assert re.fullmatch(cli_identity, vote.pop("sent_by")), ended["votes"]
+        assert vote == {
+            "decision": "happened",
+            "operator": "carol",
+            "note": "the refund is on the statement",
+        }
+        assert re.fullmatch(cli_identity, resolved[0].data["sent_by"]["carol"])
 
 
 async def test_with_a_roster_only_a_signed_vote_decides(

@@ -259,6 +259,8 @@ async def test_an_operator_resolves_an_ambiguous_refund_in_the_web_ui(tmp_path: 
         assert shown.final == "RESOLVED"
         assert shown.executed is True
         assert shown.operator == OPERATOR
+        # the Web UI's signal was found in the review's history: it carries no client identity
+        assert shown.sent_by == {OPERATOR: ""}, shown.sent_by
 
         # the money, read from the payments service's own file: exactly one $20 refund
         with_service = SimulatedPayments(tmp_path / "payments.db", tier=3)
@@ -319,5 +321,6 @@ async def test_an_operator_approves_an_escalated_call_in_the_web_ui(tmp_path: Pa
             approval = r.journal.policy.approval(binding)
             assert approval is not None and approval.status == "consumed"
             assert approval.operators == [OPERATOR]
+            assert approval.sent_by == {OPERATOR: ""}  # the Web UI gives no client identity
     finally:
         await server.stop()

@@ -29,6 +29,7 @@ from ..core.review import (
     Recorded,
     ReviewError,
     ReviewKind,
+    Vote,
     approval_markdown,
     circuit_markdown,
     count_votes,
@@ -47,6 +48,7 @@ from .workflow import (
     CHECK_ACTIVITY,
     COMMITTED_ACTIVITY,
     RECORD_ACTIVITY,
+    Arrival,
     DecisionRecord,
     EffectReview,
     LateCommit,
@@ -304,7 +306,12 @@ class ReviewDesk:
         journal's seal), from the votes themselves counted under this worker's rules and the
         principal the journal recorded (never the review's copies of them). Anything else is
         refused, non-retryably, with nothing recorded; a refusal is logged with its caller and
-        counted. One on an effect whose entries do not verify is refused (``JournalCorrupt``)."""
+        counted. One on an effect whose entries do not verify is refused (``JournalCorrupt``).
+
+        Beside each deciding operator the journal records the client identity Temporal recorded
+        for the signal or Update that carried their vote, read from the review's history here
+        (``_sent_by``), never from what the vote or the review claims: evidence, not proof (a
+        client sets it). Costs one read of the review's history per decision."""
         problem = await self._caller_problem(rec.kind, rec.effect_id)
         if problem is None and rec.votes is None:
             problem = "it sent no votes, only their tally"
@@ -312,10 +319,12 @@ class ReviewDesk:
             raise self._refused("not_genuine", f"not recorded: not a genuine review: {problem}")
         try:
             decided = self._counted(rec)
-            recorded = await self._record(rec.kind, rec.effect_id, decided)
+            sent_by = await self._sent_by(rec)
+            deciding = {o: sent_by[o] for o in decided.operators if o in sent_by}
+            recorded = await self._record(rec.kind, rec.effect_id, decided, deciding or None)
             if recorded.recorded:
                 spend_codes(self._runtime.gate.journal, decided.proofs)
-            return recorded
+            return recorded.model_copy(update={"sent_by": sent_by})
         except ReviewError as err:
             raise ApplicationError(str(err), type="InvalidDecision", non_retryable=True) from None
         except JournalCorrupt as err:
@@ -335,7 +344,46 @@ class ReviewDesk:
             log.warning("review of %s: a vote not counted: %s", rec.effect_id[:16], problem)
         return decided
 
-    async def _record(self, kind: ReviewKind, subject: str, decided: Reached) -> Recorded:
+    async def _sent_by(self, rec: DecisionRecord) -> dict[str, str]:
+        """For each operator of ``rec``'s votes (the first vote of each): the client identity
+        Temporal recorded for the ``resolve`` signal or ``decide`` Update that carried it, read
+        from the calling review's history (``_arrived``). A vote's arrival (its signal's
+        ordinal, its Update's id) is only where to look: the event found there must carry that
+        very vote, or the operator gets no identity. Nothing when the review sent no arrivals
+        (one from before they were kept)."""
+        votes, arrivals = rec.votes or [], rec.arrivals
+        if not votes or arrivals is None:
+            return {}
+        if len(arrivals) != len(votes):
+            log.warning(
+                "review of %s: %d arrivals for %d votes, no identities read",
+                rec.effect_id[:16],
+                len(arrivals),
+                len(votes),
+            )
+            return {}
+        client = self._runtime.temporal_client()
+        info = activity.info()
+        if client is None or not info.workflow_id or not info.workflow_run_id:
+            return {}
+        signals, updates = await _arrived(client, info.workflow_id, info.workflow_run_id)
+        found, unmatched = _matched(votes, arrivals, signals, updates)
+        for operator in unmatched:
+            log.warning(
+                "review of %s: the event named as %r's vote's arrival does not carry it: "
+                "no identity recorded for them",
+                rec.effect_id[:16],
+                operator,
+            )
+        return found
+
+    async def _record(
+        self,
+        kind: ReviewKind,
+        subject: str,
+        decided: Reached,
+        sent_by: dict[str, str] | None = None,
+    ) -> Recorded:
         journal = self._runtime.gate.journal
         values = self._runtime.gate.values
         result = decided.result
@@ -343,7 +391,7 @@ class ReviewDesk:
             result = self._checked_result(subject, result)
         if kind == "circuit":
             return record_circuit_reset(
-                journal, subject, operators=decided.operators, note=decided.note
+                journal, subject, operators=decided.operators, note=decided.note, sent_by=sent_by
             )
         if kind == "approval":
             return record_approval(
@@ -354,6 +402,7 @@ class ReviewDesk:
                 note=decided.note,
                 scope=decided.scope,
                 ttl_s=decided.ttl_s,
+                sent_by=sent_by,
             )
         return record_resolution(
             journal,
@@ -366,6 +415,7 @@ class ReviewDesk:
             values=values,
             stored_result=None if result is None else await values.store(canonical(result)),
             proofs=decided.proofs,
+            sent_by=sent_by,
         )
 
     async def _caller_problem(
@@ -436,6 +486,102 @@ async def _start_of(client: Client, workflow_id: str, run_id: str) -> dict[str, 
             return None
         found = await _decoded(client, event.workflow_execution_started_event_attributes.input)
         return found if isinstance(found, dict) else None
+    return None
+
+
+#: a vote as its history event carried it, with the identity Temporal recorded there
+_Carried = tuple[str, Vote | None]
+
+
+async def _arrived(
+    client: Client, workflow_id: str, run_id: str
+) -> tuple[list[_Carried], dict[str, _Carried]]:
+    """What a review run received, from its history: its ``resolve`` signals, in the order its
+    handler received them (a signal whose input the workflow could not decode was dropped
+    before the handler, so it is skipped here too), and its accepted ``decide`` Updates by id
+    (an update-with-start's included); each with the identity Temporal recorded and the vote it
+    carried (None: not a vote)."""
+    handle = client.get_workflow_handle(workflow_id, run_id=run_id)
+    signals: list[_Carried] = []
+    updates: dict[str, _Carried] = {}
+    admitted: dict[int, Any] = {}
+    async for event in handle.fetch_history_events():
+        if event.HasField("workflow_execution_signaled_event_attributes"):
+            signaled = event.workflow_execution_signaled_event_attributes
+            if signaled.signal_name != "resolve":
+                continue
+            delivered, vote = await _carried(client, signaled.input.payloads)
+            if delivered:
+                signals.append((signaled.identity, vote))
+        elif event.HasField("workflow_execution_update_admitted_event_attributes"):
+            admits = event.workflow_execution_update_admitted_event_attributes
+            admitted[event.event_id] = admits.request
+        elif event.HasField("workflow_execution_update_accepted_event_attributes"):
+            accepted = event.workflow_execution_update_accepted_event_attributes
+            request = accepted.accepted_request
+            if not request.meta.update_id:  # the request was written when it was admitted
+                request = admitted.get(accepted.accepted_request_sequencing_event_id, request)
+            if request.input.name != "decide" or not request.meta.update_id:
+                continue
+            _, vote = await _carried(client, request.input.args.payloads)
+            updates[request.meta.update_id] = (request.meta.identity, vote)
+    return signals, updates
+
+
+async def _carried(client: Client, payloads: Any) -> tuple[bool, Vote | None]:
+    """Whether a signal's input reaches the review's handler (it decodes as the workflow
+    decodes it: one argument of any type), and the vote it carries, if it is one."""
+    found = list(payloads)
+    if not found:
+        return True, None
+    try:
+        values = await client.data_converter.decode(found, [Any] if len(found) == 1 else None)
+    except Exception:  # the workflow drops a signal it cannot decode, before its handler
+        return False, None
+    try:
+        return True, Vote.model_validate(values[0])
+    except ValidationError:
+        return True, None
+
+
+def _matched(
+    votes: list[Vote],
+    arrivals: list[Arrival | None],
+    signals: list[_Carried],
+    updates: dict[str, _Carried],
+) -> tuple[dict[str, str], list[str]]:
+    """For the first vote of each operator: the identity on the history event its arrival
+    names, if that event carries that very vote; and the operators whose arrival names an event
+    that carries another (or none)."""
+    found: dict[str, str] = {}
+    unmatched: list[str] = []
+    seen: set[str] = set()
+    for vote, arrival in zip(votes, arrivals, strict=True):
+        operator = vote.operator.strip()
+        if operator in seen:
+            continue
+        seen.add(operator)
+        event = _event_of(arrival, signals, updates)
+        if event is None:
+            continue
+        identity, carried = event
+        if carried != vote:
+            unmatched.append(operator)
+            continue
+        found[operator] = identity
+    return found, unmatched
+
+
+def _event_of(
+    arrival: Arrival | None, signals: list[_Carried], updates: dict[str, _Carried]
+) -> _Carried | None:
+    """The history event ``arrival`` names: the N-th ``resolve`` signal, or the Update."""
+    if arrival is None:
+        return None
+    if arrival.signal is not None:
+        return signals[arrival.signal - 1] if arrival.signal <= len(signals) else None
+    if arrival.update is not None:
+        return updates.get(arrival.update)
     return None
 
 

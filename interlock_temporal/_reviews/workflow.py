@@ -18,12 +18,14 @@ from temporalio.exceptions import ActivityError, ApplicationError, FailureError
 from .._worker.errors import describe_invalid
 from ..core.models import Receipt
 from ..core.review_rules import (
+    SENT_BY_CAVEAT,
     Ballot,
     Recorded,
     ReviewKind,
     ReviewRules,
     Vote,
     reached,
+    sent_by_text,
     vote_problem,
 )
 
@@ -161,6 +163,17 @@ class ReviewCheck(BaseModel):
     reason: str = ""
 
 
+class Arrival(BaseModel):
+    """How a vote reached the review, as the review saw it: the ordinal (from 1) of its
+    ``resolve`` signal among the ``resolve`` signals this run's handler received (signals are
+    delivered in history order), or the id of its ``decide`` Update. Set by the review, never
+    taken from what was sent; the recording worker finds the history event it names and reads
+    the identity Temporal recorded there."""
+
+    signal: int | None = Field(default=None, ge=1)
+    update: str | None = None
+
+
 class DecisionRecord(BaseModel):
     """What the record activity is asked to journal: the decision the votes reached, who
     reached it, and (since ``SEAL_PATCH``) every vote, which the activity counts again under
@@ -177,6 +190,12 @@ class DecisionRecord(BaseModel):
     ttl_s: float | None = None
     #: every vote the review counted, in order (None: a review from before ``SEAL_PATCH``)
     votes: list[Vote] | None = None
+    #: how each of ``votes`` reached the review, in the same order (None: a review from before
+    #: arrivals were kept). The recording worker reads from the review's history the client
+    #: identity Temporal recorded for each (``Recorded.sent_by``). Beside the votes rather than
+    #: in them: ``Vote`` forbids unknown fields, so a worker from before would refuse to decode
+    #: a vote carrying one, while it ignores a field here
+    arrivals: list[Arrival | None] | None = None
 
 
 def _refusal(message: str) -> FailureError:
@@ -215,6 +234,13 @@ class EffectReview:
     def __init__(self, req: ReviewRequest) -> None:
         self._req = req
         self._votes: list[Vote] = []
+        #: how each of ``_votes`` arrived, in the same order
+        self._arrivals: list[Arrival] = []
+        #: ``resolve`` signals received so far (each counts, whether its vote counts or not)
+        self._signals = 0
+        #: for each operator whose vote a worker recorded: the client identity Temporal
+        #: recorded for the signal or Update that carried it (evidence, never proof)
+        self._sent_by: dict[str, str] = {}
         self._reported: list[str] = []
         self._subscribers: list[str] = []
         self._state: ReviewState = "open"
@@ -411,6 +437,7 @@ class EffectReview:
                     scope=self._extent[0],
                     ttl_s=self._extent[1],
                     votes=list(self._votes) if self._sealed else None,
+                    arrivals=list(self._arrivals) if self._sealed else None,
                 ),
                 result_type=Recorded,
                 start_to_close_timeout=timedelta(seconds=30),
@@ -421,10 +448,13 @@ class EffectReview:
             message = cause.message if isinstance(cause, ApplicationError) else str(err)
             self._last_error = message
             self._report(f"not recorded: {message}")
-            self._votes = [v for v in self._votes if v.decision != decision]
+            kept = [i for i, v in enumerate(self._votes) if v.decision != decision]
+            self._votes = [self._votes[i] for i in kept]
+            self._arrivals = [self._arrivals[i] for i in kept]
             self._state = "open"
         else:
             self._last_error = None
+            self._sent_by.update(recorded.sent_by or {})
             self._receipt = recorded.receipt
             self._reason = recorded.reason
             self._state = "closed" if recorded.state == "closed" else "resolved"
@@ -446,8 +476,9 @@ class EffectReview:
             )
         return vote_problem(self._req.kind, d, self._req.rules, self._req.principal, self._votes)
 
-    def _vote(self, d: Vote) -> None:
+    def _vote(self, d: Vote, arrival: Arrival) -> None:
         self._votes.append(d)
+        self._arrivals.append(arrival)
         decided = reached(self._votes, self._req.rules.min_approvals)
         if decided is not None and self._pending is None:
             self._pending = (decided.decision, decided.operators, decided.note, decided.result)
@@ -461,6 +492,10 @@ class EffectReview:
         '"approve" | "reject" for an approval), "operator": "your name", "note": "why"}.',
     )
     def resolve(self, payload: Any) -> None:
+        # counted first, whatever it carries: the recording worker finds this signal's event
+        # in the history by this ordinal
+        self._signals += 1
+        arrival = Arrival(signal=self._signals)
         d, problem = _parse(payload)
         if d is not None:
             problem = self._problem(d)
@@ -470,7 +505,7 @@ class EffectReview:
             workflow.logger.warning("review %s: %s", self._req.effect_id[:16], problem)
             return
         assert d is not None
-        self._vote(d)
+        self._vote(d, arrival)
 
     @workflow.update(
         name="decide",
@@ -481,7 +516,8 @@ class EffectReview:
         d, _ = _parse(payload)
         assert d is not None  # the validator parsed it
         seen = self._recordings
-        self._vote(d)
+        update = workflow.current_update_info()
+        self._vote(d, Arrival(update=update.id if update else None))
         if self._pending is not None or self._state == "recording":
             await workflow.wait_condition(lambda: self._recordings > seen)
             if self._state == "open" and self._last_error:
@@ -526,10 +562,7 @@ class EffectReview:
             state=self._state,
             decision=outcome.decision if outcome else None,
             operators=outcome.operators if outcome else [],
-            votes=[
-                {"decision": v.decision, "operator": v.operator, "note": v.note}
-                for v in self._votes
-            ],
+            votes=[self._vote_shown(v) for v in self._votes],
             reported=list(self._reported),
             subscribers=len(self._subscribers),
             reason=self._reason,
@@ -538,6 +571,15 @@ class EffectReview:
             deadline_at=self._deadline_at,
             ballot=self._req.ballot,
         )
+
+    def _vote_shown(self, v: Vote) -> dict[str, str]:
+        """A vote as the status shows it; with ``sent_by`` once a worker recorded it and found
+        the identity Temporal recorded for its signal or Update."""
+        shown = {"decision": v.decision, "operator": v.operator, "note": v.note}
+        sent_by = self._sent_by.get(v.operator.strip())
+        if sent_by is not None:
+            shown["sent_by"] = sent_by
+        return shown
 
     # -- telling people and workflows ------------------------------------------------------------
 
@@ -645,9 +687,14 @@ class EffectReview:
         if self._reason:
             lines.append(f"- {self._reason}")
         for v in self._votes:
+            sent_by = self._sent_by.get(v.operator.strip())
             lines.append(
-                f"- vote: `{v.decision}` by {v.operator}" + (f" — {v.note}" if v.note else "")
+                f"- vote: `{v.decision}` by {v.operator}"
+                + ("" if sent_by is None else f" ({sent_by_text(sent_by)})")
+                + (f" — {v.note}" if v.note else "")
             )
+        if self._sent_by:
+            lines.append(f"- {SENT_BY_CAVEAT}")
         for text in self._reported[-5:]:
             lines.append(f"- {text}")
         lines.append(f"- workflows waiting: {len(self._subscribers)}")

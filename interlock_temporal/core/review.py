@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any, Literal
 
@@ -107,13 +107,17 @@ def record_resolution(
     values: Values | None = None,
     stored_result: bytes | None = None,
     proofs: Sequence[dict[str, Any]] = (),
+    sent_by: Mapping[str, str] | None = None,
 ) -> Recorded:
     """Append ``RESOLVED`` for an effect that is AMBIGUOUS, conditional on its head.
 
     ``values``: how the gate digests values (the result's digest takes the effect's scheme);
     ``stored_result``: the result as stored (sealed by the caller when values are sealed);
     ``proofs``: the deciding votes' proofs (``count_votes``), signed into the entry so that
-    ``interlock journal verify --public-key`` can check them again.
+    ``interlock journal verify --public-key`` can check them again;
+    ``sent_by``: for operators whose vote's signal or Update was found in the review's history,
+    the client identity Temporal recorded for it (recorded as ``sent_by``: evidence, never
+    proof, since a client sets it).
 
     An effect a late ``COMMITTED`` already closed is reported closed, and one already resolved
     is reported as it was: neither is changed.
@@ -152,6 +156,8 @@ def record_resolution(
     }
     if proofs:
         data["proofs"] = [dict(p) for p in proofs]
+    if sent_by:
+        data["sent_by"] = dict(sent_by)
     blobs: dict[str, Any] = {}
     if decision == "happened" and result is not None:
         result_json = canonical(result)
@@ -174,8 +180,10 @@ def record_approval(
     note: str = "",
     scope: Literal["once", "session"] | None = None,
     ttl_s: float | None = None,
+    sent_by: Mapping[str, str] | None = None,
 ) -> Recorded:
-    """Record a person's ``approve`` or ``reject`` on a pending approval (journaled)."""
+    """Record a person's ``approve`` or ``reject`` on a pending approval (journaled), with
+    ``sent_by`` (see ``record_resolution``) when given."""
     if decision not in DECISIONS["approval"]:
         raise ReviewError(f"{decision!r} is not a decision for approval reviews")
     try:
@@ -186,6 +194,7 @@ def record_approval(
             note=note,
             scope=scope or "once",
             ttl_s=ttl_s,
+            sent_by=sent_by,
         )
     except KeyError:
         raise ReviewError(f"no approval was requested for {binding}") from None
@@ -201,11 +210,19 @@ def record_approval(
 
 
 def record_circuit_reset(
-    journal: Journal, session: str, *, operators: Sequence[str], note: str = ""
+    journal: Journal,
+    session: str,
+    *,
+    operators: Sequence[str],
+    note: str = "",
+    sent_by: Mapping[str, str] | None = None,
 ) -> Recorded:
-    """Close a session's open circuit (journaled with the operator)."""
+    """Close a session's open circuit (journaled with the operator, and the client identity
+    Temporal recorded for their vote when ``sent_by`` has it: see ``record_resolution``)."""
+    operator = operators[0] if operators else ""
+    recorded_by = {o: i for o, i in (sent_by or {}).items() if o == operator.strip()}
     try:
-        reset = journal.policy.reset(session, operator=operators[0], note=note)
+        reset = journal.policy.reset(session, operator=operator, note=note, sent_by=recorded_by)
     except ValueError as err:
         raise ReviewError(str(err)) from None
     if not reset:

@@ -182,3 +182,19 @@ class Recorded(BaseModel):
     reason: str = ""
     #: the effect's receipt (None for an approval: nothing has been proposed yet)
     receipt: Receipt | None = None
+    #: for each vote's operator whose signal or Update the recording worker found in the
+    #: review's history: the client identity Temporal recorded for it ("" when the client set
+    #: none). Evidence, never proof: a client sets it (None: a worker from before, or nothing
+    #: read)
+    sent_by: dict[str, str] | None = None
+
+
+#: what a client identity Temporal recorded is worth, in the words people read beside it
+SENT_BY_CAVEAT = (
+    "Temporal recorded this client identity; a client sets it, so it is evidence, not proof"
+)
+
+
+def sent_by_text(identity: str) -> str:
+    """The client identity Temporal recorded for a vote, in words: ``sent by <identity>``."""
+    return f"sent by {identity}" if identity else "sent by a client that gave no identity"

@@ -3,9 +3,10 @@
 Run it when a release's workflow code is final: the files pin what workflows already running
 in production will replay. ``--release NAME`` writes new files beside the old ones
 (``support_case_review_happened.NAME.json``), never over them: the first recording has no name,
-``sealed`` is the code where a waiting workflow believes only the journal (``WAKE_PATCH``). A change to ``execute_effect`` or ``SupportCase`` that no longer
-replays these histories must be guarded with ``workflow.patched``; re-recording them to make the
-test pass would hide exactly the breakage the test exists to catch.
+``sealed`` is the code where a waiting workflow believes only the journal (``WAKE_PATCH``). A
+change to ``execute_effect`` or ``SupportCase`` that no longer replays these histories must be
+guarded with ``workflow.patched``; re-recording them to make the test pass would hide exactly
+the breakage the test exists to catch.
 """
 
 from __future__ import annotations

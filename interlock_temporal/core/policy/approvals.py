@@ -47,6 +47,9 @@ class Approval(BaseModel):
     operators: list[str] = Field(default_factory=list)
     note: str = ""
     decided_at: float | None = None
+    #: the client identity Temporal recorded for each operator's vote, where the recording
+    #: worker read one from the review's history: evidence, not proof (a client sets it)
+    sent_by: dict[str, str] = Field(default_factory=dict)
 
     def covers(
         self, *, digest: str, principal: str, epoch: str, session: str, now: float
