@@ -67,7 +67,10 @@ log = logging.getLogger("interlock_temporal.review")
 #: what a person deciding is told of who may decide, with and without an operator roster
 PROVEN = (
     "**Who may decide.** A vote counts only with its operator's proof: sign it with "
-    "`interlock reviews resolve --key FILE`, or paste the one-time code sent to you."
+    "`interlock reviews resolve --key FILE`, or paste the one-time code sent to you: send the "
+    "signal `resolve` as above with your code for that decision, "
+    '`{"decision": "...", "operator": "your name", "code": "..."}` (the message with your '
+    "codes has each line to paste). A code is yours alone and works once."
 )
 UNPROVEN = (
     "**Who may decide.** This journal has no operator roster: operator names are not checked, "

@@ -489,7 +489,8 @@ class EffectReview:
     @workflow.signal(
         name="resolve",
         description='Decide this review. Send {"decision": "happened" | "not_happened" (or '
-        '"approve" | "reject" for an approval), "operator": "your name", "note": "why"}.',
+        '"approve" | "reject" for an approval), "operator": "your name", "note": "why"}; where '
+        'the journal has an operator roster, add "code": the one-time code sent to you.',
     )
     def resolve(self, payload: Any) -> None:
         # counted first, whatever it carries: the recording worker finds this signal's event
