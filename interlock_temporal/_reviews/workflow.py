@@ -447,7 +447,9 @@ class EffectReview:
             cause = err.cause
             message = cause.message if isinstance(cause, ApplicationError) else str(err)
             self._last_error = message
-            self._report(f"not recorded: {message}")
+            # the worker's refusals already say so ("not recorded: ...")
+            said = message if message.startswith("not recorded") else f"not recorded: {message}"
+            self._report(said)
             kept = [i for i, v in enumerate(self._votes) if v.decision != decision]
             self._votes = [self._votes[i] for i in kept]
             self._arrivals = [self._arrivals[i] for i in kept]
