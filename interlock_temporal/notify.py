@@ -13,6 +13,12 @@ client). Each has its own ``secret`` (never the journal's signing key or the aut
 the body is signed in the ``Interlock-Signature`` header as
 ``t=<unix ts>,v1=<hex HMAC-SHA256(secret, "<ts>.<body>")>``. A notification carries no argument
 values unless the notifier says ``include_values=True``, and never a secret argument.
+
+Where the journal has an operator roster, the ``opened`` and ``reminder`` events also send each
+operator their one-time codes (``core.vote_codes``), to the operator's own channels on the
+roster that a notifier can reach (``Notifier.to_operator``: an ``Email`` reaches ``mailto:``
+addresses, a ``Webhook`` ``https://`` URLs): a ``Notification`` with ``codes`` and
+``for_operator``. The team's notification never carries a code.
 """
 
 from __future__ import annotations
@@ -20,8 +26,10 @@ from __future__ import annotations
 import hashlib
 import hmac
 import json
+import re
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
 from abc import ABC, abstractmethod
 from datetime import timedelta
@@ -109,6 +117,17 @@ class Notification(BaseModel):
     resolve_command: str
     #: the arguments as recorded (secret arguments masked): only with ``include_values=True``
     values: Any = None
+    #: the operator this copy is for, alone (None: the team's notification)
+    for_operator: str | None = None
+    #: that operator's one-time codes, by decision (only in their own copy)
+    codes: dict[str, str] | None = None
+
+    def signals(self) -> list[str]:
+        """The JSON, one per decision, the operator pastes into the Web UI's signal form."""
+        return [
+            json.dumps({"decision": decision, "operator": self.for_operator, "code": code})
+            for decision, code in (self.codes or {}).items()
+        ]
 
     def body(self) -> bytes:
         return json.dumps(
@@ -121,7 +140,8 @@ class Notification(BaseModel):
         what = {"ambiguous": "Effect in doubt", "approval": "Approval needed"}.get(
             self.kind, "Circuit open"
         )
-        return f"{what} ({self.event}): {self.activity} {self.effect_id[:12]}"
+        title = f"{what} ({self.event}): {self.activity} {self.effect_id[:12]}"
+        return f"Your one-time codes ({self.for_operator}): {title}" if self.codes else title
 
     def text(self) -> str:
         lines = [self.title(), "", self.summary, ""]
@@ -130,8 +150,24 @@ class Notification(BaseModel):
         if self.deadline_at is not None and self.state in ("open", "escalated"):
             stamp = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(self.deadline_at))
             lines.append(f"Deadline: {stamp}")
+        if self.codes:
+            return "\n".join([*lines, "", *self._codes_text()])
         lines += [f"Open it: {self.ui_url}", f"Or resolve it: {self.resolve_command}"]
         return "\n".join(lines)
+
+    def _codes_text(self) -> list[str]:
+        return [
+            f"Your one-time codes for this review, {self.for_operator}: yours alone (do not "
+            "share or forward them), each works once, for this review only.",
+            "",
+            *(f"  {decision}: {code}" for decision, code in (self.codes or {}).items()),
+            "",
+            f"To decide in the Temporal Web UI: open {self.ui_url}",
+            "then More Actions > Send a Signal, choose the signal `resolve`, and paste as its "
+            "data exactly one of these lines (the decision you made):",
+            "",
+            *(f"  {line}" for line in self.signals()),
+        ]
 
 
 def sign(secret: str | bytes, body: bytes, timestamp: int | None = None) -> str:
@@ -160,6 +196,12 @@ class Notifier(BaseModel, ABC):
     @abstractmethod
     def deliver(self, notification: Notification) -> None:
         """Send it (blocking: runs in a thread). Raises ``NotifyError`` when it did not go."""
+
+    def to_operator(self, channel: str) -> Notifier | None:
+        """This notifier aimed at one operator's own ``channel`` on the roster (``mailto:...``,
+        ``https://...``), for their one-time codes; None when it cannot reach such a channel
+        (the default)."""
+        return None
 
 
 def _post(notifier: str, url: str, body: bytes, headers: dict[str, str], timeout: float) -> None:
@@ -191,6 +233,20 @@ class Webhook(Notifier):
             SIGNATURE_HEADER: sign(self.secret.get_secret_value(), body),
         }
         _post(self.name, self.url, body, headers, self.timeout)
+
+    def to_operator(self, channel: str) -> Webhook | None:
+        """An ``https://`` channel (or ``http://`` on loopback, for tests), signed with this
+        webhook's ``secret``."""
+        parts = urllib.parse.urlsplit(channel.strip())
+        loopback = parts.scheme == "http" and parts.hostname in _LOOPBACK
+        if not parts.netloc or not (parts.scheme == "https" or loopback):
+            return None
+        return self.model_copy(update={"url": channel.strip()})
+
+
+_LOOPBACK = frozenset({"127.0.0.1", "localhost", "::1"})
+#: an address a ``mailto:`` channel may name: one mailbox, nothing that would split a header
+_MAILBOX = re.compile(r"[^@\s,;<>\"]+@[^@\s,;<>\"]+")
 
 
 class Slack(Notifier):
@@ -273,7 +329,19 @@ class Email(Notifier):
             headers=headers,
         )
         token = f"{notification.review_id}.{notification.event}.{int(notification.at * 1000)}"
+        if notification.for_operator is not None:  # the operator's own message, its own id
+            name = notification.for_operator.encode()
+            token += f".op-{hashlib.sha256(name).hexdigest()[:16]}"
         try:
             smtp.send_blocking(message, effect_id=token)
         except Exception as err:
             raise NotifyError(f"notifier {self.name!r}: {err}") from None
+
+    def to_operator(self, channel: str) -> Email | None:
+        """A ``mailto:ADDRESS`` channel: this email notifier sending to ``ADDRESS`` alone."""
+        if not channel.lower().startswith("mailto:"):
+            return None
+        address = urllib.parse.unquote(channel[len("mailto:") :].split("?", 1)[0]).strip()
+        if not _MAILBOX.fullmatch(address):
+            return None
+        return self.model_copy(update={"to": [address]})

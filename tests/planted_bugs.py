@@ -6,14 +6,15 @@ from __future__ import annotations
 
 import contextvars
 import dataclasses
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
 import pytest
 
-from interlock_temporal.core import premises, protocol
+from interlock_temporal._reviews import desk
+from interlock_temporal.core import premises, protocol, review
 from interlock_temporal.core.journal import sql as sql_journal
 from interlock_temporal.core.journal import sqlite as sqlite_journal
 from interlock_temporal.core.leases import check_lease
@@ -22,13 +23,18 @@ from interlock_temporal.core.protocol import Call, Delivery, Measure, dispatch, 
 from interlock_temporal.core.protocol.recorder import Recorder
 from interlock_temporal.core.protocol.recovery import Recovery
 from interlock_temporal.core.receipts import EffectView, fold
+from interlock_temporal.core.review import NoDecision, Reached, ReviewRules, Vote, reached
 from interlock_temporal.core.targets import Capabilities, capabilities
+from workers import outsider
 from workers.sweep_case import Case
 
 Plant = Callable[[pytest.MonkeyPatch], None]
 
 #: the protocol's rooms that call the helpers a planted bug replaces
 ROOMS = (dispatch, recovery)
+#: where a decision's votes are counted before it is recorded: the core (their home), the
+#: record activity (``interlock.record_decision``), and the worlds' outsider
+COUNTING = (review, desk, outsider)
 
 
 def in_the_gate(mp: pytest.MonkeyPatch, name: str, value: Any) -> None:
@@ -176,6 +182,26 @@ def _lease_budget_overspent(mp: pytest.MonkeyPatch) -> None:
     in_the_gate(mp, "check_lease", check)
 
 
+def _decision_without_the_workers_rules(mp: pytest.MonkeyPatch) -> None:
+    """The record activity of old: it took the votes as the review counted them, under the
+    review's own rules (``{}``: one vote, from anyone) and with no principal to refuse, instead
+    of the worker's ``ReviewRules`` and the principal the journal recorded. A review an
+    outsider started decides: the agent's principal approves itself, a name off the list
+    counts. The replacement takes whatever ``count_votes`` is passed after the votes (the
+    worker's rules) and ignores it."""
+
+    def count(
+        journal: Any, kind: str, subject: str, votes: Sequence[Vote], *ignored: Any, **kw: Any
+    ) -> tuple[Reached, list[str]]:
+        decided = reached(list(votes), ReviewRules().min_approvals)
+        if decided is None:
+            raise NoDecision("no votes")
+        return decided, []
+
+    for room in COUNTING:
+        mp.setattr(room, "count_votes", count)
+
+
 def _recovers(case: Case) -> bool:
     """The effect is left in doubt for a later attempt to recover."""
     return case.first_dies_at in ("after_dispatch_tx", "after_send") and not case.zombie
@@ -251,7 +277,23 @@ BUGS = [
         ),
         (2, "retry", ("budget_taken",)),
     ),
+    Bug(
+        "a decision recorded without the worker's rules",
+        _decision_without_the_workers_rules,
+        lambda c: (
+            c.outsider is not None
+            and c.tier == 3
+            and c.first_dies_at == "after_send"
+            and not c.zombie
+            and c.event not in ("owner_cancelled", "tamper")
+        ),
+        (3, "retry", ("outsider_decides",)),
+    ),
 ]
+
+
+def bug_named(name: str) -> Bug:
+    return next(b for b in BUGS if b.name == name)
 
 
 @contextmanager

@@ -3,6 +3,7 @@ canonical bytes, why a header is refused, the bindings, and rotation."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 from typing import Any
 
@@ -10,19 +11,19 @@ import pytest
 
 from interlock_temporal.core.authority import (
     LABEL,
+    NAME,
     ActivityBinding,
     Authority,
     AuthorityClaim,
     AuthorityInvalid,
-    AuthorityKey,
     AuthorityKeys,
     ChildBinding,
     ContinueAsNewBinding,
     for_activity,
     for_start,
-    hkdf_sha256,
     refused_header,
 )
+from interlock_temporal.core.derived_keys import DerivedKey, hkdf_sha256
 from interlock_temporal.core.journal.signing import Ed25519Key, HmacKey, Keyring
 
 SECRET_A = bytes.fromhex("a1" * 32)
@@ -72,13 +73,16 @@ def test_hkdf_matches_rfc_5869(ikm: str, salt: str, info: str, length: int, okm:
 
 
 def test_the_authority_key_is_derived_with_its_own_label_and_id() -> None:
-    derived = AuthorityKey.derive(HmacKey(SECRET_A))
+    derived = DerivedKey.derive(HmacKey(SECRET_A), LABEL, NAME)
     assert derived is not None
     assert LABEL == b"interlock-authority-v1"
     assert derived.secret == hkdf_sha256(SECRET_A, LABEL)
     assert derived.secret != SECRET_A
-    assert derived.key_id.startswith("authority-")
+    # the key id as released: headers already in flight name their key by it
+    tag = b"interlock authority key id\x00"
+    assert derived.key_id == "authority-" + hashlib.sha256(tag + derived.secret).hexdigest()[:16]
     assert derived.key_id != HmacKey(SECRET_A).key_id
+    assert AuthorityKeys.of(Keyring(HmacKey(SECRET_A))).key_ids == [derived.key_id]
 
 
 def test_signing_is_deterministic_and_verifies() -> None:

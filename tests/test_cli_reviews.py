@@ -9,6 +9,7 @@ import asyncio
 import json
 import os
 import re
+import socket
 import subprocess
 import sys
 import time
@@ -39,6 +40,7 @@ from interlock_temporal.cli._render import (
 )
 from interlock_temporal.core import Call, Gate, Journal, Kind, open_journal, receipt
 from interlock_temporal.core.review import review_id
+from interlock_temporal.core.review_rules import SENT_BY_CAVEAT
 from interlock_temporal.targets.payments import RefundRequest, SimulatedCrash, SimulatedPayments
 from interlock_temporal.testing import DevServer, free_port
 from workers.scenarios import ORDER
@@ -52,6 +54,7 @@ from .waiting import until
 pytestmark = pytest.mark.server
 
 CONSOLE_SCRIPT = Path(sys.executable).with_name("interlock")
+ROOT = Path(__file__).resolve().parents[1]
 
 
 @pytest.fixture(autouse=True)
@@ -78,6 +81,8 @@ async def interlock(*argv: str, cwd: Path, env: dict[str, str] | None = None) ->
     """The console script in a subprocess (never blocking the loop the in-process worker runs
     on). The environment has no INTERLOCK_* or TEMPORAL_* variables unless ``env`` adds them."""
     environ = {k: v for k, v in os.environ.items() if not k.startswith(("INTERLOCK_", "TEMPORAL_"))}
+    # the package from this checkout, whichever one the environment's console script names
+    environ["PYTHONPATH"] = os.pathsep.join([str(ROOT), *filter(None, [environ.get("PYTHONPATH")])])
     environ.update(env or {})
     process = await asyncio.create_subprocess_exec(
         str(CONSOLE_SCRIPT),
@@ -300,6 +305,12 @@ async def test_list_and_resolve_a_review_a_workflow_waits_on(
             "yes",
             "carol",
         )
+        # beside carol: the identity Temporal recorded for the command's Update (the SDK's
+        # default, pid@host), and what it is worth
+        cli_identity = r"\d+@" + re.escape(socket.gethostname())
+        assert re.fullmatch(
+            rf"carol: {cli_identity} \({re.escape(SENT_BY_CAVEAT)}\)", shown["sent by"]
+        ), shown["sent by"]
         outcome = await asyncio.wait_for(handle.result(), 15)
         assert outcome.status == "RESOLVED"
         found = receipt(eid, journal=r.journal)
@@ -327,9 +338,86 @@ async def test_list_and_resolve_a_review_a_workflow_waits_on(
         (ended,) = [d for d in everything.json()["reviews"] if d["effect_id"] == eid]
         assert ended["state"] == "resolved"
         assert ended["status"]["operators"] == ["carol"]
-        assert ended["votes"] == [
-            {"decision": "happened", "operator": "carol", "note": "the refund is on the statement"}
-        ]
+        (vote,) = ended["votes"]
+        assert re.fullmatch(cli_identity, vote.pop("sent_by")), ended["votes"]
+        assert vote == {
+            "decision": "happened",
+            "operator": "carol",
+            "note": "the refund is on the statement",
+        }
+        assert re.fullmatch(cli_identity, resolved[0].data["sent_by"]["carol"])
+
+
+async def test_with_a_roster_only_a_signed_vote_decides(
+    dev_server: DevServer, tmp_path: Path
+) -> None:
+    """The journal has an operator roster (``interlock operators keygen/add``). carol's name
+    alone, typed into the CLI or sent as a signal by anyone with namespace access, records
+    nothing; ``reviews resolve --key`` signs the review's ballot with her key, and the decision
+    is recorded with its proof. The refund went out once, read from the payments service."""
+    async with rig(dev_server, tmp_path, tier=3) as r:
+        local = {"cwd": r.workdir}
+        keygen = await interlock("operators", "keygen", str(tmp_path / "carol"), **local)
+        assert keygen.code == 0, keygen.err
+        added = await interlock(
+            "operators",
+            "add",
+            "carol",
+            "--public-key",
+            str(tmp_path / "carol.pub"),
+            "--journal",
+            r.url,
+            **local,
+        )
+        assert added.code == 0, added.err
+        r.payments.arm("after_commit", "reset")
+        case = r.case(wait_for_review=True, maximum_attempts=1)
+        eid = effect_of(case)
+        handle = await r.start(case)
+
+        async def waiting() -> bool:
+            status = await review_status(r.client, eid)
+            return status is not None and status.subscribers == 1
+
+        await until(waiting, "the review opened with the workflow waiting on it")
+        status = await review_status(r.client, eid)
+        assert status is not None and status.ballot is not None
+        assert status.ballot.binding == eid and status.ballot.principal == "refund-bot"
+
+        # the name alone: from the CLI, and as an outsider's signal
+        unsigned = await r.cli(
+            "reviews", "resolve", eid, "--decision", "not_happened", "--operator", "carol"
+        )
+        assert unsigned.code == 1, (unsigned.out, unsigned.err)
+        assert "carries no proof" in one_line(unsigned)
+        plain = await Client.connect(dev_server.target)  # no plugin, no key
+        await plain.get_workflow_handle(review_id("ambiguous", eid)).signal(
+            "resolve", {"decision": "not_happened", "operator": "carol"}
+        )
+        await asyncio.sleep(1.0)
+        assert r.journal.row(eid).status is Kind.AMBIGUOUS  # type: ignore[union-attr]
+
+        # signed with her key: recorded, with its proof
+        decided = await r.cli(
+            "reviews",
+            "resolve",
+            eid,
+            "--decision",
+            "happened",
+            "--operator",
+            "carol",
+            "--key",
+            str(tmp_path / "carol"),
+        )
+        assert decided.code == 0, (decided.out, decided.err)
+        outcome = await asyncio.wait_for(handle.result(), 30)
+        assert outcome.status == "RESOLVED"
+        (resolved,) = [e for e in r.journal.read(eid) if e.kind is Kind.RESOLVED]
+        assert resolved.data["decision"] == "happened"
+        assert [p["operator"] for p in resolved.data["proofs"]] == ["carol"]
+        assert r.payments.refunded_cents(ORDER) == 2000  # once
+        verified = await interlock("journal", "verify", "--journal", r.url, **local)
+        assert verified.code == 0 and "1 re-checked against the roster: ok" in verified.out
 
 
 async def _ended(client: Client, effect_id: str) -> bool:

@@ -93,12 +93,25 @@ def test_the_exhaustive_check_catches_an_outcome_recorded_without_checking_the_c
 
 # -- every planted bug is caught by the sweep --------------------------------------------------
 
+OUTSIDER_BUG = "a decision recorded without the worker's rules"
+
 
 def seeds_showing(bug: planted_bugs.Bug, limit: int) -> list[int]:
     """Seeds among the sweep's first 2,000 whose cases can show ``bug``."""
     seeds = [s for s in range(1, 2001) if bug.shows_in(sweep_case.Case.draw(s))]
     assert seeds, f"the 2,000-case sweep draws no case that can show {bug.name}"
     return seeds[:limit]
+
+
+#: what the judge must say of a planted bug, in the sweep and in the model check, where the
+#: bug's own step could be caught for another reason than the harm it does
+SHOWN = {
+    # the wrongful not_happened: in the sweep the woken owner's attempt finds the order's facts
+    # changed (its refunded_cents counts the refund that landed) and refuses, so the journal
+    # denies money the service paid; the model's target counts no sends in its facts, and the
+    # woken owner sends again
+    OUTSIDER_BUG: ("REFUSED, but the refund landed", "the effect landed 2 times"),
+}
 
 
 @pytest.mark.parametrize("bug", planted_bugs.BUGS, ids=lambda b: b.name.replace(" ", "-"))
@@ -113,6 +126,29 @@ async def test_the_sweep_catches_the_planted_bug(bug: planted_bugs.Bug, tmp_path
             caught.append(story)
             break
     assert caught, f"the sweep did not catch {bug.name}"
+    if bug.name in SHOWN:
+        assert SHOWN[bug.name][0] in caught[0].problems, caught[0].problems
+
+
+async def test_an_outsiders_decision_is_refused_and_the_owner_waits_again(tmp_path: Any) -> None:
+    """The sweep's cases that hold the outsider's step run it on the real code: its votes (the
+    agent's own principal, an operator off the worker's list) reach no decision under the
+    worker's rules, nothing is recorded, and the owner, woken, finds the effect still
+    AMBIGUOUS and sends nothing. (Were the step skipped, the planted bug could not be
+    caught; were the decision recorded, the story would say so.)"""
+    bug = planted_bugs.bug_named(OUTSIDER_BUG)
+    seeds = seeds_showing(bug, 3)
+    for seed in seeds:
+        case = sweep_case.Case.draw(seed)
+        workdir = tmp_path / str(seed)
+        workdir.mkdir()
+        story = await sweep.run_case(case, workdir)
+        refused = "refused: no decision under the worker's rules"
+        assert f"an outsider decides not_happened ({case.outsider}): {refused}" in story.lines
+        assert "the owner, woken: ambiguous" in story.lines
+        assert story.problems == [], story.problems
+    held = [s for s in range(1, 2001) if sweep_case.Case.draw(s).outsider is not None]
+    assert 0 < len(held) < 1000  # some of the 2,000 cases, not all
 
 
 #: planted bugs the model check needs more than ten seconds to reach (make faults runs them;
@@ -134,6 +170,9 @@ def test_the_model_check_catches_the_planted_bug(bug: planted_bugs.Bug) -> None:
     with planted_bugs.planted(bug):
         result = model_check.explore(tier, variant, events, stop_at_first=True)
     assert result.violations, f"the model check did not catch {bug.name}"
+    if bug.name in SHOWN:
+        found = [p for _, problems in result.violations for p in problems]
+        assert SHOWN[bug.name][1] in found, found
 
 
 @FAULTS

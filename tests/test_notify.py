@@ -9,6 +9,7 @@ import asyncio
 import hashlib
 import hmac
 import json
+import logging
 import os
 import re
 import sys
@@ -30,6 +31,9 @@ from temporalio.worker import Worker
 
 from interlock_temporal import InterlockPlugin
 from interlock_temporal._reviews.workflow import EffectReview, ReviewRequest
+from interlock_temporal.core.journal.signing import Ed25519Key
+from interlock_temporal.core.models import Kind
+from interlock_temporal.core.operators import add_operator
 from interlock_temporal.core.policy import Policy
 from interlock_temporal.core.review import ReviewRules
 from interlock_temporal.notify import (
@@ -46,6 +50,7 @@ from workers.scenarios import ORDER
 from . import test_policy_server as approvals
 from . import test_reviews as reviews
 from .doc_snippets import load, snippet
+from .sealed import sealed
 from .test_policy_server import EXTRA, fresh_payee, over_threshold, ran, wire  # noqa: F401
 from .test_reviews import fresh_case, until  # noqa: F401
 from .test_server import rig
@@ -327,18 +332,20 @@ async def test_email_is_sent_over_smtp(dev_server: DevServer, tmp_path: Path) ->
     try:
         client = await Client.connect(dev_server.target, plugins=[plugin])
         queue = f"notify-{uuid.uuid4().hex[:8]}"
-        review_id = f"interlock-review-approval-{uuid.uuid4().hex}"
+        binding = uuid.uuid4().hex
+        review_id = f"interlock-review-approval-{binding}"
+        request = ReviewRequest(
+            kind="approval",
+            effect_id=binding,
+            activity="wire",
+            principal="payments-agent",
+            rules=ReviewRules(deadline_s=1.0),
+            notifiers=["email"],
+        )
         async with Worker(client, task_queue=queue):
             handle = await client.start_workflow(
                 EffectReview.run,
-                ReviewRequest(
-                    kind="approval",
-                    effect_id="f" * 64,
-                    activity="wire",
-                    principal="payments-agent",
-                    rules=ReviewRules(deadline_s=1.0),
-                    notifiers=["email"],
-                ),
+                sealed(request, review_id, "11" * 32),
                 id=review_id,
                 task_queue=queue,
             )
@@ -350,13 +357,204 @@ async def test_email_is_sent_over_smtp(dev_server: DevServer, tmp_path: Path) ->
         controller.stop()
     (to, first), (_, second) = inbox.messages
     assert to == ["oncall@ops.example"]
-    assert first["Subject"] == "[interlock] Approval needed (opened): wire ffffffffffff"
+    assert first["Subject"] == f"[interlock] Approval needed (opened): wire {binding[:12]}"
     text = first.get_payload(decode=True).decode().replace("\r\n", "\n")
     assert f"/namespaces/default/workflows/{review_id}" in text
     assert f"--workflow-id {review_id} --name resolve" in text
     check_signature("mail-" + "ef" * 16, first["Interlock-Signature"], text.encode())
-    assert second["Subject"] == "[interlock] Approval needed (expired): wire ffffffffffff"
+    assert second["Subject"] == f"[interlock] Approval needed (expired): wire {binding[:12]}"
     assert "the call is refused" in second.get_payload(decode=True).decode()
+
+
+class Mailroom(Inbox):
+    """An SMTP server's handler that refuses the addresses in ``refuse`` (550) while they are
+    there, and keeps what it accepts as (recipients, message)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.refuse: set[str] = set()
+
+    async def handle_RCPT(
+        self, server: Any, session: Any, envelope: Any, address: str, options: Any
+    ) -> str:
+        if address in self.refuse:
+            return "550 5.1.1 mailbox unavailable"
+        envelope.rcpt_tos.append(address)
+        return "250 OK"
+
+    def texts(self, address: str) -> list[str]:
+        return [
+            m.get_payload(decode=True).decode().replace("\r\n", "\n")
+            for to, m in self.messages
+            if address in to
+        ]
+
+
+#: a one-time code as a message shows it (``core.vote_codes.FORMAT``)
+CODE = re.compile(r"\b[A-Z2-7]{4}(?:-[A-Z2-7]{4}){4}\b")
+
+
+def codes_in(text: str) -> dict[str, str]:
+    """The codes a message lists, by decision (its lines "  happened: XXXX-...")."""
+    return dict(re.findall(r"^  (\w+): ([A-Z2-7]{4}(?:-[A-Z2-7]{4}){4})$", text, re.M))
+
+
+async def test_operators_get_their_one_time_codes_by_email_and_no_history_holds_one(
+    dev_server: DevServer, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """With an operator roster, the ``opened`` notification sends each operator their codes at
+    their own address on the roster, through the worker's Email notifier (a real SMTP server on
+    loopback): carol gets one per decision, with the exact JSON to paste; the team's address
+    and the attester's get none. dave's address refuses at first: the attempt fails, is
+    recorded as a notification failure (with no code in it) and is retried until his codes go.
+    No code is in any event of the review's history, a failure or a log line, until carol
+    sends hers, which decides the review with a proof by code."""
+    caplog.set_level(logging.DEBUG)
+    mail = Mailroom()
+    mail.refuse.add("dave@example.org")
+    port = free_port()
+    controller = Controller(mail, hostname="127.0.0.1", port=port)
+    controller.start()
+    notifier = Email(
+        host="127.0.0.1",
+        port=port,
+        security="none",
+        sender="interlock@ops.example",
+        to=["oncall@ops.example"],
+        ui_url="http://ui.example:8080",
+    )
+    options = {"notify": [notifier], "reminder_every": None}
+    try:
+        async with rig(dev_server, tmp_path, tier=3, plugin_options=options) as r:
+            carol, dave, app = (Ed25519Key.generate() for _ in range(3))
+            add_operator(r.journal, "carol", carol.public_text, notify=["mailto:carol@example.org"])
+            # dave's webhook URL: an Email notifier does not reach it
+            reach_dave = ["https://hooks.example/dave", "mailto:dave@example.org"]
+            add_operator(r.journal, "dave", dave.public_text, notify=reach_dave)
+            add_operator(
+                r.journal,
+                "review-app",
+                app.public_text,
+                attests_for=["carol"],
+                notify=["mailto:app@example.org"],
+            )
+            case, review = await reviews.ambiguous(r)
+
+            async def dave_refused() -> bool:
+                found = r.journal.notifications.failures()
+                return bool(found) and bool(mail.texts("carol@example.org"))
+
+            await until(dave_refused, "carol's codes sent and dave's refusal recorded")
+            (failed,) = r.journal.notifications.failures()
+            assert failed.notifier == "email" and failed.last_event == "opened"
+            assert "one-time codes to operator 'dave'" in failed.last_error
+            assert "550" in failed.last_error and not CODE.search(failed.last_error)
+            mail.refuse.clear()
+
+            async def dave_told() -> bool:
+                return bool(mail.texts("dave@example.org"))
+
+            await until(dave_told, "dave's codes sent on a retry", timeout=30)
+
+            (carols, *again) = mail.texts("carol@example.org")
+            codes = codes_in(carols)
+            assert list(codes) == ["happened", "not_happened"]
+            assert all(codes_in(text) == codes for text in again)  # a retry sends the same
+            assert len(set(codes.values())) == 2
+            for decision, code in codes.items():
+                line = json.dumps({"decision": decision, "operator": "carol", "code": code})
+                assert f"  {line}" in carols.splitlines()
+            assert '{"decision": "happened", "operator": "carol", "code": "' in carols
+            assert "yours alone" in carols and "each works once" in carols
+            assert "Send a Signal" in carols and "`resolve`" in carols
+            assert f"http://ui.example:8080/namespaces/default/workflows/{reviews.REVIEW}" in carols
+            (subject,) = {m["Subject"] for to, m in mail.messages if to == ["carol@example.org"]}
+            assert subject.startswith("[interlock] Your one-time codes (carol): Effect in doubt")
+            davids = codes_in(mail.texts("dave@example.org")[0])
+            assert list(davids) == ["happened", "not_happened"]
+            assert set(davids.values()).isdisjoint(codes.values())  # each operator's own
+            every_code = [*codes.values(), *davids.values()]
+
+            # the team's messages and the attester's: no code, no codes section
+            team = mail.texts("oncall@ops.example")
+            assert team  # opened, and again with each retry (at least once)
+            for text in team:
+                assert not CODE.search(text) and "one-time codes for this review" not in text
+            assert mail.texts("app@example.org") == []
+            recipients = sorted({a for to, _ in mail.messages for a in to})
+            assert recipients == ["carol@example.org", "dave@example.org", "oncall@ops.example"]
+
+            # nowhere in the review's history: every event, every payload, as stored
+            history = await review.fetch_history()
+            raw = b"".join(event.SerializeToString() for event in history.events)
+            assert b"refund-bot" in raw  # the search reads the payloads' bytes
+            for code in every_code:
+                assert code.encode() not in raw and code.replace("-", "").encode() not in raw
+            # nor in a log line of the worker's (the SMTP server's own, mail.log, is the
+            # mailbox's side), nor in a recorded failure
+            logged = "\n".join(
+                record.getMessage() for record in caplog.records if record.name != "mail.log"
+            )
+            assert "Completing activity" in logged  # the SDK's debug lines are in it
+            assert "one-time codes to operator 'dave'" in logged
+            failures = json.dumps([f.model_dump() for f in r.journal.notifications.failures()])
+            for code in every_code:
+                assert code not in logged and code not in failures
+
+            # carol pastes her code for what she saw: the review decides, with her proof
+            await review.signal(
+                "resolve", {"decision": "happened", "operator": "carol", "code": codes["happened"]}
+            )
+            outcome = await asyncio.wait_for(case.result(), 30)
+            assert outcome.status == "RESOLVED"
+            (resolved,) = [e for e in r.journal.read(reviews.EFFECT) if e.kind is Kind.RESOLVED]
+            assert [(p["operator"], p["via"]) for p in resolved.data["proofs"]] == [
+                ("carol", "code")
+            ]
+            assert r.payments.refunded_cents(ORDER) == 2000  # once
+            # the signal she sent is in the history now: the search above would have seen it
+            history = await review.fetch_history()
+            raw = b"".join(event.SerializeToString() for event in history.events)
+            assert codes["happened"].encode() in raw
+    finally:
+        controller.stop()
+
+
+async def test_a_webhook_notifier_sends_an_operators_codes_to_their_webhook_when_reminded(
+    dev_server: DevServer, tmp_path: Path, receiver: Receiver
+) -> None:
+    """A ``Webhook`` notifier reaches an operator's own webhook on the roster (``http://`` on
+    loopback here; ``https://`` elsewhere): erin's copy of ``opened`` and of each ``reminder``
+    carries her codes, signed with the notifier's secret; the team's never does (``codes``:
+    null); ``escalated`` and ``resolved`` carry none. Her code decides the review."""
+    options = {
+        "notify": [webhook(receiver)],
+        "review_deadline": timedelta(seconds=2),
+        "reminder_every": timedelta(seconds=1),
+    }
+    async with rig(dev_server, tmp_path, tier=3, plugin_options=options) as r:
+        erin = Ed25519Key.generate()
+        add_operator(r.journal, "erin", erin.public_text, notify=[receiver.url("/erin")])
+        case, review = await reviews.ambiguous(r)
+        await receiver.wait_for("/hook", 3)  # opened, reminder, escalated
+        await receiver.wait_for("/erin", 2)
+        team, hers = receiver.events("/hook"), receiver.events("/erin")
+        assert [e["event"] for e in hers[:2]] == ["opened", "reminder"]
+        assert all(e["codes"] is None and e["for_operator"] is None for e in team)
+        assert not CODE.search(json.dumps(team))
+        codes = hers[0]["codes"]
+        assert list(codes) == ["happened", "not_happened"] and hers[1]["codes"] == codes
+        assert hers[0]["for_operator"] == "erin" and hers[0]["review_id"] == reviews.REVIEW
+        for _, headers, body, _ in receiver.got:
+            check_signature(SECRET, headers["Interlock-Signature"], body)
+        await review.signal(
+            "resolve", {"decision": "happened", "operator": "erin", "code": codes["happened"]}
+        )
+        assert (await asyncio.wait_for(case.result(), 30)).status == "RESOLVED"
+        await receiver.wait_for("/hook", 4)
+        assert receiver.events("/hook")[-1]["event"] == "resolved"
+        assert {e["event"] for e in receiver.events("/erin")} <= {"opened", "reminder"}
+        assert r.journal.notifications.failures() == []
 
 
 def test_defaults_and_explicit_none() -> None:

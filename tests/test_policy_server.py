@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 from pydantic import BaseModel, SecretStr
 from temporalio import activity
-from temporalio.client import WorkflowFailureError, WorkflowUpdateFailedError
+from temporalio.client import Client, WorkflowFailureError, WorkflowUpdateFailedError
 
 from interlock_temporal import current_effect, gated, receipt, report_cost
 from interlock_temporal.core.identity import effect_id
@@ -600,6 +600,61 @@ async def test_an_approval_does_not_cover_a_changed_amount(
         await review_changed.signal("resolve", {"decision": "reject", "operator": "carol"})
         assert (await changed.result())["error"] == "EffectRefused"
         assert PAID.count(9_000) == 0
+
+
+async def test_a_rejected_approval_ends_the_wait_in_effect_refused_read_from_the_journal(
+    dev_server: DevServer, tmp_path: Path
+) -> None:
+    """The journal says a person rejected the wire; the only signal the waiting workflow gets
+    is an outsider's ``approve``. It wakes, runs the activity again, and the policy reads the
+    rejection: ``EffectRefused`` naming who rejected it (not another ``ApprovalRequired``, not
+    the wire). The same call asked again is refused at once, nobody is asked again, and the
+    session's circuit stays closed: its next call runs."""
+    policy = Policy(Limits(max_repeat_calls=2), rules=[over_threshold], policy_id="payments")
+    async with policy_rig(dev_server, tmp_path, policy, extra_more=[wire]) as r:
+        session_id = f"s-{uuid.uuid4().hex[:6]}"
+        paid_before = PAID.count(6_000)  # PAID is the module's: other tests wire 6,000 too
+        waiting = await start_approved(r, 6_000, session=session_id)
+        review, binding = await approval_review(r, 6_000)
+        r.journal.policy.decide_approval(
+            binding, approve=False, operators=["dave"], note="not this payee"
+        )
+        plain = await Client.connect(dev_server.target)  # no plugin, no key
+        await plain.get_workflow_handle(waiting.id).signal(
+            "interlock.resolution",
+            {
+                "effect_id": binding,
+                "kind": "approval",
+                "state": "resolved",
+                "decision": "approve",
+                "operators": ["mallory"],
+            },
+        )
+        outcome = await asyncio.wait_for(waiting.result(), 30)
+        assert outcome == {"error": "EffectRefused", "message": "rejected by dave"}
+        rejected = r.journal.policy.approval(binding)
+        assert rejected is not None and rejected.status == "rejected"
+
+        # the same call again: refused at once, and no person is asked again
+        again = await start_approved(r, 6_000, session=session_id)
+        assert await asyncio.wait_for(again.result(), 30) == outcome
+        assert r.journal.policy.approval(binding).status == "rejected"  # type: ignore[union-attr]
+        # the wire never ran: the payee was paid nothing
+        assert ran(waiting.id) == ran(again.id) == [] and PAID.count(6_000) == paid_before
+        # a person's no is not the agent misbehaving: the circuit is closed, the session goes on
+        assert session_id not in r.journal.policy.open_circuits()
+        small = await start_approved(r, 100, session=session_id)
+        assert await small.result() == {"ok": {"wired": 100}}
+        events = [(e.data["event"], e.data.get("code")) for e in r.journal.policy.events()]
+        assert events == [
+            ("escalate", "OVER_THRESHOLD"),
+            ("approval_rejected", None),
+            ("deny", "APPROVAL_REJECTED"),
+            ("deny", "APPROVAL_REJECTED"),
+        ]
+        # the review, decided late, says what the journal holds
+        late = await review.execute_update("decide", {"decision": "reject", "operator": "erin"})
+        assert late["state"] == "resolved" and "already rejected by dave" in late["reason"]
 
 
 # -- a policy file -------------------------------------------------------------------------------

@@ -229,7 +229,7 @@ def test_a_store_of_the_previous_schema_keeps_its_sessions_and_their_deliveries(
     store.sql("UPDATE policy_sessions SET doc = ? WHERE session = ?", old_doc, "wf-1")
     store.sql("UPDATE meta SET value = '4' WHERE key = 'schema_version'")
     with open_journal(store.url, signing_key=KEY) as j:
-        assert j.schema_version() == 8
+        assert j.schema_version() == 9
         state = j.policy.session("wf-1")
         assert state is not None
         assert (state.total, state.streak, state.spent_usd) == (7, 2, 0.5)
@@ -554,3 +554,60 @@ def test_a_decided_approval_is_not_decided_again(journal: Journal) -> None:
         journal.policy.decide_approval("call:unknown", approve=True, operators=["carol"])
     granted = [e.data for e in journal.policy.events() if e.data["event"] == "approval_granted"]
     assert len(granted) == 1 and granted[0]["operators"] == ["carol"]
+
+
+def test_a_rejected_request_is_refused_without_asking_again_or_tripping_the_circuit(
+    journal: Journal,
+) -> None:
+    """A person said no to this very request (input, principal, epoch): the same call is denied
+    ``APPROVAL_REJECTED`` naming them, the rejection stays on file (nobody is asked again, so a
+    waiting workflow does not loop through reviews), and the session's circuit stays closed however
+    often the agent asks. A changed input, principal or epoch is a new question."""
+    policy = hitl()
+    guard = PolicyGuard(policy, journal.policy)
+
+    def wire_as(amount: int, run: str, principal: str = "bot") -> tuple[CallEvent, Accounts]:
+        # one binding, as a gated effect's (its effect id) is across inputs and principals
+        event, accounts = wire_call(amount, principal=principal, execution=run)
+        return event, dataclasses.replace(accounts, binding="effect-1")
+
+    asked = guard.check(*wire_as(6000, "run/1"), delivery="run/1/1")
+    assert asked.verdict is Verdict.ESCALATE
+    journal.policy.decide_approval(
+        "effect-1", approve=False, operators=["dave"], note="not this customer"
+    )
+    for i in range(2, 8):  # more than max_repeat_calls: a person's no is not the agent's loop
+        d = guard.check(*wire_as(6000, f"run/{i}"), delivery=f"run/{i}/1")
+        assert (d.verdict, d.code, d.rejected_by) == (
+            Verdict.DENY,
+            Reason.APPROVAL_REJECTED,
+            ("dave",),
+        )
+        assert "rejected by dave: not this customer" in d.reason
+        assert not d.circuit_open
+        with pytest.raises(Denied) as denied:
+            enforce(d, session="wf-1", binding="effect-1")
+        assert denied.value.rejected_by == ("dave",) and not denied.value.circuit_open
+    rejected = journal.policy.approval("effect-1")
+    assert rejected is not None and (rejected.status, rejected.operators) == ("rejected", ["dave"])
+    assert journal.policy.open_circuits() == {}
+    state = journal.policy.session("wf-1")
+    assert state is None or state.circuit is None
+    denials = [e.data for e in journal.policy.events() if e.data["event"] == "deny"]
+    assert {(n["code"], n["tripped"]) for n in denials} == {("APPROVAL_REJECTED", False)}
+    # the session goes on: another activity runs
+    assert guard.check(*search("status"), delivery="run/s/1").verdict is Verdict.ALLOW
+
+    # a changed input, principal or policy epoch is a new question: a person is asked again
+    for event, accounts, p in [
+        (*wire_as(6001, "run/a"), policy),
+        (*wire_as(6000, "run/b", principal="other-bot"), policy),
+        (*wire_as(6000, "run/c"), hitl(epoch_marker=4)),
+    ]:
+        d = PolicyGuard(p, journal.policy).check(
+            event, accounts, delivery=f"{accounts.execution}/1"
+        )
+        assert (d.verdict, d.code) == (Verdict.ESCALATE, Reason.HITL_REQUIRED)
+        asked_again = journal.policy.approval("effect-1")
+        assert asked_again is not None and asked_again.status == "pending"
+        assert asked_again.payload_digest == input_digest(event.args)

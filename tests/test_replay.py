@@ -34,6 +34,9 @@ def test_there_are_histories_to_replay() -> None:
     assert {p.name for p in HISTORIES} >= {
         "support_case_review_happened.json",
         "support_case_review_not_happened.json",
+        # a waiting workflow that believes only the journal (WAKE_PATCH)
+        "support_case_review_happened.sealed.json",
+        "support_case_review_not_happened.sealed.json",
     }
 
 

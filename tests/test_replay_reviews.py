@@ -30,6 +30,8 @@ def test_there_are_review_histories_to_replay() -> None:
         "effect_review_resolved.json",
         "effect_review_approval_deadline.json",
         "effect_review_ambiguous_deadline.json",
+        # a sealed review, whose settled signal is checked against the journal
+        "effect_review_resolved.sealed.json",
     }
 
 

@@ -20,6 +20,8 @@ from interlock_temporal.core.receipts import EffectView
 from interlock_temporal.core.review import ReviewRules, review_markdown
 from interlock_temporal.testing import DevServer
 
+from .sealed import sealed
+
 
 def view(**authority: Any) -> EffectView:
     lease = {
@@ -95,11 +97,14 @@ async def test_the_status_query_answers_empty_lists_not_null(
         plugins=[InterlockPlugin(f"sqlite:///{tmp_path / 'journal.db'}", signing_key="11" * 32)],
     )
     queue = f"page-{uuid.uuid4().hex[:8]}"
+    effect_id = uuid.uuid4().hex * 2
+    review = f"interlock-review-ambiguous-{effect_id}"
+    request = ReviewRequest(kind="ambiguous", effect_id=effect_id, activity="refund")
     async with Worker(client, task_queue=queue):
         handle = await client.start_workflow(
             EffectReview.run,
-            ReviewRequest(kind="ambiguous", effect_id="f" * 64, activity="refund"),
-            id=f"review-{uuid.uuid4().hex[:8]}",
+            sealed(request, review, "11" * 32),
+            id=review,
             task_queue=queue,
         )
         raw: dict[str, Any] = await handle.query("status")

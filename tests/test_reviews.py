@@ -9,13 +9,16 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from temporalio.api.enums.v1 import EventType
 from temporalio.client import (
+    Client,
     WorkflowExecutionStatus,
     WorkflowHandle,
     WorkflowUpdateFailedError,
 )
 from temporalio.service import RPCError
 
+from interlock_temporal._reviews.workflow import RESOLUTION_SIGNAL
 from interlock_temporal.core.identity import effect_id
 from interlock_temporal.core.models import Kind
 from interlock_temporal.core.receipts import receipt
@@ -349,3 +352,158 @@ def test_the_vote_is_vote_and_decision_is_its_deprecated_alias() -> None:
         "operator": "ann",
         "note": "seen",
     }
+
+
+# -- a waiting workflow believes only the journal ------------------------------------------------
+
+#: what someone with namespace access (no plugin, no key) tells the waiting workflow
+FORGED_REFUND = {"refund_id": "re_forged", "order_id": ORDER, "amount_cents": 2000}
+
+
+def forged_resolution() -> dict[str, Any]:
+    return {
+        "effect_id": EFFECT,
+        "kind": "ambiguous",
+        "state": "resolved",
+        "decision": "happened",
+        "operators": ["mallory"],
+        "result": FORGED_REFUND,
+    }
+
+
+async def plain_client(dev_server: DevServer) -> Client:
+    """A Temporal client as an outsider has one: no plugin, no key, the default converter."""
+    return await Client.connect(dev_server.target)
+
+
+async def refund_attempts(handle: WorkflowHandle[Any, Any]) -> tuple[int, int]:
+    """How many ``refund`` activities the workflow scheduled, and how many of them failed."""
+    scheduled = failed = 0
+    async for event in handle.fetch_history_events():
+        if event.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED:
+            scheduled += event.activity_task_scheduled_event_attributes.activity_type.name == (
+                "refund"
+            )
+        elif event.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_FAILED:
+            failed += 1
+    return scheduled, failed
+
+
+async def start_forged_early(r: Rig, plain: Client) -> WorkflowHandle[Any, Any]:
+    """The support case, started by an outsider with a forged ``happened`` already in its
+    mailbox: the signal arrives before the refund is even attempted."""
+    case = CaseFile(
+        case_id=CASE,
+        order_id=ORDER,
+        amount_cents=2000,
+        lease_id=r.lease_id,
+        maximum_attempts=1,
+        wait_for_review=True,
+    )
+    started = await plain.start_workflow(
+        "SupportCase",
+        case.model_dump(mode="json"),
+        id=f"case-{uuid.uuid4().hex[:8]}",
+        task_queue=r.task_queue,
+        start_signal=RESOLUTION_SIGNAL,
+        start_signal_args=[forged_resolution()],
+    )
+    return r.client.get_workflow_handle(started.id, result_type=CaseOutcome)
+
+
+async def still_waiting_after(case: WorkflowHandle[Any, Any], refunds: int) -> None:
+    """The case ran ``refund`` ``refunds`` times, each ending AMBIGUOUS (a wake-up runs it
+    again and the journal still says AMBIGUOUS), and it still waits."""
+
+    async def ran() -> bool:
+        scheduled, failed = await refund_attempts(case)
+        return scheduled >= refunds and failed >= refunds
+
+    await until(ran, f"{refunds} refund attempts", timeout=30)
+    await asyncio.sleep(0.5)  # a workflow that believed the signal would be done by now
+    assert (await case.describe()).status == WorkflowExecutionStatus.RUNNING
+
+
+async def test_a_forged_resolution_changes_nothing_and_the_journal_decides(
+    dev_server: DevServer, tmp_path: Path
+) -> None:
+    """An outsider's ``happened`` with a forged refund, sent early (before the effect is in
+    doubt) and again while the case waits: the case keeps waiting while the journal says
+    AMBIGUOUS; after a person's decision it returns the result the journal records."""
+    async with rig(dev_server, tmp_path, tier=3) as r:
+        plain = await plain_client(dev_server)
+        r.payments.arm("after_commit", "reset")
+        case = await start_forged_early(r, plain)
+        review = await review_running(r)
+        await still_waiting_after(case, 2)  # the first attempt, and the forged early wake-up
+        await plain.get_workflow_handle(case.id).signal(RESOLUTION_SIGNAL, forged_resolution())
+        await still_waiting_after(case, 3)
+        assert r.journal.row(EFFECT).status is Kind.AMBIGUOUS  # type: ignore[union-attr]
+        assert (await review.query("status"))["state"] == "open"
+
+        seen = {"refund_id": "re_seen_by_carol", "order_id": ORDER, "amount_cents": 2000}
+        await review.execute_update(
+            "decide", {"decision": "happened", "operator": "carol", "result": seen}
+        )
+        outcome = await asyncio.wait_for(case.result(), 30)
+        assert outcome.status == "REFUNDED" and outcome.refund is not None
+        assert outcome.refund.refund_id == "re_seen_by_carol"
+        # it came from the journal, through the gated activity's RESOLVED path
+        scheduled, failed = await refund_attempts(case)
+        assert scheduled == failed + 1
+        shown = receipt(EFFECT, journal=r.journal)
+        assert (shown.final, shown.operator) == ("RESOLVED", "carol")
+        # the money, read from the payments service: one refund, sent once
+        assert r.payments.refunded_cents(ORDER) == 2000 and r.payments.calls() == 1
+
+
+async def test_a_forged_happened_does_not_stand_for_a_refund_that_never_went_out(
+    dev_server: DevServer, tmp_path: Path
+) -> None:
+    """The refund failed before it reached the service. A forged ``happened`` would have the
+    agent report a refund nobody made; the case waits, and once a person says
+    ``not_happened`` the refund goes out once, and the case reports the service's refund."""
+    async with rig(dev_server, tmp_path, tier=3) as r:
+        plain = await plain_client(dev_server)
+        r.payments.arm("before_send", "reset")
+        case = await start_forged_early(r, plain)
+        review = await review_running(r)
+        await still_waiting_after(case, 2)
+        assert r.payments.refunded_cents(ORDER) == 0
+        await review.signal("resolve", {"decision": "not_happened", "operator": "carol"})
+        outcome = await asyncio.wait_for(case.result(), 30)
+        (record,) = r.payments.refund_records(ORDER)
+        assert outcome.status == "REFUNDED" and outcome.refund is not None
+        assert outcome.refund.refund_id == record.refund_id != "re_forged"
+        assert r.payments.refunded_cents(ORDER) == 2000
+
+
+async def test_a_forged_settled_neither_closes_the_review_nor_answers_the_case(
+    dev_server: DevServer, tmp_path: Path
+) -> None:
+    """An outsider's ``settled`` (the signal a late COMMITTED sends the review) with a forged
+    result: the review asks the journal, which records no COMMITTED, and stays open; the case
+    keeps waiting, and gets what a person decides."""
+    async with rig(dev_server, tmp_path, tier=3) as r:
+        case, review = await ambiguous(r)
+        plain = await plain_client(dev_server)
+        forged = receipt(EFFECT, journal=r.journal).model_dump(mode="json")
+        forged.update(final="COMMITTED", executed=True)
+        await plain.get_workflow_handle(REVIEW).signal(
+            "settled", {"receipt": forged, "result": FORGED_REFUND}
+        )
+
+        async def checked() -> bool:
+            status = await review.query("status")
+            return any("no COMMITTED" in line for line in status["reported"])
+
+        await until(checked, "the review's journal check")
+        status = await review.query("status")
+        assert status["state"] == "open" and status["receipt"] is None
+        assert r.journal.row(EFFECT).status is Kind.AMBIGUOUS  # type: ignore[union-attr]
+        assert (await case.describe()).status == WorkflowExecutionStatus.RUNNING
+        await review.signal("resolve", {"decision": "happened", "operator": "carol"})
+        outcome = await asyncio.wait_for(case.result(), 30)
+        assert outcome.status == "RESOLVED" and outcome.refund is None
+        assert (await review.result())["state"] == "resolved"
+        assert r.payments.refunded_cents(ORDER) == 2000 and r.payments.calls() == 1

@@ -8,6 +8,10 @@ would. The case completes and the receipt names the operator. Screenshots are sa
 test's files; with ``INTERLOCK_UPDATE_SCREENSHOTS=1`` they replace the operator guide's pictures
 in docs/images/ (so an ordinary run leaves the checkout clean).
 
+With an operator roster, a name alone decides nothing: the third test reads carol's one-time
+code from the email the worker sent her (a real SMTP server on loopback) and pastes it into the
+same form, after a wrong code that records nothing.
+
 Needs ``/usr/bin/chromium`` and the ``playwright`` package: ``make test`` installs both.
 """
 
@@ -28,8 +32,13 @@ from temporalio.client import Client, WorkflowExecutionStatus, WorkflowHandle
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.service import RPCError
 
+from interlock_temporal.core.journal.signing import Ed25519Key
+from interlock_temporal.core.models import Kind
+from interlock_temporal.core.operators import add_operator, roster_of
 from interlock_temporal.core.receipts import receipt
 from interlock_temporal.core.review import review_id
+from interlock_temporal.core.vote_codes import code_digest
+from interlock_temporal.core.vote_proofs import ballot_of
 from interlock_temporal.targets.payments import SimulatedPayments
 from interlock_temporal.testing import DevServer, free_port
 from workers.scenarios import ORDER, REFUND_CENTS
@@ -259,6 +268,8 @@ async def test_an_operator_resolves_an_ambiguous_refund_in_the_web_ui(tmp_path: 
         assert shown.final == "RESOLVED"
         assert shown.executed is True
         assert shown.operator == OPERATOR
+        # the Web UI's signal was found in the review's history: it carries no client identity
+        assert shown.sent_by == {OPERATOR: ""}, shown.sent_by
 
         # the money, read from the payments service's own file: exactly one $20 refund
         with_service = SimulatedPayments(tmp_path / "payments.db", tier=3)
@@ -319,5 +330,161 @@ async def test_an_operator_approves_an_escalated_call_in_the_web_ui(tmp_path: Pa
             approval = r.journal.policy.approval(binding)
             assert approval is not None and approval.status == "consumed"
             assert approval.operators == [OPERATOR]
+            assert approval.sent_by == {OPERATOR: ""}  # the Web UI gives no client identity
     finally:
         await server.stop()
+
+
+class _Mailbox:
+    """An SMTP server's handler (aiosmtpd) keeping each message as (recipients, text)."""
+
+    def __init__(self) -> None:
+        self.messages: list[tuple[list[str], str, str]] = []
+
+    async def handle_DATA(self, server: Any, session: Any, envelope: Any) -> str:
+        from email import message_from_bytes
+
+        message = message_from_bytes(envelope.content)
+        payload = message.get_payload(decode=True)
+        assert isinstance(payload, bytes)
+        text = payload.decode().replace("\r\n", "\n")
+        self.messages.append((list(envelope.rcpt_tos), str(message["Subject"]), text))
+        return "250 OK"
+
+    def to(self, address: str) -> list[str]:
+        return [text for to, _, text in self.messages if address in to]
+
+
+class _NotifyingWorld(ServerWorld):
+    """The row-13 world whose worker processes tell people by email (``--notify-smtp``)."""
+
+    notify_args: list[str] = []
+
+    def target_args(self) -> list[str]:
+        return [*super().target_args(), *self.notify_args]
+
+
+CODE_LINE = re.compile(r"^  happened: ([A-Z2-7]{4}(?:-[A-Z2-7]{4}){4})$", re.M)
+ANY_CODE = re.compile(r"\b[A-Z2-7]{4}(?:-[A-Z2-7]{4}){4}\b")
+
+
+async def test_an_operator_decides_with_her_emailed_one_time_code_in_the_web_ui(
+    tmp_path: Path,
+) -> None:
+    """The journal has an operator roster: carol, reached at ``mailto:carol@example.org``. The
+    refund is AMBIGUOUS (row 13 at tier 3, as above); the worker emails carol her one-time
+    codes (a real SMTP server on loopback) and the team none. In Debian's chromium, the review's
+    details say how to send a code; a wrong code sent through the Web UI's signal form records
+    nothing (and counts against her); her emailed code for ``happened`` decides the review,
+    recorded with a proof ``via: code``; the payments service shows one refund."""
+    from aiosmtpd.controller import Controller
+
+    _, expect = _playwright()
+    started = time.monotonic()
+    mailbox = _Mailbox()
+    smtp_port = free_port()
+    smtp = Controller(mailbox, hostname="127.0.0.1", port=smtp_port)
+    smtp.start()
+    server = await DevServer(ui_port=free_port()).start()
+    world: _NotifyingWorld | None = None
+    try:
+        assert server.ui_url is not None
+        client = await Client.connect(server.target, data_converter=pydantic_data_converter)
+        world = _NotifyingWorld(client, tmp_path, 3, "gated")
+        world.notify_args = [
+            *("--notify-smtp", f"127.0.0.1:{smtp_port}"),
+            *("--notify-to", "oncall@ops.example", "--notify-ui-url", server.ui_url),
+        ]
+        world.setup()
+        key = Ed25519Key.generate()
+        add_operator(world.journal, OPERATOR, key.public_text, notify=["mailto:carol@example.org"])
+
+        world.payments.arm("after_commit", "kill")
+        run = await world.start(world.case(wait_for_review=True))
+        await world.crashed(run)
+        await world.restart()
+        eid = world.effect_id
+        review = client.get_workflow_handle(review_id("ambiguous", eid))
+        await _until_running(review)
+        assert receipt(eid, journal=world.journal).final == "AMBIGUOUS"
+
+        # carol's codes, from her mailbox: never from the journal's keys in this process
+        deadline = time.monotonic() + 60
+        while not mailbox.to("carol@example.org") or not mailbox.to("oncall@ops.example"):
+            assert time.monotonic() < deadline, f"no email for carol: {mailbox.messages}"
+            await asyncio.sleep(0.1)
+        (found,) = CODE_LINE.findall(mailbox.to("carol@example.org")[0])
+        code = str(found)
+        assert all(not ANY_CODE.search(text) for text in mailbox.to("oncall@ops.example"))
+        wrong = "AAAA-BBBB-CCCC-DDDD-EEEE"
+        assert code != wrong
+
+        url = f"{server.ui_url}/namespaces/default/workflows/{review.id}"
+        async with _review_page(tmp_path, url) as (page, iframe):
+            details = iframe.content_frame
+            await expect(details.get_by_text("Review state: open")).to_be_visible(
+                timeout=UI_TIMEOUT_MS
+            )
+            # how to send a code, where the person deciding reads
+            said = details.get_by_text(re.compile("paste the one-time code sent to you"))
+            await expect(said).to_be_visible()
+            await expect(said.locator("code", has_text=re.compile("^resolve$"))).to_be_visible()
+            shape = '{"decision": "...", "operator": "your name", "code": "..."}'
+            await expect(said.locator("code", has_text=shape)).to_be_visible()
+
+            # a wrong code: the form sends it, the worker records nothing and says why
+            dialog = await _action_dialog(
+                page,
+                "signal",
+                "resolve",
+                f'{{"decision": "happened", "operator": "{OPERATOR}", "code": "{wrong}"}}',
+            )
+            await expect(dialog).to_be_hidden(timeout=UI_TIMEOUT_MS)
+            # the page shows a review's details as they were when it loaded: load it again
+            await page.reload(wait_until="domcontentloaded")
+            await page.get_by_role("tab", name="User Metadata").click()
+            await expect(details.get_by_text(re.compile("not their code"))).to_be_visible(
+                timeout=UI_TIMEOUT_MS
+            )
+            status = await review.query("status")
+            assert status["state"] == "open" and status["votes"] == []
+            assert receipt(eid, journal=world.journal).final == "AMBIGUOUS"
+            assert not [e for e in world.journal.read(eid) if e.kind is Kind.RESOLVED]
+            ballot = ballot_of(world.journal, roster_of(world.journal), "ambiguous", eid)
+            assert ballot is not None
+            assert world.journal.code_uses.failures(ballot.episode, OPERATOR) == 1
+            await _full_page_screenshot(page, tmp_path / "review-wrong-code.png")
+
+            # her code, as the email gave it
+            dialog = await _action_dialog(
+                page,
+                "signal",
+                "resolve",
+                f'{{"decision": "happened", "operator": "{OPERATOR}", "code": "{code}"}}',
+            )
+            await expect(dialog).to_be_hidden(timeout=UI_TIMEOUT_MS)
+
+        outcome = await world.result(run)
+        assert outcome.status in ("RESOLVED", "REFUNDED"), outcome
+        decided = await asyncio.wait_for(review.result(), 60)
+        assert decided["decision"] == "happened" and decided["operators"] == [OPERATOR]
+        (resolved,) = [e for e in world.journal.read(eid) if e.kind is Kind.RESOLVED]
+        (proof,) = resolved.data["proofs"]
+        assert proof["operator"] == OPERATOR and proof["via"] == "code"
+        assert proof["digest"] == code_digest(code) and code not in str(resolved.data)
+        assert world.journal.code_uses.used(code_digest(code))  # spent: it works once
+        assert receipt(eid, journal=world.journal).final == "RESOLVED"
+
+        # the money, read from the payments service's own file: exactly one $20 refund
+        with_service = SimulatedPayments(tmp_path / "payments.db", tier=3)
+        try:
+            records = with_service.refund_records(ORDER)
+            assert [r.amount_cents for r in records] == [REFUND_CENTS]
+        finally:
+            with_service.close()
+        print(f"the one-time code in the Web UI: {time.monotonic() - started:.1f} s")
+    finally:
+        if world is not None:
+            await world.close()
+        await server.stop()
+        smtp.stop()

@@ -316,7 +316,10 @@ def sweep_section(summary: dict[str, Any]) -> list[str]:
         "the dedupe window or just short of its end, another effect taking the lease's budget, "
         "the journal edited, the owning workflow cancelled and the reconciler run), what comes "
         "next (a retry, a duplicate submission from the same workflow or another, the agent "
-        "re-deciding the amount) and two recoveries at once. Every case checks the invariants "
+        "re-deciding the amount), two recoveries at once, and, while the effect is AMBIGUOUS, an "
+        "outsider's decision (`not_happened`, voted by the agent's own principal or an operator "
+        "off the worker's list, which the record path must refuse) after which the owner runs "
+        "again. Every case checks the invariants "
         "against the payments service, the lease store and the journal (`workers/sweep.py`, "
         "`workers/invariants.py`): landed at most once; COMMITTED only if it landed, REFUSED "
         "only if it did not; `executed` true, false or unknown accordingly; AMBIGUOUS only at "
@@ -325,8 +328,9 @@ def sweep_section(summary: dict[str, Any]) -> list[str]:
         "was cancelled; a resend only inside the window less settle time and margin, where "
         "the target can be asked, or after a confirmed absence; nothing sent once the journal "
         "was edited; a late result never lost; the lease's budget never exceeded; chains "
-        "verify; nothing left in doubt. `tests/test_evidence.py` plants ten bugs in the gate, "
-        "one at a time, and shows the sweep and the model check each catching every one.",
+        "verify; nothing left in doubt. `tests/test_evidence.py` plants eleven bugs in the gate "
+        "and the record path, one at a time, and shows the sweep and the model check each "
+        "catching every one.",
         "",
         f"- in process, against the core protocol: {summary['cases']} cases "
         f"(seeds {summary['first_seed']}..{summary['first_seed'] + summary['cases'] - 1}), "
@@ -476,7 +480,10 @@ def model_check_section(results: list[Any]) -> list[str]:
         "refunded by hand; the clock moved to just short of the dedupe window's end (past it "
         "less settle time and margin); another effect taking the lease's budget; the journal "
         "edited by its operator; the owning workflow cancelled (its attempts stop, and the "
-        "reconciler may run).",
+        "reconciler may run); at tier 3, while the effect is AMBIGUOUS, an outsider's decision "
+        "(`not_happened`, voted by the agent's own principal and an operator off the worker's "
+        "list, counted and recorded as the record activity does), after which the owner, "
+        "woken, runs once more.",
         "",
         "In every reachable state, the invariants the sweep also checks "
         "(`workers/invariants.py`): the effect landed at most once; COMMITTED only if it "

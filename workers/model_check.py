@@ -22,7 +22,10 @@ has passed (before then, "not found" proves nothing). The world
 events: the lease revoked, or past its expiry; the order made ineligible, or refunded by hand;
 the clock moved to just short of the dedupe window's end (past its end less settle time and
 margin); another effect taking the lease's budget; the journal edited by its operator; the
-owning workflow cancelled (its attempts stop where they stand, and the reconciler may run).
+owning workflow cancelled (its attempts stop where they stand, and the reconciler may run); at
+tier 3, while the effect is AMBIGUOUS, an outsider's decision (``not_happened``, voted by the
+agent's own principal and by an operator not on the worker's list, counted and recorded as the
+record activity does), after which the owner, woken, runs its activity once more at once.
 
     python -m workers.model_check [--tiers 1,2,3] [--variants retry,other,...]
 """
@@ -52,14 +55,21 @@ ALL_EVENTS = (
     "budget_taken",
     "tamper",
     "owner_cancelled",
+    "outsider_decides",
 )
 VARIANTS = ("retry", "last", "other", "redecide", "settling")
 _LARGEST_FIRST = ("retry", "settling", "last", "other", "redecide")
 
 
 def events_for(tier: int) -> tuple[str, ...]:
+    """A tier's events: near the window's end only with a window (tier 1); an outsider's
+    decision only where an effect is left AMBIGUOUS for a person (tier 3)."""
     return tuple(
-        e for e in ALL_EVENTS if (e != "near_window_end" or tier == 1) and e != "settle_time_passes"
+        e
+        for e in ALL_EVENTS
+        if (e != "near_window_end" or tier == 1)
+        and (e != "outsider_decides" or tier == 3)
+        and e != "settle_time_passes"
     )
 
 

@@ -29,10 +29,12 @@ from interlock_temporal.core.models import Change, Found, Kind
 from interlock_temporal.core.protocol import Call, Delivery, Gate, Measure, Ticket
 from interlock_temporal.core.receipts import fold, receipt_of
 
-from . import invariants
+from . import invariants, outsider
 
 KEY = "4d" * 32
 OWNER = "wf"
+#: the agent's principal, holding the lease
+PRINCIPAL = "bot"
 AMOUNT = 20
 #: the lease's budget: this effect fits, it and another do not
 BUDGET = 30
@@ -59,7 +61,7 @@ def _template() -> tuple[Path, str]:
         where = Path(tempfile.mkdtemp(prefix="interlock-mc-template-", dir=SHM)) / "j.db"
         journal = open_journal(f"sqlite:///{where}", signing_key=KEY)
         lease = journal.leases.issue(
-            "bot",
+            PRINCIPAL,
             activities=["refund"],
             max_amount_cents=50,
             budget_cents=BUDGET,
@@ -186,7 +188,7 @@ def _call(
         input=p,
         args=(p,),
         key={"order": order},
-        principal="bot",
+        principal=PRINCIPAL,
         lease_id=lease,
         measure=lambda args: Measure(args[0]["amount"]),
         delivery=Delivery(workflow_id=workflow_id, activity_id="1", attempt=attempt),
@@ -229,6 +231,8 @@ class Replay:
         self.reconciled = False
         #: a request whose sender was killed as it left: it may land until the target settles
         self.in_flight: str = ""
+        #: how the owner's attempt woken after an outsider's decision ended
+        self.woken: str = ""
 
     def _started(self, runner: Runner) -> Runner:
         """An attempt's thread starts at its first step: most states never reach one of the
@@ -288,7 +292,11 @@ class Replay:
             if not r.done:
                 out += [f"step {i}", f"kill {i}"]
         if self.event is None:
-            out += [f"event {e}" for e in self.events]
+            out += [
+                f"event {e}"
+                for e in self.events
+                if e != "outsider_decides" or self._status() is Kind.AMBIGUOUS
+            ]
         if self.cancelled_at is not None and not self.reconciled:
             out.append("reconcile")
         if self.in_flight == "in flight" and self.event != "settle_time_passes":
@@ -335,6 +343,8 @@ class Replay:
             self._another_effect()
         elif event == "tamper":
             self._tamper()
+        elif event == "outsider_decides":
+            self._outsider_decides()
         elif event == "owner_cancelled":
             self.cancelled_at = time.time()
             for r in self.runners:  # the cancellation reaches the owner's attempts
@@ -393,6 +403,33 @@ class Replay:
         self.target.running_at_tamper = {r.name for r in self.runners if not r.done}
         self.target.tampered = True
 
+    def _status(self) -> Kind | None:
+        """The effect's status as the journal records it (None: nothing, or an edited one)."""
+        entries = self._entries()
+        return fold(self.effect_id(), entries).status if entries else None
+
+    def _outsider_decides(self) -> None:
+        """While the effect is AMBIGUOUS, an outsider decides ``not_happened`` in votes the
+        worker's rules refuse (the agent's principal, and an operator not on the list),
+        recorded as the record activity records one. Then the owner, woken as a review's
+        signal wakes ``execute_effect``, runs its activity once more, to its end in this one
+        step (not interleaved: both attempts are done once the effect is AMBIGUOUS)."""
+        outsider.decide(
+            self.journals[0], self.effect_id(), outsider.outsider_votes("both", PRINCIPAL)
+        )
+
+        async def send(ticket: Ticket) -> dict[str, Any]:
+            return self.target.send(ticket.effect_id)
+
+        gate = Gate(self.journals[0], clock=self.target.clock)
+        try:
+            asyncio.run(gate.run(_call(self.lease, AMOUNT, OWNER, 3, False), self.target, send))
+            self.woken = "returned"
+        except GateOutcome as g:
+            self.woken = type(g).__name__
+        except Exception as err:  # a woken attempt that fails otherwise is a finding
+            self.woken = f"ERROR {type(err).__name__}: {err}"
+
     def _reconcile(self) -> None:
         """The reconciler, once the owner is cancelled: close out without a send, in one step."""
         self.reconciled = True
@@ -437,6 +474,7 @@ class Replay:
             self.event_at,
             self.reconciled,
             self.in_flight,
+            self.woken,
         )
 
     def check(self) -> list[str]:
@@ -448,6 +486,8 @@ class Replay:
             problems.append(f"the effect landed {landed} times")
         if self.variant == "redecide" and all(r.outcome == "returned" for r in self.runners):
             problems.append("two different payloads were both accepted under one effect id")
+        if self.woken.startswith("ERROR"):
+            problems.append(f"the owner, woken: {self.woken}")
         for r in self.runners:
             if r.outcome.startswith("ERROR"):
                 problems.append(f"attempt {r.name}: {r.outcome}")
@@ -479,7 +519,8 @@ class Replay:
                 and view.code not in ("in_flight", "not_owner")
             ):
                 problems.append(f"AMBIGUOUS at tier {self.target.tier} ({view.code})")
-            if any(r.outcome == "returned" for r in self.runners) and view.status not in (
+            returned = any(r.outcome == "returned" for r in self.runners)
+            if (returned or self.woken == "returned") and view.status not in (
                 Kind.COMMITTED,
                 Kind.RESOLVED,
             ):

@@ -9,9 +9,14 @@ effect (the lease revoked or expired, the order made ineligible, a manual refund
 moved just short of the dedupe window's end or past it, another effect taking the lease's
 budget, the journal edited by its operator, the owning workflow cancelled and the reconciler
 run); the next attempts (a retry, a duplicate submission from the same workflow or another,
-the agent re-deciding another amount) and whether two of them recover at once. A death is an
-attempt unwinding at that point without recording anything more, its claim released, as a
-killed process leaves it; the next attempt runs on a fresh ``Gate``.
+the agent re-deciding another amount) and whether two of them recover at once; and, from a
+random stream of its own (every other draw of a seed is unchanged), whether an outsider's
+decision arrives once the owner's attempts have left the effect AMBIGUOUS: ``not_happened``,
+voted by the agent's own principal, by an operator not on the worker's list, or both, and
+recorded as the record activity records one (``outsider``), after which the owner, woken,
+runs once more. A death is an attempt unwinding at that point without recording anything
+more, its claim released, as a killed process leaves it; the next attempt runs on a fresh
+``Gate``.
 
     python -m workers.sweep [--cases 2000] [--seed 1]
     python -m workers.sweep --replay SEED        # one case, its story printed
@@ -47,9 +52,9 @@ from interlock_temporal.core.models import Kind
 from interlock_temporal.core.protocol import Call, Gate, Ticket
 from interlock_temporal.core.receipts import fold, receipt_of
 from interlock_temporal.targets.payments import RefundRequest, RefundResult, SimulatedPayments
-from workflows.support_case import CaseFile
+from workflows.support_case import PRINCIPAL, CaseFile
 
-from . import invariants
+from . import invariants, outsider
 from .inprocess_world import refund_call
 from .sweep_case import (
     AMOUNT,
@@ -251,6 +256,24 @@ class CaseRun:
             story.say(f"duplicate: {again}")
             story.check(self.payments.calls(ORDER) == before, "a duplicate reached the service")
 
+    async def outsider_decides(self) -> None:
+        """While the effect is AMBIGUOUS, an outsider's decision arrives: ``not_happened``, in
+        votes the worker's rules refuse (the agent's own principal, an operator not on the
+        allow-list), recorded as the record activity records one (``outsider.decide``). Then
+        the owner, woken as a review's signal wakes ``execute_effect``, runs its activity once
+        more: the gate believes only the journal, so it waits again unless a decision was
+        recorded (a not_happened recorded lets it send again)."""
+        eid = effect_of(self.request)
+        who = self.case.outsider
+        if who is None or self.ledger.tampered_at is not None:
+            return
+        entries = self.journal.read(eid)
+        if not entries or fold(eid, entries).status is not Kind.AMBIGUOUS:
+            return
+        said = outsider.decide(self.journal, eid, outsider.outsider_votes(who, PRINCIPAL))
+        self.story.say(f"an outsider decides not_happened ({who}): {said}")
+        self.story.say(f"the owner, woken: {await self.attempt().run()}")
+
     async def zombie_ends(self, ticket: Ticket, result: RefundResult | None) -> None:
         """The zombie ends: its request, if it stalled, lands at last, and it records its
         result."""
@@ -292,6 +315,7 @@ async def run_case(case: Case, workdir: Path) -> Story:
             story.say(f"another workflow: {other}")
         if owner_runs:
             await run.owner_goes_on()
+            await run.outsider_decides()
         if zombie is not None:
             await run.zombie_ends(*zombie)
         if ledger.cancelled_at is not None:

@@ -25,6 +25,7 @@ from workflows.activities import refund_key
 from workflows.support_case import CaseFile
 
 from .inprocess_world import refund_call
+from .outsider import OUTSIDERS
 
 ORDER = "A-7731"
 #: the order of another case that shares the lease's budget
@@ -48,6 +49,8 @@ EVENTS = (
 NEXT = ("retry", "duplicate", "duplicate_other", "redecide")
 OWNER = "wf-sweep"
 OTHER_WORKFLOW = "wf-other"
+#: the share of cases in which an outsider's decision arrives while the effect is in doubt
+OUTSIDER_SHARE = 0.25
 
 
 @dataclass(frozen=True)
@@ -63,6 +66,9 @@ class Case:
     #: ``stalled``: its request has not reached the target yet (it lands late), else it has
     zombie: bool = False
     stalled: bool = False
+    #: while the effect is AMBIGUOUS, an outsider's decision arrives (``outsider.OUTSIDERS``:
+    #: votes by the agent's own principal, by an operator not on the allow-list, or both)
+    outsider: str | None = None
 
     @classmethod
     def draw(cls, seed: int) -> Case:
@@ -75,6 +81,9 @@ class Case:
         concurrent = rng.random() < 0.3
         zombie = rng.random() < 0.12
         stalled = rng.random() < 0.5
+        # drawn from a stream of its own: every other draw of a seed is what it was before
+        apart = random.Random(f"outsider {seed}")
+        outsider = apart.choice(OUTSIDERS) if apart.random() < OUTSIDER_SHARE else None
         return cls(
             seed=seed,
             tier=rng.choice((1, 2, 3)),
@@ -85,6 +94,7 @@ class Case:
             concurrent=concurrent,
             zombie=zombie,
             stalled=zombie and stalled,
+            outsider=outsider,
         )
 
 

@@ -96,6 +96,24 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
         "`python -m workers.health` (default: $INTERLOCK_HEALTH_FILE)",
     )
     p.add_argument(
+        "--notify-smtp",
+        metavar="HOST:PORT",
+        help="tell people of reviews by email through this SMTP server, without TLS (a test's "
+        "server on loopback); operators on the roster with a mailto: channel get their one-time "
+        "codes this way",
+    )
+    p.add_argument(
+        "--notify-to",
+        action="append",
+        default=[],
+        help="with --notify-smtp: the team's address (repeatable)",
+    )
+    p.add_argument(
+        "--notify-ui-url",
+        default="http://localhost:8233",
+        help="with --notify-smtp: the Temporal Web UI the messages link to",
+    )
+    p.add_argument(
         "--connect-timeout-s",
         type=float,
         default=300.0,
@@ -105,7 +123,28 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     args = p.parse_args(argv)
     if not args.journal:
         p.error("--journal (or $INTERLOCK_JOURNAL) is required")
+    if args.notify_smtp and not args.notify_to:
+        p.error("--notify-smtp needs the team's address: --notify-to")
     return args
+
+
+def notifiers(args: argparse.Namespace) -> list[Any]:
+    """``--notify-smtp``: an ``Email`` notifier to the team (``--notify-to``)."""
+    if not args.notify_smtp:
+        return []
+    from interlock_temporal.notify import Email
+
+    host, _, port = args.notify_smtp.rpartition(":")
+    return [
+        Email(
+            host=host,
+            port=int(port),
+            security="none",
+            sender="interlock@localhost.localdomain",
+            to=args.notify_to,
+            ui_url=args.notify_ui_url,
+        )
+    ]
 
 
 async def with_backoff(
@@ -175,6 +214,7 @@ async def main(argv: list[str] | None = None) -> None:
         ),
         reconcile_older_than=timedelta(seconds=args.reconcile_older_than_s),
         release_sticky_on_retry=not args.keep_sticky_on_retry,
+        notify=notifiers(args),
     )
     client = await with_backoff(
         lambda: Client.connect(args.target, namespace=args.namespace, plugins=[*plugins, plugin]),

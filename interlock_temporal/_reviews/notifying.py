@@ -2,7 +2,15 @@
 workflow runs for each event and notifier. It builds the ``Notification`` from the event and
 what the journal knows (no argument values unless the notifier asks for them; secret arguments
 masked always), delivers it in a thread, and records a failed attempt in the journal's
-``notification_failures`` table before Temporal retries it."""
+``notification_failures`` table before Temporal retries it.
+
+Where the journal has an operator roster, ``opened`` and ``reminder`` also send each operator
+their one-time codes, one per decision of the review's kind, to their own channels on the
+roster that the activity's notifier reaches (``Notifier.to_operator``). The codes are derived
+here, in the activity, and go nowhere else: not into the activity's input or result, an
+exception's message, a log line or the failures table (all of which reach Temporal's history
+or a log). A failed delivery to an operator fails the attempt like any other, and the retry
+sends again (at least once)."""
 
 from __future__ import annotations
 
@@ -20,9 +28,12 @@ from temporalio.exceptions import ApplicationError
 
 from ..core.models import Kind
 from ..core.notifications import NotificationFailure
+from ..core.operators import Roster, roster_of
 from ..core.policy import redact
 from ..core.receipts import fold
 from ..core.review_rules import DECISIONS, ReviewRules
+from ..core.vote_codes import VoteCodes
+from ..core.vote_proofs import ballot_of
 from ..notify import (
     DEFAULT,
     DEFAULT_REMINDER_EVERY,
@@ -40,6 +51,9 @@ if TYPE_CHECKING:
 __all__ = ["NotifyDesk", "resolve_command", "review_settings", "ui_link"]
 
 log = logging.getLogger("interlock_temporal.notify")
+
+#: the events that send operators their one-time codes (a review open for a decision)
+CODE_EVENTS = frozenset({"opened", "reminder"})
 
 
 def ui_link(notifier: Notifier, review_id: str) -> str:
@@ -63,6 +77,9 @@ class NotifyDesk:
 
     def __init__(self, runtime: WorkerRuntime) -> None:
         self._runtime = runtime
+        self._codes: VoteCodes | None = None
+        #: operators already warned of (no channel this worker's notifiers reach)
+        self._unreachable: set[str] = set()
 
     def _summary(self, told: NotifyEvent) -> tuple[str, Any]:
         """What is known, without argument values; and the values (masked), for notifiers
@@ -117,8 +134,9 @@ class NotifyDesk:
 
     @activity.defn(name=NOTIFY_ACTIVITY)
     async def notify(self, told: NotifyEvent) -> None:
-        """Deliver one event to one notifier. A failed attempt is recorded, then raised for
-        Temporal to retry with backoff."""
+        """Deliver one event to one notifier, and (``opened``, ``reminder``, with a roster)
+        each operator's one-time codes to the operator's channels it reaches. A failed attempt
+        is recorded, then raised for Temporal to retry with backoff."""
         notifier = self._runtime.notifiers.get(told.notifier)
         if notifier is None:
             raise ApplicationError(
@@ -127,17 +145,97 @@ class NotifyDesk:
                 type="NotifierMissing",
                 non_retryable=True,
             )
+        failed: list[str] = []
+        notification: Notification | None = None
         try:
             notification = self.notification(notifier, told)
             await asyncio.to_thread(notifier.deliver, notification)
         except Exception as err:
-            said = str(err) if isinstance(err, NotifyError) else type(err).__name__
+            failed.append(_said(err))
+        if notification is not None:
+            failed += await self._send_codes(notifier, told, notification)
+        if failed:
+            said = "; ".join(failed)
             attempt = activity.info().attempt
             self._record(told, attempt, said)
             log.warning(
                 "notification %s of %s (attempt %d): %s", told.event, told.review_id, attempt, said
             )
             raise ApplicationError(said, type="NotificationFailed") from None
+
+    async def _send_codes(
+        self, notifier: Notifier, told: NotifyEvent, notification: Notification
+    ) -> list[str]:
+        """Each operator's codes, to their channels ``notifier`` reaches; what failed (never a
+        code: an error's text is scrubbed of them, and only a ``NotifyError``'s is kept)."""
+        if told.event not in CODE_EVENTS:
+            return []
+        codes: list[str] = []
+        try:
+            letters = self._letters(notifier, told, notification)
+        except Exception as err:
+            return [f"one-time codes not derived: {type(err).__name__}"]
+        failed: list[str] = []
+        for name, reach, letter in letters:
+            codes += (letter.codes or {}).values()
+            try:
+                await asyncio.to_thread(reach.deliver, letter)
+            except Exception as err:
+                failed.append(f"{_said(err, codes)} (one-time codes to operator {name!r})")
+        return failed
+
+    def _letters(
+        self, notifier: Notifier, told: NotifyEvent, notification: Notification
+    ) -> list[tuple[str, Notifier, Notification]]:
+        """(operator, the notifier aimed at one of their channels, their notification with
+        their codes) for each roster operator and channel ``notifier`` reaches."""
+        journal = self._runtime.gate.journal
+        roster = roster_of(journal)
+        if not roster.exists:
+            return []
+        ballot = ballot_of(journal, roster, told.kind, told.effect_id)
+        if ballot is None:
+            return []  # nothing awaits a decision any more
+        if self._codes is None:
+            self._codes = VoteCodes(journal.keyring)
+        letters: list[tuple[str, Notifier, Notification]] = []
+        for name in self._deciders(roster, told):
+            operator = roster.operator(name)
+            assert operator is not None  # _deciders names operators only
+            codes = {
+                decision: self._codes.code(ballot, name, decision)
+                for decision in DECISIONS.get(told.kind, ())
+            }
+            letter = notification.model_copy(update={"for_operator": name, "codes": codes})
+            for channel in operator.notify:
+                reach = notifier.to_operator(channel)
+                if reach is not None:
+                    letters.append((name, reach, letter))
+        return letters
+
+    def _deciders(self, roster: Roster, told: NotifyEvent) -> list[str]:
+        """The roster's operators who may decide this review (not attesters, not the agent's
+        own principal); warns once of one that no notifier of this worker reaches."""
+        names = []
+        for name in sorted(roster.operators):
+            operator = roster.operator(name)
+            if operator is None or name == told.principal:
+                continue
+            names.append(name)
+            reached = any(
+                n.to_operator(c) is not None
+                for n in self._runtime.notifiers.values()
+                for c in operator.notify
+            )
+            if not reached and name not in self._unreachable:
+                self._unreachable.add(name)
+                log.warning(
+                    "operator %r has no channel on the roster that a notifier of this worker "
+                    "reaches (an Email reaches mailto:, a Webhook https://): they get no "
+                    "one-time codes, and decide with a key (`interlock reviews resolve --key`)",
+                    name,
+                )
+        return names
 
     def _record(self, told: NotifyEvent, attempt: int, error: str) -> None:
         try:
@@ -153,6 +251,15 @@ class NotifyDesk:
             )
         except Exception as err:  # the journal down too: the retry still comes
             log.error("could not record a failed notification: %s", type(err).__name__)
+
+
+def _said(err: Exception, codes: Sequence[str] = ()) -> str:
+    """What a failure is recorded and raised as: a ``NotifyError``'s message (which names no
+    URL or secret), else the error's type alone; any of ``codes`` in it blanked out."""
+    said = str(err) if isinstance(err, NotifyError) else type(err).__name__
+    for code in codes:
+        said = said.replace(code, "[one-time code]")
+    return said
 
 
 def review_settings(

@@ -18,17 +18,28 @@ from temporalio.exceptions import ActivityError, ApplicationError, FailureError
 from .._worker.errors import describe_invalid
 from ..core.models import Receipt
 from ..core.review_rules import (
+    SENT_BY_CAVEAT,
+    Ballot,
     Recorded,
     ReviewKind,
     ReviewRules,
     Vote,
-    tally,
+    reached,
+    sent_by_text,
     vote_problem,
 )
 
 RESOLUTION_SIGNAL = "interlock.resolution"
 RECORD_ACTIVITY = "interlock.record_decision"
+#: the worker's activity that reads from the journal whether an effect is COMMITTED
+COMMITTED_ACTIVITY = "interlock.committed"
 NOTIFY_ACTIVITY = "interlock.notify"
+CHECK_ACTIVITY = "interlock.check_review"
+#: guards what reviews do since requests are sealed: a review first asks a worker whether its
+#: request carries the seal of the journal's keys (``core.review_seal``), and one that does not
+#: ends at once, telling its waiters only to look again; the record activity is sent every vote.
+#: Reviews started before replay as they ran.
+SEAL_PATCH = "interlock-review-sealed"
 #: guards what reviews do since notifications: tell people (opened, reminder, expired,
 #: escalated, resolved), remind, and escalate an AMBIGUOUS review at its deadline instead of
 #: expiring it. Reviews started before replay as they ran.
@@ -36,6 +47,15 @@ NOTIFY_PATCH = "interlock-review-notify"
 ESCALATED = (
     "escalated: no decision before the review's deadline; it stays open, because nobody may "
     "guess whether the effect happened"
+)
+#: guards what a review believes since the journal decides it: the ``settled`` signal only wakes
+#: the review, which asks the journal (``COMMITTED_ACTIVITY``) and closes only on a COMMITTED
+#: the journal records, handing on the journal's receipt and result. Reviews that were open
+#: before close on the signal's word, as they did
+SETTLED_PATCH = "interlock-review-settled-reads-journal"
+NOT_COMMITTED = (
+    "a `settled` signal arrived, but the journal records no COMMITTED for this effect: the "
+    "review stays open"
 )
 #: why a review closed without a person, shown to people as released (CLI, Web UI, the review's
 #: details)
@@ -58,6 +78,12 @@ class ReviewRequest(BaseModel):
     notifiers: list[str] = Field(default_factory=list)
     #: send a ``reminder`` this often while the review is open (None: never)
     reminder_s: float | None = Field(default=None, gt=0)
+    #: what a vote's proof signs besides the vote (``core.vote_proofs``), where the journal has
+    #: an operator roster: shown in the status, for a person's tools to sign
+    ballot: Ballot | None = None
+    #: the opening worker's seal over everything above and the review's workflow id
+    #: (``core.review_seal``): a request without a valid one is not a genuine review's
+    seal: str | None = None
 
 
 class Subscriber(BaseModel):
@@ -94,6 +120,9 @@ class ReviewStatus(BaseModel):
     escalated: bool = False
     #: the review's deadline (unix seconds), if it has one
     deadline_at: float | None = None
+    #: what a vote's proof signs besides the vote (None: the journal has no operator roster,
+    #: and votes need no proof)
+    ballot: Ballot | None = None
 
 
 class NotifyEvent(BaseModel):
@@ -117,16 +146,38 @@ class NotifyEvent(BaseModel):
 
 
 class LateCommit(BaseModel):
-    """A late COMMITTED from the attempt that was in doubt: what it recorded. It closes the
-    review without a person."""
+    """A late COMMITTED from the attempt that was in doubt: what it recorded. The ``settled``
+    signal carries one (from the review desk), and the review's journal check returns one (the
+    receipt and result the journal records). Since ``SETTLED_PATCH`` only the journal's closes
+    the review: the signal's is a wake-up, whoever sent it."""
 
     receipt: Receipt
     result: Any = None
 
 
+class ReviewCheck(BaseModel):
+    """A worker's answer to a review asking whether it is genuine: its request carries the
+    seal of the journal's keys, for its own workflow id."""
+
+    genuine: bool
+    reason: str = ""
+
+
+class Arrival(BaseModel):
+    """How a vote reached the review, as the review saw it: the ordinal (from 1) of its
+    ``resolve`` signal among the ``resolve`` signals this run's handler received (signals are
+    delivered in history order), or the id of its ``decide`` Update. Set by the review, never
+    taken from what was sent; the recording worker finds the history event it names and reads
+    the identity Temporal recorded there."""
+
+    signal: int | None = Field(default=None, ge=1)
+    update: str | None = None
+
+
 class DecisionRecord(BaseModel):
-    """What the record activity is asked to journal: the decision the votes reached, and who
-    reached it (not a single ``Vote``)."""
+    """What the record activity is asked to journal: the decision the votes reached, who
+    reached it, and (since ``SEAL_PATCH``) every vote, which the activity counts again under
+    the worker's own rules; the aggregate alone decides nothing."""
 
     kind: ReviewKind
     effect_id: str
@@ -137,6 +188,14 @@ class DecisionRecord(BaseModel):
     #: an approval's extent (see ``Vote``)
     scope: Literal["once", "session"] | None = None
     ttl_s: float | None = None
+    #: every vote the review counted, in order (None: a review from before ``SEAL_PATCH``)
+    votes: list[Vote] | None = None
+    #: how each of ``votes`` reached the review, in the same order (None: a review from before
+    #: arrivals were kept). The recording worker reads from the review's history the client
+    #: identity Temporal recorded for each (``Recorded.sent_by``). Beside the votes rather than
+    #: in them: ``Vote`` forbids unknown fields, so a worker from before would refuse to decode
+    #: a vote carrying one, while it ignores a field here
+    arrivals: list[Arrival | None] | None = None
 
 
 def _refusal(message: str) -> FailureError:
@@ -175,6 +234,13 @@ class EffectReview:
     def __init__(self, req: ReviewRequest) -> None:
         self._req = req
         self._votes: list[Vote] = []
+        #: how each of ``_votes`` arrived, in the same order
+        self._arrivals: list[Arrival] = []
+        #: ``resolve`` signals received so far (each counts, whether its vote counts or not)
+        self._signals = 0
+        #: for each operator whose vote a worker recorded: the client identity Temporal
+        #: recorded for the signal or Update that carried it (evidence, never proof)
+        self._sent_by: dict[str, str] = {}
         self._reported: list[str] = []
         self._subscribers: list[str] = []
         self._state: ReviewState = "open"
@@ -183,6 +249,7 @@ class EffectReview:
         self._outcome: Resolution | None = None
         self._receipt: Receipt | None = None
         self._reason = ""
+        #: decisions whose recording ended (recorded, refused, or overtaken by a late COMMITTED)
         self._recordings = 0
         self._last_error: str | None = None
         self._decided: tuple[str, list[str], str, Any] | None = None
@@ -195,12 +262,19 @@ class EffectReview:
         self._deadline_at: float | None = None
         #: each notifier's deliveries, in order (the last one's task)
         self._deliveries: dict[str, asyncio.Task[None]] = {}
+        #: since SEAL_PATCH: the request is checked first, and every vote goes to the record
+        self._sealed = False
+        #: a worker found the request not sealed: nothing here is recorded
+        self._forged = False
 
     @workflow.run
     async def run(self, req: ReviewRequest) -> ReviewStatus:
-        if workflow.patched(NOTIFY_PATCH):
+        self._sealed = workflow.patched(SEAL_PATCH)
+        # a review that is not genuine ends at once: nothing a person sends here is recorded
+        genuine = not self._sealed or await self._genuine()
+        if genuine and workflow.patched(NOTIFY_PATCH):
             await self._wait_telling(req)
-        else:
+        elif genuine:
             await self._wait(req)
         self._outcome = self._resolution()
         self._show()
@@ -235,8 +309,9 @@ class EffectReview:
                 self._reason = "no decision before the review's deadline"
                 break
             if self._closed_by is not None:
-                self._finish_by_late_commit(self._closed_by)
-                break
+                if await self._settled():
+                    break
+                continue
             await self._record()
 
     async def _wait_telling(self, req: ReviewRequest) -> None:
@@ -277,9 +352,66 @@ class EffectReview:
                 reminder = _next(reminder, every, now)
                 continue
             if self._closed_by is not None:
-                self._finish_by_late_commit(self._closed_by)
-                break
+                if await self._settled():
+                    break
+                continue
             await self._record()
+
+    async def _genuine(self) -> bool:
+        """Whether a worker finds this review's request sealed for its workflow id. One that is
+        not ends closed, says why, and only wakes its waiters (their next attempt opens the
+        genuine review); a vote waiting on a recording is refused."""
+        check: ReviewCheck = await workflow.execute_activity(
+            CHECK_ACTIVITY,
+            start_to_close_timeout=timedelta(seconds=30),
+            retry_policy=RetryPolicy(maximum_interval=timedelta(seconds=10)),
+            result_type=ReviewCheck,
+        )
+        if check.genuine:
+            return True
+        self._state, self._forged = "closed", True
+        self._reason = f"not a genuine review, nothing sent here is recorded: {check.reason}"
+        self._last_error, self._pending = self._reason, None
+        self._recordings += 1
+        workflow.logger.warning("review %s: %s", workflow.info().workflow_id, self._reason)
+        return False
+
+    async def _settled(self) -> bool:
+        """A ``settled`` signal arrived: whether the review closes. Since ``SETTLED_PATCH`` the
+        signal is only a wake-up (anyone with namespace access can send it): the review asks the
+        journal through the worker's ``COMMITTED_ACTIVITY`` and closes only if the journal
+        records COMMITTED, with the journal's receipt and result; otherwise it stays open and
+        says so. Costs one activity per ``settled`` signal. Reviews open before the patch close
+        on the signal's word."""
+        if not workflow.patched(SETTLED_PATCH):
+            assert self._closed_by is not None
+            self._finish_by_late_commit(self._closed_by)
+            return True
+        self._closed_by = None
+        try:
+            found: LateCommit | None = await workflow.execute_activity(
+                COMMITTED_ACTIVITY,
+                self._req.effect_id,
+                result_type=LateCommit,
+                start_to_close_timeout=timedelta(seconds=30),
+                retry_policy=RetryPolicy(maximum_interval=timedelta(seconds=10)),
+            )
+        except ActivityError as err:
+            cause = err.cause
+            message = cause.message if isinstance(cause, ApplicationError) else str(err)
+            self._report(f"a `settled` signal could not be checked against the journal: {message}")
+            return False
+        if found is None:
+            self._report(NOT_COMMITTED)
+            return False
+        self._closed_by = found
+        self._finish_by_late_commit(found)
+        if self._pending is not None:
+            # a decision collected while the journal was read: overtaken by the COMMITTED, so
+            # not recorded; the Update waiting on it returns the closed review
+            self._pending = None
+            self._recordings += 1
+        return True
 
     def _finish_by_late_commit(self, commit: LateCommit) -> None:
         """The attempt in doubt committed after all: the review closes without a person."""
@@ -304,6 +436,8 @@ class EffectReview:
                     result=result,
                     scope=self._extent[0],
                     ttl_s=self._extent[1],
+                    votes=list(self._votes) if self._sealed else None,
+                    arrivals=list(self._arrivals) if self._sealed else None,
                 ),
                 result_type=Recorded,
                 start_to_close_timeout=timedelta(seconds=30),
@@ -313,11 +447,16 @@ class EffectReview:
             cause = err.cause
             message = cause.message if isinstance(cause, ApplicationError) else str(err)
             self._last_error = message
-            self._report(f"not recorded: {message}")
-            self._votes = [v for v in self._votes if v.decision != decision]
+            # the worker's refusals already say so ("not recorded: ...")
+            said = message if message.startswith("not recorded") else f"not recorded: {message}"
+            self._report(said)
+            kept = [i for i, v in enumerate(self._votes) if v.decision != decision]
+            self._votes = [self._votes[i] for i in kept]
+            self._arrivals = [self._arrivals[i] for i in kept]
             self._state = "open"
         else:
             self._last_error = None
+            self._sent_by.update(recorded.sent_by or {})
             self._receipt = recorded.receipt
             self._reason = recorded.reason
             self._state = "closed" if recorded.state == "closed" else "resolved"
@@ -339,26 +478,27 @@ class EffectReview:
             )
         return vote_problem(self._req.kind, d, self._req.rules, self._req.principal, self._votes)
 
-    def _vote(self, d: Vote) -> None:
+    def _vote(self, d: Vote, arrival: Arrival) -> None:
         self._votes.append(d)
-        counted = tally(self._votes, self._req.rules.min_approvals)
-        if counted is not None and self._pending is None:
-            decision, operators = counted
-            deciding = [v for v in self._votes if v.decision == decision]
-            result = next((v.result for v in reversed(deciding) if v.result is not None), None)
-            note = "; ".join(f"{v.operator.strip()}: {v.note}" for v in deciding if v.note)
-            self._pending = (decision, operators, note, result)
-            extent = [v for v in deciding if v.scope is not None or v.ttl_s is not None]
-            if extent:
-                self._extent = (extent[-1].scope, extent[-1].ttl_s)
+        self._arrivals.append(arrival)
+        decided = reached(self._votes, self._req.rules.min_approvals)
+        if decided is not None and self._pending is None:
+            self._pending = (decided.decision, decided.operators, decided.note, decided.result)
+            if decided.scope is not None or decided.ttl_s is not None:
+                self._extent = (decided.scope, decided.ttl_s)
         self._show()
 
     @workflow.signal(
         name="resolve",
         description='Decide this review. Send {"decision": "happened" | "not_happened" (or '
-        '"approve" | "reject" for an approval), "operator": "your name", "note": "why"}.',
+        '"approve" | "reject" for an approval), "operator": "your name", "note": "why"}; where '
+        'the journal has an operator roster, add "code": the one-time code sent to you.',
     )
     def resolve(self, payload: Any) -> None:
+        # counted first, whatever it carries: the recording worker finds this signal's event
+        # in the history by this ordinal
+        self._signals += 1
+        arrival = Arrival(signal=self._signals)
         d, problem = _parse(payload)
         if d is not None:
             problem = self._problem(d)
@@ -368,7 +508,7 @@ class EffectReview:
             workflow.logger.warning("review %s: %s", self._req.effect_id[:16], problem)
             return
         assert d is not None
-        self._vote(d)
+        self._vote(d, arrival)
 
     @workflow.update(
         name="decide",
@@ -379,7 +519,8 @@ class EffectReview:
         d, _ = _parse(payload)
         assert d is not None  # the validator parsed it
         seen = self._recordings
-        self._vote(d)
+        update = workflow.current_update_info()
+        self._vote(d, Arrival(update=update.id if update else None))
         if self._pending is not None or self._state == "recording":
             await workflow.wait_condition(lambda: self._recordings > seen)
             if self._state == "open" and self._last_error:
@@ -409,8 +550,9 @@ class EffectReview:
         name="settled", description="Internal: a late COMMITTED from the attempt settled it."
     )
     def late_commit(self, commit: LateCommit) -> None:
-        """The attempt in doubt committed late (the review desk tells it): an open review closes
-        at its next turn."""
+        """The attempt in doubt committed late (the review desk tells it): an open review asks
+        the journal at its next turn, and closes if the journal records COMMITTED (before
+        ``SETTLED_PATCH``: closes on the signal's word)."""
         if self._state == "open":
             self._closed_by = commit
 
@@ -423,22 +565,36 @@ class EffectReview:
             state=self._state,
             decision=outcome.decision if outcome else None,
             operators=outcome.operators if outcome else [],
-            votes=[
-                {"decision": v.decision, "operator": v.operator, "note": v.note}
-                for v in self._votes
-            ],
+            votes=[self._vote_shown(v) for v in self._votes],
             reported=list(self._reported),
             subscribers=len(self._subscribers),
             reason=self._reason,
             receipt=self._receipt,
             escalated=self._escalated,
             deadline_at=self._deadline_at,
+            ballot=self._req.ballot,
         )
+
+    def _vote_shown(self, v: Vote) -> dict[str, str]:
+        """A vote as the status shows it; with ``sent_by`` once a worker recorded it and found
+        the identity Temporal recorded for its signal or Update."""
+        shown = {"decision": v.decision, "operator": v.operator, "note": v.note}
+        sent_by = self._sent_by.get(v.operator.strip())
+        if sent_by is not None:
+            shown["sent_by"] = sent_by
+        return shown
 
     # -- telling people and workflows ------------------------------------------------------------
 
     def _resolution(self) -> Resolution:
         decided = self._decided
+        if self._forged:  # a wake-up only: nothing was decided here
+            return Resolution(
+                effect_id=self._req.effect_id,
+                kind=self._req.kind,
+                state="closed",
+                note=self._reason,
+            )
         if self._state == "closed" and decided is None:
             return Resolution(
                 effect_id=self._req.effect_id,
@@ -534,9 +690,14 @@ class EffectReview:
         if self._reason:
             lines.append(f"- {self._reason}")
         for v in self._votes:
+            sent_by = self._sent_by.get(v.operator.strip())
             lines.append(
-                f"- vote: `{v.decision}` by {v.operator}" + (f" — {v.note}" if v.note else "")
+                f"- vote: `{v.decision}` by {v.operator}"
+                + ("" if sent_by is None else f" ({sent_by_text(sent_by)})")
+                + (f" — {v.note}" if v.note else "")
             )
+        if self._sent_by:
+            lines.append(f"- {SENT_BY_CAVEAT}")
         for text in self._reported[-5:]:
             lines.append(f"- {text}")
         lines.append(f"- workflows waiting: {len(self._subscribers)}")

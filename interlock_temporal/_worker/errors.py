@@ -20,6 +20,7 @@ from pydantic import ValidationError
 from temporalio.exceptions import ActivityError, ApplicationError, ApplicationErrorCategory
 
 from ..core.errors import (
+    APPROVAL_REJECTED,
     Ambiguous,
     Denied,
     InFlight,
@@ -133,9 +134,11 @@ class InvalidEffectInput(ApplicationError):
 class InterlockDenied(ApplicationError):
     """The policy denied the call; its body never ran. Not retryable.
 
-    The details hold ``{"code", "policy_id", "argument", "session", "circuit_open"}``: the
-    reason code, the policy that denied, the offending argument's name (never its value), and
-    whether the session's circuit is now open (a person must reset it).
+    The details hold ``{"code", "policy_id", "argument", "session", "circuit_open",
+    "rejected_by"}``: the reason code, the policy that denied, the offending argument's name
+    (never its value), whether the session's circuit is now open (a person must reset it), and
+    for ``APPROVAL_REJECTED`` (a person rejected this very request) who rejected it.
+    ``execute_effect`` turns an ``APPROVAL_REJECTED`` denial into ``EffectRefused``.
     """
 
     def __init__(self, denied: Denied) -> None:
@@ -147,6 +150,7 @@ class InterlockDenied(ApplicationError):
                 "argument": denied.argument,
                 "session": denied.session,
                 "circuit_open": denied.circuit_open,
+                "rejected_by": list(denied.rejected_by),
             },
             type="InterlockDenied",
             non_retryable=True,
@@ -157,6 +161,7 @@ class InterlockDenied(ApplicationError):
         self.argument = denied.argument
         self.session = denied.session
         self.circuit_open = denied.circuit_open
+        self.rejected_by = denied.rejected_by
 
 
 class ApprovalRequired(ApplicationError):
@@ -205,6 +210,20 @@ def receipt_from(error: BaseException) -> Receipt | None:
         return None
     details = list(cause.details)
     return Receipt.model_validate(details[0]) if details else None
+
+
+def rejected_by(error: BaseException | None) -> list[str] | None:
+    """Who rejected the call, when ``error`` (as a workflow sees it) is the policy's denial of a
+    request a person rejected (``InterlockDenied`` with code ``APPROVAL_REJECTED``); None for
+    any other error."""
+    cause: Any = error.cause if isinstance(error, ActivityError) else error
+    if not isinstance(cause, ApplicationError) or cause.type != "InterlockDenied":
+        return None
+    details = list(cause.details)
+    first = details[0] if details and isinstance(details[0], dict) else {}
+    if first.get("code") != APPROVAL_REJECTED:
+        return None
+    return [str(name) for name in first.get("rejected_by") or []]
 
 
 def describe_invalid(err: BaseException, param: str) -> str:

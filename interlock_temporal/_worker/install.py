@@ -31,6 +31,8 @@ from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner
 from .._reviews.notifying import NotifyDesk
 from .._reviews.reconciler import ReconcileActivity, Reconciler
 from .._reviews.workflow import EffectReview
+from ..core.journal import Journal, redacted
+from ..core.operators import roster_of
 from ..core.policy import Policy
 from ..core.policy.file import PolicySource, check_arguments
 from .gated import argument_names, spec_of
@@ -192,17 +194,37 @@ def install(config: Any, interceptor: Installable) -> None:
         policy.on_load(lambda p: check_arguments(p, arguments))
     elif isinstance(policy, Policy):
         check_arguments(policy, arguments)
-    _ = runtime.gate
+    gate = runtime.gate
     runtime.check_transactional()
+    _warn_without_roster(gate.journal)
     reconciler = ReconcileActivity(runtime, interceptor.desk)
     config["interceptors"] = [*(config.get("interceptors") or []), interceptor]
     config["activities"] = [
         *(config.get("activities") or []),
         interceptor.desk.record_decision,
+        interceptor.desk.check_review,
+        interceptor.desk.committed,
         reconciler.reconcile,
         NotifyDesk(runtime).notify,
     ]
     interceptor.installed = True
+
+
+_told_without_roster: set[str] = set()
+
+
+def _warn_without_roster(journal: Journal) -> None:
+    """Once per journal and process, at a worker's start: a journal without an operator roster
+    cannot tell one person from another, so anyone with namespace access can decide."""
+    if journal.url in _told_without_roster or roster_of(journal).exists:
+        return
+    _told_without_roster.add(journal.url)
+    log.warning(
+        "journal %s has no operator roster: operator names on review votes are not checked, and "
+        "anyone with access to this Temporal namespace can decide a review under any name "
+        "(`interlock operators add NAME --public-key FILE` sets one up)",
+        redacted(journal.url),
+    )
 
 
 def _check_converter(client: temporalio.client.Client) -> None:

@@ -113,6 +113,12 @@ class Telemetry:
             unit="{decision}",
             description="policy decisions by verdict and reason",
         )
+        self.refused_reviews = meter.create_counter(
+            "interlock.reviews.refused",
+            unit="{call}",
+            description="calls to record a decision refused: not the genuine review, or votes "
+            "that reach no decision under the worker's rules",
+        )
         self.latency = meter.create_histogram(
             "interlock.gate.latency",
             unit="ms",
@@ -236,6 +242,10 @@ class Telemetry:
                 "interlock.observed": decision.observed,
             },
         )
+
+    def refused_review(self, code: str) -> None:
+        """Count a refused call to record a decision (``code``: why, never who)."""
+        self.refused_reviews.add(1, {REASON: code})
 
     def finished(
         self,

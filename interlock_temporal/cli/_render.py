@@ -15,6 +15,8 @@ from typing import TYPE_CHECKING, Any
 
 from ..core.models import EffectRow, Entry, Lease, Receipt, VerifyReport
 from ..core.report import JournalReport
+from ..core.review_rules import SENT_BY_CAVEAT
+from ..core.vote_proofs import ProofCheck
 
 if TYPE_CHECKING:  # the review models import Temporal: only the type checker needs them here
     from .._reviews.reconciler import ReconcileReport
@@ -146,6 +148,7 @@ def render_receipt(receipt: Receipt) -> str:
         ("authority at send", _authority(receipt.authority_at_send)),
         ("decided by", _text(receipt.decided_by)),
         ("operator", _text(receipt.operator)),
+        *_sent_by_lines(receipt.sent_by),
         ("target", target),
         ("confirmation", _text(receipt.confirmation)),
         ("dispatches", str(receipt.dispatches)),
@@ -158,6 +161,17 @@ def render_receipt(receipt: Receipt) -> str:
         ("journal hash", receipt.journal_hash or _NONE),
     ]
     return _fields(pairs)
+
+
+def _sent_by_lines(sent_by: Mapping[str, str]) -> list[tuple[str, str]]:
+    """A ``sent by`` line: each operator with the client identity Temporal recorded for their
+    vote, and what that is worth; none when nothing was recorded."""
+    if not sent_by:
+        return []
+    shown = ", ".join(
+        f"{operator}: {identity or '(no identity given)'}" for operator, identity in sent_by.items()
+    )
+    return [("sent by", f"{shown} ({SENT_BY_CAVEAT})")]
 
 
 # -- journal entries --------------------------------------------------------------------------
@@ -330,6 +344,15 @@ def render_verify(report: VerifyReport, journal: str | None = None) -> str:
     return _fields(pairs)
 
 
+def render_proofs(check: ProofCheck) -> str:
+    """The vote proofs ``journal verify`` checked again (one-time codes cannot be: a code is a
+    secret the journal consumed, not a signature anyone can check)."""
+    verdict = "ok" if not check.problems else f"{len(check.problems)} FAILED"
+    pairs = [("vote proofs", f"{check.checked} re-checked against the roster: {verdict}")]
+    pairs += [("proof", problem) for problem in check.problems]
+    return _fields(pairs)
+
+
 # -- reviews ----------------------------------------------------------------------------------
 
 
@@ -393,6 +416,7 @@ def render_review_status(status: ReviewStatus, workflow_id: str | None = None) -
         ("decision", _text(status.decision)),
         ("operators", _text(status.operators)),
         ("votes", votes_text(status.votes)),
+        *_sent_by_lines({v["operator"]: v["sent_by"] for v in status.votes if "sent_by" in v}),
         ("workflows waiting", str(status.subscribers)),
     ]
     if status.reason:

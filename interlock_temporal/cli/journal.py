@@ -14,7 +14,9 @@ from ..core.journal import export_line, keyring_for, read_export, verify_entries
 from ..core.journal.archiving import archive_chain, read_archive, verify_archive
 from ..core.journal.signing import ED25519_PREFIX, ED25519_PUBLIC_PREFIX, Ed25519Key, Keyring
 from ..core.models import JournalHead, Kind
+from ..core.vote_proofs import ProofCheck, recheck
 from ._args import Groups, command, journal_options, json_flag, parse_age
+from ._render import render_proofs
 from ._render import render_verify as _render_verify
 from ._shared import (
     EXIT_FAILED,
@@ -61,6 +63,7 @@ def _public_keys(args: argparse.Namespace) -> list[str]:
 
 def cmd_journal_verify(args: argparse.Namespace) -> int:
     public = _public_keys(args)
+    proofs: ProofCheck | None = None
     if args.archive is not None:
         return _verify_archive(args, public)
     if args.export is not None:
@@ -77,11 +80,19 @@ def cmd_journal_verify(args: argparse.Namespace) -> int:
         with open_for_verify(args, public_keys=public) as journal:
             report = journal.verify(args.head)
             where = journal.url
+            # the proofs recorded with people's decisions, against the roster of their time
+            proofs = recheck(journal) if report.ok and args.head is None else None
     if args.json:
-        emit_json(report.model_dump(mode="json"))
+        doc = report.model_dump(mode="json")
+        if args.export is None and proofs is not None:
+            doc["vote_proofs"] = proofs.model_dump(mode="json")
+        emit_json(doc)
     else:
         emit(_render_verify(report, journal=where))
-    return EXIT_OK if report.ok else EXIT_FAILED
+        if args.export is None and proofs is not None and (proofs.checked or proofs.problems):
+            emit(render_proofs(proofs))
+    failed = proofs is not None and bool(proofs.problems)
+    return EXIT_OK if report.ok and not failed else EXIT_FAILED
 
 
 def _verify_archive(args: argparse.Namespace, public: list[str]) -> int:

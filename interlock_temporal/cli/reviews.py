@@ -6,7 +6,9 @@ import argparse
 import asyncio
 import json
 import re
+import time
 from datetime import timedelta
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..core.journal import Journal
@@ -38,7 +40,7 @@ from ._shared import (
 from ._temporal import failure_message, is_not_found, on_server, temporal_namespace
 
 if TYPE_CHECKING:
-    from temporalio.client import Client, WorkflowExecution
+    from temporalio.client import Client, WorkflowExecution, WorkflowHandle
 
     from .._reviews.workflow import ReviewStatus
 
@@ -271,6 +273,42 @@ async def _no_open_review(
     )
 
 
+async def _signed(
+    handle: WorkflowHandle[Any, Any], payload: dict[str, Any], key_file: str, expires: timedelta
+) -> dict[str, Any]:
+    """``payload`` with its proof: the review's ballot (from its status) and the vote, signed
+    with the operator's key. The worker checks the signature against the ballot it builds from
+    the journal, so a review that shows a false ballot gets a vote that counts nowhere."""
+    from temporalio.service import RPCError
+
+    from .._reviews.workflow import ReviewStatus
+    from ..core.journal.signing import Ed25519Key, parse_key
+    from ..core.review_rules import Vote
+    from ..core.vote_proofs import sign_vote
+
+    try:
+        key = parse_key(Path(key_file).read_text())
+    except OSError as err:
+        raise CliError(EXIT_USAGE, f"--key {key_file}: cannot be read ({err.strerror})") from None
+    if not isinstance(key, Ed25519Key) or not key.can_sign:
+        raise CliError(
+            EXIT_USAGE, "--key: not an operator's private key (`interlock operators keygen`)"
+        )
+    try:
+        status = await handle.query("status", result_type=ReviewStatus)
+    except RPCError as err:
+        raise CliError(EXIT_FAILED, f"the review did not show its ballot: {err.message}") from None
+    if status.ballot is None:
+        raise CliError(
+            EXIT_FAILED,
+            "the review shows no ballot to sign: the journal has no operator roster, or the "
+            "review was opened before it had one (decide without --key)",
+        )
+    vote = Vote.model_validate(payload)
+    until = int(time.time() + expires.total_seconds())
+    return sign_vote(status.ballot, vote, key, until).model_dump(mode="json", exclude_none=True)
+
+
 async def reviews_resolve(args: argparse.Namespace, client: Client) -> int:
     from temporalio.client import WorkflowUpdateFailedError
     from temporalio.service import RPCError
@@ -288,6 +326,8 @@ async def reviews_resolve(args: argparse.Namespace, client: Client) -> int:
         payload["result"] = args.result
     handle = client.get_workflow_handle(workflow_id)
     timeout: timedelta = args.timeout
+    if args.key is not None:
+        payload = await _signed(handle, payload, args.key, args.expires)
     try:
         status = await asyncio.wait_for(
             handle.execute_update("decide", payload, result_type=ReviewStatus),
@@ -387,6 +427,19 @@ def register(groups: Groups) -> None:
         type=_result_json,
         metavar="JSON",
         help="with happened: what the effect returned, checked against the activity's return type",
+    )
+    resolve.add_argument(
+        "--key",
+        metavar="FILE",
+        help="sign the vote with this operator's private key (`interlock operators keygen`); "
+        "needed where the journal has an operator roster",
+    )
+    resolve.add_argument(
+        "--expires",
+        type=parse_duration,
+        default=timedelta(minutes=10),
+        metavar="AGE",
+        help="how long the signature stays valid (default: 10m)",
     )
     resolve.add_argument(
         "--timeout",

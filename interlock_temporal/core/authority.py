@@ -17,18 +17,19 @@ does it, and must replay.
 
 from __future__ import annotations
 
-import hashlib
 import hmac
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
 from typing import Annotated, Any, Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from .derived_keys import DerivedKey, DerivedKeys
 from .identity import canonical_json
-from .journal.signing import Ed25519Key, HmacKey, Keyring, SigningKey
+from .journal.signing import Keyring
 
 LABEL = b"interlock-authority-v1"
+#: the family's name, the prefix of its key ids (``authority-...``)
+NAME = "authority"
 
 #: the field of an unsigned header that carries why a workflow's inherited authority was refused
 REFUSED_FIELD = "refused"
@@ -153,69 +154,24 @@ class AuthorityInvalid(ValueError):
         self.reason = reason
 
 
-def hkdf_sha256(ikm: bytes, info: bytes, length: int = 32, salt: bytes = b"") -> bytes:
-    """HKDF (RFC 5869) with SHA-256: extract, then expand to ``length`` bytes."""
-    if not 0 < length <= 255 * 32:
-        raise ValueError("hkdf_sha256: length must be 1 to 8160 bytes")
-    prk = hmac.new(salt or bytes(32), ikm, hashlib.sha256).digest()
-    okm, block, counter = b"", b"", 1
-    while len(okm) < length:
-        block = hmac.new(prk, block + info + bytes([counter]), hashlib.sha256).digest()
-        okm += block
-        counter += 1
-    return okm[:length]
-
-
-@dataclass(frozen=True)
-class AuthorityKey:
-    """An HMAC-SHA256 key derived from one journal signing key; ``key_id`` names it only."""
-
-    secret: bytes = field(repr=False)
-    key_id: str = field(init=False)
-
-    def __post_init__(self) -> None:
-        digest = hashlib.sha256(b"interlock authority key id\x00" + self.secret).hexdigest()
-        object.__setattr__(self, "key_id", "authority-" + digest[:16])
-
-    @classmethod
-    def derive(cls, journal_key: SigningKey) -> AuthorityKey | None:
-        """The authority key of a journal key with secret material (an HMAC secret, an Ed25519
-        seed); None for a key that only verifies (an Ed25519 public key)."""
-        if isinstance(journal_key, HmacKey):
-            material = journal_key.secret
-        elif isinstance(journal_key, Ed25519Key) and journal_key.can_sign:
-            material = bytes.fromhex(journal_key.seed_hex())
-        else:
-            return None
-        return cls(hkdf_sha256(material, LABEL))
-
-    def mac(self, message: bytes) -> str:
-        return hmac.new(self.secret, message, hashlib.sha256).hexdigest()
-
-
 class AuthorityKeys:
     """The key that signs new headers and the older ones that still verify them: one per key of
-    the journal's keyring, so a rotated journal key rotates this too and a retired key that is
-    kept as an older key still verifies the headers it signed."""
+    the journal's keyring (``DerivedKeys`` under the label ``interlock-authority-v1``), so a
+    rotated journal key rotates this too and a retired key that is kept as an older key still
+    verifies the headers it signed."""
 
-    def __init__(self, signing: AuthorityKey | None, older: Iterable[AuthorityKey] = ()) -> None:
+    def __init__(self, signing: DerivedKey | None, older: Iterable[DerivedKey] = ()) -> None:
+        self._family = DerivedKeys(signing, older)
         self.signing = signing
-        self._keys = {k.key_id: k for k in (*([signing] if signing else []), *older)}
 
     @classmethod
     def of(cls, keyring: Keyring) -> AuthorityKeys:
-        signing = AuthorityKey.derive(keyring.signing) if keyring.can_sign else None
-        older: list[AuthorityKey] = []
-        for key_id in keyring.key_ids:
-            key = keyring.get(key_id)
-            derived = None if key is None else AuthorityKey.derive(key)
-            if derived is not None:
-                older.append(derived)
-        return cls(signing, older)
+        family = DerivedKeys.of(keyring, LABEL, NAME)
+        return cls(family.signing, [k for k in map(family.get, family.key_ids) if k is not None])
 
     @property
     def key_ids(self) -> list[str]:
-        return sorted(self._keys)
+        return self._family.key_ids
 
     def sign(self, authority: Authority, binding: AnyBinding) -> dict[str, Any]:
         """The header value granting ``authority`` at ``binding`` (JSON data)."""
@@ -252,7 +208,7 @@ class AuthorityKeys:
             raise AuthorityInvalid(
                 "malformed", f"the authority header is malformed (fields: {', '.join(fields)})"
             ) from None
-        key = self._keys.get(signed.key_id)
+        key = self._family.get(signed.key_id)
         if key is None:
             raise AuthorityInvalid(
                 "unknown_key",

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
@@ -138,6 +139,11 @@ class InFlight(GateOutcome):
         self.retry_after = retry_after
 
 
+#: a denial's code when a person rejected this very request (``policy.Reason``'s member has this
+#: value; here, so that workflow code can name it without loading the policy)
+APPROVAL_REJECTED = "APPROVAL_REJECTED"
+
+
 class Denied(GateOutcome):
     """The policy denied the call: the body did not run. Names the reason code, the policy and
     the offending argument (never its value)."""
@@ -151,6 +157,7 @@ class Denied(GateOutcome):
         *,
         session: str | None = None,
         circuit_open: bool = False,
+        rejected_by: Sequence[str] = (),
     ) -> None:
         where = f" (policy {policy_id}" + (f", argument {argument!r})" if argument else ")")
         super().__init__(f"{code}: {reason}{where if policy_id else ''}")
@@ -161,6 +168,8 @@ class Denied(GateOutcome):
         self.session = session
         #: the session's circuit is open after this denial: a person must reset it
         self.circuit_open = circuit_open
+        #: the people who rejected this very request (code ``APPROVAL_REJECTED``)
+        self.rejected_by = tuple(rejected_by)
 
 
 class NeedsApproval(GateOutcome):

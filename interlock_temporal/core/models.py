@@ -49,6 +49,9 @@ class Kind(StrEnum):
     #: an archive's anchor, alone on its chain (``archive:<id>``): the seq ranges the archive
     #: took from the journal and the root over their hashes
     ANCHOR = "ANCHOR"
+    #: a change to the journal's configuration, on a chain of its own (``config:<name>``):
+    #: an operator added to or revoked from the roster (``core.operators``)
+    CONFIG = "CONFIG"
     # annotations: recorded on the effect's chain, never change its state
     REJECTED_PROPOSAL = "REJECTED_PROPOSAL"
     CONFIRMED = "CONFIRMED"
@@ -238,6 +241,11 @@ class Receipt(BaseModel):
     target: str | None = None
     tier: int | None = None
     operator: str | None = None
+    #: for each operator of a person's decision whose vote reached the review through Temporal:
+    #: the client identity Temporal recorded for its signal or Update ("" when the client set
+    #: none), read from the review's history by the recording worker. Temporal recorded this
+    #: client identity; a client sets it, so it is evidence, not proof of who decided
+    sent_by: dict[str, str] = Field(default_factory=dict)
     proposed_at: datetime | None = None
     finished_at: datetime | None = None
     #: the policy's verdict when it did not simply allow: observed (monitor mode) or met by

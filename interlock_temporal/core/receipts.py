@@ -50,6 +50,9 @@ class EffectView:
     changed_facts: list[str] = field(default_factory=list)
     resolution: str | None = None
     operator: str | None = None
+    #: for the operators of a person's decision: the client identity Temporal recorded for the
+    #: signal or Update that carried each one's vote (evidence, not proof: a client sets it)
+    sent_by: dict[str, str] | None = None
     late: bool = False
     alarm: str | None = None
     proposed_ts: float | None = None
@@ -207,12 +210,14 @@ def _fold_into(v: EffectView, entries: Sequence[Entry]) -> EffectView:
         elif e.kind is Kind.RESOLVED:
             v.resolution = d.get("decision")
             v.operator = d.get("operator")
+            v.sent_by = d.get("sent_by")
             v.absence_confirmed = v.resolution == "not_happened"
             v.result_digest = d.get("result_digest", v.result_digest)
             v.via = "resolved"
             v.finished_ts = e.ts
         elif e.kind is Kind.REOPENED:
             v.operator = d.get("operator")
+            v.sent_by = None  # reopened from the command line, not through Temporal
             v.absence_confirmed = True
     return v
 
@@ -267,6 +272,7 @@ def receipt_of(v: EffectView) -> Receipt:
         target=v.target,
         tier=v.tier,
         operator=v.operator,
+        sent_by=dict(v.sent_by or {}),
         proposed_at=_ts(v.proposed_ts),
         finished_at=_ts(v.finished_ts),
         policy_code=(v.policy or {}).get("code"),

@@ -5,7 +5,8 @@ is in ``review_rules`` (imported here too)."""
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+import time
+from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any, Literal
 
@@ -13,21 +14,85 @@ from .errors import InterlockError
 from .identity import canonical, jsonable
 from .journal import Journal
 from .models import Draft, Kind
+from .operators import Roster, roster_of
 from .policy import Approval, SessionState
 from .receipts import EffectView, fold, fold_checked, receipt_of
 from .review_rules import DECISIONS as DECISIONS
+from .review_rules import Reached as Reached
 from .review_rules import Recorded as Recorded
 from .review_rules import ReviewKind as ReviewKind
 from .review_rules import ReviewRules as ReviewRules
 from .review_rules import Vote as Vote
+from .review_rules import reached as reached
 from .review_rules import review_id as review_id
 from .review_rules import tally as tally
 from .review_rules import vote_problem as vote_problem
 from .sealing import Values
+from .vote_codes import VoteCodes
+from .vote_proofs import proof_problem, question_of
 
 
 class ReviewError(InterlockError):
     """A decision that cannot be recorded (the message is shown to the person)."""
+
+
+class NoDecision(ReviewError):
+    """The votes reach no decision under the rules (the message says which rules)."""
+
+
+def count_votes(
+    journal: Journal,
+    kind: str,
+    subject: str,
+    votes: Sequence[Vote],
+    rules: ReviewRules,
+    *,
+    roster: Roster | None = None,
+    now: float | None = None,
+) -> tuple[Reached, list[str]]:
+    """The decision ``votes`` reach where it is recorded: each vote checked against ``rules``
+    (the recording worker's) and the principal the journal recorded, never a review's copies of
+    them; where the journal has an operator roster (``roster``, read from the journal unless
+    given), each vote counts only with a proof that its operator cast it on this very question
+    (``vote_proofs``), so ``min_approvals`` counts distinct proven operators. Returns the
+    decision with the deciding votes' proofs, and why each vote left out was. ``NoDecision`` if
+    the counted votes reach none."""
+    roster = roster_of(journal) if roster is None else roster
+    question = question_of(journal, roster, kind, subject)
+    principal, ballot, used = question.principal, question.ballot, set(question.used)
+    codes = VoteCodes(journal.keyring)
+    when = time.time() if now is None else now
+    counted: list[Vote] = []
+    proofs: dict[str, dict[str, Any]] = {}
+    left_out: list[str] = []
+    for vote in votes:
+        problem = vote_problem(kind, vote, rules, principal, counted)
+        if problem is None and roster.exists:
+            if ballot is None:
+                problem = "nothing in the journal awaits this decision"
+            else:
+                problem, proof = proof_problem(
+                    ballot, vote, roster, when, used, codes, journal.code_uses
+                )
+                if proof is not None:
+                    proofs[proof["operator"]] = proof
+                    used.add(proof["digest"])
+        if problem is None:
+            counted.append(vote)
+        else:
+            left_out.append(problem)
+    decided = reached(counted, rules.min_approvals)
+    if decided is None:
+        raise NoDecision(
+            "not recorded: the votes reach no decision under this worker's rules ("
+            f"{rules.min_approvals} distinct operator(s) must agree"
+            + (", from its allowed operators" if rules.allowed_operators is not None else "")
+            + (", each proving who they are" if roster.exists else "")
+            + ", and the agent's own principal may not decide)"
+            + (": " + "; ".join(left_out) if left_out else "")
+        )
+    decided.proofs = [proofs[name] for name in decided.operators if name in proofs]
+    return decided, left_out
 
 
 def record_resolution(
@@ -41,11 +106,18 @@ def record_resolution(
     result: Any = None,
     values: Values | None = None,
     stored_result: bytes | None = None,
+    proofs: Sequence[dict[str, Any]] = (),
+    sent_by: Mapping[str, str] | None = None,
 ) -> Recorded:
     """Append ``RESOLVED`` for an effect that is AMBIGUOUS, conditional on its head.
 
     ``values``: how the gate digests values (the result's digest takes the effect's scheme);
-    ``stored_result``: the result as stored (sealed by the caller when values are sealed).
+    ``stored_result``: the result as stored (sealed by the caller when values are sealed);
+    ``proofs``: the deciding votes' proofs (``count_votes``), signed into the entry so that
+    ``interlock journal verify --public-key`` can check them again;
+    ``sent_by``: for operators whose vote's signal or Update was found in the review's history,
+    the client identity Temporal recorded for it (recorded as ``sent_by``: evidence, never
+    proof, since a client sets it).
 
     An effect a late ``COMMITTED`` already closed is reported closed, and one already resolved
     is reported as it was: neither is changed.
@@ -82,6 +154,10 @@ def record_resolution(
         "operators": list(operators),
         "note": note,
     }
+    if proofs:
+        data["proofs"] = [dict(p) for p in proofs]
+    if sent_by:
+        data["sent_by"] = dict(sent_by)
     blobs: dict[str, Any] = {}
     if decision == "happened" and result is not None:
         result_json = canonical(result)
@@ -104,8 +180,10 @@ def record_approval(
     note: str = "",
     scope: Literal["once", "session"] | None = None,
     ttl_s: float | None = None,
+    sent_by: Mapping[str, str] | None = None,
 ) -> Recorded:
-    """Record a person's ``approve`` or ``reject`` on a pending approval (journaled)."""
+    """Record a person's ``approve`` or ``reject`` on a pending approval (journaled), with
+    ``sent_by`` (see ``record_resolution``) when given."""
     if decision not in DECISIONS["approval"]:
         raise ReviewError(f"{decision!r} is not a decision for approval reviews")
     try:
@@ -116,6 +194,7 @@ def record_approval(
             note=note,
             scope=scope or "once",
             ttl_s=ttl_s,
+            sent_by=sent_by,
         )
     except KeyError:
         raise ReviewError(f"no approval was requested for {binding}") from None
@@ -131,11 +210,19 @@ def record_approval(
 
 
 def record_circuit_reset(
-    journal: Journal, session: str, *, operators: Sequence[str], note: str = ""
+    journal: Journal,
+    session: str,
+    *,
+    operators: Sequence[str],
+    note: str = "",
+    sent_by: Mapping[str, str] | None = None,
 ) -> Recorded:
-    """Close a session's open circuit (journaled with the operator)."""
+    """Close a session's open circuit (journaled with the operator, and the client identity
+    Temporal recorded for their vote when ``sent_by`` has it: see ``record_resolution``)."""
+    operator = operators[0] if operators else ""
+    recorded_by = {o: i for o, i in (sent_by or {}).items() if o == operator.strip()}
     try:
-        reset = journal.policy.reset(session, operator=operators[0], note=note)
+        reset = journal.policy.reset(session, operator=operator, note=note, sent_by=recorded_by)
     except ValueError as err:
         raise ReviewError(str(err)) from None
     if not reset:

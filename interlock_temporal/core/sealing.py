@@ -24,10 +24,10 @@ import json
 from collections.abc import Callable
 from typing import Any, Protocol
 
-from .authority import hkdf_sha256
+from .derived_keys import hkdf_sha256, secret_material
 from .errors import JournalConfigError
 from .identity import canonical
-from .journal.signing import Ed25519Key, HmacKey, Keyring, SigningKey
+from .journal.signing import Keyring
 
 #: the key that marks a stored value as sealed
 SEALED = "$sealed"
@@ -63,14 +63,6 @@ def is_sealed(value: Any) -> bool:
     return isinstance(value, dict) and isinstance(value.get(SEALED), str)
 
 
-def _material(key: SigningKey) -> bytes | None:
-    if isinstance(key, HmacKey):
-        return key.secret
-    if isinstance(key, Ed25519Key) and key.can_sign:
-        return bytes.fromhex(key.seed_hex())
-    return None
-
-
 class Values:
     """How the gate stores and reads the values of effects, and digests them: plain (no
     sealer), or sealed with keyed digests."""
@@ -92,7 +84,7 @@ class Values:
         found = self._keys.get((key_id, label))
         if found is None:
             signing = self.keyring.get(key_id) if scheme.startswith(KEYED) else None
-            material = None if signing is None else _material(signing)
+            material = None if signing is None else secret_material(signing)
             if material is None:
                 what = "effect ids are" if label == _ID_LABEL else "effect's digests are"
                 raise JournalConfigError(
@@ -114,7 +106,7 @@ class Values:
 
     def id_scheme(self) -> str:
         """The scheme a journal keyed now gets: its current signing key's."""
-        if not self.keyring.can_sign or _material(self.keyring.signing) is None:
+        if not self.keyring.can_sign or secret_material(self.keyring.signing) is None:
             raise JournalConfigError("keying effect ids needs the journal's signing key")
         return KEYED + self.keyring.signing.key_id
 

@@ -1,14 +1,18 @@
 """Record the histories the replay tests check (``python -m tests.histories.record``).
 
 Run it when a release's workflow code is final: the files pin what workflows already running
-in production will replay. A change to ``execute_effect`` or ``SupportCase`` that no longer
-replays these histories must be guarded with ``workflow.patched``; re-recording them to make the
-test pass would hide exactly the breakage the test exists to catch.
+in production will replay. ``--release NAME`` writes new files beside the old ones
+(``support_case_review_happened.NAME.json``), never over them: the first recording has no name,
+``sealed`` is the code where a waiting workflow believes only the journal (``WAKE_PATCH``). A
+change to ``execute_effect`` or ``SupportCase`` that no longer replays these histories must be
+guarded with ``workflow.patched``; re-recording them to make the test pass would hide exactly
+the breakage the test exists to catch.
 """
 
 from __future__ import annotations
 
 import asyncio
+import sys
 import tempfile
 from pathlib import Path
 
@@ -26,7 +30,7 @@ ROWS = {
 }
 
 
-async def main() -> None:
+async def main(release: str = "") -> None:
     server = await DevServer(ui_port=None).start()
     try:
         client = await Client.connect(server.target, data_converter=pydantic_data_converter)
@@ -45,6 +49,8 @@ async def main() -> None:
                 ]
                 (listed,) = case_workflows
                 history = await client.get_workflow_handle(listed.id).fetch_history()
+                if release:
+                    filename = filename.replace(".json", f".{release}.json")
                 (HERE / filename).write_text(history.to_json())
                 print(f"recorded {filename}: {len(history.events)} events")
             finally:
@@ -54,4 +60,4 @@ async def main() -> None:
 
 
 if __name__ == "__main__":
-    asyncio.run(main())
+    asyncio.run(main(sys.argv[2] if sys.argv[1:2] == ["--release"] else ""))

@@ -4,12 +4,16 @@
 They were recorded from the ``EffectReview`` of before notifications and review deadlines by
 default (branch ``notify`` at e99a5ff): a review resolved by a person (the support case's row),
 and reviews that reached their deadline (an approval and an AMBIGUOUS one: both expired then).
-Re-recording them with a later release would hide the breakage the replay test exists to catch.
+Re-recording them with a later release would hide the breakage the replay test exists to catch;
+``--release NAME`` records a later release's resolved review beside them
+(``effect_review_resolved.NAME.json``; ``sealed``: the review whose request carries the journal's
+seal and whose ``settled`` signal is checked against the journal).
 """
 
 from __future__ import annotations
 
 import asyncio
+import sys
 import tempfile
 import uuid
 from pathlib import Path
@@ -28,7 +32,7 @@ from workers.server_world import ServerWorld
 HERE = Path(__file__).parent / "reviews"
 
 
-async def resolved(client: Client) -> None:
+async def resolved(client: Client, release: str = "") -> None:
     workdir = Path(tempfile.mkdtemp(prefix="interlock-history-"))
     world = await ServerWorld.create(client, workdir, 3, "gated")
     world.setup()
@@ -42,8 +46,9 @@ async def resolved(client: Client) -> None:
             )
         ]
         history = await client.get_workflow_handle(listed.id).fetch_history()
-        (HERE / "effect_review_resolved.json").write_text(history.to_json())
-        print(f"recorded effect_review_resolved.json: {len(history.events)} events")
+        name = f"effect_review_resolved{'.' + release if release else ''}.json"
+        (HERE / name).write_text(history.to_json())
+        print(f"recorded {name}: {len(history.events)} events")
     finally:
         await world.close()
 
@@ -77,15 +82,16 @@ async def expired(server: DevServer) -> None:
             print(f"recorded {name}: {len(history.events)} events")
 
 
-async def main() -> None:
+async def main(release: str = "") -> None:
     server = await DevServer(ui_port=None).start()
     try:
         client = await Client.connect(server.target, data_converter=pydantic_data_converter)
-        await resolved(client)
-        await expired(server)
+        await resolved(client, release)
+        if not release:  # a review started by hand is not sealed: since then it only closes
+            await expired(server)
     finally:
         await server.stop()
 
 
 if __name__ == "__main__":
-    asyncio.run(main())
+    asyncio.run(main(sys.argv[2] if sys.argv[1:2] == ["--release"] else ""))

@@ -41,6 +41,7 @@ if TYPE_CHECKING:
         values_digest,
     )
     from .interface import (
+        CONFIG_CHAIN_TYPE,
         DEFAULT_COMMIT_DELAY,
         POLICY_CHAIN_TYPE,
         SCHEMA_VERSION,
@@ -54,6 +55,7 @@ if TYPE_CHECKING:
     from .verifying import verify_entries
 
 __all__ = [
+    "CONFIG_CHAIN_TYPE",
     "DEFAULT_COMMIT_DELAY",
     "ENTRY_VERSION",
     "POLICY_CHAIN_TYPE",
@@ -109,6 +111,7 @@ __getattr__ = lender(
         **dict.fromkeys(
             (
                 "Build",
+                "CONFIG_CHAIN_TYPE",
                 "DEFAULT_COMMIT_DELAY",
                 "Journal",
                 "POLICY_CHAIN_TYPE",

@@ -19,18 +19,21 @@ from ..leases import LeaseStore
 from ..models import Draft, EffectRow, Entry, JournalHead, Kind, Lease, VerifyReport
 from ..notifications import NotificationLog
 from ..policy import PolicyStore
+from ..vote_codes import CodeUses
 from .claims import Claim
 from .entries import RawEntry, check_entry
 from .signing import Keyring
 from .verifying import verify_stored
 
-SCHEMA_VERSION = 8
+SCHEMA_VERSION = 9
 #: the effect type of policy chains (``policy:<session>``)
 POLICY_CHAIN_TYPE = "interlock.policy"
 #: the effect type of archive anchors' chains (``archive:<archive id>``)
 ARCHIVE_CHAIN_TYPE = "interlock.archive"
+#: the effect type of the journal's configuration chains (``config:<name>``: the roster)
+CONFIG_CHAIN_TYPE = "interlock.config"
 #: the journal's own chains' types: they record no effect
-OWN_CHAIN_TYPES = (POLICY_CHAIN_TYPE, ARCHIVE_CHAIN_TYPE)
+OWN_CHAIN_TYPES = (POLICY_CHAIN_TYPE, ARCHIVE_CHAIN_TYPE, CONFIG_CHAIN_TYPE)
 
 
 def policy_chain(session: str) -> str:
@@ -166,6 +169,11 @@ class Journal(ABC):
     @abstractmethod
     def notifications(self) -> NotificationLog:
         """Notifications that failed to reach people (not in any effect's chain)."""
+
+    @property
+    @abstractmethod
+    def code_uses(self) -> CodeUses:
+        """What happened to one-time codes: wrong ones counted, used ones consumed."""
 
     @abstractmethod
     def read(self, effect_id: str) -> list[Entry]:

@@ -208,6 +208,17 @@ _MIGRATIONS: list[str] = [
     FROM lease_charges c WHERE c.effect_id = effects.effect_id;
     DROP TABLE lease_charges;
     """,
+    # 9: one-time codes (as in the embedded journal)
+    """
+    CREATE TABLE IF NOT EXISTS vote_codes (
+        episode  TEXT NOT NULL,
+        operator TEXT NOT NULL,
+        failures INTEGER NOT NULL,
+        used     TEXT,
+        PRIMARY KEY (episode, operator)
+    );
+    CREATE UNIQUE INDEX IF NOT EXISTS vote_codes_used ON vote_codes (used) WHERE used IS NOT NULL;
+    """,
 ]
 assert len(_MIGRATIONS) == SCHEMA_VERSION
 

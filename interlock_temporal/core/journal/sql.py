@@ -41,6 +41,7 @@ from .entries import (
 )
 from .group_commit import AppendArgs, GroupCommit, no_wakeup_preemption
 from .interface import OWN_CHAIN_TYPES, SCHEMA_VERSION, Build, Journal, JournalTx
+from .sql_codes import SqlCodeUses
 from .sql_ids import EffectIdSetting
 from .sql_leases import RESERVATION_COLUMNS, Held, SqlLeases, held_columns, held_in
 from .sql_notify import SqlNotifications
@@ -155,6 +156,7 @@ class SqlJournal(Journal):
         self._leases = SqlLeases(self)
         self._policy = SqlPolicy(self)
         self._notifications = SqlNotifications(self)
+        self._code_uses = SqlCodeUses(self)
 
     # -- opening and closing ---------------------------------------------------------------------
 
@@ -638,8 +640,8 @@ class SqlJournal(Journal):
             sql = IN_DOUBT_SQL
             params: list[Any] = [time.time() - (older_than or 0.0)]
         else:
-            # policy chains and archive anchors are the journal's own records, not effects
-            where: list[str] = ["effect_type NOT IN (?, ?)"]
+            # policy chains, archive anchors and configuration are the journal's own records
+            where: list[str] = [f"effect_type NOT IN ({', '.join('?' * len(OWN_CHAIN_TYPES))})"]
             params = list(OWN_CHAIN_TYPES)
             if status is not None:
                 where.append("status = ?")
@@ -707,6 +709,10 @@ class SqlJournal(Journal):
     @property
     def notifications(self) -> SqlNotifications:
         return self._notifications
+
+    @property
+    def code_uses(self) -> SqlCodeUses:
+        return self._code_uses
 
     @abstractmethod
     def is_unique_violation(self, err: BaseException) -> bool:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from ..models import Draft, Entry, Kind
@@ -236,6 +236,7 @@ class SqlPolicy(PolicyStore):
         note: str = "",
         scope: ApprovalScope = "once",
         ttl_s: float | None = None,
+        sent_by: Mapping[str, str] | None = None,
     ) -> tuple[bool, Approval]:
         if not operators or not all(o.strip() for o in operators):
             raise ValueError("operators must name the people deciding")
@@ -257,6 +258,7 @@ class SqlPolicy(PolicyStore):
                     "operators": [o.strip() for o in operators],
                     "note": note,
                     "decided_at": now,
+                    "sent_by": dict(sent_by or {}),
                 }
             )
             self._put_approval(db, decided)
@@ -275,6 +277,8 @@ class SqlPolicy(PolicyStore):
                     "expires_at": decided.expires_at,
                     "operators": decided.operators,
                     "note": note,
+                    # added beside the operators only when read (entries before had none)
+                    **({"sent_by": decided.sent_by} if decided.sent_by else {}),
                 },
             )
             return True, decided
@@ -318,7 +322,14 @@ class SqlPolicy(PolicyStore):
         ).fetchone()
         return 0.0 if row is None else float(row[0])
 
-    def reset(self, session: str, *, operator: str, note: str = "") -> bool:
+    def reset(
+        self,
+        session: str,
+        *,
+        operator: str,
+        note: str = "",
+        sent_by: Mapping[str, str] | None = None,
+    ) -> bool:
         if not operator.strip():
             raise ValueError("operator must name the person resetting the circuit")
 
@@ -336,6 +347,7 @@ class SqlPolicy(PolicyStore):
                     "operator": operator.strip(),
                     "note": note,
                     "code": state.circuit.code,
+                    **({"sent_by": dict(sent_by)} if sent_by else {}),
                 },
             )
             return True

@@ -179,6 +179,18 @@ _MIGRATIONS: list[str] = [
     WHERE effect_id IN (SELECT effect_id FROM lease_charges);
     DROP TABLE lease_charges;
     """,
+    # 9: one-time codes (core.vote_codes): per question and operator, the wrong codes offered
+    # and the digest of the code that made a decision; an index finds a used code by digest
+    """
+    CREATE TABLE IF NOT EXISTS vote_codes (
+        episode  TEXT NOT NULL,
+        operator TEXT NOT NULL,
+        failures INTEGER NOT NULL,
+        used     TEXT,
+        PRIMARY KEY (episode, operator)
+    ) WITHOUT ROWID;
+    CREATE UNIQUE INDEX IF NOT EXISTS vote_codes_used ON vote_codes (used) WHERE used IS NOT NULL;
+    """,
 ]
 assert len(_MIGRATIONS) == SCHEMA_VERSION
 

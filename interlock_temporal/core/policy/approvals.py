@@ -47,6 +47,9 @@ class Approval(BaseModel):
     operators: list[str] = Field(default_factory=list)
     note: str = ""
     decided_at: float | None = None
+    #: the client identity Temporal recorded for each operator's vote, where the recording
+    #: worker read one from the review's history: evidence, not proof (a client sets it)
+    sent_by: dict[str, str] = Field(default_factory=dict)
 
     def covers(
         self, *, digest: str, principal: str, epoch: str, session: str, now: float
@@ -66,9 +69,18 @@ class Approval(BaseModel):
             return "it expired"
         return None
 
+    def asks(self, *, digest: str, principal: str, epoch: str) -> bool:
+        """Whether this is the request a call with this input, principal and policy epoch makes
+        (whatever was decided on it)."""
+        return (self.payload_digest, self.principal, self.epoch) == (digest, principal, epoch)
+
     def same_request(self, other: Approval) -> bool:
-        return (self.payload_digest, self.principal, self.epoch) == (
-            other.payload_digest,
-            other.principal,
-            other.epoch,
+        return self.asks(digest=other.payload_digest, principal=other.principal, epoch=other.epoch)
+
+    def rejects(self, *, digest: str, principal: str, epoch: str) -> bool:
+        """Whether a person rejected the very request this call makes: the same input,
+        principal and policy epoch. The policy then refuses the call (``APPROVAL_REJECTED``)
+        instead of asking again; a changed input, principal or epoch is a new question."""
+        return self.status == "rejected" and self.asks(
+            digest=digest, principal=principal, epoch=epoch
         )

@@ -550,7 +550,7 @@ def decide(state: PolicyState, call: CallFacts, limits: Limits, rng: float) -> D
     d.policy_id = d.argument = d.args = d.epoch = None
     d.state = after
     d.observed = d.probabilistic = False
-    d.approvers = ()
+    d.approvers = d.rejected_by = ()
     return d
 
 

@@ -79,6 +79,10 @@ class _Check:
         if self.ruled.denies:
             denied = dataclasses.replace(self.ruled, state=state)
             return Evaluation(denied, state, None, self.note(self.ruled, "deny"))
+        if approval is not None and approval.rejects(
+            digest=facts.digest, principal=self.accounts.principal, epoch=self.policy.epoch
+        ):
+            return self._rejected(approval, state)
         d = decide(state, f, self.policy.limits, self.rng)
         after = d.state or state
         if d.verdict is not Verdict.ALLOW:
@@ -88,6 +92,30 @@ class _Check:
             note = self.note(d, "approval_used")
             return Evaluation(d, after, cost, note, consumed=consumed, nonce=self.nonce)
         return Evaluation(d, after, cost, nonce=self.nonce)
+
+    def _rejected(self, approval: Approval, state: PolicyState) -> Evaluation:
+        """A person rejected this very request (same input, principal and policy epoch): the
+        call is denied ``APPROVAL_REJECTED``, naming who rejected it, and nobody is asked again
+        (the store would otherwise overwrite the rejection with a new pending request, and a
+        waiting workflow would loop through reviews). Checked before the breaker, so a person's
+        no holds even where the breaker would now let the call through. The denial carries the
+        state it read: a person's answer says nothing about the agent's behaviour, so, like the
+        breaker's ``CIRCUIT_OPEN`` and ``REPLAY``, it trips nothing and counts no call. A
+        changed input, principal or epoch (an edited policy) is a new question: it is asked.
+        Costs one comparison on a call whose binding has an approval on file."""
+        who = ", ".join(approval.operators) or "-"
+        why = f"a person rejected this call (rejected by {who}" + (
+            f": {approval.note})" if approval.note else ")"
+        )
+        d = Decision(
+            Verdict.DENY,
+            Reason.APPROVAL_REJECTED.value,
+            why,
+            policy_id=self.policy.policy_id,
+            state=state,
+            rejected_by=tuple(approval.operators),
+        )
+        return Evaluation(d, state, None, self.note(d, "deny"))
 
     def _refused(self, d: Decision, after: PolicyState) -> Evaluation:
         """The breaker's DENY or ESCALATE (a rule's escalation in its own words), journaled;

@@ -5,7 +5,7 @@ processes share one view."""
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -92,10 +92,13 @@ class PolicyStore(ABC):
         note: str = "",
         scope: ApprovalScope = "once",
         ttl_s: float | None = None,
+        sent_by: Mapping[str, str] | None = None,
     ) -> tuple[bool, Approval]:
         """Record a person's decision on a pending approval (journaled): (recorded, approval).
         An approval already decided is returned unchanged with recorded False; an unknown
-        binding raises ``KeyError``."""
+        binding raises ``KeyError``. ``sent_by``: the client identity Temporal recorded for
+        each operator's vote, where one was read (evidence, not proof: a client sets it),
+        kept with the approval and journaled beside the operators."""
 
     @abstractmethod
     def record_cost(self, accounts: Accounts, actual_usd: float) -> bool:
@@ -106,8 +109,16 @@ class PolicyStore(ABC):
     def session(self, session: str) -> SessionState | None: ...
 
     @abstractmethod
-    def reset(self, session: str, *, operator: str, note: str = "") -> bool:
-        """A person closes the session's circuit (journaled). False if it was not open."""
+    def reset(
+        self,
+        session: str,
+        *,
+        operator: str,
+        note: str = "",
+        sent_by: Mapping[str, str] | None = None,
+    ) -> bool:
+        """A person closes the session's circuit (journaled). False if it was not open.
+        ``sent_by``: as for ``decide_approval``."""
 
     @abstractmethod
     def approvals(self, status: ApprovalStatus | None = None) -> list[Approval]:

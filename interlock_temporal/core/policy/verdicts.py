@@ -8,7 +8,7 @@ from enum import EnumType, StrEnum
 from typing import Any
 
 from ..deprecated import warn_renamed
-from ..errors import Denied, NeedsApproval
+from ..errors import APPROVAL_REJECTED, Denied, NeedsApproval
 from .state import PolicyState
 
 #: the names an older release gave a verdict, and the one each means now
@@ -60,6 +60,10 @@ class Reason(StrEnum):
     GLOBAL_LIMIT = "GLOBAL_LIMIT"
     HITL_REQUIRED = "HITL_REQUIRED"
     RULE_ERROR = "RULE_ERROR"
+    #: the guard's, not the breaker's: a person rejected this very request (same input,
+    #: principal and policy epoch). It says nothing about the agent's behaviour, so it never
+    #: trips the circuit, and nobody is asked again
+    APPROVAL_REJECTED = APPROVAL_REJECTED
 
 
 @dataclass(slots=True)
@@ -80,6 +84,8 @@ class Decision:
     observed: bool = False
     #: the people whose approval met an escalation
     approvers: tuple[str, ...] = ()
+    #: the people who rejected this very request (an ``APPROVAL_REJECTED`` denial)
+    rejected_by: tuple[str, ...] = ()
     #: the epoch of the policy that decided
     epoch: str | None = None
     #: a random denial near the end of a budget: told to operators (the journal's note), never
@@ -111,6 +117,7 @@ def enforce(decision: Decision, *, session: str | None, binding: str) -> Decisio
             decision.argument,
             session=session,
             circuit_open=decision.circuit_open,
+            rejected_by=decision.rejected_by,
         )
     if decision.verdict is Verdict.ESCALATE:
         raise NeedsApproval(decision.code, decision.reason, binding, decision.policy_id)
