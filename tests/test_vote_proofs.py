@@ -340,7 +340,10 @@ async def test_the_roster_from_the_command_line_and_proofs_checked_again_by_veri
     journal = open_journal(url, signing_key=seed)
     flags = ["--journal", url, "--signing-key", seed]
     assert cli("operators", "list", *flags).code == 0  # no roster yet: says so
-    assert cli("operators", "keygen", str(tmp_path / "carol")).code == 0
+    made = cli("operators", "keygen", str(tmp_path / "carol"))
+    assert made.code == 0 and "interlock operators add carol --public-key" in made.out
+    missing = cli("operators", "add", "carol", "--public-key", str(tmp_path / "no.pub"), *flags)
+    assert missing.code == 2 and "no such file, and not a key" in missing.err
     assert oct((tmp_path / "carol").stat().st_mode)[-3:] == "600"
     added = cli("operators", "add", "carol", "--public-key", str(tmp_path / "carol.pub"), *flags)
     assert added.code == 0 and "now has an operator roster" in added.err

@@ -7,7 +7,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from ..core.journal.signing import ED25519_PREFIX, Ed25519Key
+from ..core.journal.signing import ED25519_PREFIX, ED25519_PUBLIC_PREFIX, Ed25519Key
 from ..core.operators import RosterError, add_operator, revoke_operator, roster_of
 from ..core.review_config import journal_rules, set_review_rules
 from ._args import Groups, command, json_flag, positive
@@ -16,10 +16,15 @@ from ._shared import EXIT_OK, EXIT_USAGE, CliError, emit, emit_json, open_for, w
 
 def _public_text(value: str) -> str:
     """``--public-key``: the key's text, or a file holding it (``keygen`` writes NAME.pub)."""
+    if value.strip().startswith(ED25519_PUBLIC_PREFIX):
+        return value.strip()
     path = Path(value)
-    if not value.startswith("ed25519-public:") and path.is_file():
-        return path.read_text().strip()
-    return value.strip()
+    if not path.is_file():
+        raise CliError(
+            EXIT_USAGE,
+            f"--public-key {value}: no such file, and not a key ({ED25519_PUBLIC_PREFIX}<64 hex>)",
+        )
+    return path.read_text().strip()
 
 
 def cmd_operators_keygen(args: argparse.Namespace) -> int:
@@ -35,7 +40,7 @@ def cmd_operators_keygen(args: argparse.Namespace) -> int:
     public.write_text(key.public_text + "\n")
     emit(f"private key: {private} (keep it to yourself; mode 600)")
     emit(f"public key:  {public}  {key.public_text}")
-    emit(f"add it:      interlock operators add NAME --public-key {public}")
+    emit(f"add it:      interlock operators add {private.name} --public-key {public}")
     return EXIT_OK
 
 
