@@ -22,7 +22,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from temporalio.client import Client, WorkflowExecutionStatus, WorkflowHandle
+from temporalio.client import (
+    Client,
+    WorkflowExecutionStatus,
+    WorkflowHandle,
+    WorkflowUpdateFailedError,
+)
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.service import RPCError
 from temporalio.worker import Worker
@@ -418,6 +423,63 @@ async def test_with_a_roster_only_a_signed_vote_decides(
         assert r.payments.refunded_cents(ORDER) == 2000  # once
         verified = await interlock("journal", "verify", "--journal", r.url, **local)
         assert verified.code == 0 and "1 re-checked against the roster: ok" in verified.out
+
+
+async def test_an_attester_decides_for_the_operator_its_login_authenticated(
+    dev_server: DevServer, tmp_path: Path
+) -> None:
+    """A web backend registered as attesting for carol signs her vote with its own key, as the
+    operator guide shows (query the review's ballot, ``sign_vote``, the Update ``decide``): the
+    decision is recorded with its proof, signed by the attester; the same backend cannot decide
+    in its own name, nor for dave."""
+    from interlock_temporal.core.journal.signing import Ed25519Key, parse_key
+    from interlock_temporal.core.operators import add_operator
+    from interlock_temporal.core.review_rules import Ballot, Vote
+    from interlock_temporal.core.vote_proofs import sign_vote
+
+    async with rig(dev_server, tmp_path, tier=3) as r:
+        app_key = Ed25519Key.generate()
+        app_text = f"ed25519:{app_key.seed_hex()}"  # what the backend keeps in its secrets
+        add_operator(r.journal, "carol", Ed25519Key.generate().public_text)
+        add_operator(r.journal, "dave", Ed25519Key.generate().public_text)
+        add_operator(r.journal, "review-app", app_key.public_text, attests_for=["carol"])
+        r.payments.arm("after_commit", "reset")
+        case = r.case(wait_for_review=True, maximum_attempts=1)
+        eid = effect_of(case)
+        handle = await r.start(case)
+
+        async def waiting() -> bool:
+            status = await review_status(r.client, eid)
+            return status is not None and status.subscribers == 1
+
+        await until(waiting, "the review opened with the workflow waiting on it")
+        review = r.client.get_workflow_handle(review_id("ambiguous", eid))
+        expires = int(time.time()) + 300
+
+        async def decide_as(operator: str) -> Any:
+            status = await review.query("status", result_type=dict)
+            vote = sign_vote(
+                Ballot.model_validate(status["ballot"]),
+                Vote(decision="happened", operator=operator),
+                parse_key(app_text),  # type: ignore[arg-type]
+                expires,
+            )
+            return await review.execute_update(
+                "decide", vote.model_dump(mode="json", exclude_none=True), result_type=dict
+            )
+
+        for outsider in ("review-app", "dave"):
+            with pytest.raises(WorkflowUpdateFailedError) as refused:
+                await decide_as(outsider)
+            assert "does not prove" in str(refused.value.cause), refused.value.cause
+        assert r.journal.row(eid).status is Kind.AMBIGUOUS  # type: ignore[union-attr]
+        decided = await decide_as("carol")
+        assert decided["state"] == "resolved", decided
+        assert (await asyncio.wait_for(handle.result(), 30)).status == "RESOLVED"
+        (resolved,) = [e for e in r.journal.read(eid) if e.kind is Kind.RESOLVED]
+        (proof,) = resolved.data["proofs"]
+        assert (proof["operator"], proof["signer"]) == ("carol", "review-app")
+        assert r.payments.refunded_cents(ORDER) == 2000  # once
 
 
 async def _ended(client: Client, effect_id: str) -> bool:
