@@ -304,7 +304,8 @@ SUBCOMMANDS = list(_subcommands(build_parser()))
 def test_every_command_is_walked() -> None:
     names = {" ".join(path) for path, _ in SUBCOMMANDS}
     assert {"journal verify", "effects list", "leases issue", "report", "reconcile"} <= names
-    assert len(names) == 18
+    assert {"operators keygen", "operators add", "operators rules"} <= names
+    assert len(names) == 23
 
 
 @pytest.mark.parametrize(

@@ -44,7 +44,10 @@ from .test_protocol_records import Ledger, refund
 
 __all__ = ["cli", "connect", "journal", "lease"]
 
-LATER = int(time.time()) + 600
+
+def later() -> int:
+    """An expiry ten minutes from now (computed when signing: the suite runs longer than that)."""
+    return int(time.time()) + 600
 
 
 class Keys:
@@ -98,10 +101,12 @@ async def resend_count(journal: Journal, lease: str, target: Ledger) -> int:
     return target.sends
 
 
-def signed(journal: Journal, eid: str, vote: Vote, key: Ed25519Key, expires: int = LATER) -> Vote:
+def signed(
+    journal: Journal, eid: str, vote: Vote, key: Ed25519Key, expires: int | None = None
+) -> Vote:
     ballot = ballot_of(journal, roster_of(journal), "ambiguous", eid)
     assert ballot is not None
-    return sign_vote(ballot, vote, key, expires)
+    return sign_vote(ballot, vote, key, later() if expires is None else expires)
 
 
 def with_roster(journal: Journal, keys: Keys) -> None:

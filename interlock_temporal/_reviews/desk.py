@@ -482,14 +482,27 @@ class ReviewDesk:
 
 async def _start_of(client: Client, workflow_id: str, run_id: str) -> dict[str, Any] | None:
     """The request a review run was started with, as JSON data (decoded by the client's codec,
-    if it has one), read from its first history event; None when there is none to read."""
+    if it has one), read from its first history event, in the form its seal was made over; None
+    when there is none to read."""
     handle = client.get_workflow_handle(workflow_id, run_id=run_id)
     async for event in handle.fetch_history_events(page_size=4):
         if not event.HasField("workflow_execution_started_event_attributes"):
             return None
         found = await _decoded(client, event.workflow_execution_started_event_attributes.input)
-        return found if isinstance(found, dict) else None
+        return _as_sealed(found) if isinstance(found, dict) else None
     return None
+
+
+def _as_sealed(found: dict[str, Any]) -> dict[str, Any]:
+    """The request as the worker that opened it dumped it to seal it: read into the model and
+    dumped again, since the client's converter may have left out what was unset or default
+    (a converter that dumps with ``exclude_unset``, as some plugins' do, writes ``rules`` as
+    ``{"deadline_s": 86400}``). A request the model cannot read is kept as found: its seal then
+    does not match."""
+    try:
+        return ReviewRequest.model_validate(found).model_dump(mode="json")
+    except ValidationError:
+        return found
 
 
 #: a vote as its history event carried it, with the identity Temporal recorded there

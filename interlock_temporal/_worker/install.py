@@ -199,14 +199,18 @@ def install(config: Any, interceptor: Installable) -> None:
     _warn_without_roster(gate.journal)
     reconciler = ReconcileActivity(runtime, interceptor.desk)
     config["interceptors"] = [*(config.get("interceptors") or []), interceptor]
-    config["activities"] = [
-        *(config.get("activities") or []),
+    own: list[Callable[..., Any]] = [
         interceptor.desk.record_decision,
         interceptor.desk.check_review,
         interceptor.desk.committed,
         reconciler.reconcile,
         NotifyDesk(runtime).notify,
     ]
+    # the gate's own activities are not an agent's calls: the policy does not decide them (a
+    # rule that denies unknown activities would otherwise stop people deciding reviews); each
+    # checks its caller itself
+    runtime.own_activities = frozenset(_Definition.must_from_callable(fn).name or "" for fn in own)
+    config["activities"] = [*(config.get("activities") or []), *own]
     interceptor.installed = True
 
 

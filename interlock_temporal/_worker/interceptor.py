@@ -288,7 +288,8 @@ class _ActivityInbound(temporalio.worker.ActivityInboundInterceptor):
                 if spec is not None:  # gated: the gate
                     return await self._through_gate(spec, input, spent)
                 guard = self._root.guard
-                if guard is None:  # not gated, no policy: untouched
+                own = temporalio.activity.info().activity_type in self._root.runtime.own_activities
+                if guard is None or own:  # not gated, no policy (or the gate's own): untouched
                     return await self.next.execute_activity(input)
                 return await self._policed(guard, input, spent)  # not gated: the policy decides
             except ApplicationError as err:

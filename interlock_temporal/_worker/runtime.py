@@ -243,6 +243,8 @@ class WorkerRuntime:
         if not replay_only:
             source.use_client(client)
         self.review_rules = review_rules or ReviewRules()
+        #: the names of the gate's own activities (``install``): the policy does not decide them
+        self.own_activities: frozenset[str] = frozenset()
         #: where reviews run (None: the task queue of the activity that opens one)
         self.review_task_queue = review_task_queue
         #: who is told when a review opens, nears its deadline, expires, escalates, ends
