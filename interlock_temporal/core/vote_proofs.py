@@ -17,8 +17,10 @@ episode does not verify on the next (its entry hash differs); a signature is rec
 decision it made (``RESOLVED``'s ``proofs``, by digest) and refused if it is offered again, and
 ``interlock journal verify --public-key`` re-checks the recorded ones offline.
 
-Cost: one Ed25519 verification (about 50 µs) and one canonical JSON per counted vote, plus the
-ballot's journal read (the effect's chain, or an approval's row), once per decision.
+Cost: one Ed25519 verification (about 0.18 ms on these machines) and one canonical JSON per
+counted vote, plus the roster's and the ballot's journal reads (the effect's chain, or an
+approval's row), once per decision: about 0.6 ms more per decision than without a roster
+(``python -m benchmarks.decision_proofs``).
 """
 
 from __future__ import annotations
