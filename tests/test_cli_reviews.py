@@ -213,6 +213,16 @@ async def review_status(client: Client, effect_id: str) -> ReviewStatus | None:
     return status
 
 
+async def opened_with_one_waiting(r: Rig, eid: str) -> None:
+    """Until the effect's review is open with the one workflow waiting on it."""
+
+    async def waiting() -> bool:
+        status = await review_status(r.client, eid)
+        return status is not None and status.subscribers == 1
+
+    await until(waiting, "the review opened with the workflow waiting on it")
+
+
 # -- reviews: list, resolve -------------------------------------------------------------------
 
 
@@ -228,11 +238,7 @@ async def test_list_and_resolve_a_review_a_workflow_waits_on(
         eid = effect_of(case)
         handle = await r.start(case)
 
-        async def waiting() -> bool:
-            status = await review_status(r.client, eid)
-            return status is not None and status.subscribers == 1
-
-        await until(waiting, "the review opened with the workflow waiting on it")
+        await opened_with_one_waiting(r, eid)
         assert r.journal.row(eid).status is Kind.AMBIGUOUS  # type: ignore[union-attr]
         assert r.payments.refunded_cents(ORDER) == 2000
 
@@ -380,11 +386,7 @@ async def test_with_a_roster_only_a_signed_vote_decides(
         eid = effect_of(case)
         handle = await r.start(case)
 
-        async def waiting() -> bool:
-            status = await review_status(r.client, eid)
-            return status is not None and status.subscribers == 1
-
-        await until(waiting, "the review opened with the workflow waiting on it")
+        await opened_with_one_waiting(r, eid)
         status = await review_status(r.client, eid)
         assert status is not None and status.ballot is not None
         assert status.ballot.binding == eid and status.ballot.principal == "refund-bot"
@@ -448,11 +450,7 @@ async def test_an_attester_decides_for_the_operator_its_login_authenticated(
         eid = effect_of(case)
         handle = await r.start(case)
 
-        async def waiting() -> bool:
-            status = await review_status(r.client, eid)
-            return status is not None and status.subscribers == 1
-
-        await until(waiting, "the review opened with the workflow waiting on it")
+        await opened_with_one_waiting(r, eid)
         review = r.client.get_workflow_handle(review_id("ambiguous", eid))
         expires = int(time.time()) + 300
 

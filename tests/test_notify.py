@@ -395,7 +395,7 @@ CODE = re.compile(r"\b[A-Z2-7]{4}(?:-[A-Z2-7]{4}){4}\b")
 
 
 def codes_in(text: str) -> dict[str, str]:
-    """The codes a message lists, by decision (its lines "  happened: XXXX-...")."""
+    """The codes a message lists, by decision (lines like "  happened: ABCD-EFGH-...")."""
     return dict(re.findall(r"^  (\w+): ([A-Z2-7]{4}(?:-[A-Z2-7]{4}){4})$", text, re.M))
 
 

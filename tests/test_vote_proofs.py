@@ -114,6 +114,14 @@ def with_roster(journal: Journal, keys: Keys) -> None:
     add_operator(journal, "dave", keys.dave.public_text)
 
 
+async def roster_and_doubt(journal: Journal, lease: str, keys: Keys) -> tuple[Ledger, str]:
+    """carol and dave on the roster, and a tier-3 refund sent and in doubt: its target (whose
+    sends are the money outcome) and its effect id."""
+    with_roster(journal, keys)
+    target = Ledger(tier=3)
+    return target, await sent_then_in_doubt(journal, lease, target)
+
+
 # -- the roster ----------------------------------------------------------------------------------
 
 
@@ -169,9 +177,7 @@ def test_roster_changes_are_checked(journal: Journal, keys: Keys) -> None:
 async def test_without_a_proof_a_name_does_not_count_and_nothing_is_sent_again(
     journal: Journal, lease: str, keys: Keys
 ) -> None:
-    with_roster(journal, keys)
-    target = Ledger(tier=3)
-    eid = await sent_then_in_doubt(journal, lease, target)
+    target, eid = await roster_and_doubt(journal, lease, keys)
     # the allow-list is met by typing a name: it proves nothing
     with pytest.raises(NoDecision, match="carries no proof"):
         decide(journal, eid, [Vote(decision="not_happened", operator="carol")])
@@ -202,9 +208,7 @@ async def test_without_a_proof_a_name_does_not_count_and_nothing_is_sent_again(
 async def test_a_proven_vote_counts_and_its_proof_is_recorded(
     journal: Journal, lease: str, keys: Keys
 ) -> None:
-    with_roster(journal, keys)
-    target = Ledger(tier=3)
-    eid = await sent_then_in_doubt(journal, lease, target)
+    target, eid = await roster_and_doubt(journal, lease, keys)
     vote = signed(journal, eid, Vote(decision="happened", operator="carol"), keys.carol)
     recorded, left_out = decide(journal, eid, [vote])
     assert recorded.recorded and left_out == []
@@ -217,9 +221,7 @@ async def test_a_proven_vote_counts_and_its_proof_is_recorded(
 async def test_min_approvals_counts_distinct_proven_operators(
     journal: Journal, lease: str, keys: Keys
 ) -> None:
-    with_roster(journal, keys)
-    target = Ledger(tier=3)
-    eid = await sent_then_in_doubt(journal, lease, target)
+    target, eid = await roster_and_doubt(journal, lease, keys)
     two = ReviewRules(min_approvals=2)
     carol = signed(journal, eid, Vote(decision="happened", operator="carol"), keys.carol)
     # one person typing a second name: carol's key cannot prove dave's vote
@@ -234,6 +236,7 @@ async def test_min_approvals_counts_distinct_proven_operators(
         "carol",
         "dave",
     ]
+    assert await resend_count(journal, lease, target) == 1  # happened: nothing sent again
 
 
 async def test_an_attester_signs_for_the_operators_it_names_only(
@@ -255,9 +258,7 @@ async def test_an_attester_signs_for_the_operators_it_names_only(
 
 
 async def test_a_revoked_key_proves_nothing(journal: Journal, lease: str, keys: Keys) -> None:
-    with_roster(journal, keys)
-    target = Ledger(tier=3)
-    eid = await sent_then_in_doubt(journal, lease, target)
+    target, eid = await roster_and_doubt(journal, lease, keys)
     vote = signed(journal, eid, Vote(decision="not_happened", operator="carol"), keys.carol)
     revoke_operator(journal, "carol", note="left the team")
     with pytest.raises(NoDecision, match="roster does not hold"):
@@ -270,9 +271,7 @@ async def test_a_signature_from_one_episode_is_refused_on_the_next(
 ) -> None:
     """carol's ``not_happened`` settles one AMBIGUOUS episode; the effect is sent again and is
     in doubt again. The same signed vote, replayed, is refused: it names the first episode."""
-    with_roster(journal, keys)
-    target = Ledger(tier=3)
-    eid = await sent_then_in_doubt(journal, lease, target)
+    target, eid = await roster_and_doubt(journal, lease, keys)
     first = signed(journal, eid, Vote(decision="not_happened", operator="carol"), keys.carol)
     recorded, _ = decide(journal, eid, [first])
     assert recorded.recorded
@@ -392,9 +391,7 @@ def code_for(journal: Journal, eid: str, operator: str, decision: str) -> str:
 async def test_a_one_time_code_proves_its_operator_and_decision_once(
     journal: Journal, lease: str, keys: Keys
 ) -> None:
-    with_roster(journal, keys)
-    target = Ledger(tier=3)
-    eid = await sent_then_in_doubt(journal, lease, target)
+    target, eid = await roster_and_doubt(journal, lease, keys)
     code = code_for(journal, eid, "carol", "happened")
     assert FORMAT.fullmatch(code) and len(code.replace("-", "")) * 5 >= 80
     # dave's code in carol's name; carol's code for another decision; a code with a result
@@ -428,9 +425,7 @@ async def test_a_one_time_code_proves_its_operator_and_decision_once(
 async def test_wrong_codes_lock_an_operator_out_of_the_question(
     journal: Journal, lease: str, keys: Keys
 ) -> None:
-    with_roster(journal, keys)
-    target = Ledger(tier=3)
-    eid = await sent_then_in_doubt(journal, lease, target)
+    target, eid = await roster_and_doubt(journal, lease, keys)
     for _ in range(MAX_FAILURES):
         with pytest.raises(NoDecision, match="not their code"):
             decide(journal, eid, [Vote(decision="not_happened", operator="carol", code="AAAA")])

@@ -147,6 +147,12 @@ def cmd_operators_rules(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _recorded_with(parser: argparse.ArgumentParser) -> None:
+    """A roster or rules change's ``--by`` and ``--note``, signed into its entry."""
+    parser.add_argument("--by", default="", metavar="WHO", help="who makes the change (recorded)")
+    parser.add_argument("--note", default="", metavar="N", help="why, for the record")
+
+
 def register(groups: Groups) -> None:
     operators = groups.add_parser(
         "operators", help="the people who may decide reviews, and the keys that prove it"
@@ -189,8 +195,7 @@ def register(groups: Groups) -> None:
         metavar="NAMES",
         help="comma-separated operators whose votes this key signs (an attester)",
     )
-    add.add_argument("--by", default="", metavar="WHO", help="who makes the change (recorded)")
-    add.add_argument("--note", default="", metavar="N", help="why, for the record")
+    _recorded_with(add)
     revoke = command(
         sub,
         "revoke",
@@ -199,8 +204,7 @@ def register(groups: Groups) -> None:
         example=["interlock operators revoke carol --note 'left the team'"],
     )
     revoke.add_argument("name", metavar="NAME")
-    revoke.add_argument("--by", default="", metavar="WHO", help="who makes the change (recorded)")
-    revoke.add_argument("--note", default="", metavar="N", help="why, for the record")
+    _recorded_with(revoke)
     listing = command(
         sub,
         "list",
@@ -228,6 +232,5 @@ def register(groups: Groups) -> None:
         metavar="NAMES",
         help="comma-separated operators who may decide (an empty string: any operator)",
     )
-    rules.add_argument("--by", default="", metavar="WHO", help="who makes the change (recorded)")
-    rules.add_argument("--note", default="", metavar="N", help="why, for the record")
+    _recorded_with(rules)
     json_flag(rules)
