@@ -25,6 +25,14 @@ from interlock_temporal.core.operators import (
     revoke_operator,
     roster_of,
 )
+from interlock_temporal.core.policy import (
+    Limits,
+    Policy,
+    PolicyGuard,
+    Reason,
+    call_binding,
+    input_digest,
+)
 from interlock_temporal.core.protocol import Gate, Ticket
 from interlock_temporal.core.receipts import fold
 from interlock_temporal.core.review import (
@@ -32,13 +40,22 @@ from interlock_temporal.core.review import (
     ReviewRules,
     Vote,
     count_votes,
+    record_approval,
+    record_circuit_reset,
     record_resolution,
 )
 from interlock_temporal.core.review_config import rules_in_force
 from interlock_temporal.core.vote_codes import FORMAT, MAX_FAILURES, VoteCodes, code_digest
-from interlock_temporal.core.vote_proofs import ballot_of, sign_vote, spend_codes, statement
+from interlock_temporal.core.vote_proofs import (
+    ballot_of,
+    recheck,
+    sign_vote,
+    spend_codes,
+    statement,
+)
 
 from .test_cli import cli
+from .test_policy_store import search, wire_call
 from .test_protocol import connect, journal, lease
 from .test_protocol_records import Ledger, refund
 
@@ -377,6 +394,72 @@ async def test_the_roster_from_the_command_line_and_proofs_checked_again_by_veri
     problems = json.loads(failed.out)["vote_proofs"]["problems"]
     assert len(problems) == 1 and other[:16] in problems[0] and "does not verify" in problems[0]
     journal.close()
+
+
+def test_approval_and_circuit_proofs_are_recorded_and_checked_again_by_verify(
+    journal: Journal, keys: Keys
+) -> None:
+    """An approval and a circuit reset decided with carol's key: each note records her proof
+    beside the ballot it signed, and ``recheck`` (what ``journal verify`` adds) verifies both.
+    A worker that records her approval's proof onto another approval (its note signed by the
+    journal's key, so only the proof can show it) is named."""
+    with_roster(journal, keys)
+    roster = roster_of(journal)
+    guard = PolicyGuard(
+        Policy(Limits(hitl_activities=("wire",), max_repeat_calls=2)), journal.policy
+    )
+
+    def ask(amount: int, run: str) -> str:
+        event, accounts = wire_call(amount, execution=run)
+        assert guard.check(event, accounts, delivery=f"{run}/1").code == Reason.HITL_REQUIRED
+        return call_binding("wire", input_digest(event.args), "bot")
+
+    def proven(kind: str, subject: str, decision: str) -> Any:
+        ballot = ballot_of(journal, roster, kind, subject)
+        assert ballot is not None
+        vote = sign_vote(ballot, Vote(decision=decision, operator="carol"), keys.carol, later())
+        decided, left_out = count_votes(journal, kind, subject, [vote], ReviewRules())
+        assert left_out == [] and len(decided.proofs) == 1 and decided.ballot is not None
+        return decided
+
+    first = ask(2000, "run/a")
+    decided = proven("approval", first, "approve")
+    assert record_approval(
+        journal,
+        first,
+        decision="approve",
+        operators=decided.operators,
+        proofs=decided.proofs,
+        ballot=decided.ballot,
+    ).recorded
+    for i in range(3):
+        event, accounts = search("same", execution=f"run/s{i}")
+        guard.check(event, accounts, delivery=f"run/s{i}/1")
+    state = journal.policy.session("wf-1")
+    assert state is not None and state.circuit is not None
+    reset = proven("circuit", "wf-1", "reset")
+    assert record_circuit_reset(
+        journal, "wf-1", operators=reset.operators, proofs=reset.proofs, ballot=reset.ballot
+    ).recorded
+    (granted,) = [e for e in journal.policy.events() if e.data["event"] == "approval_granted"]
+    assert granted.data["proofs"][0]["key_id"] == keys.carol.key_id
+    assert granted.data["ballot"]["binding"] == first
+    found = recheck(journal)
+    assert (found.checked, found.problems) == (2, [])
+
+    # carol's approval of the first, recorded onto a second approval with the first's ballot
+    second = ask(3000, "run/b")
+    assert record_approval(
+        journal,
+        second,
+        decision="approve",
+        operators=["carol"],
+        proofs=decided.proofs,
+        ballot=decided.ballot,
+    ).recorded
+    found = recheck(journal)
+    assert found.checked == 3 and len(found.problems) == 1
+    assert "approval_granted" in found.problems[0] and "no ballot" in found.problems[0]
 
 
 # -- one-time codes (for the Web UI's forms) -----------------------------------------------------

@@ -394,7 +394,13 @@ class ReviewDesk:
             result = self._checked_result(subject, result)
         if kind == "circuit":
             return record_circuit_reset(
-                journal, subject, operators=decided.operators, note=decided.note, sent_by=sent_by
+                journal,
+                subject,
+                operators=decided.operators,
+                note=decided.note,
+                sent_by=sent_by,
+                proofs=decided.proofs,
+                ballot=decided.ballot,
             )
         if kind == "approval":
             return record_approval(
@@ -406,6 +412,8 @@ class ReviewDesk:
                 scope=decided.scope,
                 ttl_s=decided.ttl_s,
                 sent_by=sent_by,
+                proofs=decided.proofs,
+                ballot=decided.ballot,
             )
         return record_resolution(
             journal,

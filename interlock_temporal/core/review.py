@@ -92,6 +92,8 @@ def count_votes(
             + (": " + "; ".join(left_out) if left_out else "")
         )
     decided.proofs = [proofs[name] for name in decided.operators if name in proofs]
+    if decided.proofs and ballot is not None:
+        decided.ballot = ballot.model_dump(mode="json")
     return decided, left_out
 
 
@@ -181,9 +183,12 @@ def record_approval(
     scope: Literal["once", "session"] | None = None,
     ttl_s: float | None = None,
     sent_by: Mapping[str, str] | None = None,
+    proofs: Sequence[dict[str, Any]] = (),
+    ballot: Mapping[str, Any] | None = None,
 ) -> Recorded:
     """Record a person's ``approve`` or ``reject`` on a pending approval (journaled), with
-    ``sent_by`` (see ``record_resolution``) when given."""
+    ``sent_by`` (see ``record_resolution``) when given, and the deciding votes' ``proofs`` with
+    the ``ballot`` they signed (``count_votes``), so that ``journal verify`` checks them again."""
     if decision not in DECISIONS["approval"]:
         raise ReviewError(f"{decision!r} is not a decision for approval reviews")
     try:
@@ -195,6 +200,8 @@ def record_approval(
             scope=scope or "once",
             ttl_s=ttl_s,
             sent_by=sent_by,
+            proofs=proofs,
+            ballot=ballot,
         )
     except KeyError:
         raise ReviewError(f"no approval was requested for {binding}") from None
@@ -216,13 +223,24 @@ def record_circuit_reset(
     operators: Sequence[str],
     note: str = "",
     sent_by: Mapping[str, str] | None = None,
+    proofs: Sequence[dict[str, Any]] = (),
+    ballot: Mapping[str, Any] | None = None,
 ) -> Recorded:
-    """Close a session's open circuit (journaled with the operator, and the client identity
-    Temporal recorded for their vote when ``sent_by`` has it: see ``record_resolution``)."""
+    """Close a session's open circuit (journaled with the operator, the client identity
+    Temporal recorded for their vote when ``sent_by`` has it: see ``record_resolution``, and
+    their proof with its ballot: see ``record_approval``)."""
     operator = operators[0] if operators else ""
     recorded_by = {o: i for o, i in (sent_by or {}).items() if o == operator.strip()}
+    proven = [p for p in proofs if p.get("operator") == operator.strip()]
     try:
-        reset = journal.policy.reset(session, operator=operator, note=note, sent_by=recorded_by)
+        reset = journal.policy.reset(
+            session,
+            operator=operator,
+            note=note,
+            sent_by=recorded_by,
+            proofs=proven,
+            ballot=ballot,
+        )
     except ValueError as err:
         raise ReviewError(str(err)) from None
     if not reset:

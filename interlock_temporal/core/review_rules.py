@@ -153,6 +153,8 @@ class Reached(BaseModel):
     ttl_s: float | None = None
     #: the deciding votes' proofs as checked where they were recorded (``vote_proofs``)
     proofs: list[dict[str, Any]] = Field(default_factory=list)
+    #: the ballot those proofs signed (JSON data; None without proofs), recorded beside them
+    ballot: dict[str, Any] | None = None
 
 
 def reached(votes: Sequence[Vote], min_approvals: int) -> Reached | None:

@@ -14,8 +14,9 @@ expiry, in canonical JSON. The worker that records the decision builds the ballo
 the journal (``ballot_of``, never the review's copy), and counts the vote only if the signature
 verifies under a key the roster holds for that operator, before its expiry. A vote for one
 episode does not verify on the next (its entry hash differs); a signature is recorded with the
-decision it made (``RESOLVED``'s ``proofs``, by digest) and refused if it is offered again, and
-``interlock journal verify --public-key`` re-checks the recorded ones offline.
+decision it made (``RESOLVED``'s ``proofs``, or an approval's or a circuit reset's policy note
+with the ballot it signed) and refused if it is offered again, and ``interlock journal verify
+--public-key`` re-checks the recorded ones offline.
 
 Cost: one Ed25519 verification (about 0.18 ms on these machines) and one canonical JSON per
 counted vote, plus the roster's and the ballot's journal reads (the effect's chain, or an
@@ -307,52 +308,111 @@ def ballot_before(roster_id: str, effect_id: str, entries: Sequence[Entry]) -> B
 
 
 def recheck(journal: Journal) -> ProofCheck:
-    """Check again every proof recorded with a decision (``RESOLVED``'s ``proofs``) against the
-    roster as it stood when the decision was recorded, from the journal alone: what
-    ``interlock journal verify`` adds to its check of the chains. It needs no secret (operators'
-    public keys are in the roster's signed entries). One read of each decided effect's chain."""
+    """Check again every proof recorded with a decision against the roster as it stood when
+    the decision was recorded, from the journal alone: what ``interlock journal verify`` adds to
+    its check of the chains. Resolutions keep theirs in ``RESOLVED``'s ``proofs`` (their ballot
+    is built again from the effect's chain); approvals and circuit resets in their policy note,
+    beside the ballot they signed (an approval's request and a circuit live in rows, not in a
+    chain). It needs no secret (operators' public keys are in the roster's signed entries). One
+    read of each decided effect's chain and of the policy's notes."""
     roster_entries = journal.read(ROSTER_CHAIN)
     found = ProofCheck()
     if not roster_entries:
         return found
-    decided = sorted({raw.effect_id for raw in journal.iter_raw() if raw.kind == Kind.RESOLVED})
-    for effect_id in decided:
+    roster_id = roster_entries[0].hash
+
+    def check(where: str, ballot: Ballot | None, decided: _Decided, proofs: Any) -> None:
+        roster = fold_roster([r for r in roster_entries if r.seq < decided.seq])
+        for proof in proofs if isinstance(proofs, list) else []:
+            if not isinstance(proof, dict) or proof.get("via") == "code":
+                found.by_code += 1
+                continue
+            found.checked += 1
+            problem = _recorded_problem(ballot, roster, decided, proof)
+            if problem is not None:
+                found.problems.append(f"{where}: {problem}")
+
+    decided_ids = sorted({raw.effect_id for raw in journal.iter_raw() if raw.kind == Kind.RESOLVED})
+    for effect_id in decided_ids:
         entries = journal.read(effect_id)
         for i, entry in enumerate(entries):
-            proofs = entry.data.get("proofs") if entry.kind is Kind.RESOLVED else None
-            if not proofs:
-                continue
-            where = f"effect {effect_id[:16]} seq {entry.seq}"
-            ballot = ballot_before(roster_entries[0].hash, effect_id, entries[:i])
-            roster = fold_roster([r for r in roster_entries if r.seq < entry.seq])
-            for proof in proofs:
-                if proof.get("via") == "code":
-                    found.by_code += 1
-                    continue
-                found.checked += 1
-                problem = _recorded_problem(ballot, roster, entry, proof)
-                if problem is not None:
-                    found.problems.append(f"{where}: {problem}")
+            if entry.kind is Kind.RESOLVED and entry.data.get("proofs"):
+                check(
+                    f"effect {effect_id[:16]} seq {entry.seq}",
+                    ballot_before(roster_id, effect_id, entries[:i]),
+                    _Decided.of(entry, str(entry.data.get("decision"))),
+                    entry.data.get("proofs"),
+                )
+    for entry in journal.policy.events():
+        event = entry.data.get("event")
+        if event not in _POLICY_DECISIONS or not entry.data.get("proofs"):
+            continue
+        kind, decision = _POLICY_DECISIONS[str(event)]
+        check(
+            f"{event} seq {entry.seq}",
+            _noted_ballot(roster_id, kind, entry),
+            _Decided.of(entry, decision),
+            entry.data.get("proofs"),
+        )
     return found
 
 
+#: the policy notes that record a person's decision: their review's kind and the decision
+_POLICY_DECISIONS = {
+    "approval_granted": ("approval", "approve"),
+    "approval_rejected": ("approval", "reject"),
+    "circuit_reset": ("circuit", "reset"),
+}
+
+
+@dataclass(frozen=True)
+class _Decided:
+    """A recorded decision as ``recheck`` reads it: when, what and who."""
+
+    seq: int
+    ts: float
+    decision: str
+    operators: tuple[str, ...]
+
+    @classmethod
+    def of(cls, entry: Entry, decision: str) -> _Decided:
+        named = entry.data.get("operators") or [entry.data.get("operator")]
+        return cls(entry.seq, entry.ts, decision, tuple(str(o) for o in named if o))
+
+
+def _noted_ballot(roster_id: str, kind: str, entry: Entry) -> Ballot | None:
+    """The ballot a policy note's proofs signed, as the note keeps it, if it is this roster's
+    ballot for what the note decides (None otherwise: the proofs cannot be checked)."""
+    try:
+        ballot = Ballot.model_validate(entry.data.get("ballot"))
+    except ValueError:
+        return None
+    subject = entry.data.get("binding") if kind == "approval" else entry.data.get("session")
+    if (ballot.journal, ballot.kind, ballot.binding) != (roster_id, kind, subject):
+        return None
+    return ballot
+
+
 def _recorded_problem(
-    ballot: Ballot | None, roster: Roster, entry: Entry, proof: dict[str, Any]
+    ballot: Ballot | None, roster: Roster, decided: _Decided, proof: dict[str, Any]
 ) -> str | None:
     if ballot is None:
-        return "no AMBIGUOUS entry precedes the decision (its episode was archived?)"
+        return (
+            "no ballot for the decision (no AMBIGUOUS entry precedes it: its episode was "
+            "archived?, or its note's ballot is not this roster's for what it decides)"
+        )
     operator = str(proof.get("operator", ""))
     signer = roster.by_key(str(proof.get("key_id", "")))
     if signer is None:
         return f"{operator!r}: key {proof.get('key_id')} was not on the roster then"
     if not roster.may_sign(signer, operator):
         return f"{operator!r}: {signer.name!r}'s key did not prove {operator!r}'s vote"
-    if operator not in (entry.data.get("operators") or []):
+    if operator not in decided.operators:
         return f"{operator!r} signed, but the decision does not name them"
     message = statement_of(
         ballot,
         operator=operator,
-        decision=str(entry.data.get("decision")),
+        decision=decided.decision,
         result=proof.get("result"),
         scope=proof.get("scope"),
         ttl_s=proof.get("ttl_s"),
@@ -361,6 +421,6 @@ def _recorded_problem(
     )
     if not signer.key.verify(message, str(proof.get("signature", ""))):
         return f"{operator!r}: the signature does not verify"
-    if proof.get("expires") is None or float(proof["expires"]) < entry.ts:
+    if proof.get("expires") is None or float(proof["expires"]) < decided.ts:
         return f"{operator!r}: the proof had expired when the decision was recorded"
     return None

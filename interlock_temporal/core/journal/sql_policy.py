@@ -28,6 +28,16 @@ from .interface import POLICY_CHAIN_TYPE, policy_chain
 from .sql_access import SqlAccess
 
 
+def _proven(
+    proofs: Sequence[Mapping[str, Any]], ballot: Mapping[str, Any] | None
+) -> dict[str, Any]:
+    """What a decision's note adds for its proofs: each proof, and the ballot they signed (added
+    only where there are proofs: notes without a roster are as before)."""
+    if not proofs:
+        return {}
+    return {"proofs": [dict(p) for p in proofs], "ballot": dict(ballot or {})}
+
+
 class SqlPolicy(PolicyStore):
     """The policy's state in the journal's database. Each evaluation locks the rows it reads
     (its session, the principal's and namespace's spend, the approval) and only then, if it
@@ -237,6 +247,8 @@ class SqlPolicy(PolicyStore):
         scope: ApprovalScope = "once",
         ttl_s: float | None = None,
         sent_by: Mapping[str, str] | None = None,
+        proofs: Sequence[Mapping[str, Any]] = (),
+        ballot: Mapping[str, Any] | None = None,
     ) -> tuple[bool, Approval]:
         if not operators or not all(o.strip() for o in operators):
             raise ValueError("operators must name the people deciding")
@@ -279,6 +291,7 @@ class SqlPolicy(PolicyStore):
                     "note": note,
                     # added beside the operators only when read (entries before had none)
                     **({"sent_by": decided.sent_by} if decided.sent_by else {}),
+                    **_proven(proofs, ballot),
                 },
             )
             return True, decided
@@ -329,6 +342,8 @@ class SqlPolicy(PolicyStore):
         operator: str,
         note: str = "",
         sent_by: Mapping[str, str] | None = None,
+        proofs: Sequence[Mapping[str, Any]] = (),
+        ballot: Mapping[str, Any] | None = None,
     ) -> bool:
         if not operator.strip():
             raise ValueError("operator must name the person resetting the circuit")
@@ -348,6 +363,7 @@ class SqlPolicy(PolicyStore):
                     "note": note,
                     "code": state.circuit.code,
                     **({"sent_by": dict(sent_by)} if sent_by else {}),
+                    **_proven(proofs, ballot),
                 },
             )
             return True

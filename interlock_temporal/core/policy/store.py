@@ -93,12 +93,16 @@ class PolicyStore(ABC):
         scope: ApprovalScope = "once",
         ttl_s: float | None = None,
         sent_by: Mapping[str, str] | None = None,
+        proofs: Sequence[Mapping[str, Any]] = (),
+        ballot: Mapping[str, Any] | None = None,
     ) -> tuple[bool, Approval]:
         """Record a person's decision on a pending approval (journaled): (recorded, approval).
         An approval already decided is returned unchanged with recorded False; an unknown
         binding raises ``KeyError``. ``sent_by``: the client identity Temporal recorded for
         each operator's vote, where one was read (evidence, not proof: a client sets it),
-        kept with the approval and journaled beside the operators."""
+        kept with the approval and journaled beside the operators. ``proofs``: the deciding
+        votes' proofs, journaled with the ``ballot`` they signed, so that ``interlock journal
+        verify`` can check them again (``vote_proofs.recheck``)."""
 
     @abstractmethod
     def record_cost(self, accounts: Accounts, actual_usd: float) -> bool:
@@ -116,9 +120,11 @@ class PolicyStore(ABC):
         operator: str,
         note: str = "",
         sent_by: Mapping[str, str] | None = None,
+        proofs: Sequence[Mapping[str, Any]] = (),
+        ballot: Mapping[str, Any] | None = None,
     ) -> bool:
         """A person closes the session's circuit (journaled). False if it was not open.
-        ``sent_by``: as for ``decide_approval``."""
+        ``sent_by``, ``proofs`` and ``ballot``: as for ``decide_approval``."""
 
     @abstractmethod
     def approvals(self, status: ApprovalStatus | None = None) -> list[Approval]:
