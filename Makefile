@@ -56,14 +56,17 @@ $(STRIPE_MOCK): tools/stripe-mock/package.json tools/stripe-mock/package-lock.js
 	cd tools/stripe-mock && npm ci --no-audit --no-fund --loglevel=error
 	@touch $@
 
+# Two pytest processes (pytest-xdist), as CI has two cores: the real-server tests spend much of
+# their time waiting. Each process starts its own dev server and PostgreSQL cluster.
 test: lint browser pgbouncer stripe-mock
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q -n 2
 
 # The full fault matrix, then the tests too slow for make test (marked faults: the real code's
-# exhaustive checks, a real outage).
+# exhaustive checks, a real outage), and the property tests again at their full counts (make
+# test draws a fifth of each: tests/properties.py).
 faults: setup stripe-mock
 	$(BIN)/python -m workers.faults
-	$(BIN)/python -m pytest -q -m faults
+	INTERLOCK_FULL_PROPERTIES=1 $(BIN)/python -m pytest -q -m "faults or properties"
 
 bench: setup
 	$(BIN)/python -m benchmarks

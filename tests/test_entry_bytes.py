@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 import rfc8785
-from hypothesis import given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 from pydantic import ValidationError
 
@@ -21,6 +21,8 @@ from interlock_temporal.core.journal import entries
 from interlock_temporal.core.journal.entries import RawEntry, check_entry, encode_entry
 from interlock_temporal.core.journal.signing import HmacKey, Keyring
 from interlock_temporal.core.models import Draft, Entry, Kind
+
+from .properties import examples
 
 KEY = HmacKey(bytes.fromhex("42" * 32))
 KEYRING = Keyring(KEY)
@@ -51,7 +53,8 @@ def reference(doc: dict[str, Any]) -> bytes | None:
         return None
 
 
-@settings(max_examples=1500, deadline=None)
+@pytest.mark.properties
+@examples(1500)
 @given(
     seq=_seq,
     ts=_ts,
@@ -138,7 +141,8 @@ def test_a_typical_entry_is_written_as_the_reference_writes_it() -> None:
     )
 
 
-@settings(max_examples=300, deadline=None)
+@pytest.mark.properties
+@examples(300)
 @given(secret=st.binary(min_size=16, max_size=200), entry_hash=st.binary(min_size=32, max_size=32))
 def test_an_hmac_signature_is_the_reference_hmac_sha256(secret: bytes, entry_hash: bytes) -> None:
     """The signer hashes its pads once and copies them per entry (secrets longer than the
@@ -154,7 +158,8 @@ def test_an_hmac_signature_is_the_reference_hmac_sha256(secret: bytes, entry_has
 # -- entries and drafts the gate builds are made without validation, and are the same models ----
 
 
-@settings(max_examples=300, deadline=None)
+@pytest.mark.properties
+@examples(300)
 @given(
     seq=st.integers(min_value=1, max_value=2**53 - 1),
     ts=st.floats(min_value=1.0, max_value=4e9) | st.integers(min_value=1, max_value=4_000_000_000),

@@ -13,7 +13,7 @@ from datetime import UTC, datetime
 
 import pytest
 import rfc8785
-from hypothesis import given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 from pydantic import BaseModel, ConfigDict, SecretStr
 
@@ -26,6 +26,8 @@ from interlock_temporal.core.identity import (
     effect_id,
     unstable_part,
 )
+
+from .properties import examples
 
 
 def sha(data: bytes) -> str:
@@ -191,7 +193,8 @@ _json_data = st.recursive(
 )
 
 
-@settings(max_examples=2000, deadline=None)
+@pytest.mark.properties
+@examples(2000)
 @given(_json_data)
 def test_canonical_json_equals_rfc8785(data: object) -> None:
     try:
@@ -205,7 +208,8 @@ def test_canonical_json_equals_rfc8785(data: object) -> None:
         assert canonical_json(data) == expected
 
 
-@settings(max_examples=500, deadline=None)
+@pytest.mark.properties
+@examples(500)
 @given(st.text(alphabet=st.characters(codec="utf-8"), min_size=1, max_size=8), _json_data)
 def test_an_effect_id_from_the_keys_canonical_bytes_is_the_same(
     effect_type: str, key: object

@@ -12,13 +12,15 @@ from datetime import timedelta
 from pathlib import Path
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 from interlock_temporal.core import leases
 from interlock_temporal.core.leases import Demand, LeaseProblem, LeaseStore, check_lease
 from interlock_temporal.core.models import Lease
 from interlock_temporal.testing import throwaway_journal
+
+from .properties import examples
 
 NOW = 1_700_000_000.0
 
@@ -327,7 +329,8 @@ def test_amounts_are_never_negative_but_may_be_zero(store: LeaseStore, field: st
 _glob_text = st.text(alphabet="ab*?[]!-\n/", max_size=6)
 
 
-@settings(max_examples=2000, deadline=None)
+@pytest.mark.properties
+@examples(2000)
 @given(name=_glob_text, pattern=_glob_text)
 def test_a_scope_pattern_matches_as_fnmatch_does(name: str, pattern: str) -> None:
     """``check_lease`` answers plain names and ``prefix*`` without a regular expression: for

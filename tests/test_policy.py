@@ -8,7 +8,7 @@ import pickle
 from typing import Any
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 from pydantic import BaseModel
 
@@ -36,6 +36,8 @@ from interlock_temporal.core.policy import (
     reset_circuit,
 )
 from interlock_temporal.core.policy.breaker import plan_of
+
+from .properties import examples
 
 ACTIVITIES = ("search", "refund", "send_email")
 
@@ -121,7 +123,8 @@ def budgets_of(limits: Limits) -> list[float]:
 # -- SP/1.0's invariants P1-P9 (docs/shackle-conformance.md) ----------------------------------
 
 
-@settings(max_examples=500, deadline=None)
+@pytest.mark.properties
+@examples(500)
 @given(limits=limits_st(), call=calls(n_max=1))
 def test_fresh_state_allows_the_first_call(limits: Limits, call: list[CallFacts]) -> None:
     """P6, where the configuration does not itself ask a person for every call (HITL always,
@@ -139,7 +142,8 @@ def test_fresh_state_allows_the_first_call(limits: Limits, call: list[CallFacts]
         assert d.verdict is Verdict.ALLOW, d
 
 
-@settings(max_examples=500, deadline=None)
+@pytest.mark.properties
+@examples(500)
 @given(limits=limits_st(), sequence=calls(), rngs=st.lists(st.floats(0, 1), min_size=1, max_size=5))
 def test_once_tripped_every_call_is_denied_until_a_reset(
     limits: Limits, sequence: list[CallFacts], rngs: list[float]
@@ -163,7 +167,8 @@ def test_once_tripped_every_call_is_denied_until_a_reset(
         assert decide(after_reset, fresh, Limits(), 0.5).verdict is Verdict.ALLOW
 
 
-@settings(max_examples=500, deadline=None)
+@pytest.mark.properties
+@examples(500)
 @given(limits=limits_st(), sequence=calls(), rngs=st.lists(st.floats(0, 1), min_size=1, max_size=5))
 def test_the_budget_never_goes_negative_and_never_grows(
     limits: Limits, sequence: list[CallFacts], rngs: list[float]
@@ -185,7 +190,8 @@ def test_the_budget_never_goes_negative_and_never_grows(
         previous = now
 
 
-@settings(max_examples=300, deadline=None)
+@pytest.mark.properties
+@examples(300)
 @given(limits=limits_st(), sequence=calls())
 def test_the_call_count_never_decreases_and_identical_calls_count_up(
     limits: Limits, sequence: list[CallFacts]
@@ -204,7 +210,8 @@ def test_the_call_count_never_decreases_and_identical_calls_count_up(
             assert after.total == before.session.total + 1
 
 
-@settings(max_examples=300, deadline=None)
+@pytest.mark.properties
+@examples(300)
 @given(limit=st.integers(1, 5), error=st.booleans(), amplify=st.booleans())
 def test_repeats_at_the_limit_deny(limit: int, error: bool, amplify: bool) -> None:
     """P5, with SP/1.0's error amplification."""
@@ -226,7 +233,8 @@ def test_repeats_at_the_limit_deny(limit: int, error: bool, amplify: bool) -> No
     assert decide(state, other, limits, 0.5).verdict is Verdict.ALLOW
 
 
-@settings(max_examples=500, deadline=None)
+@pytest.mark.properties
+@examples(500)
 @given(limits=limits_st(), sequence=calls(), rng=st.floats(0, 1))
 def test_the_same_inputs_give_the_same_decision(
     limits: Limits, sequence: list[CallFacts], rng: float
@@ -244,7 +252,8 @@ def test_the_same_inputs_give_the_same_decision(
 
 
 @pytest.mark.parametrize("spelling", [{"hitl_mode": HitlMode.ALWAYS}, {"hitl_always": True}])
-@settings(max_examples=300, deadline=None)
+@pytest.mark.properties
+@examples(300)
 @given(limits=limits_st(), sequence=calls(), tripped=st.booleans())
 def test_hitl_always_escalates_unless_the_circuit_is_open_or_an_approval_matches(
     spelling: dict[str, Any], limits: Limits, sequence: list[CallFacts], tripped: bool
@@ -278,7 +287,8 @@ def test_hitl_always_escalates_unless_the_circuit_is_open_or_an_approval_matches
         state = d.state
 
 
-@settings(max_examples=300, deadline=None)
+@pytest.mark.properties
+@examples(300)
 @given(limits=limits_st(), sequence=calls(n_max=8), tripped=st.booleans())
 def test_a_replayed_delivery_is_denied(
     limits: Limits, sequence: list[CallFacts], tripped: bool
@@ -333,7 +343,8 @@ def test_a_cost_over_what_remains_is_denied_and_the_budget_is_untouched() -> Non
     assert ok.state is not None and ok.state.session.spent_usd == pytest.approx(0.95)
 
 
-@settings(max_examples=400, deadline=None)
+@pytest.mark.properties
+@examples(400)
 @given(
     limits=limits_st(),
     windows=st.dictionaries(

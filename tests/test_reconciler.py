@@ -96,12 +96,15 @@ async def close_review(client: Client, eid: str) -> None:
 
 
 #: (tier, where the worker dies) -> what the reconciler ends it as, and the money
+#: (make test runs one case of each outcome; make faults all of them)
 CANCELLED = [
-    (1, "before_send", "REFUSED", None, "cancelled", 0),
+    pytest.param(1, "before_send", "REFUSED", None, "cancelled", 0, marks=pytest.mark.faults),
     (2, "before_send", "REFUSED", None, "cancelled", 0),
-    (3, "before_send", "AMBIGUOUS", None, "unknowable", 0),
+    pytest.param(3, "before_send", "AMBIGUOUS", None, "unknowable", 0, marks=pytest.mark.faults),
     (1, "after_commit", "COMMITTED", "recovery-query", None, 2000),
-    (2, "after_commit", "COMMITTED", "recovery-query", None, 2000),
+    pytest.param(
+        2, "after_commit", "COMMITTED", "recovery-query", None, 2000, marks=pytest.mark.faults
+    ),
     (3, "after_commit", "AMBIGUOUS", None, "unknowable", 2000),
 ]
 
@@ -153,7 +156,7 @@ async def test_the_reconciler_never_sends_a_cancelled_workflows_effect(
         pytest.param(2, "before_send", "AMBIGUOUS", 0, marks=pytest.mark.faults),
         pytest.param(3, "before_send", "AMBIGUOUS", 0, marks=pytest.mark.faults),
         pytest.param(1, "after_commit", "COMMITTED", 2000, marks=pytest.mark.faults),
-        (2, "after_commit", "COMMITTED", 2000),
+        pytest.param(2, "after_commit", "COMMITTED", 2000, marks=pytest.mark.faults),
         (3, "after_commit", "AMBIGUOUS", 2000),
     ],
 )
