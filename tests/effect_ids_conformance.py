@@ -117,15 +117,27 @@ class EffectIdsConformance:
                 refunds.call("c-3", 900), refunds.payments
             )
 
-    async def test_only_a_journal_without_entries_can_be_keyed(
+    async def test_only_a_journal_without_effects_can_be_keyed(
         self, open_store: Callable[..., Journal], tmp_path: Path
     ) -> None:
         journal = open_store()
         refunds = _Refunds(tmp_path, journal)
         await Gate(journal).run(refunds.call("c-1", 1_000), refunds.payments, refunds.send)
-        with pytest.raises(JournalConfigError, match="has entries: keying its effect ids now"):
+        with pytest.raises(JournalConfigError, match="has effects: keying its effect ids now"):
             keyed(journal)
         assert journal.effect_ids is None and open_store().effect_ids is None
+
+    async def test_a_journal_with_leases_and_no_effect_can_be_keyed(
+        self, open_store: Callable[..., Journal], tmp_path: Path
+    ) -> None:
+        """A lease is a signed chain of the journal's own (issued before any effect, as an
+        operator does): it names no effect, and the journal can still be keyed."""
+        journal = open_store()
+        refunds = _Refunds(tmp_path, journal)  # issues its lease
+        assert journal.leases.get(release.LEASE) is not None
+        keyed(journal)
+        await Gate(journal).run(refunds.call("c-1", 1_000), refunds.payments, refunds.send)
+        assert [r.effect_id for r in journal.effects()] == [expected_id(KEY, "c-1")]
 
     def test_the_setting_is_made_once(self, open_store: Callable[..., Journal]) -> None:
         journal = keyed(open_store())
@@ -158,10 +170,12 @@ class EffectIdsConformance:
         refunds = _Refunds(tmp_path, journal)
         await Gate(journal).run(refunds.call("c-1", 600), refunds.payments, refunds.send)
         await Gate(journal).run(refunds.call("c-2", 600), refunds.payments, refunds.send)
+        # the first effect's PROPOSED (the lease's signed entry comes before it)
+        first = min(journal.read(r.effect_id)[0].seq for r in journal.effects())
         tamper.set_meta("effect_ids", None if edit == "removed" else "hmac-sha256:forged")
         with pytest.raises(JournalCorrupt, match="the journal's setting says") as caught:
             open_store()
-        assert caught.value.seq == 1
+        assert caught.value.seq == first
         report = journal.verify()
-        assert not report.ok and report.first_bad_seq == 1
+        assert not report.ok and report.first_bad_seq == first
         assert "names its effect with ids" in str(report.problem)

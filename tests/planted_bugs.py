@@ -17,7 +17,8 @@ from interlock_temporal._reviews import desk
 from interlock_temporal.core import premises, protocol, review
 from interlock_temporal.core.journal import sql as sql_journal
 from interlock_temporal.core.journal import sqlite as sqlite_journal
-from interlock_temporal.core.leases import check_lease
+from interlock_temporal.core.journal.sql_leases import SqlLeases
+from interlock_temporal.core.leases import check_lease, lease_from_doc
 from interlock_temporal.core.models import Lease
 from interlock_temporal.core.protocol import Call, Delivery, Measure, dispatch, recovery
 from interlock_temporal.core.protocol.recorder import Recorder
@@ -50,8 +51,9 @@ class Bug:
     plant: Plant
     #: the sweep cases that can show it (the sweep's first 2,000 seeds hold such cases)
     shows_in: Callable[[Case], bool]
-    #: the model check's scope that shows it: (tier, the second attempt, the world's events)
-    model: tuple[int, str, tuple[str, ...]] = (2, "retry", ())
+    #: the model check's scope that shows it: (tier, the second attempt, the world's events);
+    #: None: the model's world has no such event (a lease's row put back), the sweep shows it
+    model: tuple[int, str, tuple[str, ...]] | None = (2, "retry", ())
 
 
 _recovering: contextvars.ContextVar[bool] = contextvars.ContextVar("recovering", default=False)
@@ -182,6 +184,24 @@ def _lease_budget_overspent(mp: pytest.MonkeyPatch) -> None:
     in_the_gate(mp, "check_lease", check)
 
 
+def _lease_read_unsigned(mp: pytest.MonkeyPatch) -> None:
+    """The dispatch transaction's lease read of old: the row taken as it stands, its seal and
+    its chain's head never looked at. A revoked lease whose row was put back as it was before
+    reads as live."""
+
+    def lease_in(self: SqlLeases, found: Any, own: Any) -> Lease | None:
+        doc, _, _, _, _, reserved, _ = found
+        if doc is None:
+            return None
+        lease = lease_from_doc(doc)
+        if lease.budget_cents is None:
+            return lease
+        others = int(reserved or 0) - (int(own) if own is not None else 0)
+        return lease.model_copy(update={"reserved_cents": others})
+
+    mp.setattr(SqlLeases, "lease_in", lease_in)
+
+
 def _decision_without_the_workers_rules(mp: pytest.MonkeyPatch) -> None:
     """The record activity of old: it took the votes as the review counted them, under the
     review's own rules (``{}``: one vote, from anyone) and with no principal to refuse, instead
@@ -266,7 +286,7 @@ BUGS = [
     Bug(
         "a journal read not verified",
         _journal_read_unverified,
-        lambda c: _recovers(c) and c.event == "tamper" and c.tier <= 2,
+        lambda c: _recovers(c) and c.event == "tamper" and c.tier <= 2 and not c.lease_rollback,
         (2, "retry", ("tamper",)),
     ),
     Bug(
@@ -276,6 +296,12 @@ BUGS = [
             c.first_dies_at in ("claimed", "before_dispatch_tx") and c.event == "budget_taken"
         ),
         (2, "retry", ("budget_taken",)),
+    ),
+    Bug(
+        "an unsigned lease read",
+        _lease_read_unsigned,
+        lambda c: c.lease_rollback and c.first_dies_at in ("claimed", "before_dispatch_tx"),
+        None,
     ),
     Bug(
         "a decision recorded without the worker's rules",

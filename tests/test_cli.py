@@ -210,13 +210,14 @@ def test_verify_ok(world: World, cli: Any) -> None:
     assert result.code == 0, result.err
     assert re.search(r"^result:\s+ok$", result.out, re.M)
     assert re.search(rf"^entries:\s+{_last_seq(world)}$", result.out, re.M)
-    assert re.search(r"^chains:\s+4$", result.out, re.M)
+    # the four effects' chains and the lease's (its signed entries)
+    assert re.search(r"^chains:\s+5$", result.out, re.M)
     assert result.err == ""
 
     as_json = cli("--journal", world.url, "journal", "verify", "--json")
     assert as_json.code == 0
     report = VerifyReport.model_validate(as_json.json())
-    assert report.ok and report.entries == _last_seq(world) and report.effects == 4
+    assert report.ok and report.entries == _last_seq(world) and report.effects == 5
 
 
 def test_verify_names_the_edited_entry(world: World, cli: Any) -> None:
@@ -733,10 +734,12 @@ def test_console_script(world: World, tmp_path: Path) -> None:
     assert shown.returncode == 0
     assert Receipt.model_validate_json(shown.stdout).effect_id == world.committed
 
-    _tamper(world.db, 2, _body(world.db, 2).replace(b"lease", b"LEASE"))
+    # an entry inside the journal (seq 3: the first effect's AUTHORIZED, after the lease's
+    # entry and the effect's PROPOSED, which opening checks)
+    _tamper(world.db, 3, _body(world.db, 3).replace(b"lease", b"LEASE"))
     bad = run("journal", "verify")
     assert bad.returncode == 1
-    assert "seq 2" in bad.stdout
+    assert "seq 3" in bad.stdout
 
     broken = run("--journal", "postgres://nowhere/db", "journal", "verify")
     assert broken.returncode == 3

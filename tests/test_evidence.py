@@ -111,6 +111,8 @@ SHOWN = {
     # denies money the service paid; the model's target counts no sends in its facts, and the
     # woken owner sends again
     OUTSIDER_BUG: ("REFUSED, but the refund landed", "the effect landed 2 times"),
+    # a revoked lease whose row was put back as it was: sent under it
+    "an unsigned lease read": ("the service was called after the journal was edited", ""),
 }
 
 
@@ -168,10 +170,15 @@ SLOW_TO_REACH = frozenset(
 
 @pytest.mark.parametrize(
     "bug",
-    [pytest.param(b, marks=FAULTS) if b.name in SLOW_TO_REACH else b for b in planted_bugs.BUGS],
+    [
+        pytest.param(b, marks=FAULTS) if b.name in SLOW_TO_REACH else b
+        for b in planted_bugs.BUGS
+        if b.model is not None  # the others' harm is outside the model's world: the sweep's
+    ],
     ids=lambda b: b.name.replace(" ", "-"),
 )
 def test_the_model_check_catches_the_planted_bug(bug: planted_bugs.Bug) -> None:
+    assert bug.model is not None
     tier, variant, events = bug.model
     assert set(events) <= set(model_check.scope(tier, variant))  # make faults explores it
     assert variant in model_check.VARIANTS
@@ -185,6 +192,7 @@ def test_the_model_check_catches_the_planted_bug(bug: planted_bugs.Bug) -> None:
 
 @FAULTS
 def test_the_model_check_of_a_planted_scope_holds_on_the_real_code() -> None:
+    assert planted_bugs.BUGS[0].model is not None
     tier, variant, events = planted_bugs.BUGS[0].model
     result = model_check.explore(tier, variant, events)
     assert result.violations == [] and result.states > 100

@@ -321,6 +321,6 @@ async def test_a_codec_keys_a_new_journals_ids_and_an_older_journal_keeps_its_ow
         older.use_client(client)
     assert older.gate.journal.effect_ids is None  # its effects keep their names
     assert "effect ids stay plain sha256 with a payload codec" in caplog.text
-    assert "has entries: keying its effect ids now" in caplog.text
+    assert "has effects: keying its effect ids now" in caplog.text
     for source in (new, older):
         source.gate.journal.close()

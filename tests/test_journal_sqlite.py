@@ -8,6 +8,7 @@ import copy
 import itertools
 import json
 import os
+import re
 import shutil
 import sqlite3
 import stat
@@ -226,13 +227,16 @@ ADDED_SINCE: dict[str, dict[str, Any]] = {
 
 
 def as_that_release_read(read: dict[str, Any]) -> dict[str, Any]:
-    """What this release reads, without the fields added since (each must read as empty)."""
+    """What this release reads, without the fields added since (each must read as empty; a
+    lease's head, which the upgrade signs, as the head of its chain)."""
     read = copy.deepcopy(read)
     receipts, approvals = read["receipts"].values(), read["approvals"]
     for group, docs in (("receipts", receipts), ("approvals", approvals)):
         for doc in docs:
             for name, empty in ADDED_SINCE[group].items():
                 assert doc.pop(name) == empty, (group, name)
+    for lease in read["leases"]:
+        assert re.fullmatch(r"[0-9]+:[0-9a-f]{64}", lease.pop("head")), lease
     return read
 
 
@@ -246,10 +250,13 @@ async def test_a_journal_the_previous_release_wrote_opens_verifies_and_recovers(
     shutil.copyfile(release.TARGET, path)
     before = json.loads(release.READ.read_text())
     with open_journal(f"sqlite:///{path}", signing_key=release.KEY, create=False) as journal:
-        assert journal.schema_version() == SCHEMA_VERSION == 9
+        assert journal.schema_version() == SCHEMA_VERSION == 10
         report = journal.verify()
         assert report.ok, report
-        assert (report.entries, report.effects) == (22, 7)
+        # the upgrade to schema 10 signed each lease as it stood: one entry, one chain each
+        leases = len(journal.leases.list())
+        assert leases == len(before["leases"]) == 2
+        assert (report.entries, report.effects) == (22 + leases, 7 + leases)
         assert as_that_release_read(release.what_it_reads(journal)) == before
         (in_doubt,) = before["in_doubt"]
         assert before["receipts"][in_doubt]["final"] == "DISPATCHED"

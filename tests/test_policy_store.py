@@ -22,7 +22,7 @@ from pydantic import BaseModel
 from interlock_temporal import gated
 from interlock_temporal._worker.gated import spec_of
 from interlock_temporal.core.errors import Denied, InvalidCall, JournalUnavailable, NeedsApproval
-from interlock_temporal.core.journal import Journal, open_journal, policy_chain
+from interlock_temporal.core.journal import SCHEMA_VERSION, Journal, open_journal, policy_chain
 from interlock_temporal.core.models import Kind
 from interlock_temporal.core.policy import (
     Accounts,
@@ -226,10 +226,14 @@ def test_a_store_of_the_previous_schema_keeps_its_sessions_and_their_deliveries(
     )
     for column in ("charge_lease_id", "charge_cents", "charge_active"):
         store.sql(f"ALTER TABLE effects DROP COLUMN {column}")
+    # and leases' rows unsealed, as before schema 10
+    for column in ("head_seq", "head_hash", "seal"):
+        store.sql(f"ALTER TABLE leases DROP COLUMN {column}")
+    store.sql("ALTER TABLE lease_spend DROP COLUMN seal")
     store.sql("UPDATE policy_sessions SET doc = ? WHERE session = ?", old_doc, "wf-1")
     store.sql("UPDATE meta SET value = '4' WHERE key = 'schema_version'")
     with open_journal(store.url, signing_key=KEY) as j:
-        assert j.schema_version() == 9
+        assert j.schema_version() == SCHEMA_VERSION
         state = j.policy.session("wf-1")
         assert state is not None
         assert (state.total, state.streak, state.spent_usd) == (7, 2, 0.5)

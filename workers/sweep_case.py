@@ -69,6 +69,9 @@ class Case:
     #: while the effect is AMBIGUOUS, an outsider's decision arrives (``outsider.OUTSIDERS``:
     #: votes by the agent's own principal, by an operator not on the allow-list, or both)
     outsider: str | None = None
+    #: the ``tamper`` event puts back the lease's row as it was before its revocation (seal and
+    #: all) instead of editing the effect's values
+    lease_rollback: bool = False
 
     @classmethod
     def draw(cls, seed: int) -> Case:
@@ -84,6 +87,7 @@ class Case:
         # drawn from a stream of its own: every other draw of a seed is what it was before
         apart = random.Random(f"outsider {seed}")
         outsider = apart.choice(OUTSIDERS) if apart.random() < OUTSIDER_SHARE else None
+        rollback = event == "tamper" and random.Random(f"lease rollback {seed}").random() < 0.5
         return cls(
             seed=seed,
             tier=rng.choice((1, 2, 3)),
@@ -95,6 +99,7 @@ class Case:
             zombie=zombie,
             stalled=zombie and stalled,
             outsider=outsider,
+            lease_rollback=rollback,
         )
 
 
@@ -164,6 +169,10 @@ async def world_event(
         _advance(payments, ledger, timedelta(hours=24) - timedelta(minutes=2))
     elif event == "budget_taken" and request is not None:
         await _another_refund(journal, payments, ledger, request)
+    elif event == "tamper" and story.case.lease_rollback and request is not None:
+        ledger.calls_at_tamper = payments.calls(ORDER)
+        _roll_back_lease(journal, ledger.lease)
+        ledger.tampered_at = time.time()
     elif event == "tamper" and request is not None:
         ledger.calls_at_tamper = payments.calls(ORDER)
         if _tamper(journal, effect_of(request)):
@@ -201,6 +210,21 @@ async def _another_refund(
     with suppress(GateOutcome):
         await Gate(journal, clock=payments.clock).run(
             refund_call(other, case, "wf-budget", 1), payments, send
+        )
+
+
+def _roll_back_lease(journal: Journal, lease_id: str) -> None:
+    """The lease is revoked (a signed entry), and the operator puts its row back as it was
+    before, seal and all (he has no key to seal another): the gate must not read it as live."""
+    path = Path(journal.url.removeprefix("sqlite:///"))
+    sql = "SELECT doc, head_seq, head_hash, seal FROM leases WHERE lease_id = ?"
+    with closing(sqlite3.connect(path)) as db:
+        before = db.execute(sql, (lease_id,)).fetchone()
+    journal.leases.revoke(lease_id)
+    with closing(sqlite3.connect(path)) as db, db:
+        db.execute(
+            "UPDATE leases SET doc = ?, head_seq = ?, head_hash = ?, seal = ? WHERE lease_id = ?",
+            (*before, lease_id),
         )
 
 

@@ -29,6 +29,7 @@ from ..core.errors import (
     JournalUnavailable,
     NeedsApproval,
     Refused,
+    RowCorrupt,
     UnstableEffectKey,
 )
 from ..core.models import Receipt
@@ -180,13 +181,16 @@ class ApprovalRequired(ApplicationError):
 
 
 class JournalCorruptError(ApplicationError):
-    """The effect's journal entries do not verify: nothing was decided or sent on it. Not
-    retryable; the details name the effect and the entry (``{"effect_id", "seq"}``)."""
+    """The effect's journal entries, or a row the gate reads to allow it (a lease, what its
+    budget has reserved), do not verify: nothing was decided or sent on it. Not retryable; the
+    details name the effect and the entry, or the row (``{"effect_id", "seq", "row"}``)."""
 
-    def __init__(self, message: str, effect_id: str | None, seq: int | None) -> None:
+    def __init__(
+        self, message: str, effect_id: str | None, seq: int | None, row: str | None = None
+    ) -> None:
         super().__init__(
             message,
-            {"effect_id": effect_id, "seq": seq},
+            {"effect_id": effect_id, "seq": seq, "row": row},
             type="JournalCorrupt",
             non_retryable=True,
         )
@@ -258,6 +262,8 @@ def as_temporal_errors() -> Iterator[None]:
         raise InvalidEffectInput(str(e)) from None
     except JournalUnavailable as e:
         raise JournalUnavailableError(str(e)) from None
+    except RowCorrupt as e:
+        raise JournalCorruptError(str(e), None, None, f"{e.table}[{e.key}]") from None
     except JournalCorrupt as e:
         raise JournalCorruptError(str(e), e.effect_id, e.seq) from None
     except UnstableEffectKey as e:

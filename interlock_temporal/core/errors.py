@@ -36,6 +36,24 @@ class JournalCorrupt(InterlockError):
         return err
 
 
+class RowCorrupt(JournalCorrupt):
+    """A row the gate reads to allow something (a lease's document, what its budget has
+    reserved) was not written by this journal's keys, or is older than the signed entries it
+    follows (``row_seals``). ``table`` and ``key`` name it; nothing was decided on it."""
+
+    table: str | None = None
+    key: str | None = None
+
+    @classmethod
+    def of(cls, table: str, key: str, problem: str) -> RowCorrupt:
+        err = cls(
+            f"journal row {table}[{key}]: {problem}. Nothing was sent on it: run `interlock "
+            "journal verify` and restore the journal from a copy"
+        )
+        err.table, err.key, err.problem = table, key, problem
+        return err
+
+
 class JournalUnavailable(InterlockError):
     """The journal cannot be written right now: nothing was sent; retry later."""
 

@@ -123,7 +123,10 @@ class Lease(BaseModel):
     ``max_amount_cents`` caps one effect; ``budget_cents`` caps all of them together: each
     effect reserves its approved amount once, when it is dispatched, and gets it back only if
     it ends without executing. ``reserved_cents`` is what the lease's effects hold reserved
-    when it was read (not stored in the lease itself)."""
+    when it was read (not stored in the lease itself).
+
+    A lease is kept as a chain of signed entries (``lease_chain``: issued, revoked), and its
+    row is their product, sealed (``row_seals``)."""
 
     model_config = ConfigDict(frozen=True)
 
@@ -137,6 +140,10 @@ class Lease(BaseModel):
     expires_at: float | None = None
     revoked_at: float | None = None
     reserved_cents: int | None = None
+    #: the lease's chain head when it was read, ``SEQ:HASH`` of its latest signed entry (not
+    #: stored in the lease itself): every DISPATCHED signs it with the lease, so ``interlock
+    #: journal verify`` can tell a dispatch made against an older document
+    head: str | None = None
 
     def snapshot(self) -> dict[str, Any]:
         """The lease as JSON data (``model_dump(mode="json")``), recorded in every AUTHORIZED.
@@ -193,6 +200,17 @@ class JournalHead(BaseModel):
         return cls(seq=int(seq), hash=digest)
 
 
+class ControlCheck(BaseModel):
+    """What ``journal.control_check`` found of the rows the gate reads to allow something:
+    how many it compared with the signed entries, and each that disagrees."""
+
+    leases: int = 0
+    budgets: int = 0
+    #: the dispatches whose signed lease head it compared with the lease's chain
+    dispatches: int = 0
+    problems: list[str] = Field(default_factory=list)
+
+
 class VerifyReport(BaseModel):
     ok: bool
     entries: int
@@ -200,10 +218,15 @@ class VerifyReport(BaseModel):
     head: JournalHead | None = None
     first_bad_seq: int | None = None
     problem: str | None = None
+    #: the rows the gate reads to allow something, checked against the entries (None: not
+    #: checked, the entries did not verify)
+    control: ControlCheck | None = None
 
     def __str__(self) -> str:
         if self.ok:
             return f"ok: {self.entries} entries, {self.effects} chains, head {self.head}"
+        if self.first_bad_seq is None:
+            return f"FAILED: {self.problem}"
         return f"FAILED at entry seq={self.first_bad_seq}: {self.problem}"
 
 

@@ -19,26 +19,35 @@ from ..leases import LeaseStore
 from ..models import Draft, EffectRow, Entry, JournalHead, Kind, Lease, VerifyReport
 from ..notifications import NotificationLog
 from ..policy import PolicyStore
+from ..row_seals import RowSeals
 from ..vote_codes import CodeUses
 from .claims import Claim
+from .control_check import ControlRows, check_control_plane
 from .entries import RawEntry, check_entry
 from .signing import Keyring
 from .verifying import verify_stored
 
-SCHEMA_VERSION = 9
+SCHEMA_VERSION = 10
 #: the effect type of policy chains (``policy:<session>``)
 POLICY_CHAIN_TYPE = "interlock.policy"
 #: the effect type of archive anchors' chains (``archive:<archive id>``)
 ARCHIVE_CHAIN_TYPE = "interlock.archive"
 #: the effect type of the journal's configuration chains (``config:<name>``: the roster)
 CONFIG_CHAIN_TYPE = "interlock.config"
+#: the effect type of leases' chains (``lease:<lease id>``: issued, revoked)
+LEASE_CHAIN_TYPE = "interlock.lease"
 #: the journal's own chains' types: they record no effect
-OWN_CHAIN_TYPES = (POLICY_CHAIN_TYPE, ARCHIVE_CHAIN_TYPE, CONFIG_CHAIN_TYPE)
+OWN_CHAIN_TYPES = (POLICY_CHAIN_TYPE, ARCHIVE_CHAIN_TYPE, CONFIG_CHAIN_TYPE, LEASE_CHAIN_TYPE)
 
 
 def policy_chain(session: str) -> str:
     """The journal chain that records a session's policy events."""
     return f"policy:{session}"
+
+
+def lease_chain(lease_id: str) -> str:
+    """The journal chain that records a lease's changes (its row is their product)."""
+    return f"lease:{lease_id}"
 
 
 #: a password given as a query parameter of a PostgreSQL URL (libpq reads both)
@@ -60,6 +69,8 @@ def redacted(url: str) -> str:
 
 
 Build = Sequence[Draft] | Callable[[Lease | None], Sequence[Draft]]
+
+
 T = TypeVar("T")
 
 
@@ -364,7 +375,22 @@ class Journal(ABC):
             except JournalCorrupt as err:
                 update = {"ok": False, "first_bad_seq": err.seq, "problem": err.problem}
                 report = report.model_copy(update=update)
+        if report.ok:
+            # the rows the gate reads to allow something, derived again from the entries
+            stored = self.control_rows()
+            chains = {row[0]: self.read(lease_chain(row[0])) for row in stored.leases}
+            seals = RowSeals(self.keyring)
+            control = check_control_plane(stored, chains, self.iter_raw(), seals)
+            report = report.model_copy(update={"control": control})
+            if control.problems:
+                more = len(control.problems) - 1
+                problem = control.problems[0] + (f" (and {more} more)" if more else "")
+                report = report.model_copy(update={"ok": False, "problem": problem})
         return report
+
+    @abstractmethod
+    def control_rows(self) -> ControlRows:
+        """The rows the gate reads to allow something, as stored (``control_check``)."""
 
     @abstractmethod
     def check_effect_ids(self) -> None:

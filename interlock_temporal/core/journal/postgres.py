@@ -45,7 +45,7 @@ from .pg_server import (
 )
 from .signing import Keyring
 from .sql import APPEND_ROW, PUT_ROW, READ_EFFECT_SQL, AppendReads, SqlJournal
-from .sql_leases import LEASE_LOCKED_COLUMNS, held_in, lease_in, own_cents
+from .sql_leases import LEASE_COLUMNS, LEASE_LATERALS, LEASE_WIDTH, held_in, own_cents
 from .verifying import read_ahead
 
 with needs_extra("postgres", "a PostgreSQL journal (postgresql://)"):
@@ -219,6 +219,15 @@ _MIGRATIONS: list[str] = [
     );
     CREATE UNIQUE INDEX IF NOT EXISTS vote_codes_used ON vote_codes (used) WHERE used IS NOT NULL;
     """,
+    # 10: a lease's row is the product of its signed chain, sealed with the chain's head, and
+    # what its budget has reserved is sealed (``row_seals``); the rows as they stand are signed
+    # by the migration (``SqlJournal._seal_leases``)
+    """
+    ALTER TABLE leases ADD COLUMN head_seq BIGINT;
+    ALTER TABLE leases ADD COLUMN head_hash TEXT;
+    ALTER TABLE leases ADD COLUMN seal TEXT;
+    ALTER TABLE lease_spend ADD COLUMN seal TEXT;
+    """,
 ]
 assert len(_MIGRATIONS) == SCHEMA_VERSION
 
@@ -355,8 +364,8 @@ def _failed_on_the_server(conn: psycopg.Connection[Any], err: BaseException) -> 
 _ROW_AND_LEASE = (
     "SELECT "
     + ", ".join(f"f.{c.strip()}" for c in APPEND_ROW.split(","))
-    + f", {LEASE_LOCKED_COLUMNS} FROM (SELECT 1) one LEFT JOIN LATERAL "
-    f"(SELECT {APPEND_ROW} FROM effects WHERE effect_id = ? FOR UPDATE) f ON true"
+    + f", {LEASE_COLUMNS} FROM (SELECT 1) one LEFT JOIN LATERAL "
+    f"(SELECT {APPEND_ROW} FROM effects WHERE effect_id = ? FOR UPDATE) f ON true" + LEASE_LATERALS
 ).replace("?", "%s")
 _ROW = f"SELECT {APPEND_ROW} FROM effects WHERE effect_id = %s FOR UPDATE"
 
@@ -525,11 +534,11 @@ class PostgresJournal(SqlJournal):
         if lease_id is None:
             asked = db.execute(_ROW, (effect_id,))
             return seq_of(), asked.fetchone(), None
-        asked = db.execute(_ROW_AND_LEASE, (lease_id, lease_id, effect_id))
+        asked = db.execute(_ROW_AND_LEASE, (effect_id, lease_id, lease_id))
         seq, found = seq_of(), asked.fetchone()
         assert found is not None
         row = None if found[0] is None else found[:8]
-        lease = lease_in(found[8], found[9], own_cents(held_in(found[5:8])))
+        lease = self._leases.lease_in(found[8 : 8 + LEASE_WIDTH], own_cents(held_in(found[5:8])))
         return seq, row, lambda: lease
 
     def _seq_ask(self, db: psycopg.Connection[Any]) -> Callable[[], int]:

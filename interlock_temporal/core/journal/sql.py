@@ -24,6 +24,7 @@ from typing import Any, ClassVar, Protocol, TypeVar
 
 from ..errors import HeadConflict, JournalConfigError, JournalUnavailable
 from ..models import Draft, EffectRow, Entry, JournalHead, Kind, Lease
+from .control_check import ControlRows
 from .entries import (
     ENTRY_COLUMNS,
     ROW_COLUMNS,
@@ -273,6 +274,8 @@ class SqlJournal(Journal):
         if version < 4:
             # once the tables are the current ones: it appends, as this release does
             self._bind_values(db)
+        if 0 < version < 10:
+            self._leases.seal_rows_tx(db, self.url, SCHEMA_VERSION)
         self.execute(
             db,
             "INSERT INTO meta (key, value) VALUES ('schema_version', ?) "
@@ -485,7 +488,7 @@ class SqlJournal(Journal):
         seq, row, lease_of = self._append_reads(
             db, effect_id, lease_id if callable(build) else None
         )
-        self._ids.confirm(db, seq, effect_id)
+        self._ids.confirm(db, seq, effect_id, row[0] if row else effect_type)
         actual = row[2] if row else ""
         if expected_head is not None and actual != expected_head:
             raise HeadConflict(effect_id, expected_head, actual)
@@ -697,6 +700,18 @@ class SqlJournal(Journal):
         sql = "SELECT value FROM meta WHERE key = 'schema_version'"
         row = self.reading(lambda db: self.execute(db, sql).fetchone())
         return int(row[0])
+
+    def control_rows(self) -> ControlRows:
+        def run(db: Any) -> ControlRows:
+            leases = self.execute(
+                db, "SELECT lease_id, doc, head_seq, head_hash, seal FROM leases ORDER BY lease_id"
+            ).fetchall()
+            spends = self.execute(
+                db, "SELECT lease_id, reserved_cents, seal FROM lease_spend ORDER BY lease_id"
+            ).fetchall()
+            return ControlRows(leases, spends)
+
+        return self.reading(run)
 
     @property
     def leases(self) -> SqlLeases:

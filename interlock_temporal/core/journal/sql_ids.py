@@ -1,5 +1,5 @@
 """A SQL journal's effect-id setting (``Journal.effect_ids``): plain sha256 unless the journal
-was keyed before its first entry; kept in ``meta`` as ``effect_ids``, and recorded again (signed)
+was keyed before its first effect; kept in ``meta`` as ``effect_ids``, and recorded again (signed)
 in every ``PROPOSED`` entry as ``ids``, so an edit of the setting is caught.
 
 Every process reads the setting from the journal, never from its own configuration: two
@@ -13,6 +13,7 @@ from typing import Any
 
 from ..errors import InFlight, JournalConfigError, JournalCorrupt
 from .entries import ENTRY_COLUMNS, check_entry, decode_entry, raw_entry
+from .interface import OWN_CHAIN_TYPES
 from .sql_access import JournalAccess
 
 #: seconds before the attempt that names its effect again, after the journal's ids were keyed
@@ -22,7 +23,7 @@ IDS_CHANGED_RETRY_S = 0.1
 class EffectIdSetting:
     """The effect-id setting of one SQL journal, as this process knows it: the journal's
     ``effect_ids`` (read at open, and again when another process keyed them), and whether the
-    setting can no longer change (``fixed``: it is set, or the journal has entries)."""
+    setting can no longer change (``fixed``: it is set, or the journal has effects)."""
 
     def __init__(self, journal: JournalAccess) -> None:
         self._journal = journal
@@ -51,9 +52,10 @@ class EffectIdSetting:
                 raise JournalConfigError(
                     f"journal {journal.url}: its effect ids are keyed with {now} for good"
                 )
-            if journal.hold_seq(db) > 0:
+            journal.hold_seq(db)  # as an append holds it: no first effect slips in beside
+            if self._has_effects(db):
                 raise JournalConfigError(
-                    f"journal {journal.url} has entries: keying its effect ids now would give "
+                    f"journal {journal.url} has effects: keying its effect ids now would give "
                     "the effects it holds new ids, and a duplicate of one of them would be sent "
                     "again; key a new journal's ids before its first effect"
                 )
@@ -62,12 +64,20 @@ class EffectIdSetting:
         journal.writing(key)
         journal.effect_ids = scheme
 
-    def confirm(self, db: Any, seq: int, effect_id: str) -> None:
+    def _has_effects(self, db: Any) -> bool:
+        """Whether the journal records an effect (its own chains, a lease's or the roster's,
+        name none: they may come before the keying)."""
+        own = ", ".join("?" * len(OWN_CHAIN_TYPES))
+        sql = f"SELECT 1 FROM effects WHERE effect_type NOT IN ({own}) LIMIT 1"
+        return self._journal.execute(db, sql, OWN_CHAIN_TYPES).fetchone() is not None
+
+    def confirm(self, db: Any, seq: int, effect_id: str, effect_type: str | None) -> None:
         """Inside an append's transaction (``seq``: the journal's last, held), until the
         setting is ``fixed``: refuse an effect named before the journal's ids were keyed by
         another process, after this one opened it. Nothing is written nor sent; the next
-        attempt names the effect as the journal does now."""
-        if self.fixed:
+        attempt names the effect as the journal does now. An append to one of the journal's
+        own chains (``effect_type`` one of ``OWN_CHAIN_TYPES``) names no effect: it passes."""
+        if self.fixed or effect_type in OWN_CHAIN_TYPES:
             return
         journal = self._journal
         now = self.recorded(db)
@@ -79,7 +89,7 @@ class EffectIdSetting:
                 "next attempt names the effect with them",
                 IDS_CHANGED_RETRY_S,
             )
-        self.fixed = seq > 0 or now is not None
+        self.fixed = now is not None or (seq > 0 and self._has_effects(db))
 
     def _one(self, sql: str, db: Any) -> Any:
         return self._journal.execute(db, sql).fetchone()

@@ -1,16 +1,26 @@
-"""Leases and their budgets, kept in the journal's database (``SqlAccess``). The dispatch
+"""Leases and their budgets, kept in the journal's database (``JournalAccess``). The dispatch
 transaction checks a lease and reserves its budget through the ``*_tx`` methods, inside that
-transaction."""
+transaction.
+
+A lease is a chain of signed entries (``lease:<lease id>``: ``issued``, ``revoked``, each
+with the whole lease after it); its ``leases`` row is their product, sealed with the chain's
+head (``row_seals``), and ``lease_spend`` (what its budget has reserved) is sealed too. A read
+checks both seals and that the head the row was sealed with is the chain's head now: an edited
+row, or an older one put back, is refused (``RowCorrupt``) and nothing is sent on it."""
 
 from __future__ import annotations
 
+import functools
 import time
 from collections.abc import Sequence
 from typing import Any
 
+from ..errors import JournalConfigError, RowCorrupt
 from ..leases import LeaseStore, lease_from_doc
 from ..models import Draft, Kind, Lease
-from .sql_access import SqlAccess
+from ..row_seals import RowSeals
+from .interface import LEASE_CHAIN_TYPE, lease_chain
+from .sql_access import JournalAccess
 
 #: an effect's reservation as its index row keeps it (``charge_lease_id``, ``charge_cents``,
 #: ``charge_active``): the lease, the cents and whether they are held now (False: given back).
@@ -18,23 +28,38 @@ from .sql_access import SqlAccess
 Held = tuple[str, int, bool] | None
 #: the effects row's columns that keep its reservation (named ``charge_*`` in the schema)
 RESERVATION_COLUMNS = "charge_lease_id, charge_cents, charge_active"
+#: a ``leases`` row as read alone
+_ROW = "doc, head_seq, head_hash, seal"
 
-#: a lease and what its budget has reserved (``lease_in`` reads them with the effect's own
-#: active reservation, from its row), for a backend whose write transaction holds the whole
+#: a lease's row as a read checks it (``LeaseRead``): its document, the chain head it was
+#: sealed with and its seal, the chain's head as the journal indexes it, and what its budget
+#: has reserved with that row's seal; for a backend whose write transaction holds the whole
 #: database: joined onto a row (``LEASE_JOIN``, its parameter: the lease id) or read alone
-LEASE_COLUMNS = "l.doc, s.reserved_cents"
+LEASE_COLUMNS = "l.doc, l.head_seq, l.head_hash, l.seal, c.head, s.reserved_cents, s.seal"
 LEASE_JOIN = (
-    "LEFT JOIN leases l ON l.lease_id = ? LEFT JOIN lease_spend s ON s.lease_id = l.lease_id"
+    "LEFT JOIN leases l ON l.lease_id = ? "
+    "LEFT JOIN effects c ON c.effect_id = 'lease:' || l.lease_id "
+    "LEFT JOIN lease_spend s ON s.lease_id = l.lease_id"
 )
-#: the same two, for a backend with row locks (PostgreSQL), as columns the dispatch
-#: transaction's read of the effect's row adds (parameters: the lease id, twice): the lease is
-#: kept from changing (a revoke waits for the dispatch to be recorded) and its budget's row
-#: locked till the transaction ends (appends already take turns on the seq's lock; this one
-#: also holds against any other writer of the row)
-LEASE_LOCKED_COLUMNS = (
-    "(SELECT doc FROM leases WHERE lease_id = ? FOR SHARE), "
-    "(SELECT reserved_cents FROM lease_spend WHERE lease_id = ? FOR UPDATE)"
+#: the same, for a backend with row locks (PostgreSQL), as laterals the dispatch transaction's
+#: read of the effect's row adds (parameters: the lease id, twice): the lease is kept from
+#: changing (a revoke waits for the dispatch to be recorded) and its budget's row locked till
+#: the transaction ends (appends already take turns on the seq's lock; this one also holds
+#: against any other writer of the row). The chain's head needs no lock: a change of the
+#: lease appends to its chain, which waits for the seq's lock the dispatch holds.
+LEASE_LATERALS = (
+    " LEFT JOIN LATERAL (SELECT lease_id, doc, head_seq, head_hash, seal FROM leases "
+    "WHERE lease_id = ? "
+    "FOR SHARE) l ON true"
+    " LEFT JOIN LATERAL (SELECT head FROM effects WHERE effect_id = 'lease:' || l.lease_id) c "
+    "ON true"
+    " LEFT JOIN LATERAL (SELECT reserved_cents, seal FROM lease_spend WHERE lease_id = ? "
+    "FOR UPDATE) s ON true"
 )
+#: how many values ``LEASE_COLUMNS`` reads
+LEASE_WIDTH = 7
+# the statements above name a lease's chain as ``lease_chain`` does: 'lease:' || lease_id
+assert lease_chain("x") == "lease:x"
 
 
 def held_in(columns: Sequence[Any] | None) -> Held:
@@ -54,12 +79,6 @@ def own_cents(held: Held) -> int | None:
     return held[1] if held is not None and held[2] else None
 
 
-def lease_in(doc: Any, reserved: Any, own: Any) -> Lease | None:
-    """The lease read as ``LEASE_COLUMNS``, with ``own``: what the effect that reads it holds
-    reserved now (``own_cents``). None: there is no such lease."""
-    return None if doc is None else _with_others(lease_from_doc(doc), reserved, own)
-
-
 def _with_others(lease: Lease, reserved: Any, own: Any) -> Lease:
     """A budgeted lease with what its *other* effects hold reserved (its reservations, less
     this effect's own active reservation); a lease without a budget as it is."""
@@ -70,34 +89,56 @@ def _with_others(lease: Lease, reserved: Any, own: Any) -> Lease:
 
 
 def _lease_doc(lease: Lease) -> str:
-    """A lease as stored: its reservations live in ``lease_spend``, never in the document."""
-    return lease.model_dump_json(exclude={"reserved_cents"})
+    """A lease as stored: its reservations live in ``lease_spend``, its head in the row's own
+    columns, never in the document."""
+    return lease.model_dump_json(exclude={"reserved_cents", "head"})
+
+
+def _lease_data(lease: Lease) -> dict[str, Any]:
+    """A lease as its chain's entries sign it (what ``journal verify`` derives its row from)."""
+    return lease.model_dump(mode="json", exclude={"reserved_cents", "head"})
 
 
 class SqlLeases(LeaseStore):
     """Leases, and their budgets: ``lease_spend`` holds what each budgeted lease has reserved,
     each effect's index row its reservation (``Held``: at most one per effect, active or
-    given back). The dispatch transaction calls the ``*_tx`` methods with its own connection:
-    they move ``lease_spend``, and return the reservation the append writes on the effect's row,
-    with the statement that writes the row anyway."""
+    given back). The dispatch transaction reads a lease with ``lease_in`` and calls the
+    ``*_tx`` methods with its own connection: they move ``lease_spend``, and return the
+    reservation the append writes on the effect's row, with the statement that writes the row
+    anyway."""
 
-    def __init__(self, access: SqlAccess) -> None:
+    def __init__(self, access: JournalAccess) -> None:
         self._access = access
+
+    @functools.cached_property
+    def seals(self) -> RowSeals:
+        """The seals of the leases' rows (made once the journal's keyring is known)."""
+        return RowSeals(self._access.keyring)
+
+    # -- issuing and revoking: a signed entry, and the row that is its product ---------------
 
     def _insert(self, lease: Lease) -> None:
         access = self._access
 
         def run(db: Any) -> None:
+            found = access.execute(
+                db, "SELECT 1 FROM leases WHERE lease_id = ?", (lease.lease_id,)
+            ).fetchone()
+            if found is not None:
+                raise ValueError("a lease with this lease_id already exists")
+            doc = _lease_doc(lease)
+            head = self._append(db, lease.lease_id, "issued", lease)
             access.execute(
                 db,
-                "INSERT INTO leases (lease_id, doc) VALUES (?, ?)",
-                (lease.lease_id, _lease_doc(lease)),
+                "INSERT INTO leases (lease_id, doc, head_seq, head_hash, seal) "
+                "VALUES (?, ?, ?, ?, ?)",
+                (lease.lease_id, doc, *head, self._lease_seal(lease.lease_id, doc, *head)),
             )
             if lease.budget_cents is not None:
                 access.execute(
                     db,
-                    "INSERT INTO lease_spend (lease_id, reserved_cents) VALUES (?, 0)",
-                    (lease.lease_id,),
+                    "INSERT INTO lease_spend (lease_id, reserved_cents, seal) VALUES (?, 0, ?)",
+                    (lease.lease_id, self._spend_seal(lease.lease_id, 0)),
                 )
 
         try:
@@ -111,45 +152,142 @@ class SqlLeases(LeaseStore):
         access = self._access
 
         def run(db: Any) -> bool:
+            # the seq's lock first, as every append takes it: a dispatch holds it, then the
+            # lease; taking the lease first here could wait on a dispatch that waits on it
+            access.hold_seq(db)
             row = access.execute(
-                db, f"SELECT doc FROM leases WHERE lease_id = ?{access.for_update}", (lease_id,)
+                db,
+                f"SELECT {_ROW} FROM leases WHERE lease_id = ?{access.for_update}",
+                (lease_id,),
             ).fetchone()
             if row is None:
                 return False
-            lease = Lease.model_validate_json(row[0])
+            lease = self._checked(db, lease_id, row)
             now = time.time()
             if lease.revoked_at is not None or (
                 lease.expires_at is not None and lease.expires_at <= now
             ):
                 return False
             revoked = lease.model_copy(update={"revoked_at": now})
-            access.execute(
-                db, "UPDATE leases SET doc = ? WHERE lease_id = ?", (_lease_doc(revoked), lease_id)
-            )
+            self._put(db, revoked, "revoked")
             return True
 
         return access.writing(run)
 
-    def _with_reserved(self, db: Any, lease: Lease) -> Lease:
-        if lease.budget_cents is None:
-            return lease
-        row = self._access.execute(
-            db, "SELECT reserved_cents FROM lease_spend WHERE lease_id = ?", (lease.lease_id,)
+    def _append(self, db: Any, lease_id: str, event: str, lease: Lease) -> tuple[int, str]:
+        """Sign ``event`` (with the whole lease after it) onto the lease's chain; its head."""
+        (entry,) = self._access.append_within(
+            db,
+            lease_chain(lease_id),
+            [Draft(kind=Kind.CONFIG, data={"event": event, "lease": _lease_data(lease)})],
+            effect_type=LEASE_CHAIN_TYPE,
+        )
+        return entry.seq, entry.hash
+
+    def _put(self, db: Any, lease: Lease, event: str) -> None:
+        """A change of a lease: its signed entry, and its row sealed with the chain's head."""
+        doc = _lease_doc(lease)
+        head = self._append(db, lease.lease_id, event, lease)
+        self._access.execute(
+            db,
+            "UPDATE leases SET doc = ?, head_seq = ?, head_hash = ?, seal = ? WHERE lease_id = ?",
+            (doc, *head, self._lease_seal(lease.lease_id, doc, *head), lease.lease_id),
+        )
+
+    def seal_rows_tx(self, db: Any, url: str, schema: int) -> None:
+        """The schema's upgrade to sealed leases (10): each lease as its row stands gets a
+        chain of one signed ``migrated`` entry, and its row and its budget's are sealed. This
+        blesses the rows as they are, an edit made before the upgrade included (``interlock
+        journal verify`` cannot tell it apart): the operator guide says so."""
+        access = self._access
+        rows = access.execute(db, "SELECT lease_id, doc FROM leases ORDER BY lease_id").fetchall()
+        spends = access.execute(db, "SELECT lease_id, reserved_cents FROM lease_spend").fetchall()
+        if (rows or spends) and not access.keyring.can_sign:
+            raise JournalConfigError(
+                f"journal {url} must be upgraded to schema {schema}, which signs its leases as "
+                "they stand: open it once with its signing key"
+            )
+        for lease_id, doc in rows:
+            lease = lease_from_doc(doc)
+            head = self._append(db, lease_id, "migrated", lease)
+            access.execute(
+                db,
+                "UPDATE leases SET head_seq = ?, head_hash = ?, seal = ? WHERE lease_id = ?",
+                (*head, self._lease_seal(lease_id, doc, *head), lease_id),
+            )
+        for lease_id, reserved in spends:
+            access.execute(
+                db,
+                "UPDATE lease_spend SET seal = ? WHERE lease_id = ?",
+                (self._spend_seal(lease_id, int(reserved)), lease_id),
+            )
+
+    # -- seals ----------------------------------------------------------------------------
+
+    def _lease_seal(self, lease_id: str, doc: str, head_seq: int, head_hash: str) -> str:
+        return self.seals.seal("leases", lease_id, doc, head_seq, head_hash)
+
+    def _spend_seal(self, lease_id: str, reserved: int) -> str:
+        return self.seals.seal("lease_spend", lease_id, reserved)
+
+    def lease_in(self, found: Sequence[Any], own: Any) -> Lease | None:
+        """The lease read as ``LEASE_COLUMNS``, checked (``RowCorrupt`` when a seal does not
+        match or the row is older than its chain), with ``own``: what the effect that reads it
+        holds reserved now (``own_cents``). None: there is no such lease."""
+        doc, head_seq, head_hash, seal, chain_head, reserved, spend_seal = found
+        if doc is None:
+            return None
+        lease = lease_from_doc(doc)
+        lease_id = lease.lease_id
+        self.seals.check_cached("leases", lease_id, seal, doc, head_seq, head_hash)
+        if chain_head != head_hash:
+            raise RowCorrupt.of(
+                "leases",
+                lease_id,
+                "it is not the latest of its chain's signed entries (an older row put back)",
+            )
+        if lease.budget_cents is not None:
+            if reserved is None:
+                raise RowCorrupt.of("lease_spend", lease_id, "the budgeted lease has no row")
+            self.seals.check("lease_spend", lease_id, spend_seal, int(reserved))
+        return _with_others(
+            lease.model_copy(update={"head": f"{head_seq}:{head_hash}"}), reserved, own
+        )
+
+    def _checked(self, db: Any, lease_id: str, row: Sequence[Any]) -> Lease:
+        """A ``leases`` row read alone (``_ROW``), checked as ``lease_in`` checks it."""
+        doc, head_seq, head_hash, seal = row
+        chain = self._access.execute(
+            db, "SELECT head FROM effects WHERE effect_id = ?", (lease_chain(lease_id),)
         ).fetchone()
-        return lease.model_copy(update={"reserved_cents": int(row[0]) if row else 0})
+        spend = self._access.execute(
+            db, "SELECT reserved_cents, seal FROM lease_spend WHERE lease_id = ?", (lease_id,)
+        ).fetchone()
+        found = (
+            doc,
+            head_seq,
+            head_hash,
+            seal,
+            chain[0] if chain else None,
+            *(spend or (None, None)),
+        )
+        lease = self.lease_in(found, None)
+        assert lease is not None
+        return lease
 
     def get(self, lease_id: str) -> Lease | None:
         def run(db: Any) -> Lease | None:
-            sql = "SELECT doc FROM leases WHERE lease_id = ?"
+            sql = f"SELECT {_ROW} FROM leases WHERE lease_id = ?"
             row = self._access.execute(db, sql, (lease_id,)).fetchone()
-            return None if row is None else self._with_reserved(db, lease_from_doc(row[0]))
+            return None if row is None else self._checked(db, lease_id, row)
 
         return self._access.reading(run)
 
     def list(self) -> list[Lease]:
         def run(db: Any) -> list[Lease]:
-            rows = self._access.execute(db, "SELECT doc FROM leases ORDER BY lease_id").fetchall()
-            return [self._with_reserved(db, lease_from_doc(r[0])) for r in rows]
+            sql = f"SELECT lease_id, {_ROW} FROM leases ORDER BY lease_id"
+            rows = self._access.execute(db, sql).fetchall()
+            return [self._checked(db, r[0], r[1:]) for r in rows]
 
         leases = self._access.reading(run)
         return sorted(leases, key=lambda lease: (lease.issued_at, lease.lease_id))
@@ -157,10 +295,22 @@ class SqlLeases(LeaseStore):
     # -- inside the journal's append transaction ------------------------------------------
 
     def _spend(self, db: Any, lease_id: str, cents: int) -> None:
-        self._access.execute(
+        """Move what ``lease_id``'s budget has reserved by ``cents``: its row read and checked
+        under the append's lock, written back with a new seal."""
+        access = self._access
+        row = access.execute(
             db,
-            "UPDATE lease_spend SET reserved_cents = reserved_cents + ? WHERE lease_id = ?",
-            (cents, lease_id),
+            f"SELECT reserved_cents, seal FROM lease_spend WHERE lease_id = ?{access.for_update}",
+            (lease_id,),
+        ).fetchone()
+        if row is None:
+            raise RowCorrupt.of("lease_spend", lease_id, "the budgeted lease has no row")
+        self.seals.check("lease_spend", lease_id, row[1], int(row[0]))
+        reserved = int(row[0]) + cents
+        access.execute(
+            db,
+            "UPDATE lease_spend SET reserved_cents = ?, seal = ? WHERE lease_id = ?",
+            (reserved, self._spend_seal(lease_id, reserved), lease_id),
         )
 
     def keep_tx(self, db: Any, held: Held, drafts: Sequence[Draft]) -> Held:

@@ -26,7 +26,7 @@ from .group_commit import AppendArgs, no_wakeup_preemption
 from .interface import SCHEMA_VERSION
 from .signing import Keyring
 from .sql import IN_DOUBT_SQL, AppendReads, SqlJournal
-from .sql_leases import LEASE_COLUMNS, LEASE_JOIN, held_in, lease_in, own_cents
+from .sql_leases import LEASE_COLUMNS, LEASE_JOIN, LEASE_WIDTH, held_in, own_cents
 
 __all__ = ["IN_DOUBT_SQL", "SqliteJournal"]
 
@@ -190,6 +190,15 @@ _MIGRATIONS: list[str] = [
         PRIMARY KEY (episode, operator)
     ) WITHOUT ROWID;
     CREATE UNIQUE INDEX IF NOT EXISTS vote_codes_used ON vote_codes (used) WHERE used IS NOT NULL;
+    """,
+    # 10: a lease's row is the product of its signed chain, sealed with the chain's head, and
+    # what its budget has reserved is sealed (``row_seals``); the rows as they stand are signed
+    # by the migration (``SqlJournal._seal_leases``)
+    """
+    ALTER TABLE leases ADD COLUMN head_seq INTEGER;
+    ALTER TABLE leases ADD COLUMN head_hash TEXT;
+    ALTER TABLE leases ADD COLUMN seal TEXT;
+    ALTER TABLE lease_spend ADD COLUMN seal TEXT;
     """,
 ]
 assert len(_MIGRATIONS) == SCHEMA_VERSION
@@ -452,7 +461,7 @@ class SqliteJournal(SqlJournal):
             found = db.execute(_SEQ_AND_ROW, (effect_id,)).fetchone()
             return int(found[0]), None if found[1] is None else found[1:], None
         found = db.execute(_SEQ_ROW_AND_LEASE, (effect_id, lease_id)).fetchone()
-        lease = lease_in(found[9], found[10], own_cents(held_in(found[6:9])))
+        lease = self._leases.lease_in(found[9 : 9 + LEASE_WIDTH], own_cents(held_in(found[6:9])))
         return int(found[0]), None if found[1] is None else found[1:9], lambda: lease
 
     def hold_seq(self, db: sqlite3.Connection) -> int:

@@ -1,0 +1,199 @@
+"""The control plane checked again from the signed entries alone: what ``interlock journal
+verify`` adds to its check of the chains for the rows the gate reads to allow something.
+
+The problem: a worker checks a lease's row and its budget's by their seals when it reads them
+(``row_seals``), and a seal cannot tell an older sealed row put back from the latest. An
+auditor also holds no secret. So this check derives every such row again from the signed
+entries, and compares:
+
+- each lease's row with its chain (``lease:<id>``): the document the latest entry signs, the
+  head the row was sealed with (and the seal, where the keyring can check it);
+- each budget's row (``lease_spend``) with the charges the entries sign: a DISPATCHED that
+  reserves (its ``budget`` note), a REFUSED that gives the reservation back, a late COMMITTED
+  after a REFUSED that takes it again, in seq order; and each DISPATCHED's own note, which
+  signs the total it was dispatched against, with the total the charges before it come to (a
+  dispatch made while the row was lowered, then put back, is named);
+- each DISPATCHED's lease head (the lease's chain head it signs) with the chain as it stood at
+  that seq (a dispatch made against an older lease document is named).
+
+Whatever the gate reads only to refuse (a replay's nonce, a one-time code's failures) is not
+checked here: the operator guide lists each table and why.
+
+Cost: one read of each lease's chain, one more pass over the journal's entries that decodes
+only the DISPATCHED ones and the COMMITTED ones that follow a REFUSED, and one read of the two
+tables.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..models import ControlCheck, Entry, Kind, Lease
+from ..row_seals import RowSeals
+from .entries import RawEntry
+
+_DISPATCHED = Kind.DISPATCHED.value
+_REFUSED = Kind.REFUSED.value
+_COMMITTED = Kind.COMMITTED.value
+_ARCHIVED = Kind.ARCHIVED.value
+_AUTHORIZED = Kind.AUTHORIZED.value
+
+
+@dataclass(frozen=True)
+class ControlRows:
+    """The rows the gate reads to allow something, as stored: each lease's (``lease_id, doc,
+    head_seq, head_hash, seal``) and each budget's (``lease_id, reserved_cents, seal``)."""
+
+    leases: Sequence[Sequence[Any]]
+    spends: Sequence[Sequence[Any]]
+
+
+@dataclass
+class _Budgets:
+    """The charges the entries sign, folded in seq order: each effect's reservation, and each
+    lease's total."""
+
+    held: dict[str, tuple[str, int, bool]] = field(default_factory=dict)
+    totals: dict[str, int] = field(default_factory=dict)
+
+    def move(self, lease_id: str, cents: int) -> None:
+        self.totals[lease_id] = self.totals.get(lease_id, 0) + cents
+
+
+def check_control_plane(
+    rows: ControlRows,
+    chains: Mapping[str, list[Entry]],
+    raws: Iterable[RawEntry],
+    seals: RowSeals,
+) -> ControlCheck:
+    """Compare the rows the gate reads to allow something (``rows``) with what the signed
+    entries make of them: each lease's chain (``chains``, by lease id, read and checked), and
+    every entry as stored (``raws``, in seq order, already verified). ``seals`` checks the
+    rows' seals where the keyring can (an auditor's public key cannot: the derivation is what
+    holds then)."""
+    found = ControlCheck()
+    for lease_id, doc, head_seq, head_hash, seal in rows.leases:
+        found.leases += 1
+        problem = _lease_problem(doc, head_seq, head_hash, chains.get(lease_id, []))
+        if problem is None and seals.can_check:
+            problem = seals.problem("leases", lease_id, seal, doc, head_seq, head_hash)
+        if problem is not None:
+            found.problems.append(f"leases[{lease_id}]: {problem}")
+    budgets = _fold_charges(raws, chains, found)
+    for lease_id, reserved, seal in rows.spends:
+        found.budgets += 1
+        derived = budgets.totals.get(lease_id, 0)
+        if int(reserved) != derived:
+            found.problems.append(
+                f"lease_spend[{lease_id}]: reserved_cents is {reserved}, the signed charges come "
+                f"to {derived} (edited, or an older row put back)"
+            )
+        elif seals.can_check:
+            problem = seals.problem("lease_spend", lease_id, seal, int(reserved))
+            if problem is not None:
+                found.problems.append(f"lease_spend[{lease_id}]: {problem}")
+    return found
+
+
+def _lease_problem(doc: str, head_seq: Any, head_hash: Any, chain: list[Entry]) -> str | None:
+    if not chain:
+        return "no signed entry records this lease (a row written without the journal's keys)"
+    last = chain[-1]
+    if (head_seq, head_hash) != (last.seq, last.hash):
+        return (
+            f"it was sealed at its chain's entry {head_seq}, and the chain's latest is "
+            f"{last.seq} (an older row put back)"
+        )
+    signed = last.data.get("lease")
+    try:
+        same = Lease.model_validate_json(doc) == Lease.model_validate(signed)
+    except ValueError:
+        same = False
+    if not same:
+        return f"its document is not the one entry {last.seq} of its chain signs (edited)"
+    return None
+
+
+def _fold_charges(
+    raws: Iterable[RawEntry], chains: Mapping[str, list[Entry]], found: ControlCheck
+) -> _Budgets:
+    """The charges in seq order, checking each DISPATCHED's note against them as it goes. An
+    archived effect left only its tombstone (``ARCHIVED``: its lease, its reserved cents and
+    how it ended), after the dispatches that followed its own: its charge is added at the end,
+    and the dispatches' notes are judged only in a journal that never archived."""
+    budgets = _Budgets()
+    notes: list[str] = []
+    archived = False
+    for raw in raws:
+        kind = raw.kind
+        if kind == _DISPATCHED:
+            data = json.loads(raw.body)["data"]
+            _check_head(raw, data, chains, found)
+            _check_charge(raw, data, budgets, notes)
+        elif kind == _AUTHORIZED:
+            # a first dispatch's lease (and its head) is in the AUTHORIZED of its transaction
+            _check_head(raw, json.loads(raw.body)["data"], chains, found)
+        elif kind == _REFUSED:
+            held = budgets.held.get(raw.effect_id)
+            if held is not None and held[2]:
+                budgets.move(held[0], -held[1])
+                budgets.held[raw.effect_id] = (held[0], held[1], False)
+        elif kind == _COMMITTED and b'"after":"REFUSED"' in raw.body:
+            held = budgets.held.get(raw.effect_id)
+            if held is not None and not held[2]:
+                budgets.move(held[0], held[1])
+                budgets.held[raw.effect_id] = (held[0], held[1], True)
+        elif kind == _ARCHIVED:
+            archived = True
+            tomb = json.loads(raw.body)["data"]
+            cents = tomb.get("amount_cents")
+            if tomb.get("lease_id") and cents is not None and tomb.get("final") != _REFUSED:
+                budgets.move(str(tomb["lease_id"]), int(cents))
+    if not archived:
+        found.problems.extend(notes)
+    return budgets
+
+
+def _check_head(
+    raw: RawEntry, data: dict[str, Any], chains: Mapping[str, list[Entry]], found: ControlCheck
+) -> None:
+    """The lease head a dispatch transaction signs (with the lease, in its AUTHORIZED or a
+    resend's DISPATCHED) against the lease's chain as it stood at that seq."""
+    lease = data.get("lease")
+    head = lease.get("head") if isinstance(lease, dict) else None
+    if not isinstance(head, str) or not isinstance(lease, dict):
+        return  # no lease, or one read before leases were signed
+    found.dispatches += 1
+    lease_id = str(lease.get("lease_id"))
+    before = [e for e in chains.get(lease_id, []) if e.seq < raw.seq]
+    then = f"{before[-1].seq}:{before[-1].hash}" if before else None
+    if head != then:
+        found.problems.append(
+            f"effect {raw.effect_id[:16]} seq {raw.seq}: dispatched against lease {lease_id}'s "
+            f"entry {head.partition(':')[0]}, and its chain's latest then was "
+            f"{then.partition(':')[0] if then else 'none'} (an older lease row put back)"
+        )
+
+
+def _check_charge(raw: RawEntry, data: dict[str, Any], budgets: _Budgets, notes: list[str]) -> None:
+    """A DISPATCHED's budget note: its charge folded in, and the total it signs (what the
+    lease's budget held reserved with it) against the charges before it."""
+    note = data.get("budget")
+    if not isinstance(note, dict):
+        return
+    lease_id, cents = str(note.get("lease_id")), int(note.get("cents") or 0)
+    held = budgets.held.get(raw.effect_id)
+    own = held[1] if held is not None and held[2] else 0
+    derived = budgets.totals.get(lease_id, 0) - own + cents
+    if "reserved_cents" in note and note["reserved_cents"] != derived:
+        notes.append(
+            f"effect {raw.effect_id[:16]} seq {raw.seq}: dispatched against lease {lease_id}'s "
+            f"budget with {note['reserved_cents'] - cents} cents reserved, the signed charges "
+            f"before it come to {derived - cents} (lease_spend was lowered)"
+        )
+    if held is None or not held[2]:
+        budgets.move(lease_id, cents)
+        budgets.held[raw.effect_id] = (lease_id, cents, True)

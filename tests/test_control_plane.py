@@ -1,0 +1,232 @@
+"""A signed control plane (issue 33), as someone with write access to the journal's database and
+none of its keys would try it, on SQLite and PostgreSQL: each edit of a lease's row or of what
+its budget has reserved sends nothing and is named by ``verify``; an older row put back is
+refused (a lease's document) or named by ``verify`` (a budget's row: a rollback, as a chain's
+cut tail is). The money is read from the payments service, never from the gate."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+
+from interlock_temporal.core.errors import JournalConfigError, Refused, RowCorrupt
+from interlock_temporal.core.journal import lease_chain, open_journal
+from interlock_temporal.core.journal.signing import Ed25519Key
+from interlock_temporal.core.models import Kind
+from interlock_temporal.core.protocol import Gate, Ticket
+from interlock_temporal.targets.payments import RefundRequest, SimulatedPayments
+
+from .fixtures import make_release_journal as release
+from .test_policy_store import new_store
+
+__all__ = ["new_store"]
+
+KEY = "c7" * 32
+
+
+def run_sql(url: str, statement: str, params: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
+    """A statement run on the journal's database through a connection of its own, as the
+    attacker's database client runs it (``?`` placeholders)."""
+    if url.startswith("sqlite:///"):
+        db = sqlite3.connect(url.removeprefix("sqlite:///"), isolation_level=None)
+        try:
+            return db.execute(statement, params).fetchall()
+        finally:
+            db.close()
+    with psycopg.connect(url, autocommit=True) as conn:
+        cur = conn.execute(statement.replace("?", "%s"), params)  # type: ignore[arg-type]
+        return cur.fetchall() if cur.description else []
+
+
+class World:
+    """A journal of one backend, a $30 budget on lease L ($50 per refund), and the payments
+    service holding order #990 ($100 paid)."""
+
+    def __init__(self, url: str, tmp_path: Path) -> None:
+        self.url = url
+        self.journal = open_journal(url, signing_key=KEY)
+        self.payments = SimulatedPayments(tmp_path / f"pay-{id(self)}.db", tier=2)
+        self.payments.open_order(release.ORDER, release.PAID_CENTS)
+        self.lease = self.journal.leases.issue(
+            "refund-bot", activities=["refund"], max_amount_cents=5_000, budget_cents=3_000
+        )
+
+    async def refund(self, case: str, cents: int) -> Any:
+        req = release.request(case, cents, self.payments)
+
+        async def send(ticket: Ticket) -> Any:
+            r: RefundRequest = ticket.input
+            return await self.payments.refund(
+                r.order_id, r.amount_cents, idempotency_key=ticket.effect_id
+            )
+
+        return await Gate(self.journal).run(
+            release.call(req, self.lease, f"wf-{case}"), self.payments, send
+        )
+
+    @property
+    def money(self) -> int:
+        """What the payments service has refunded on the order."""
+        return self.payments.refunded_cents(release.ORDER)
+
+    def sql(self, statement: str, params: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
+        return run_sql(self.url, statement, params)
+
+    def doc(self) -> dict[str, Any]:
+        ((doc,),) = self.sql("SELECT doc FROM leases WHERE lease_id = ?", (self.lease,))
+        return dict(json.loads(doc))
+
+    def put_doc(self, doc: dict[str, Any]) -> None:
+        self.sql("UPDATE leases SET doc = ? WHERE lease_id = ?", (json.dumps(doc), self.lease))
+
+    def problems(self) -> list[str]:
+        report = self.journal.verify()
+        assert report.control is not None, report  # the entries verified: the rows were checked
+        assert report.ok is not bool(report.control.problems)
+        return list(report.control.problems)
+
+    def close(self) -> None:
+        self.journal.close()
+        self.payments.close()
+
+
+@pytest.fixture
+def world(new_store: Callable[[], str], tmp_path: Path) -> Iterator[World]:
+    w = World(new_store(), tmp_path)
+    yield w
+    w.close()
+
+
+async def test_a_lowered_reservation_sends_nothing_and_verify_names_it(world: World) -> None:
+    await world.refund("a", 2_000)
+    with pytest.raises(Refused, match="budget"):
+        await world.refund("b", 2_000)
+    assert world.problems() == []
+    world.sql("UPDATE lease_spend SET reserved_cents = 0 WHERE lease_id = ?", (world.lease,))
+    with pytest.raises(RowCorrupt, match=rf"lease_spend\[{world.lease}\].*seal does not match"):
+        await world.refund("c", 2_000)
+    assert world.money == 2_000
+    (problem,) = world.problems()
+    assert problem.startswith(f"lease_spend[{world.lease}]: reserved_cents is 0")
+
+
+@pytest.mark.parametrize(
+    "edit",
+    [
+        pytest.param({"revoked_at": None}, id="un-revoked"),
+        pytest.param({"revoked_at": None, "max_amount_cents": None}, id="limits-raised"),
+    ],
+)
+async def test_an_edited_lease_sends_nothing_and_verify_names_it(
+    world: World, edit: dict[str, Any]
+) -> None:
+    await world.refund("a", 2_000)
+    assert world.journal.leases.revoke(world.lease)
+    with pytest.raises(Refused, match="lease"):
+        await world.refund("b", 500)
+    world.put_doc({**world.doc(), **edit})
+    with pytest.raises(RowCorrupt, match=rf"leases\[{world.lease}\].*seal does not match"):
+        await world.refund("c", 500)
+    with pytest.raises(RowCorrupt):
+        world.journal.leases.get(world.lease)  # the tools refuse it too
+    assert world.money == 2_000
+    (problem,) = world.problems()
+    assert problem.startswith(f"leases[{world.lease}]: its document is not the one")
+
+
+async def test_an_older_lease_row_put_back_sends_nothing_and_verify_names_it(
+    world: World,
+) -> None:
+    """The row as it stood before the revocation, seal and all: a seal proves who wrote a row,
+    not that it is the latest; the chain's head does."""
+    await world.refund("a", 1_000)
+    before = world.sql(
+        "SELECT doc, head_seq, head_hash, seal FROM leases WHERE lease_id = ?", (world.lease,)
+    )[0]
+    assert world.journal.leases.revoke(world.lease)
+    world.sql(
+        "UPDATE leases SET doc = ?, head_seq = ?, head_hash = ?, seal = ? WHERE lease_id = ?",
+        (*before, world.lease),
+    )
+    with pytest.raises(RowCorrupt, match="not the latest of its chain's signed entries"):
+        await world.refund("b", 1_000)
+    assert world.money == 1_000
+    (problem,) = world.problems()
+    assert "an older row put back" in problem and problem.startswith(f"leases[{world.lease}]")
+
+
+async def test_a_budget_row_rolled_back_is_named_by_verify(world: World) -> None:
+    """Putting back the budget's row as it was sealed at issue (nothing reserved) is a
+    rollback: a seal cannot tell it from the latest, and the dispatch reads it (as it would
+    read a chain whose newest entries were deleted). ``verify`` derives the budget from the
+    charges DISPATCHED signs and names the dispatch made against the lowered total, and the
+    row; the operator guide says so."""
+    issued = world.sql(
+        "SELECT reserved_cents, seal FROM lease_spend WHERE lease_id = ?", (world.lease,)
+    )[0]
+    await world.refund("a", 2_000)
+    world.sql(
+        "UPDATE lease_spend SET reserved_cents = ?, seal = ? WHERE lease_id = ?",
+        (*issued, world.lease),
+    )
+    await world.refund("b", 2_000)
+    assert world.money == 4_000  # over the $30 budget: what verify must name
+    problems = world.problems()
+    assert any("dispatched against lease" in p and "0 cents reserved" in p for p in problems)
+    assert any(
+        p.startswith(f"lease_spend[{world.lease}]: reserved_cents is 2000") for p in problems
+    )
+
+
+async def test_a_dispatch_signs_the_lease_head_it_was_read_at(world: World) -> None:
+    await world.refund("a", 1_000)
+    (eid,) = [r.effect_id for r in world.journal.effects()]
+    # the dispatch transaction's AUTHORIZED signs the lease as it read it, head and all
+    (authorized,) = [e for e in world.journal.read(eid) if e.kind is Kind.AUTHORIZED]
+    (issued,) = world.journal.read(lease_chain(world.lease))
+    assert authorized.data["lease"]["head"] == f"{issued.seq}:{issued.hash}"
+    assert issued.data["event"] == "issued" and issued.data["lease"]["budget_cents"] == 3_000
+
+
+def test_a_lease_row_with_no_signed_entry_is_refused(world: World) -> None:
+    """A lease inserted with a database client: no chain, no seal."""
+    doc = {**world.doc(), "lease_id": "lease-forged", "max_amount_cents": 10_000}
+    world.sql("INSERT INTO leases (lease_id, doc) VALUES (?, ?)", ("lease-forged", json.dumps(doc)))
+    with pytest.raises(RowCorrupt, match=r"leases\[lease-forged\].*carries no seal"):
+        world.journal.leases.get("lease-forged")
+    assert any(p.startswith("leases[lease-forged]: no signed entry") for p in world.problems())
+
+
+def test_the_upgrade_signs_the_leases_as_they_stand_and_needs_the_signing_key(
+    new_store: Callable[[], str],
+) -> None:
+    """A journal of schema 9 with a lease: a process that can only verify cannot upgrade it;
+    one with the signing key signs the lease as its row stands (a ``migrated`` entry) and seals
+    it. The release fixture's upgrade, with an effect in doubt that recovers after it, is
+    tests/test_journal_sqlite.py's."""
+    url = new_store()
+    key = Ed25519Key.generate()
+    signing = f"ed25519:{key.seed_hex()}"
+    with open_journal(url, signing_key=signing) as journal:
+        journal.leases.issue("refund-bot", activities=["refund"])
+    for statement in (
+        "UPDATE meta SET value = '9' WHERE key = 'schema_version'",
+        "ALTER TABLE leases DROP COLUMN head_seq",
+        "ALTER TABLE leases DROP COLUMN head_hash",
+        "ALTER TABLE leases DROP COLUMN seal",
+        "ALTER TABLE lease_spend DROP COLUMN seal",
+    ):
+        run_sql(url, statement)
+    with pytest.raises(JournalConfigError, match="open it once with its signing key"):
+        open_journal(url, public_keys=[key.public_text]).close()
+    with open_journal(url, signing_key=signing) as journal:
+        (lease,) = journal.leases.list()
+        assert journal.verify().ok
+        events = [e.data["event"] for e in journal.read(lease_chain(lease.lease_id))]
+        assert events == ["issued", "migrated"]
