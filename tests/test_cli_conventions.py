@@ -266,6 +266,7 @@ def test_each_documented_case_exits_with_its_code(
     with open_journal(fresh) as journal:
         lease = journal.leases.issue("bot")
         journal.leases.revoke(lease)
+    open_journal(tmp_path / "empty.db").close()  # a journal with no entry at all
     argv = [lease if a == "REVOKED" else a for a in argv]
     if "TAMPERED" in argv:
         copy = build_world(tmp_path / "tampered")
