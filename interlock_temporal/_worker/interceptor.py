@@ -307,18 +307,18 @@ class _ActivityInbound(temporalio.worker.ActivityInboundInterceptor):
         """Refused where the gate cannot run it; else its target bound, and the attempt run
         through the effect protocol inside its span."""
         info = temporalio.activity.info()
-        # one task queue, one journal: refused before the gate reads or writes anything
-        refusal = await self._root.runtime.journal_refusal(info)
-        if refusal is not None:
-            raise refusal
-        check_executor(spec, input.executor, info.activity_type)
-        spec = self._bound(spec, info)
-        target = spec.require_target()
-        gate = self._root.gate
-        # a retry: the workflow's next task must not wait on a dead worker's sticky queue
         runtime = self._root.runtime
+        # a retry: the workflow's next task must not wait on a dead worker's sticky queue
         release = start_release(runtime.temporal_client(), info) if runtime.release_sticky else None
         try:
+            # one task queue, one journal: refused before the gate reads or writes anything
+            refusal = await runtime.journal_refusal(info)
+            if refusal is not None:
+                raise refusal
+            check_executor(spec, input.executor, info.activity_type)
+            spec = self._bound(spec, info)
+            target = spec.require_target()
+            gate = self._root.gate
             with self._root.telemetry.attempt(
                 info.activity_type, capabilities(target).tier, gate.receipt_or_none
             ) as traced:

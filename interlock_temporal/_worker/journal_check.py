@@ -92,11 +92,12 @@ class QueueJournalCheck:
         client: temporalio.client.Client,
         task_queue: str,
         *,
-        every_s: float = CHECK_EVERY_S,
+        every_s: float | None = None,
     ) -> None:
         self.journal_id = journal_id
         self.client = client
         self.task_queue = task_queue
+        #: how often to ask (None: ``CHECK_EVERY_S`` as it is when the loop runs)
         self.every_s = every_s
         #: another journal's poller seen at the last answer: (its journal id, its identity)
         self.other: tuple[str, str] | None = None
@@ -170,7 +171,7 @@ class QueueJournalCheck:
 
     async def _every(self) -> None:
         while True:
-            await asyncio.sleep(self.every_s)
+            await asyncio.sleep(CHECK_EVERY_S if self.every_s is None else self.every_s)
             await self.check()
 
     async def stop(self) -> None:
