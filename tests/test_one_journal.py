@@ -24,6 +24,7 @@ from temporalio.worker import Worker
 from interlock_temporal import InterlockInterceptor, InterlockPlugin, current_effect, gated, receipt
 from interlock_temporal._worker import journal_check
 from interlock_temporal._worker.journal_check import QueueJournalCheck
+from interlock_temporal.core.config_chain import append_config
 from interlock_temporal.core.errors import JournalCorrupt
 from interlock_temporal.core.journal import Journal, open_journal
 from interlock_temporal.core.journal_identity import (
@@ -95,6 +96,8 @@ def test_an_edit_of_its_row_fails_the_read(tmp_path: Path) -> None:
     db = tmp_path / "journal.db"
     with open_journal(f"sqlite:///{db}", signing_key=KEY) as journal:
         ours = journal_id_of(journal)
+        # another entry after it: the id's entry is not the tail (the tail is checked at open)
+        append_config(journal, "config:operators", {"change": "revoke", "name": "nobody"})
     assert ours is not None
     theirs = uuid.uuid4().hex
     connection = sqlite3.connect(db)
@@ -184,7 +187,7 @@ async def worker(
 
 def check_of(running: Worker) -> QueueJournalCheck:
     """The poller check of a worker's runtime (``InterlockPlugin`` made it)."""
-    for interceptor in running.config()["interceptors"] or []:
+    for interceptor in running.config(active_config=True)["interceptors"] or []:
         if isinstance(interceptor, InterlockInterceptor):
             check = interceptor.runtime.queue_check
             assert check is not None
@@ -245,8 +248,8 @@ async def test_two_journals_on_one_task_queue_send_a_tier3_effect_once(
     client_a = await a.client(dev_server)
     async with worker(client_a, queue, payments) as worker_a:
         # the worker names its journal in its Temporal identity
-        assert journal_named_by(worker_a.config()["identity"] or "") == a.id
-        assert worker_a.config()["identity"].startswith(client_a.identity)  # type: ignore[union-attr]
+        assert journal_named_by(worker_a.config(active_config=True)["identity"] or "") == a.id
+        assert worker_a.config(active_config=True)["identity"].startswith(client_a.identity)  # type: ignore[union-attr]
         handle = await client_a.start_workflow(
             CallActivity.run,
             spec(f"tq-{uuid.uuid4().hex[:8]}", heartbeat_s=1, retry_after_s=4),
@@ -282,7 +285,7 @@ async def test_two_journals_on_one_task_queue_send_a_tier3_effect_once(
         assert f"poller '{client_a.identity} interlock-journal:{a.id}'" in cause.message
     else:
         assert "the heartbeat details of attempt 1" in cause.message
-    assert "point both workers at the same journal URL" in cause.message.lower()
+    assert "Point both workers at the same journal URL" in cause.message
     assert "its own task queue" in cause.message
     # sent once: the service's own record
     assert payments.refunded_cents(ORDER) == 2000
@@ -389,7 +392,6 @@ async def test_reviews_list_shows_its_own_journals_reviews(
         assert mine.code == 0, mine.err
         (doc,) = [d for d in mine.json()["reviews"] if d["workflow_id"] == review]
         assert doc["status"]["journal_id"] == ours
-        assert doc["status"]["receipt"]["journal_id"] == ours
         assert mine.json()["journal_id"] == ours
 
         async def listed(*more: str) -> Any:
@@ -425,3 +427,27 @@ def test_a_review_from_before_journal_ids_is_shown_as_before() -> None:
     assert _of("a" * 32, old.model_copy(update={"journal_id": "a" * 32}))
     assert not _of("a" * 32, old.model_copy(update={"journal_id": "b" * 32}))
     assert _of(None, old.model_copy(update={"journal_id": "b" * 32}))  # no journal to compare
+
+
+@pytest.mark.server
+async def test_a_workers_identity_names_its_journal_keeping_the_users(
+    dev_server: DevServer, tmp_path: Path, payments: SimulatedPayments
+) -> None:
+    a = site(tmp_path / "a")
+    # the plugin: an identity the user set is kept, the tag appended
+    client = await a.client(dev_server)
+    activities = [refund_once(payments)]
+    queue = f"one-journal-{uuid.uuid4().hex[:10]}"
+    named = Worker(client, task_queue=queue, activities=activities, identity="refunds-7")
+    assert named.config(active_config=True)["identity"] == f"refunds-7 interlock-journal:{a.id}"
+    # the plain interceptor (no plugins): the same, and its poller check is made
+    plain = await Client.connect(dev_server.target, data_converter=pydantic_data_converter)
+    interceptor = InterlockInterceptor(a.url, signing_key=KEY)
+    options = interceptor.worker_options(plain, task_queue=queue, activities=activities)
+    assert options["identity"] == f"{plain.identity} interlock-journal:{a.id}"
+    check = interceptor.runtime.queue_check
+    assert check is not None and (check.task_queue, check.journal_id) == (queue, a.id)
+    mine = interceptor.worker_options(
+        plain, task_queue=queue, activities=activities, identity="mine"
+    )
+    assert mine["identity"] == f"mine interlock-journal:{a.id}"

@@ -181,7 +181,7 @@ class InterlockPlugin(SimplePlugin):
 
     def _queue_check(self, worker: temporalio.worker.Worker) -> QueueJournalCheck | None:
         """The poller check of ``worker``'s runtime (the one ``configure_worker`` made)."""
-        for interceptor in worker.config().get("interceptors") or []:
+        for interceptor in worker.config(active_config=True).get("interceptors") or []:
             if (
                 isinstance(interceptor, InterlockInterceptor)
                 and interceptor.runtime.source is self._source
