@@ -378,10 +378,22 @@ async def test_reviews_list_shows_its_own_journals_reviews(
         r.payments.arm("after_commit", "reset")
         case = r.case(wait_for_review=True, maximum_attempts=1)
         eid = effect_of(case)
-        await r.start(case)
+        handle = await r.start(case)
         await opened_with_one_waiting(r, eid)
         ours = journal_id_of(r.journal, create=False)  # the worker made it when it started
         assert ours is not None
+        # the AmbiguousEffect the workflow saw carries a receipt that names the journal
+        failed = [
+            e.activity_task_failed_event_attributes.failure
+            async for e in handle.fetch_history_events()
+            if e.HasField("activity_task_failed_event_attributes")
+        ]
+        (failure,) = failed
+        assert failure.application_failure_info.type == "AmbiguousEffect"
+        (shown,) = pydantic_data_converter.payload_converter.from_payloads(
+            list(failure.application_failure_info.details.payloads)
+        )
+        assert shown["effect_id"] == eid and shown["journal_id"] == ours
         (tmp_path / "other").mkdir()
         other_url = f"sqlite:///{tmp_path / 'other' / 'interlock.db'}"
         with open_journal(other_url) as other:
