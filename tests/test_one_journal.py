@@ -463,3 +463,38 @@ async def test_a_workers_identity_names_its_journal_keeping_the_users(
         plain, task_queue=queue, activities=activities, identity="mine"
     )
     assert mine["identity"] == f"mine interlock-journal:{a.id}"
+
+
+@pytest.mark.server
+async def test_when_describe_task_queue_fails_the_last_answer_is_kept(
+    dev_server: DevServer,
+    tmp_path: Path,
+    payments: SimulatedPayments,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A failing ``DescribeTaskQueue`` (here: a namespace the server does not have) neither
+    blocks gated work nor forgets another journal already seen; it is logged once per streak."""
+    a = site(tmp_path / "a")
+    queue = f"one-journal-{uuid.uuid4().hex[:10]}"
+    client_a = await a.client(dev_server)
+    async with worker(client_a, queue, payments):
+        check = QueueJournalCheck(uuid.uuid4().hex, client_a, queue)
+        await until(lambda: _sees(check, a.id), "the check sees journal A's poller")
+        check.client = await Client.connect(
+            dev_server.target, namespace=f"missing-{uuid.uuid4().hex[:8]}"
+        )
+        with caplog.at_level("WARNING", logger="interlock_temporal"):
+            await check.check()
+            await check.check()
+        assert check.other is not None and check.other[0] == a.id  # kept
+        told = [r for r in caplog.records if "could not list the pollers" in r.getMessage()]
+        assert len(told) == 1, told
+        # and a check that never had an answer refuses nothing
+        blind = QueueJournalCheck(uuid.uuid4().hex, check.client, queue)
+        await blind.check()
+        assert blind.other is None and not blind.checked
+
+
+async def _sees(check: QueueJournalCheck, journal_id: str) -> bool:
+    await check.check()
+    return check.other is not None and check.other[0] == journal_id
