@@ -498,3 +498,25 @@ async def test_when_describe_task_queue_fails_the_last_answer_is_kept(
 async def _sees(check: QueueJournalCheck, journal_id: str) -> bool:
     await check.check()
     return check.other is not None and check.other[0] == journal_id
+
+
+def test_journal_id_prints_the_id_and_creates_none(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import json
+
+    from interlock_temporal.cli import main
+
+    url = f"sqlite:///{tmp_path / 'journal.db'}"
+    open_journal(url).close()  # its key file beside it: the command finds it
+    capsys.readouterr()
+    env_key = ["--journal", url]
+    assert main([*env_key, "journal", "id"]) == 1  # none yet, and the command makes none
+    assert "has no id yet" in capsys.readouterr().err
+    with open_journal(url) as journal:
+        assert journal_id_of(journal, create=False) is None
+        made = journal_id_of(journal)
+    assert main([*env_key, "journal", "id"]) == 0
+    assert capsys.readouterr().out.strip() == made
+    assert main([*env_key, "journal", "id", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["journal_id"] == made
