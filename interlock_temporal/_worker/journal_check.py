@@ -10,10 +10,12 @@ it: B sends it again. Neither journal is wrong; the deployment is (``core.journa
 The mechanism: each worker names its journal in its Temporal identity
 (``"<identity> interlock-journal:<id>"``), which the server lists for each poller of a task
 queue. ``QueueJournalCheck`` asks the server for the activity pollers of the worker's task
-queue (``DescribeTaskQueue``) when the worker starts and every ``CHECK_EVERY_S`` after; a poller
-whose identity names another journal id makes the worker refuse every gated activity before the
-gate decides anything (``JournalMismatch``: non-retryable, naming both journals and what to
-fix; nothing written, nothing sent), with one WARNING each time what it sees changes. Pollers
+queue when the worker starts and every ``CHECK_EVERY_S`` after (``ListTaskQueuePartitions``,
+then ``DescribeTaskQueue`` of each partition: one call describes one partition, and a worker's
+pollers can all sit on partitions other than the root); a poller whose identity names another
+journal id makes the worker refuse every gated activity before the gate decides anything
+(``JournalMismatch``: non-retryable, naming both journals and what to fix; nothing written,
+nothing sent), with one WARNING each time what it sees changes. Pollers
 without the tag (plain, ungated workers) are ignored. The server lists a poller for a few
 minutes after its last poll, so a worker that just died in doubt still counts (which is the
 case that matters); the cost is that after the fix, gated work stays refused until the server
@@ -25,11 +27,12 @@ another journal is refused the same way. Heartbeat details are throttled and may
 attempt that died before its first heartbeat left none), so they back up the poller check and
 never replace it.
 
-When ``DescribeTaskQueue`` fails (a flaky connection, a server that refuses the call), the
+When a ``DescribeTaskQueue`` fails (a flaky connection, a server that refuses the call), the
 worker keeps the last answer and logs once per streak of failures: gated work is not blocked
 on a call that has nothing to do with the effect. The cost: until a call succeeds again, a
 worker of another journal that started meanwhile is not noticed (the heartbeat check still
-applies to retries).
+applies to retries). A server that will not list partitions gets the root partition described
+alone, which sees a worker whose pollers all sit on other partitions late.
 """
 
 from __future__ import annotations
@@ -43,7 +46,10 @@ from typing import TYPE_CHECKING, Any
 
 from temporalio.api.enums.v1 import TaskQueueType
 from temporalio.api.taskqueue.v1 import TaskQueue
-from temporalio.api.workflowservice.v1 import DescribeTaskQueueRequest
+from temporalio.api.workflowservice.v1 import (
+    DescribeTaskQueueRequest,
+    ListTaskQueuePartitionsRequest,
+)
 
 from ..core.journal_identity import journal_named_by, mismatch_message
 from .errors import JournalMismatch
@@ -54,11 +60,12 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("interlock_temporal")
 
-#: how often a worker asks for its task queue's pollers. A worker of another journal is noticed
-#: within this long of its first poll (and at once by the next worker to start); 30 s keeps the
-#: call (one small RPC per worker) far below anything the server notices, while a misconfigured
-#: fleet is stopped before most activities would reach their second attempt (the default retry
-#: policy waits 1, 2, 4, 8, 16 s)
+#: how often a worker asks for its task queue's pollers. The check at start stops the worker that
+#: joins a task queue of another journal at once; the period is how long an earlier worker runs
+#: gated work before it hears of the newcomer (which itself refuses from its first poll). Each
+#: check is 1 + partitions small RPCs (5 with the server's default of 4 partitions): every 30 s
+#: is far below anything the server notices, and shorter than the time the default retry policy
+#: (1, 2, 4, 8, 16 s between attempts) takes to make six attempts of one activity
 CHECK_EVERY_S = 30.0
 #: how long one ``DescribeTaskQueue`` may take before it counts as failed
 CALL_TIMEOUT_S = 10.0
@@ -106,17 +113,45 @@ class QueueJournalCheck:
         self._failing = False
         self._task: asyncio.Task[None] | None = None
 
+    async def _partitions(self) -> list[str]:
+        """The activity partitions of the task queue (``ListTaskQueuePartitions``); the root
+        alone when the server will not list them."""
+        try:
+            listed = await self.client.workflow_service.list_task_queue_partitions(
+                ListTaskQueuePartitionsRequest(
+                    namespace=self.client.namespace, task_queue=TaskQueue(name=self.task_queue)
+                ),
+                timeout=timedelta(seconds=CALL_TIMEOUT_S),
+            )
+        except Exception as err:
+            log.debug(
+                "listing the partitions of %r failed (%s): the root only", self.task_queue, err
+            )
+            return [self.task_queue]
+        keys = [p.key for p in listed.activity_task_queue_partitions if p.key]
+        return keys or [self.task_queue]
+
+    async def _identities(self) -> list[str]:
+        """The identities of the task queue's activity pollers, from every partition: a
+        ``DescribeTaskQueue`` describes one partition, and a worker's pollers may all sit on
+        others (a second worker's, while the first one's hold the root)."""
+        identities: list[str] = []
+        for partition in await self._partitions():
+            response = await self.client.workflow_service.describe_task_queue(
+                DescribeTaskQueueRequest(
+                    namespace=self.client.namespace,
+                    task_queue=TaskQueue(name=partition),
+                    task_queue_type=TaskQueueType.TASK_QUEUE_TYPE_ACTIVITY,
+                ),
+                timeout=timedelta(seconds=CALL_TIMEOUT_S),
+            )
+            identities.extend(poller.identity for poller in response.pollers)
+        return identities
+
     async def check(self) -> None:
         """Ask the server once; on failure keep the last answer (see the module's docstring)."""
-        request = DescribeTaskQueueRequest(
-            namespace=self.client.namespace,
-            task_queue=TaskQueue(name=self.task_queue),
-            task_queue_type=TaskQueueType.TASK_QUEUE_TYPE_ACTIVITY,
-        )
         try:
-            response = await self.client.workflow_service.describe_task_queue(
-                request, timeout=timedelta(seconds=CALL_TIMEOUT_S)
-            )
+            identities = await self._identities()
         except Exception as err:
             if not self._failing:
                 self._failing = True
@@ -132,10 +167,10 @@ class QueueJournalCheck:
             self._failing = False
             log.info("interlock: listing the pollers of task queue %r works again", self.task_queue)
         other: tuple[str, str] | None = None
-        for poller in response.pollers:
-            named = journal_named_by(poller.identity)
+        for identity in identities:
+            named = journal_named_by(identity)
             if named is not None and named != self.journal_id:
-                other = (named, poller.identity)
+                other = (named, identity)
                 break
         self.checked = True
         self._seen(other)
