@@ -21,8 +21,8 @@ class CallActivity:
         options: dict[str, Any] = {
             "start_to_close_timeout": timedelta(seconds=10),
             "retry_policy": RetryPolicy(
-                initial_interval=timedelta(milliseconds=200),
-                maximum_interval=timedelta(seconds=1),
+                initial_interval=timedelta(seconds=spec.get("retry_after_s", 0.2)),
+                maximum_interval=timedelta(seconds=max(1.0, spec.get("retry_after_s", 0.2))),
                 maximum_attempts=spec.get("maximum_attempts", 0),
             ),
         }

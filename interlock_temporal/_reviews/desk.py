@@ -146,6 +146,7 @@ class ReviewDesk:
             principal=principal,
             details=details,
             ballot=ballot,
+            journal_id=runtime.journal_id,
             **self._settings(),
         )
         workflow_id = review_id(kind, effect_id)

@@ -81,6 +81,10 @@ class ReviewRequest(BaseModel):
     #: what a vote's proof signs besides the vote (``core.vote_proofs``), where the journal has
     #: an operator roster: shown in the status, for a person's tools to sign
     ballot: Ballot | None = None
+    #: the journal that holds what the review is about (``core.journal_identity``): ``reviews
+    #: list`` shows a journal's own reviews. None in a review opened before journals had ids
+    #: (its request has no such field, and its seal was made without one)
+    journal_id: str | None = None
     #: the opening worker's seal over everything above and the review's workflow id
     #: (``core.review_seal``): a request without a valid one is not a genuine review's
     seal: str | None = None
@@ -123,6 +127,9 @@ class ReviewStatus(BaseModel):
     #: what a vote's proof signs besides the vote (None: the journal has no operator roster,
     #: and votes need no proof)
     ballot: Ballot | None = None
+    #: the journal that holds what the review is about (None: a review opened before journals
+    #: had ids)
+    journal_id: str | None = None
 
 
 class NotifyEvent(BaseModel):
@@ -573,6 +580,7 @@ class EffectReview:
             escalated=self._escalated,
             deadline_at=self._deadline_at,
             ballot=self._req.ballot,
+            journal_id=self._req.journal_id,
         )
 
     def _vote_shown(self, v: Vote) -> dict[str, str]:

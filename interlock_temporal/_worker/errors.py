@@ -198,6 +198,22 @@ class JournalCorruptError(ApplicationError):
         self.seq = seq
 
 
+class JournalMismatch(ApplicationError):
+    """One task queue, one journal: a poller of this worker's task queue, or an earlier
+    attempt's heartbeat, names another journal. Nothing was written or sent. Not retryable; the
+    details name both journals (``{"journal_id", "other_journal_id"}``)."""
+
+    def __init__(self, message: str, journal_id: str, other_journal_id: str) -> None:
+        super().__init__(
+            message,
+            {"journal_id": journal_id, "other_journal_id": other_journal_id},
+            type="JournalMismatch",
+            non_retryable=True,
+        )
+        self.journal_id = journal_id
+        self.other_journal_id = other_journal_id
+
+
 class JournalUnavailableError(ApplicationError):
     """The journal cannot be written: nothing was sent. Retryable."""
 
@@ -244,18 +260,27 @@ def describe_invalid(err: BaseException, param: str) -> str:
     return "; ".join(problems)
 
 
+def _stamped(receipt: Receipt | None, journal_id: str | None) -> Receipt | None:
+    if receipt is None or journal_id is None or receipt.journal_id is not None:
+        return receipt
+    return receipt.model_copy(update={"journal_id": journal_id})
+
+
 @contextlib.contextmanager
-def as_temporal_errors() -> Iterator[None]:
-    """Core outcomes become the ``ApplicationError`` types workflows and operators see."""
+def as_temporal_errors(journal_id: str | None = None) -> Iterator[None]:
+    """Core outcomes become the ``ApplicationError`` types workflows and operators see; their
+    receipts name ``journal_id``, the journal that holds the effect, when given."""
     try:
         yield
     except Refused as r:
         # a target's refusal reaches the workflow with the target's own error as its cause (an
         # API's message: the journal keeps only what ``refusal_detail`` says)
         cause = r.__context__ if r.code == "target_rejected" and r.refused_at is None else None
-        raise EffectRefused(str(r), r.receipt) from cause
+        raise EffectRefused(str(r), _stamped(r.receipt, journal_id)) from cause
     except Ambiguous as a:
-        raise AmbiguousEffect(a.reason, a.receipt) from None
+        receipt = _stamped(a.receipt, journal_id)
+        assert receipt is not None
+        raise AmbiguousEffect(a.reason, receipt) from None
     except InFlight as f:
         raise EffectInFlight(str(f), f.retry_after) from None
     except InvalidCall as e:
@@ -267,7 +292,7 @@ def as_temporal_errors() -> Iterator[None]:
     except JournalCorrupt as e:
         raise JournalCorruptError(str(e), e.effect_id, e.seq) from None
     except UnstableEffectKey as e:
-        raise UnstableEffectKeyError(str(e), e.receipt) from None
+        raise UnstableEffectKeyError(str(e), _stamped(e.receipt, journal_id)) from None
     except Denied as d:
         raise InterlockDenied(d) from None
     except NeedsApproval as n:

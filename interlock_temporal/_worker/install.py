@@ -32,10 +32,12 @@ from .._reviews.notifying import NotifyDesk
 from .._reviews.reconciler import ReconcileActivity, Reconciler
 from .._reviews.workflow import EffectReview
 from ..core.journal import Journal, redacted
+from ..core.journal_identity import identity_with_journal
 from ..core.operators import roster_of
 from ..core.policy import Policy
 from ..core.policy.file import PolicySource, check_arguments
 from .gated import argument_names, spec_of
+from .journal_check import QueueJournalCheck
 from .runtime import WorkerSetupError
 
 if TYPE_CHECKING:
@@ -197,6 +199,7 @@ def install(config: Any, interceptor: Installable) -> None:
     gate = runtime.gate
     runtime.check_transactional()
     _warn_without_roster(gate.journal)
+    _name_the_journal(config, runtime)
     reconciler = ReconcileActivity(runtime, interceptor.desk)
     config["interceptors"] = [*(config.get("interceptors") or []), interceptor]
     own: list[Callable[..., Any]] = [
@@ -212,6 +215,19 @@ def install(config: Any, interceptor: Installable) -> None:
     runtime.own_activities = frozenset(_Definition.must_from_callable(fn).name or "" for fn in own)
     config["activities"] = [*(config.get("activities") or []), *own]
     interceptor.installed = True
+
+
+def _name_the_journal(config: Any, runtime: WorkerRuntime) -> None:
+    """One task queue, one journal (``journal_check``): the worker's Temporal identity names
+    its journal (``"<identity> interlock-journal:<id>"``, the user's identity kept, else the
+    client's ``pid@hostname``), and its runtime gets the check of its task queue's pollers."""
+    client = config.get("client")
+    journal_id = runtime.journal_id
+    identity = config.get("identity") or (client.identity if client is not None else "")
+    config["identity"] = identity_with_journal(identity, journal_id)
+    task_queue = config.get("task_queue")
+    if client is not None and task_queue:
+        runtime.queue_check = QueueJournalCheck(journal_id, client, task_queue)
 
 
 _told_without_roster: set[str] = set()

@@ -79,6 +79,7 @@ from .gated import (
     spec_of,
 )
 from .install import BARE, worker_options
+from .journal_check import heartbeat_details
 from .runtime import GateSource, JournalArg, WorkerRuntime, WorkerSetupError
 from .sticky import finish_release, start_release
 from .telemetry import REASON, VERDICT, Attempt, Telemetry
@@ -306,14 +307,18 @@ class _ActivityInbound(temporalio.worker.ActivityInboundInterceptor):
         """Refused where the gate cannot run it; else its target bound, and the attempt run
         through the effect protocol inside its span."""
         info = temporalio.activity.info()
-        check_executor(spec, input.executor, info.activity_type)
-        spec = self._bound(spec, info)
-        target = spec.require_target()
-        gate = self._root.gate
-        # a retry: the workflow's next task must not wait on a dead worker's sticky queue
         runtime = self._root.runtime
+        # a retry: the workflow's next task must not wait on a dead worker's sticky queue
         release = start_release(runtime.temporal_client(), info) if runtime.release_sticky else None
         try:
+            # one task queue, one journal: refused before the gate reads or writes anything
+            refusal = await runtime.journal_refusal(info)
+            if refusal is not None:
+                raise refusal
+            check_executor(spec, input.executor, info.activity_type)
+            spec = self._bound(spec, info)
+            target = spec.require_target()
+            gate = self._root.gate
             with self._root.telemetry.attempt(
                 info.activity_type, capabilities(target).tier, gate.receipt_or_none
             ) as traced:
@@ -367,7 +372,7 @@ class _ActivityInbound(temporalio.worker.ActivityInboundInterceptor):
         # tier 0 runs the body inside begin's transaction: heartbeat for it meanwhile
         beat = None if call.transaction is None else self._heartbeat_while_sending(info)
         try:
-            with as_temporal_errors():
+            with as_temporal_errors(self._root.runtime.journal_id):
                 return await gate.begin(call, target)
         finally:
             if beat is not None:
@@ -388,13 +393,13 @@ class _ActivityInbound(temporalio.worker.ActivityInboundInterceptor):
                 )
             except Exception as err:
                 last = step.call.last_attempt or is_non_retryable(err, info)
-                with as_temporal_errors():
+                with as_temporal_errors(self._root.runtime.journal_id):
                     await gate.fail(step, err, last_attempt=last)
                 raise
             except BaseException:
                 step.release()
                 raise
-            with as_temporal_errors():
+            with as_temporal_errors(self._root.runtime.journal_id):
                 done = await gate.commit(step, result)
             if done.after is Kind.AMBIGUOUS:
                 await self._root.desk.late_commit(step.effect_id)
@@ -404,16 +409,19 @@ class _ActivityInbound(temporalio.worker.ActivityInboundInterceptor):
                 heartbeat.cancel()
 
     def _heartbeat_while_sending(self, info: temporalio.activity.Info) -> asyncio.Task[None] | None:
-        """Heartbeat on the body's behalf, so ``heartbeat_timeout`` finds a dead worker fast."""
+        """Heartbeat on the body's behalf, so ``heartbeat_timeout`` finds a dead worker fast.
+        The details name this worker's journal: a later attempt on a worker of another journal
+        refuses (``journal_check``; throttled and lossy, so defence in depth only)."""
         if info.heartbeat_timeout is None or self._outbound is None:
             return None
         outbound = self._outbound
+        details = heartbeat_details(self._root.runtime.journal_id)
         period = max(0.05, info.heartbeat_timeout.total_seconds() / 4)
 
         async def beat() -> None:
             while True:
                 with contextlib.suppress(Exception):
-                    outbound.heartbeat()
+                    outbound.heartbeat(details)
                 await asyncio.sleep(period)
 
         return asyncio.ensure_future(beat())

@@ -23,6 +23,7 @@ from ..core.targets import EffectTarget
 from ..notify import DEFAULT, DefaultType, Notifier
 from .install import WORKFLOWS, close_cached_runs, install, with_passthrough
 from .interceptor import InterlockInterceptor
+from .journal_check import QueueJournalCheck
 from .runtime import GateSource, JournalArg, WorkerRuntime
 from .telemetry import Telemetry
 
@@ -165,13 +166,28 @@ class InterlockPlugin(SimplePlugin):
         next: Callable[[temporalio.worker.Worker], Awaitable[None]],
     ) -> None:
         self._source.announce()
+        check = self._queue_check(worker)
         try:
+            if check is not None:  # one task queue, one journal: before the worker polls
+                await check.start()
             await self._start_reconciler(worker)
             await super().run_worker(worker, next)
         finally:
+            if check is not None:
+                await check.stop()
             # the SDK leaves the workflows it cached to the garbage collector: close them here,
             # each in its own context (their spans end cleanly; nothing prints at exit)
             await close_cached_runs(worker.config(active_config=True).get("workflow_runner"))
+
+    def _queue_check(self, worker: temporalio.worker.Worker) -> QueueJournalCheck | None:
+        """The poller check of ``worker``'s runtime (the one ``configure_worker`` made)."""
+        for interceptor in worker.config(active_config=True).get("interceptors") or []:
+            if (
+                isinstance(interceptor, InterlockInterceptor)
+                and interceptor.runtime.source is self._source
+            ):
+                return interceptor.runtime.queue_check
+        return None
 
     async def _start_reconciler(self, worker: temporalio.worker.Worker) -> None:
         if self._reconcile is not None:

@@ -20,13 +20,16 @@ from ..core.journal import Journal, KeyLike, keyring_for, open_journal, parse_jo
 from ..core.journal.interface import database_of, redacted
 from ..core.journal.opening import configured_journal
 from ..core.journal.signing import Keyring
+from ..core.journal_identity import journal_id_of
 from ..core.policy import Policy, PolicyFollower, PolicyGuard
 from ..core.protocol import Gate
 from ..core.review import ReviewRules
 from ..core.sealing import Values
 from ..core.targets import EffectTarget, capabilities, check_declaration
 from .codec import CodecSealer
+from .errors import JournalMismatch
 from .gated import GateSpec
+from .journal_check import QueueJournalCheck, refusal_by_heartbeat
 from .logs import announce_journal, install_ambiguous_line, no_heartbeat_warning
 from .telemetry import Telemetry
 
@@ -259,6 +262,9 @@ class WorkerRuntime:
         self._specs: dict[str, GateSpec] = {}
         #: the activity types already warned of a missing heartbeat_timeout
         self._warned: set[str] = set()
+        #: one task queue, one journal: the pollers of the worker's task queue (``install``
+        #: makes it; None for a worker without a client, which checks heartbeats only)
+        self.queue_check: QueueJournalCheck | None = None
 
     @property
     def gate(self) -> Gate:
@@ -267,6 +273,25 @@ class WorkerRuntime:
     @property
     def telemetry(self) -> Telemetry:
         return self.source.telemetry
+
+    @property
+    def journal_id(self) -> str:
+        """The journal's id (``core.journal_identity``), created by the first worker that
+        needs it."""
+        found = journal_id_of(self.gate.journal)
+        assert found is not None  # journal_id_of creates one when there is none
+        return found
+
+    async def journal_refusal(self, info: activity.Info) -> JournalMismatch | None:
+        """Why this worker must not run the gated attempt ``info`` (one task queue, one
+        journal; see ``journal_check``). A worker built with ``worker_options`` (no plugin to
+        start it with the worker) starts its poller check at its first gated activity."""
+        check = self.queue_check
+        if check is None:
+            return refusal_by_heartbeat(self.journal_id, info)
+        if not check.running:
+            await check.start()
+        return check.refusal(info)
 
     @property
     def authority_keys(self) -> AuthorityKeys:

@@ -1,4 +1,4 @@
-"""``interlock journal``: verify, export, archive, keygen, public-key, head."""
+"""``interlock journal``: verify, export, archive, keygen, public-key, head, id."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ from ..core.errors import JournalConfigError, JournalCorrupt
 from ..core.journal import export_line, keyring_for, read_export, verify_entries
 from ..core.journal.archiving import archive_chain, read_archive, verify_archive
 from ..core.journal.signing import ED25519_PREFIX, ED25519_PUBLIC_PREFIX, Ed25519Key, Keyring
+from ..core.journal_identity import journal_id_of
 from ..core.models import JournalHead, Kind
 from ..core.vote_proofs import ProofCheck, recheck
 from ._args import Groups, command, journal_options, json_flag, parse_age
@@ -254,6 +255,21 @@ def cmd_journal_head(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def cmd_journal_id(args: argparse.Namespace) -> int:
+    with open_for(args) as journal:
+        found = journal_id_of(journal, create=False)
+        if args.json:
+            emit_json({"journal_id": found, "journal": journal.url})
+        elif found is None:
+            warn(
+                f"journal {journal.url} has no id yet: the first worker to start on it gives it "
+                "one (workers put it in their Temporal identity: one task queue, one journal)"
+            )
+        else:
+            emit(found)
+    return EXIT_OK if found is not None else EXIT_FAILED
+
+
 def register(groups: Groups) -> None:
     journal = groups.add_parser("journal", help="verify the journal, print its head")
     journal_options(journal, top=False)
@@ -329,6 +345,15 @@ def register(groups: Groups) -> None:
         example=["interlock journal head >> heads.txt", "interlock journal head --json"],
     )
     json_flag(head)
+    journal_id = command(
+        journal_sub,
+        "id",
+        cmd_journal_id,
+        "print the journal's id (signed; workers name it in their Temporal identity and refuse "
+        "gated work beside a worker of another journal on their task queue)",
+        example=["interlock journal id", "interlock journal id --json"],
+    )
+    json_flag(journal_id)
 
 
 def _register_archive(journal_sub: Any) -> None:

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..core.journal import Journal
+from ..core.journal_identity import journal_id_of
 from ..core.models import Kind
 from ..core.review import DECISIONS, review_id
 from ._args import (
@@ -152,6 +153,15 @@ async def _without_review(client: Client, journal: Journal, running: set[str]) -
     return [eid for eid, is_running in zip(missing, found, strict=True) if not is_running]
 
 
+def _of(journal_id: str | None, status: ReviewStatus | None) -> bool:
+    """Whether ``reviews list`` shows a review for the journal ``journal_id``: one that names
+    it, and any whose journal is unknown (opened before journals had ids, no status, or no
+    journal to compare with), shown as before."""
+    if journal_id is None or status is None or status.journal_id is None:
+        return True
+    return status.journal_id == journal_id
+
+
 async def reviews_list(args: argparse.Namespace, client: Client) -> int:
     journal, problem = try_open(args)
     try:
@@ -167,6 +177,10 @@ async def reviews_list(args: argparse.Namespace, client: Client) -> int:
                 return await _review_line(client, e)
 
         found = await asyncio.gather(*(one(e) for e in executions))
+        ours = None if journal is None else journal_id_of(journal, create=False)
+        shown = [(line, status) for line, status in found if args.all_journals or _of(ours, status)]
+        hidden = len(found) - len(shown)
+        found = shown
         orphans: list[str] | None = None
         if journal is not None:
             if args.all or more:  # the listing is not every open review: list those alone
@@ -195,6 +209,8 @@ async def reviews_list(args: argparse.Namespace, client: Client) -> int:
                     for line, status in found
                 ],
                 "ambiguous_without_review": orphans,
+                "journal_id": ours,
+                "other_journals_hidden": hidden,
             }
         )
     else:
@@ -207,6 +223,11 @@ async def reviews_list(args: argparse.Namespace, client: Client) -> int:
                 emit("")
             for eid in orphans:
                 emit(f"AMBIGUOUS with no open review: {eid}")
+    if hidden:
+        warn(
+            f"{hidden} review(s) of other journals not shown (this journal is {ours}); "
+            "--all-journals shows them"
+        )
     if more:
         warn(f"showing the newest {limit} reviews; raise --limit to see more")
     if journal is None:
@@ -385,6 +406,12 @@ def register(groups: Groups) -> None:
     )
     review_list.add_argument(
         "--limit", type=positive, default=100, metavar="N", help="at most N reviews (100)"
+    )
+    review_list.add_argument(
+        "--all-journals",
+        action="store_true",
+        help="also reviews opened by workers of other journals (by default only this "
+        "journal's, and those from before journals had ids)",
     )
     json_flag(review_list)
     resolve = command(

@@ -282,3 +282,6 @@ class Receipt(BaseModel):
     lease_charged_cents: int | None = None
     journal_seq: int
     journal_hash: str
+    #: the id of the journal that holds the effect (``core.journal_identity``); None in a
+    #: receipt made before journals had ids, or read from a journal that has none yet
+    journal_id: str | None = None

@@ -298,7 +298,10 @@ def receipt(effect_id: str, *, journal: Journal | str | None = None) -> Receipt:
         url, _ = configured_journal(journal)
         with open_journal(url, create=False) as opened:
             return receipt(effect_id, journal=opened)
+    from .journal_identity import journal_id_of  # the journal package imports this module
+
     entries = journal.read(effect_id)
     if not entries:
         raise KeyError(f"no effect {effect_id} in {journal.url}")
-    return receipt_of(fold(effect_id, entries))
+    found = receipt_of(fold(effect_id, entries))
+    return found.model_copy(update={"journal_id": journal_id_of(journal, create=False)})
