@@ -219,9 +219,10 @@ def test_schema_version_is_recorded_and_a_newer_one_is_refused(
 
 
 #: fields the receipts and approvals gained since that release, with what they read as for
-#: everything it wrote (nothing): the client identity Temporal recorded for a person's vote
+#: everything it wrote (nothing): the client identity Temporal recorded for a person's vote,
+#: the journal's id (none until a worker of this release uses the journal)
 ADDED_SINCE: dict[str, dict[str, Any]] = {
-    "receipts": {"sent_by": {}},
+    "receipts": {"sent_by": {}, "journal_id": None},
     "approvals": {"sent_by": {}},
 }
 
