@@ -68,7 +68,8 @@ class DerivedKey:
         return None if material is None else cls(hkdf_sha256(material, label), name)
 
     def mac(self, message: bytes) -> str:
-        return hmac.new(self.secret, message, hashlib.sha256).hexdigest()
+        # the one-shot C function: about a third of hmac.new's cost for a short message
+        return hmac.digest(self.secret, message, "sha256").hex()
 
     def matches(self, message: bytes, mac: str) -> bool:
         return hmac.compare_digest(self.mac(message), mac)

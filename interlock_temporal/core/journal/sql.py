@@ -492,10 +492,8 @@ class SqlJournal(Journal):
         actual = row[2] if row else ""
         if expected_head is not None and actual != expected_head:
             raise HeadConflict(effect_id, expected_head, actual)
-        if callable(build):
-            drafts = list(build(None if lease_of is None else lease_of()))
-        else:
-            drafts = list(build)
+        read = None if lease_of is None else lease_of()
+        drafts = list(build(read)) if callable(build) else list(build)
         if not drafts:
             return []
         etype = row[0] if row else effect_type
@@ -506,7 +504,7 @@ class SqlJournal(Journal):
         vals = values_json(blobs) if blobs else None
         now = time.time()
         written, rows = self._signed(effect_id, seq, actual, drafts, vals, now)
-        held = self._leases.keep_tx(db, held_in(row[5:8] if row else None), drafts)
+        held = self._leases.keep_tx(db, held_in(row[5:8] if row else None), drafts, read)
         self._store(
             db, rows, self._row_after(effect_id, etype, row, drafts, written[-1], now, held)
         )

@@ -79,13 +79,14 @@ def own_cents(held: Held) -> int | None:
     return held[1] if held is not None and held[2] else None
 
 
-def _with_others(lease: Lease, reserved: Any, own: Any) -> Lease:
-    """A budgeted lease with what its *other* effects hold reserved (its reservations, less
-    this effect's own active reservation); a lease without a budget as it is."""
-    if lease.budget_cents is None:
-        return lease
-    others = int(reserved or 0) - (int(own) if own is not None else 0)
-    return lease.model_copy(update={"reserved_cents": others})
+def _as_read(lease: Lease, head: str, reserved: Any, own: Any) -> Lease:
+    """The lease as a read gives it (one copy): with its chain's ``head``, and, if it has a
+    budget, what its *other* effects hold reserved (its reservations, less this effect's own
+    active reservation)."""
+    update: dict[str, Any] = {"head": head}
+    if lease.budget_cents is not None:
+        update["reserved_cents"] = int(reserved or 0) - (int(own) if own is not None else 0)
+    return lease.model_copy(update=update)
 
 
 def _lease_doc(lease: Lease) -> str:
@@ -250,9 +251,7 @@ class SqlLeases(LeaseStore):
             if reserved is None:
                 raise RowCorrupt.of("lease_spend", lease_id, "the budgeted lease has no row")
             self.seals.check("lease_spend", lease_id, spend_seal, int(reserved))
-        return _with_others(
-            lease.model_copy(update={"head": f"{head_seq}:{head_hash}"}), reserved, own
-        )
+        return _as_read(lease, f"{head_seq}:{head_hash}", reserved, own)
 
     def _checked(self, db: Any, lease_id: str, row: Sequence[Any]) -> Lease:
         """A ``leases`` row read alone (``_ROW``), checked as ``lease_in`` checks it."""
@@ -294,62 +293,76 @@ class SqlLeases(LeaseStore):
 
     # -- inside the journal's append transaction ------------------------------------------
 
-    def _spend(self, db: Any, lease_id: str, cents: int) -> None:
-        """Move what ``lease_id``'s budget has reserved by ``cents``: its row read and checked
-        under the append's lock, written back with a new seal."""
+    def spend_tx(self, db: Any, lease_id: str, cents: int, known: int | None = None) -> int:
+        """Move what ``lease_id``'s budget has reserved by ``cents``, written back with a new
+        seal; the total after. ``known``: the total as this transaction already read and
+        checked it (``lease_in``, under the dispatch's lock); else the row is read and its seal
+        checked here, under the append's lock."""
         access = self._access
-        row = access.execute(
-            db,
-            f"SELECT reserved_cents, seal FROM lease_spend WHERE lease_id = ?{access.for_update}",
-            (lease_id,),
-        ).fetchone()
-        if row is None:
-            raise RowCorrupt.of("lease_spend", lease_id, "the budgeted lease has no row")
-        self.seals.check("lease_spend", lease_id, row[1], int(row[0]))
-        reserved = int(row[0]) + cents
+        if known is None:
+            row = access.execute(
+                db,
+                f"SELECT reserved_cents, seal FROM lease_spend WHERE lease_id = ?"
+                f"{access.for_update}",
+                (lease_id,),
+            ).fetchone()
+            if row is None:
+                raise RowCorrupt.of("lease_spend", lease_id, "the budgeted lease has no row")
+            self.seals.check("lease_spend", lease_id, row[1], int(row[0]))
+            known = int(row[0])
+        reserved = known + cents
         access.execute(
             db,
             "UPDATE lease_spend SET reserved_cents = ?, seal = ? WHERE lease_id = ?",
             (reserved, self._spend_seal(lease_id, reserved), lease_id),
         )
+        return reserved
 
-    def keep_tx(self, db: Any, held: Held, drafts: Sequence[Draft]) -> Held:
+    def keep_tx(
+        self, db: Any, held: Held, drafts: Sequence[Draft], read: Lease | None = None
+    ) -> Held:
         """Budgets move with the entries that change them, in their transaction: a DISPATCHED
         that reserves (its ``budget`` note), a REFUSED (it never executed: give the reservation
         back), a late COMMITTED after a REFUSED (it did: reserve it again). The effect's reservation
         after ``drafts``, from ``held``, the one its row holds (read under the append's lock),
-        for the append to write on the row."""
+        for the append to write on the row. ``read``: the lease as this transaction read and
+        checked it (``lease_in``), whose budget's total is then not read again."""
+        budget = _Budget(self, db, read, held)
         now = held
         for draft in drafts:
             if draft.kind is Kind.DISPATCHED:
                 note = draft.data.get("budget")
-                if note is not None:
-                    now = self.reserve_tx(db, now, note["lease_id"], note["cents"])
-            elif draft.kind is Kind.REFUSED:
-                now = self.release_tx(db, now)
-            elif draft.kind is Kind.COMMITTED and draft.data.get("after") == Kind.REFUSED.value:
-                now = self.reserve_again_tx(db, now)
+                if note is not None and not (now is not None and now[2]):
+                    # at most one reservation per effect: one it holds already, it keeps
+                    budget.move(note["lease_id"], note["cents"])
+                    now = (note["lease_id"], note["cents"], True)
+            elif draft.kind is Kind.REFUSED and now is not None and now[2]:
+                # it ended without executing: given back
+                budget.move(now[0], -now[1])
+                now = (now[0], now[1], False)
+            elif (
+                draft.kind is Kind.COMMITTED
+                and draft.data.get("after") == Kind.REFUSED.value
+                and now is not None
+                and not now[2]
+            ):
+                # it executed after all: reserved again, whatever the budget holds
+                budget.move(now[0], now[1])
+                now = (now[0], now[1], True)
         return now
 
-    def reserve_tx(self, db: Any, held: Held, lease_id: str, cents: int) -> Held:
-        """Reserve ``cents`` of ``lease_id`` for an effect whose row holds ``held``, once: an
-        effect that holds a reservation already keeps it. The effect's reservation after it."""
-        if held is not None and held[2]:
-            return held
-        self._spend(db, lease_id, cents)
-        return (lease_id, cents, True)
 
-    def release_tx(self, db: Any, held: Held) -> Held:
-        """Give back an effect's reservation: it ended without executing."""
-        if held is None or not held[2]:
-            return held
-        lease_id, cents, _ = held
-        self._spend(db, lease_id, -cents)
-        return (lease_id, cents, False)
+class _Budget:
+    """One append's moves of a lease's budget: the first move of the lease the transaction
+    read starts from the total it read and checked (``lease_in``); any other reads its row."""
 
-    def reserve_again_tx(self, db: Any, held: Held) -> Held:
-        """A late COMMITTED of an effect that gave its reservation back: it executed after all,
-        so it is reserved again, budget or not."""
-        if held is None or held[2]:
-            return held
-        return self.reserve_tx(db, held, held[0], held[1])
+    def __init__(self, leases: SqlLeases, db: Any, read: Lease | None, held: Held) -> None:
+        self._leases, self._db = leases, db
+        self._totals: dict[str, int] = {}
+        if read is not None and read.budget_cents is not None and read.reserved_cents is not None:
+            # the lease as read holds its *other* effects' reservations: this one's too
+            self._totals[read.lease_id] = read.reserved_cents + (own_cents(held) or 0)
+
+    def move(self, lease_id: str, cents: int) -> None:
+        known = self._totals.get(lease_id)
+        self._totals[lease_id] = self._leases.spend_tx(self._db, lease_id, cents, known)
