@@ -27,6 +27,7 @@ tables.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -129,13 +130,14 @@ def _fold_charges(
     archived = False
     for raw in raws:
         kind = raw.kind
-        if kind == _DISPATCHED:
-            data = json.loads(raw.body)["data"]
-            _check_head(raw, data, chains, found)
-            _check_charge(raw, data, budgets, notes)
-        elif kind == _AUTHORIZED:
-            # a first dispatch's lease (and its head) is in the AUTHORIZED of its transaction
-            _check_head(raw, json.loads(raw.body)["data"], chains, found)
+        if kind in (_DISPATCHED, _AUTHORIZED):
+            # a first dispatch's lease (and its head) is in the AUTHORIZED of its transaction;
+            # a resend's in its DISPATCHED, with the budget's charge
+            lease, note = _scanned(raw.body)
+            if lease is not None:
+                _check_head(raw, lease, chains, found)
+            if note is not None and kind == _DISPATCHED:
+                _check_charge(raw, note, budgets, notes)
         elif kind == _REFUSED:
             held = budgets.held.get(raw.effect_id)
             if held is not None and held[2]:
@@ -157,17 +159,57 @@ def _fold_charges(
     return budgets
 
 
+#: in an entry's canonical JSON (keys sorted), a lease's head and id, as every lease snapshot
+#: since schema 10 holds them: ``"head":"SEQ:HASH","issued_at":...,"lease_id":"..."``
+_LEASE_HEAD = re.compile(
+    rb'"head":"([0-9]+:[0-9a-f]{64})","issued_at":[^,]*,"lease_id":"((?:[^"\\]|\\.)*)"'
+)
+#: a DISPATCHED's budget note: ``"budget":{"budget_cents":..,"cents":..,"lease_id":"..",
+#: "reserved_cents":..}``
+_BUDGET = re.compile(
+    rb'"budget":\{"budget_cents":(-?[0-9]+),"cents":(-?[0-9]+),'
+    rb'"lease_id":"((?:[^"\\]|\\.)*)","reserved_cents":(-?[0-9]+)\}'
+)
+
+
+def _scanned(body: bytes) -> tuple[tuple[str, str] | None, dict[str, Any] | None]:
+    """A dispatch entry's lease (id, signed head) and budget note, read from its bytes: the
+    common shapes by pattern (a JSON parse of every dispatch would double ``verify``'s time),
+    anything else (an older note, a premise that happens to be named like them) by parsing."""
+    lease: tuple[str, str] | None = None
+    note: dict[str, Any] | None = None
+    has_head, has_budget = b'"head":"' in body, b'"budget":{' in body
+    found_head = _LEASE_HEAD.search(body) if has_head else None
+    found_budget = _BUDGET.search(body) if has_budget else None
+    if (has_head and found_head is None) or (has_budget and found_budget is None):
+        data = json.loads(body)["data"]
+        snapshot, budget = data.get("lease"), data.get("budget")
+        if isinstance(snapshot, dict) and isinstance(snapshot.get("head"), str):
+            lease = (str(snapshot.get("lease_id")), snapshot["head"])
+        return lease, budget if isinstance(budget, dict) else None
+    if found_head is not None:
+        lease = (_text(found_head.group(2)), found_head.group(1).decode())
+    if found_budget is not None:
+        note = {
+            "lease_id": _text(found_budget.group(3)),
+            "cents": int(found_budget.group(2)),
+            "reserved_cents": int(found_budget.group(4)),
+        }
+    return lease, note
+
+
+def _text(escaped: bytes) -> str:
+    """A JSON string's contents as text (parsed only when it holds an escape)."""
+    return json.loads(b'"' + escaped + b'"') if b"\\" in escaped else escaped.decode()
+
+
 def _check_head(
-    raw: RawEntry, data: dict[str, Any], chains: Mapping[str, list[Entry]], found: ControlCheck
+    raw: RawEntry, lease: tuple[str, str], chains: Mapping[str, list[Entry]], found: ControlCheck
 ) -> None:
     """The lease head a dispatch transaction signs (with the lease, in its AUTHORIZED or a
     resend's DISPATCHED) against the lease's chain as it stood at that seq."""
-    lease = data.get("lease")
-    head = lease.get("head") if isinstance(lease, dict) else None
-    if not isinstance(head, str) or not isinstance(lease, dict):
-        return  # no lease, or one read before leases were signed
+    lease_id, head = lease
     found.dispatches += 1
-    lease_id = str(lease.get("lease_id"))
     before = [e for e in chains.get(lease_id, []) if e.seq < raw.seq]
     then = f"{before[-1].seq}:{before[-1].hash}" if before else None
     if head != then:
@@ -178,12 +220,9 @@ def _check_head(
         )
 
 
-def _check_charge(raw: RawEntry, data: dict[str, Any], budgets: _Budgets, notes: list[str]) -> None:
+def _check_charge(raw: RawEntry, note: dict[str, Any], budgets: _Budgets, notes: list[str]) -> None:
     """A DISPATCHED's budget note: its charge folded in, and the total it signs (what the
     lease's budget held reserved with it) against the charges before it."""
-    note = data.get("budget")
-    if not isinstance(note, dict):
-        return
     lease_id, cents = str(note.get("lease_id")), int(note.get("cents") or 0)
     held = budgets.held.get(raw.effect_id)
     own = held[1] if held is not None and held[2] else 0
