@@ -65,6 +65,15 @@ def _jsonable(value: Any) -> Any:
     return str(value)
 
 
+#: the side-by-side measurements of single changes, kept by hand (each names its command): a
+#: full run rewrites every figure above them, and keeps them
+CHANGES = ROOT / "docs" / "benchmarks-changes.md"
+
+
+def _changes() -> str:
+    return "\n" + CHANGES.read_text(encoding="utf-8") if CHANGES.exists() else ""
+
+
 def parse(argv: list[str]) -> argparse.Namespace:
     p = argparse.ArgumentParser(
         prog="python -m benchmarks",
@@ -206,7 +215,7 @@ def main(argv: list[str] | None = None) -> int:
     print(summary(report))
     if out is not None:
         out.parent.mkdir(parents=True, exist_ok=True)
-        out.write_text(markdown(report))
+        out.write_text(markdown(report) + _changes())
         print(f"wrote {out}")
     if args.json is not None:
         doc = {
