@@ -328,9 +328,10 @@ def sweep_section(summary: dict[str, Any]) -> list[str]:
         "was cancelled; a resend only inside the window less settle time and margin, where "
         "the target can be asked, or after a confirmed absence; nothing sent once the journal "
         "was edited; a late result never lost; the lease's budget never exceeded; chains "
-        "verify; nothing left in doubt. `tests/test_evidence.py` plants eleven bugs in the gate "
-        "and the record path, one at a time, and shows the sweep and the model check each "
-        "catching every one.",
+        "verify; nothing left in doubt. `tests/test_evidence.py` plants twelve bugs in the gate "
+        "and the record path, one at a time, and shows the sweep catching every one and the "
+        "model check each of the eleven its world holds (a lease's row put back is the "
+        "sweep's alone).",
         "",
         f"- in process, against the core protocol: {summary['cases']} cases "
         f"(seeds {summary['first_seed']}..{summary['first_seed'] + summary['cases'] - 1}), "
