@@ -20,10 +20,12 @@ DEMO_ARGS ?=
 demo: setup stripe-mock
 	$(BIN)/python -m workers.demo $(DEMO_ARGS)
 
+MYPY := $(BIN)/mypy interlock_temporal workflows workers benchmarks
+
 lint: setup
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
-	$(BIN)/mypy interlock_temporal workflows workers benchmarks
+	$(MYPY)
 
 # The Web UI test drives Debian's chromium with Playwright (pinned in pyproject's dev extra and
 # requirements.lock; its wheel bundles the driver; `playwright install` is never run: browsers
@@ -56,10 +58,19 @@ $(STRIPE_MOCK): tools/stripe-mock/package.json tools/stripe-mock/package-lock.js
 	cd tools/stripe-mock && npm ci --no-audit --no-fund --loglevel=error
 	@touch $@
 
-# Two pytest processes (pytest-xdist), as CI has two cores: the real-server tests spend much of
-# their time waiting. Each process starts its own dev server and PostgreSQL cluster.
-test: lint browser pgbouncer stripe-mock
-	$(BIN)/python -m pytest -q -n 2
+# The tests in $(TEST_PROCESSES) pytest processes (pytest-xdist): the real-server tests spend
+# most of their time waiting on servers, so three share CI's two cores well; each process starts
+# its own dev server and PostgreSQL cluster. mypy (a minute of CPU on a fresh checkout) runs
+# beside them, and its report follows theirs; ruff first (it takes a second).
+TEST_PROCESSES ?= 3
+
+test: browser pgbouncer stripe-mock
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+	@$(MYPY) > $(VENV)/mypy-report.txt 2>&1 & types=$$!; \
+	$(BIN)/python -m pytest -q -n $(TEST_PROCESSES); tests=$$?; \
+	wait $$types; typed=$$?; echo "$(MYPY)"; cat $(VENV)/mypy-report.txt; rm -f $(VENV)/mypy-report.txt; \
+	test $$tests -eq 0 -a $$typed -eq 0
 
 # The full fault matrix, then the tests too slow for make test (marked faults: the real code's
 # exhaustive checks, a real outage), and the property tests again at their full counts (make
