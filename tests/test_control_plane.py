@@ -23,9 +23,10 @@ from interlock_temporal.core.protocol import Gate, Ticket
 from interlock_temporal.targets.payments import RefundRequest, SimulatedPayments
 
 from .fixtures import make_release_journal as release
+from .test_cli import cli
 from .test_policy_store import new_store
 
-__all__ = ["new_store"]
+__all__ = ["cli", "new_store"]
 
 KEY = "c7" * 32
 
@@ -230,3 +231,17 @@ def test_the_upgrade_signs_the_leases_as_they_stand_and_needs_the_signing_key(
         assert journal.verify().ok
         events = [e.data["event"] for e in journal.read(lease_chain(lease.lease_id))]
         assert events == ["issued", "migrated"]
+
+
+def test_verify_on_the_command_line_names_the_row(world: World, cli: Any) -> None:
+    """``interlock journal verify`` shows the rows it checked, and an edited one by name
+    (exit 1), not as an entry's seq."""
+    flags = ["--journal", world.url, "--signing-key", KEY]
+    ok = cli("journal", "verify", *flags)
+    assert ok.code == 0 and "1 lease(s), 1 budget(s), 0 dispatch(es): ok" in ok.out, ok.out
+    world.sql("UPDATE lease_spend SET reserved_cents = 99 WHERE lease_id = ?", (world.lease,))
+    bad = cli("journal", "verify", *flags)
+    assert bad.code == 1
+    assert "FAILED: a row the gate reads does not match" in bad.out
+    assert f"lease_spend[{world.lease}]: reserved_cents is 99" in bad.out
+    assert "seq None" not in bad.out

@@ -321,18 +321,29 @@ def render_leases(leases: Sequence[Lease], now: float) -> str:
 
 def render_verify(report: VerifyReport, journal: str | None = None) -> str:
     """A verification report: a verdict line, then aligned details."""
-    failed = f"FAILED at entry seq {report.first_bad_seq}: {report.problem}"
+    control = report.control
+    rows = control is not None and bool(control.problems)
+    failed = (
+        "FAILED: a row the gate reads does not match the signed entries"
+        if rows
+        else f"FAILED at entry seq {report.first_bad_seq}: {report.problem}"
+    )
     verdict = "ok" if report.ok else failed
     pairs: list[tuple[str, str]] = []
     if journal is not None:
         pairs.append(("journal", journal))
     pairs.append(("result", verdict))
-    if report.ok:
+    if report.ok or rows:
         pairs += [
             ("entries", str(report.entries)),
             ("chains", str(report.effects)),
             ("head", str(report.head) if report.head else "(empty journal)"),
         ]
+        if control is not None:
+            checked = f"{control.leases} lease(s), {control.budgets} budget(s), "
+            checked += f"{control.dispatches} dispatch(es)"
+            pairs.append(("control rows", checked + (": ok" if not rows else "")))
+            pairs += [("row problem", problem) for problem in control.problems]
     else:
         pairs += [
             ("first bad seq", _text(report.first_bad_seq)),
