@@ -342,8 +342,8 @@ def render_verify(report: VerifyReport, journal: str | None = None) -> str:
         if control is not None:
             checked = f"{control.leases} lease(s), {control.budgets} budget(s), "
             checked += f"{control.dispatches} dispatch(es)"
-            pairs.append(("control rows", checked + (": ok" if not rows else "")))
-            pairs += [("row problem", problem) for problem in control.problems]
+            pairs.append(("rows", checked + (": ok" if not rows else "")))
+            pairs += [("problem", problem) for problem in control.problems]
     else:
         pairs += [
             ("first bad seq", _text(report.first_bad_seq)),
