@@ -362,6 +362,17 @@ class SqlTamper(ABC):
                 for column in ("head_seq", "head_hash", "seal")
             ),
             ("ALTER TABLE lease_spend DROP COLUMN seal", ()),
+            # nor schema 11's (the policy's rows)
+            ("ALTER TABLE policy_sessions DROP COLUMN head", ()),
+            *(
+                (f"ALTER TABLE {table} DROP COLUMN seal", ())
+                for table in (
+                    "policy_sessions",
+                    "policy_spend",
+                    "policy_admissions",
+                    "policy_approvals",
+                )
+            ),
             ("UPDATE meta SET value = '7' WHERE key = 'schema_version'", ()),
         )
 

@@ -6,6 +6,7 @@ cut tail is). The money is read from the payments service, never from the gate."
 
 from __future__ import annotations
 
+import contextlib
 import json
 import sqlite3
 from collections.abc import Callable, Iterator
@@ -15,12 +16,14 @@ from typing import Any
 import psycopg
 import pytest
 
-from interlock_temporal.core.errors import JournalConfigError, Refused, RowCorrupt
-from interlock_temporal.core.journal import lease_chain, open_journal
+from interlock_temporal.core.errors import JournalConfigError, NeedsApproval, Refused, RowCorrupt
+from interlock_temporal.core.journal import SCHEMA_VERSION, lease_chain, open_journal
 from interlock_temporal.core.journal.signing import Ed25519Key
 from interlock_temporal.core.models import Kind
+from interlock_temporal.core.policy import Accounts, CallEvent, Limits, Policy, PolicyGuard, Verdict
 from interlock_temporal.core.protocol import Gate, Ticket
-from interlock_temporal.targets.payments import RefundRequest, SimulatedPayments
+from interlock_temporal.core.receipts import receipt
+from interlock_temporal.targets.payments import RefundRequest, SimulatedCrash, SimulatedPayments
 
 from .fixtures import make_release_journal as release
 from .test_cli import cli
@@ -58,7 +61,7 @@ class World:
             "refund-bot", activities=["refund"], max_amount_cents=5_000, budget_cents=3_000
         )
 
-    async def refund(self, case: str, cents: int) -> Any:
+    async def refund(self, case: str, cents: int, policy: PolicyGuard | None = None) -> Any:
         req = release.request(case, cents, self.payments)
 
         async def send(ticket: Ticket) -> Any:
@@ -67,7 +70,7 @@ class World:
                 r.order_id, r.amount_cents, idempotency_key=ticket.effect_id
             )
 
-        return await Gate(self.journal).run(
+        return await Gate(self.journal, policy=policy).run(
             release.call(req, self.lease, f"wf-{case}"), self.payments, send
         )
 
@@ -222,6 +225,17 @@ def test_the_upgrade_signs_the_leases_as_they_stand_and_needs_the_signing_key(
         "ALTER TABLE leases DROP COLUMN head_hash",
         "ALTER TABLE leases DROP COLUMN seal",
         "ALTER TABLE lease_spend DROP COLUMN seal",
+        # and the policy's rows unsealed (schema 11)
+        "ALTER TABLE policy_sessions DROP COLUMN head",
+        *(
+            f"ALTER TABLE {table} DROP COLUMN seal"
+            for table in (
+                "policy_sessions",
+                "policy_spend",
+                "policy_admissions",
+                "policy_approvals",
+            )
+        ),
     ):
         run_sql(url, statement)
     with pytest.raises(JournalConfigError, match="open it once with its signing key"):
@@ -238,10 +252,167 @@ def test_verify_on_the_command_line_names_the_row(world: World, cli: Any) -> Non
     (exit 1), not as an entry's seq."""
     flags = ["--journal", world.url, "--signing-key", KEY]
     ok = cli("journal", "verify", *flags)
-    assert ok.code == 0 and "1 lease(s), 1 budget(s), 0 dispatch(es): ok" in ok.out, ok.out
+    assert ok.code == 0 and "1 lease(s), 1 budget(s), 0 dispatch(es), 0 policy row(s): ok" in ok.out, ok.out
     world.sql("UPDATE lease_spend SET reserved_cents = 99 WHERE lease_id = ?", (world.lease,))
     bad = cli("journal", "verify", *flags)
     assert bad.code == 1
     assert "FAILED: a row the gate reads does not match" in bad.out
     assert f"lease_spend[{world.lease}]: reserved_cents is 99" in bad.out
     assert "seq None" not in bad.out
+
+
+# -- the policy's rows ----------------------------------------------------------------------------
+
+
+def hitl(world: World) -> PolicyGuard:
+    """Every refund needs a person's approval."""
+    return PolicyGuard(Policy(Limits(hitl_activities=("refund",))), world.journal.policy)
+
+
+async def test_a_forged_approval_sends_nothing_and_verify_names_it(world: World) -> None:
+    with pytest.raises(NeedsApproval) as asked:
+        await world.refund("a", 2_000, hitl(world))
+    binding = asked.value.binding
+    ((doc,),) = world.sql("SELECT doc FROM policy_approvals WHERE binding = ?", (binding,))
+    forged = {**json.loads(doc), "status": "approved", "operators": ["carol"], "scope": "once"}
+    world.sql(
+        "UPDATE policy_approvals SET doc = ? WHERE binding = ?", (json.dumps(forged), binding)
+    )
+    with pytest.raises(RowCorrupt, match=rf"policy_approvals\[{binding}\].*seal does not match"):
+        await world.refund("a", 2_000, hitl(world))
+    assert world.money == 0
+    (problem,) = world.problems()
+    assert problem.startswith(f"policy_approvals[{binding}]:")
+
+
+async def test_a_used_approval_put_back_is_named_by_verify(world: World) -> None:
+    """A once-approval, used, then its row put back as it was when approved (seal and all): a
+    rollback, read as it stands (as a budget's row is), and named by ``verify`` against the
+    notes that decided and used it."""
+    with pytest.raises(NeedsApproval) as asked:
+        await world.refund("a", 2_000, hitl(world))
+    binding = asked.value.binding
+    world.journal.policy.decide_approval(binding, approve=True, operators=["carol"])
+    approved = world.sql("SELECT doc, seal FROM policy_approvals WHERE binding = ?", (binding,))[0]
+    await world.refund("a", 2_000, hitl(world))
+    assert world.money == 2_000 and world.problems() == []
+    world.sql(
+        "UPDATE policy_approvals SET doc = ?, seal = ? WHERE binding = ?", (*approved, binding)
+    )
+    (problem,) = world.problems()
+    assert problem.startswith(f"policy_approvals[{binding}]: it says 'approved'")
+    assert "approval_used" in problem
+
+
+def trip(world: World, session: str = "wf-loop") -> PolicyGuard:
+    """A session whose circuit a loop of identical calls tripped."""
+    guard = PolicyGuard(Policy(Limits(max_repeat_calls=2)), world.journal.policy)
+    for i in range(3):
+        event = CallEvent(activity="search", args=("same",), principal="bot", session=session)
+        guard.check(event, Accounts.of(event, f"run/{i}"), delivery=f"run/{i}/1")
+    state = world.journal.policy.session(session)
+    assert state is not None and state.circuit is not None
+    return guard
+
+
+def again(guard: PolicyGuard, session: str = "wf-loop") -> Verdict:
+    event = CallEvent(activity="search", args=("other",), principal="bot", session=session)
+    return guard.check(event, Accounts.of(event, "run/9"), delivery="run/9/1").verdict
+
+
+def test_a_circuit_closed_by_an_edit_stays_closed_to_the_agent(world: World) -> None:
+    guard = trip(world)
+    ((doc,),) = world.sql("SELECT doc FROM policy_sessions WHERE session = ?", ("wf-loop",))
+    closed = {**json.loads(doc), "circuit": None, "streak": 0}
+    world.sql(
+        "UPDATE policy_sessions SET doc = ? WHERE session = ?", (json.dumps(closed), "wf-loop")
+    )
+    with pytest.raises(RowCorrupt, match=r"policy_sessions\[wf-loop\].*seal does not match"):
+        again(guard)
+    assert any(p.startswith("policy_sessions[wf-loop]:") for p in world.problems())
+
+
+def test_a_session_row_put_back_from_before_its_trip_is_refused(world: World) -> None:
+    guard = PolicyGuard(Policy(Limits(max_repeat_calls=2)), world.journal.policy)
+    event = CallEvent(activity="search", args=("same",), principal="bot", session="wf-loop")
+    guard.check(event, Accounts.of(event, "run/0"), delivery="run/0/1")
+    before = world.sql(
+        "SELECT doc, head, seal FROM policy_sessions WHERE session = ?", ("wf-loop",)
+    )[0]
+    trip(world)
+    world.sql(
+        "UPDATE policy_sessions SET doc = ?, head = ?, seal = ? WHERE session = ?",
+        (*before, "wf-loop"),
+    )
+    with pytest.raises(RowCorrupt, match="not the latest of its policy chain's notes"):
+        again(guard)
+    assert any("policy_sessions[wf-loop]" in p for p in world.problems())
+
+
+def test_a_deleted_session_row_does_not_close_its_circuit(world: World) -> None:
+    guard = trip(world)
+    world.sql("DELETE FROM policy_sessions WHERE session = ?", ("wf-loop",))
+    with pytest.raises(RowCorrupt, match=r"policy_sessions\[wf-loop\]"):
+        again(guard)
+
+
+@pytest.mark.parametrize("table", ["policy_spend", "policy_admissions"])
+def test_a_lowered_spend_or_a_forged_admission_is_refused(world: World, table: str) -> None:
+    """Lower spend lets more through a USD budget; an admission row says an execution was
+    charged already (so it is not charged again)."""
+    limits = Limits(costs={"search": 1.0}, principal_budget_usd=10.0)
+    guard = PolicyGuard(Policy(limits), world.journal.policy)
+    event = CallEvent(activity="search", args=("q",), principal="bot", session="wf-s")
+    assert guard.check(event, Accounts.of(event, "run/1"), delivery="run/1/1").verdict is (
+        Verdict.ALLOW
+    )
+    if table == "policy_spend":
+        world.sql("UPDATE policy_spend SET spent_usd = 0")
+    else:
+        world.sql(
+            "INSERT INTO policy_admissions (execution, session, principal, namespace, "
+            "estimate_usd, ts) VALUES (?, ?, ?, ?, ?, ?)",
+            ("run/2", "wf-s", "bot", "-", 0.0, 0.0),
+        )
+    with pytest.raises(RowCorrupt, match=rf"{table}\["):
+        guard.check(event, Accounts.of(event, "run/2"), delivery="run/2/1")
+    assert any(p.startswith(f"{table}[") for p in world.problems())
+
+
+SCHEMA_9 = (
+    "UPDATE meta SET value = '9' WHERE key = 'schema_version'",
+    *(f"ALTER TABLE leases DROP COLUMN {c}" for c in ("head_seq", "head_hash", "seal")),
+    "ALTER TABLE lease_spend DROP COLUMN seal",
+    "ALTER TABLE policy_sessions DROP COLUMN head",
+    *(
+        f"ALTER TABLE {table} DROP COLUMN seal"
+        for table in ("policy_sessions", "policy_spend", "policy_admissions", "policy_approvals")
+    ),
+)
+
+
+async def test_an_effect_in_doubt_recovers_after_the_upgrade(world: World) -> None:
+    """A journal of schema 9 (a budgeted lease, an effect whose refund landed and whose worker
+    died before recording it, a session whose circuit a loop tripped): upgraded by its first
+    open with the signing key, the effect recovers by asking the service (sent once, as the
+    service shows), its charge on the budget kept; the tripped circuit stays open; every row
+    checks against the entries."""
+    trip(world)
+    world.payments.arm("after_commit", "crash")
+    with contextlib.suppress(SimulatedCrash):
+        await world.refund("a", 2_000)
+    (row,) = world.journal.in_doubt()
+    world.journal.close()
+    for statement in SCHEMA_9:
+        run_sql(world.url, statement)
+    world.journal = open_journal(world.url, signing_key=KEY)
+    assert world.journal.schema_version() == SCHEMA_VERSION
+    assert world.problems() == []
+    done = await world.refund("a", 2_000)
+    assert receipt(row.effect_id, journal=world.journal).via == "recovery-query"
+    assert done is not None and world.money == 2_000  # the one refund, found
+    lease = world.journal.leases.get(world.lease)
+    assert lease is not None and lease.reserved_cents == 2_000
+    state = world.journal.policy.session("wf-loop")
+    assert state is not None and state.circuit is not None
+    assert world.problems() == []

@@ -230,6 +230,10 @@ def test_a_store_of_the_previous_schema_keeps_its_sessions_and_their_deliveries(
     for column in ("head_seq", "head_hash", "seal"):
         store.sql(f"ALTER TABLE leases DROP COLUMN {column}")
     store.sql("ALTER TABLE lease_spend DROP COLUMN seal")
+    # and the policy's rows unsealed, as before schema 11
+    store.sql("ALTER TABLE policy_sessions DROP COLUMN head")
+    for table in ("policy_sessions", "policy_spend", "policy_admissions", "policy_approvals"):
+        store.sql(f"ALTER TABLE {table} DROP COLUMN seal")
     store.sql("UPDATE policy_sessions SET doc = ? WHERE session = ?", old_doc, "wf-1")
     store.sql("UPDATE meta SET value = '4' WHERE key = 'schema_version'")
     with open_journal(store.url, signing_key=KEY) as j:

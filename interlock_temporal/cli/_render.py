@@ -341,7 +341,7 @@ def render_verify(report: VerifyReport, journal: str | None = None) -> str:
         ]
         if control is not None:
             checked = f"{control.leases} lease(s), {control.budgets} budget(s), "
-            checked += f"{control.dispatches} dispatch(es)"
+            checked += f"{control.dispatches} dispatch(es), {control.policy} policy row(s)"
             pairs.append(("rows", checked + (": ok" if not rows else "")))
             pairs += [("problem", problem) for problem in control.problems]
     else:

@@ -208,6 +208,8 @@ class ControlCheck(BaseModel):
     budgets: int = 0
     #: the dispatches whose signed lease head it compared with the lease's chain
     dispatches: int = 0
+    #: the policy's rows it checked (sessions, approvals, spend, admissions)
+    policy: int = 0
     problems: list[str] = Field(default_factory=list)
 
 

@@ -14,14 +14,18 @@ entries, and compares:
   signs the total it was dispatched against, with the total the charges before it come to (a
   dispatch made while the row was lowered, then put back, is named);
 - each DISPATCHED's lease head (the lease's chain head it signs) with the chain as it stood at
-  that seq (a dispatch made against an older lease document is named).
+  that seq (a dispatch made against an older lease document is named);
+- each session's row (its circuit, its counts) with its policy chain's head, and each
+  approval's state with the last note on it (asked, granted, rejected, used);
+- every such row's seal, where the keyring can check it (the policy's spend and admissions
+  have nothing else to be compared with).
 
 Whatever the gate reads only to refuse (a replay's nonce, a one-time code's failures) is not
 checked here: the operator guide lists each table and why.
 
-Cost: one read of each lease's chain, one more pass over the journal's entries that decodes
-only the DISPATCHED ones and the COMMITTED ones that follow a REFUSED, and one read of the two
-tables.
+Cost: one read of each lease's chain, one more pass over the journal's entries that reads a
+dispatch's lease and budget from its bytes (and parses only the policy's notes on approvals),
+and one read of each table.
 """
 
 from __future__ import annotations
@@ -41,6 +45,19 @@ _REFUSED = Kind.REFUSED.value
 _COMMITTED = Kind.COMMITTED.value
 _ARCHIVED = Kind.ARCHIVED.value
 _AUTHORIZED = Kind.AUTHORIZED.value
+_POLICY = Kind.POLICY.value
+#: the policy notes that change an approval's state
+_APPROVAL_EVENT = re.compile(
+    rb'"event":"(?:escalate|approval_granted|approval_rejected|approval_used)"'
+)
+#: what an approval's row must say after each of them (``approval_used``: consumed if its
+#: scope was once, else still approved)
+_AFTER = {
+    "escalate": "pending",
+    "approval_granted": "approved",
+    "approval_rejected": "rejected",
+    "approval_used": "approved",
+}
 
 
 @dataclass(frozen=True)
@@ -50,15 +67,22 @@ class ControlRows:
 
     leases: Sequence[Sequence[Any]]
     spends: Sequence[Sequence[Any]]
+    #: each session's (``session, doc, head, seal``, its policy chain's head now)
+    sessions: Sequence[Sequence[Any]] = ()
+    #: each approval's (``binding, doc, seal``)
+    approvals: Sequence[Sequence[Any]] = ()
+    #: every other sealed row: (table, key, seal, the values its seal covers)
+    sealed: Sequence[tuple[str, str, Any, tuple[Any, ...]]] = ()
 
 
 @dataclass
 class _Budgets:
     """The charges the entries sign, folded in seq order: each effect's reservation, and each
-    lease's total."""
+    lease's total; and the policy's last note on each approval (its event)."""
 
     held: dict[str, tuple[str, int, bool]] = field(default_factory=dict)
     totals: dict[str, int] = field(default_factory=dict)
+    decided: dict[str, str] = field(default_factory=dict)
 
     def move(self, lease_id: str, cents: int) -> None:
         self.totals[lease_id] = self.totals.get(lease_id, 0) + cents
@@ -84,6 +108,7 @@ def check_control_plane(
         if problem is not None:
             found.problems.append(f"leases[{lease_id}]: {problem}")
     budgets = _fold_charges(raws, chains, found)
+    _check_policy(rows, budgets.decided, seals, found)
     for lease_id, reserved, seal in rows.spends:
         found.budgets += 1
         derived = budgets.totals.get(lease_id, 0)
@@ -97,6 +122,55 @@ def check_control_plane(
             if problem is not None:
                 found.problems.append(f"lease_spend[{lease_id}]: {problem}")
     return found
+
+
+def _check_policy(
+    rows: ControlRows, decided: Mapping[str, str], seals: RowSeals, found: ControlCheck
+) -> None:
+    """The policy's rows: each session's against its chain's head, each approval's state
+    against the last note on it, and every row's seal where the keyring can check it."""
+    for session, doc, head, seal, chain_head in rows.sessions:
+        found.policy += 1
+        problem = None
+        if head != chain_head:
+            problem = (
+                "it is not the latest of its policy chain's notes (an older row put back, or "
+                "a row written without the journal's keys)"
+            )
+        elif seals.can_check:
+            problem = seals.problem("policy_sessions", session, seal, doc, head)
+        if problem is not None:
+            found.problems.append(f"policy_sessions[{session}]: {problem}")
+    for binding, doc, seal in rows.approvals:
+        found.policy += 1
+        problem = seals.problem("policy_approvals", binding, seal, doc) if seals.can_check else None
+        if problem is None:
+            problem = _approval_problem(doc, decided.get(binding))
+        if problem is not None:
+            found.problems.append(f"policy_approvals[{binding}]: {problem}")
+    for table, key, seal, values in rows.sealed:
+        found.policy += 1
+        problem = seals.problem(table, key, seal, *values) if seals.can_check else None
+        if problem is not None:
+            found.problems.append(f"{table}[{key}]: {problem}")
+
+
+def _approval_problem(doc: str, event: str | None) -> str | None:
+    if event is None:
+        return "no policy note records this approval (written without the journal's keys)"
+    try:
+        approval = json.loads(doc)
+    except ValueError:
+        return "its document does not parse"
+    expected = _AFTER.get(event, "")
+    if event == "approval_used" and approval.get("scope") == "once":
+        expected = "consumed"
+    if approval.get("status") != expected:
+        return (
+            f"it says {approval.get('status')!r}, and the last note on it ({event}) leaves it "
+            f"{expected!r} (edited, or an older row put back)"
+        )
+    return None
 
 
 def _lease_problem(doc: str, head_seq: Any, head_hash: Any, chain: list[Entry]) -> str | None:
@@ -148,6 +222,10 @@ def _fold_charges(
             if held is not None and not held[2]:
                 budgets.move(held[0], held[1])
                 budgets.held[raw.effect_id] = (held[0], held[1], True)
+        elif kind == _POLICY and b'"binding":"' in raw.body and _APPROVAL_EVENT.search(raw.body):
+            data = json.loads(raw.body)["data"]
+            if data.get("binding"):
+                budgets.decided[str(data["binding"])] = str(data.get("event"))
         elif kind == _ARCHIVED:
             archived = True
             tomb = json.loads(raw.body)["data"]

@@ -276,6 +276,8 @@ class SqlJournal(Journal):
             self._bind_values(db)
         if 0 < version < 10:
             self._leases.seal_rows_tx(db, self.url, SCHEMA_VERSION)
+        if 0 < version < 11:
+            self._policy.seal_rows_tx(db, self.url, SCHEMA_VERSION)
         self.execute(
             db,
             "INSERT INTO meta (key, value) VALUES ('schema_version', ?) "
@@ -707,7 +709,15 @@ class SqlJournal(Journal):
             spends = self.execute(
                 db, "SELECT lease_id, reserved_cents, seal FROM lease_spend ORDER BY lease_id"
             ).fetchall()
-            return ControlRows(leases, spends)
+            sessions = self.execute(
+                db,
+                "SELECT s.session, s.doc, s.head, s.seal, c.head FROM policy_sessions s "
+                "LEFT JOIN effects c ON c.effect_id = 'policy:' || s.session ORDER BY s.session",
+            ).fetchall()
+            approvals = self.execute(
+                db, "SELECT binding, doc, seal FROM policy_approvals ORDER BY binding"
+            ).fetchall()
+            return ControlRows(leases, spends, sessions, approvals, self._policy.sealed_rows(db))
 
         return self.reading(run)
 

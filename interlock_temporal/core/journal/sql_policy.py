@@ -1,14 +1,27 @@
 """The policy's shared state (sessions, spend, admitted executions, approvals), kept in the
-journal's database (``SqlAccess``); its notes are signed entries of each session's policy
-chain."""
+journal's database (``JournalAccess``); its notes are signed entries of each session's policy
+chain (``policy:<session>``).
+
+Every row here can make the policy allow something (a closed circuit, a lower spend, an
+execution already charged, an approval), so each is sealed (``row_seals``) and checked when
+read: a row written without the journal's keys is refused (``RowCorrupt``), and the call with
+it. A session's row is sealed with its policy chain's head, which moves with every note (a
+circuit tripped, reset, an approval decided), and a read compares the two: the session's row
+as it stood before its circuit tripped, put back, is refused too. Spend, admissions and
+approvals are sealed alone: an older one put back is a rollback, which ``journal verify``
+names for approvals (their state against the notes that decided it) and cannot for spend (the
+policy's USD budgets are soft limits; a lease's are the money's). Cost: a keyed BLAKE2b per row
+read or written (two to six per check), and one read of the session chain's head."""
 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from ..errors import JournalConfigError, RowCorrupt
 from ..models import Draft, Entry, Kind
 from ..policy import (
     Accounts,
@@ -24,8 +37,9 @@ from ..policy import (
     load_session,
     reset_circuit,
 )
+from ..row_seals import RowSeals
 from .interface import POLICY_CHAIN_TYPE, policy_chain
-from .sql_access import SqlAccess
+from .sql_access import JournalAccess
 
 
 def _proven(
@@ -38,69 +52,176 @@ def _proven(
     return {"proofs": [dict(p) for p in proofs], "ballot": dict(ballot or {})}
 
 
+def _usd(value: float | None) -> str | None:
+    """A USD amount as a seal covers it (its shortest exact text)."""
+    return None if value is None else repr(float(value))
+
+
+#: an admission's columns after its execution, in the order its seal covers them
+_ADMISSION = "session, principal, namespace, estimate_usd, actual_usd, ts, seal"
+#: a fresh session's document
+_FRESH = dump_session(SessionState()).decode()
+
+
 class SqlPolicy(PolicyStore):
     """The policy's state in the journal's database. Each evaluation locks the rows it reads
     (its session, the principal's and namespace's spend, the approval) and only then, if it
     has a note to sign, the journal's sequence."""
 
-    def __init__(self, access: SqlAccess) -> None:
+    def __init__(self, access: JournalAccess) -> None:
         self._access = access
 
-    def _spent(self, db: Any, account: str) -> float:
+    @functools.cached_property
+    def seals(self) -> RowSeals:
+        """The seals of the policy's rows (made once the journal's keyring is known)."""
+        return RowSeals(self._access.keyring)
+
+    # -- spend --------------------------------------------------------------------------------
+
+    def _spent(self, db: Any, account: str, *, lock: bool = True) -> float:
         access = self._access
-        if access.for_update:
+        if lock and access.for_update:
             # a row that does not exist yet cannot be locked: make it first, so two first
             # charges to one account wait for each other instead of both reading nothing
             access.execute(
                 db,
-                "INSERT INTO policy_spend (scope, spent_usd) VALUES (?, 0.0) "
+                "INSERT INTO policy_spend (scope, spent_usd, seal) VALUES (?, 0.0, ?) "
                 "ON CONFLICT (scope) DO NOTHING",
-                (account,),
+                (account, self.seals.seal("policy_spend", account, _usd(0.0))),
             )
+        suffix = access.for_update if lock else ""
         row = access.execute(
-            db, f"SELECT spent_usd FROM policy_spend WHERE scope = ?{access.for_update}", (account,)
+            db, f"SELECT spent_usd, seal FROM policy_spend WHERE scope = ?{suffix}", (account,)
         ).fetchone()
-        return 0.0 if row is None else float(row[0])
+        if row is None:
+            return 0.0
+        self.seals.check("policy_spend", account, row[1], _usd(row[0]))
+        return float(row[0])
 
-    def _load(self, db: Any, session: str) -> SessionState:
+    def _set_spend(self, db: Any, account: str, spent: float) -> None:
+        spent = max(0.0, spent)
+        self._access.execute(
+            db,
+            "INSERT INTO policy_spend (scope, spent_usd, seal) VALUES (?, ?, ?) "
+            "ON CONFLICT (scope) DO UPDATE SET spent_usd = excluded.spent_usd, "
+            "seal = excluded.seal",
+            (account, spent, self.seals.seal("policy_spend", account, _usd(spent))),
+        )
+
+    # -- sessions -----------------------------------------------------------------------------
+
+    def _load(self, db: Any, session: str, *, lock: bool = True) -> tuple[SessionState, str | None]:
+        """The session's state, checked: its seal, and the chain head it was sealed with
+        against its policy chain's head now; with that head (None: no note yet)."""
         access = self._access
-        if access.for_update:
+        if lock and access.for_update:
             access.execute(
                 db,
-                "INSERT INTO policy_sessions (session, doc) VALUES (?, ?) "
+                "INSERT INTO policy_sessions (session, doc, head, seal) VALUES (?, ?, NULL, ?) "
                 "ON CONFLICT (session) DO NOTHING",
-                (session, dump_session(SessionState()).decode()),
+                (session, _FRESH, self.seals.seal("policy_sessions", session, _FRESH, None)),
             )
+        suffix = access.for_update if lock else ""
         row = access.execute(
-            db,
-            f"SELECT doc FROM policy_sessions WHERE session = ?{access.for_update}",
-            (session,),
+            db, f"SELECT doc, head, seal FROM policy_sessions WHERE session = ?{suffix}", (session,)
         ).fetchone()
-        return load_session(row[0] if row else None)
+        chain = access.execute(
+            db, "SELECT head FROM effects WHERE effect_id = ?", (policy_chain(session),)
+        ).fetchone()
+        head = None if chain is None else str(chain[0])
+        if row is None:
+            if head is not None:
+                raise RowCorrupt.of(
+                    "policy_sessions",
+                    session,
+                    "its row is missing, and its policy chain holds notes (deleted?)",
+                )
+            return SessionState(), None
+        doc, sealed_head, seal = row
+        self.seals.check("policy_sessions", session, seal, doc, sealed_head)
+        if sealed_head != head:
+            raise RowCorrupt.of(
+                "policy_sessions",
+                session,
+                "it is not the latest of its policy chain's notes (an older row put back, or "
+                "one deleted and made afresh)",
+            )
+        return load_session(doc), head
 
-    def _save(self, db: Any, session: str, state: SessionState) -> None:
+    def _save(self, db: Any, session: str, state: SessionState, head: str | None) -> None:
+        doc = dump_session(state).decode()
         self._access.execute(
             db,
-            "INSERT INTO policy_sessions (session, doc) VALUES (?, ?) "
-            "ON CONFLICT (session) DO UPDATE SET doc = excluded.doc",
-            (session, dump_session(state).decode()),
+            "INSERT INTO policy_sessions (session, doc, head, seal) VALUES (?, ?, ?, ?) "
+            "ON CONFLICT (session) DO UPDATE SET doc = excluded.doc, head = excluded.head, "
+            "seal = excluded.seal",
+            (session, doc, head, self.seals.seal("policy_sessions", session, doc, head)),
         )
 
-    def _add_spend(self, db: Any, account: str, delta: float) -> None:
-        g = self._access.greatest
-        self._access.execute(
-            db,
-            f"INSERT INTO policy_spend (scope, spent_usd) VALUES (?, {g}(0.0, ?)) "
-            f"ON CONFLICT (scope) DO UPDATE SET spent_usd = {g}(0.0, policy_spend.spent_usd + ?)",
-            (account, delta, delta),
-        )
-
-    def _note(self, db: Any, session: str, data: dict[str, Any]) -> None:
-        self._access.append_within(
+    def _note(self, db: Any, session: str, data: dict[str, Any]) -> str:
+        """Sign ``data`` onto the session's policy chain; the chain's new head (the caller
+        seals the session's row with it)."""
+        (entry,) = self._access.append_within(
             db,
             policy_chain(session),
             [Draft(kind=Kind.POLICY, data=data)],
             effect_type=POLICY_CHAIN_TYPE,
+        )
+        return entry.hash
+
+    # -- admissions and approvals ---------------------------------------------------------------
+
+    def _admission(self, db: Any, execution: str, lock: bool = False) -> tuple[Any, ...] | None:
+        """An admitted execution's row (``_ADMISSION``), checked; None: not admitted."""
+        access = self._access
+        row = access.execute(
+            db,
+            f"SELECT {_ADMISSION} FROM policy_admissions WHERE execution = ?"
+            + (access.for_update if lock else ""),
+            (execution,),
+        ).fetchone()
+        if row is None:
+            return None
+        session, principal, namespace, estimate, actual, ts, seal = row
+        self.seals.check(
+            "policy_admissions",
+            execution,
+            seal,
+            session,
+            principal,
+            namespace,
+            _usd(estimate),
+            _usd(actual),
+            _usd(ts),
+        )
+        return tuple(row[:6])
+
+    def _admit(self, db: Any, accounts: Accounts, cost: float) -> None:
+        now = time.time()
+        seal = self.seals.seal(
+            "policy_admissions",
+            accounts.execution,
+            accounts.session,
+            accounts.principal,
+            accounts.namespace,
+            _usd(cost),
+            None,
+            _usd(now),
+        )
+        self._access.execute(
+            db,
+            "INSERT INTO policy_admissions (execution, session, principal, namespace, "
+            "estimate_usd, ts, seal) VALUES (?, ?, ?, ?, ?, ?, ?) "
+            "ON CONFLICT (execution) DO NOTHING",
+            (
+                accounts.execution,
+                accounts.session,
+                accounts.principal,
+                accounts.namespace,
+                cost,
+                now,
+                seal,
+            ),
         )
 
     def _approval(self, db: Any, binding: str, lock: bool = False) -> Approval | None:
@@ -109,18 +230,22 @@ class SqlPolicy(PolicyStore):
         access = self._access
         row = access.execute(
             db,
-            "SELECT doc FROM policy_approvals WHERE binding = ?"
+            "SELECT doc, seal FROM policy_approvals WHERE binding = ?"
             + (access.for_update if lock else ""),
             (binding,),
         ).fetchone()
-        return None if row is None else Approval.model_validate_json(row[0])
+        if row is None:
+            return None
+        self.seals.check("policy_approvals", binding, row[1], row[0])
+        return Approval.model_validate_json(row[0])
 
     def _put_approval(self, db: Any, approval: Approval) -> None:
+        doc = approval.model_dump_json()
         self._access.execute(
             db,
-            "INSERT INTO policy_approvals (binding, doc) VALUES (?, ?) "
-            "ON CONFLICT (binding) DO UPDATE SET doc = excluded.doc",
-            (approval.binding, approval.model_dump_json()),
+            "INSERT INTO policy_approvals (binding, doc, seal) VALUES (?, ?, ?) "
+            "ON CONFLICT (binding) DO UPDATE SET doc = excluded.doc, seal = excluded.seal",
+            (approval.binding, doc, self.seals.seal("policy_approvals", approval.binding, doc)),
         )
 
     def evaluate(
@@ -133,15 +258,10 @@ class SqlPolicy(PolicyStore):
         access = self._access
 
         def run(db: Any) -> Decision:
-            session = self._load(db, accounts.session)
+            session, head = self._load(db, accounts.session)
             principal = self._spent(db, "principal:" + accounts.principal)
             namespace = self._spent(db, "namespace:" + accounts.namespace)
-            admitted = (
-                access.execute(
-                    db, "SELECT 1 FROM policy_admissions WHERE execution = ?", (accounts.execution,)
-                ).fetchone()
-                is not None
-            )
+            admitted = self._admission(db, accounts.execution) is not None
             approval = self._approval(db, accounts.binding, lock=True)
             # the session's row is locked (above): no other check of this session can record
             # the nonce between this read and the write below
@@ -155,31 +275,18 @@ class SqlPolicy(PolicyStore):
             )
             out = fn(PolicyState(session, principal, namespace), admitted, approval, replayed)
             after = out.state
-            if after.session != session:
-                self._save(db, accounts.session, after.session)
+            # the note first: the session's row is sealed with the chain's head after it
+            noted = out.note is not None
+            if out.note is not None:
+                head = self._note(db, accounts.session, out.note)
+            if after.session != session or noted:
+                self._save(db, accounts.session, after.session, head)
             if after.principal_spent_usd != principal:
-                self._add_spend(
-                    db, "principal:" + accounts.principal, after.principal_spent_usd - principal
-                )
+                self._set_spend(db, "principal:" + accounts.principal, after.principal_spent_usd)
             if after.namespace_spent_usd != namespace:
-                self._add_spend(
-                    db, "namespace:" + accounts.namespace, after.namespace_spent_usd - namespace
-                )
+                self._set_spend(db, "namespace:" + accounts.namespace, after.namespace_spent_usd)
             if out.cost is not None:
-                access.execute(
-                    db,
-                    "INSERT INTO policy_admissions (execution, session, principal, namespace, "
-                    "estimate_usd, ts) VALUES (?, ?, ?, ?, ?, ?) "
-                    "ON CONFLICT (execution) DO NOTHING",
-                    (
-                        accounts.execution,
-                        accounts.session,
-                        accounts.principal,
-                        accounts.namespace,
-                        out.cost,
-                        time.time(),
-                    ),
-                )
+                self._admit(db, accounts, out.cost)
             if out.request is not None and not (
                 approval is not None
                 and approval.status == "pending"
@@ -195,8 +302,6 @@ class SqlPolicy(PolicyStore):
                     "ON CONFLICT (session, nonce) DO NOTHING",
                     (accounts.session, out.nonce),
                 )
-            if out.note is not None:
-                self._note(db, accounts.session, out.note)
             return out.decision
 
         return access.writing(run)
@@ -207,28 +312,30 @@ class SqlPolicy(PolicyStore):
         access = self._access
 
         def run(db: Any) -> bool:
-            row = access.execute(
-                db,
-                "SELECT session, principal, namespace, estimate_usd, actual_usd "
-                f"FROM policy_admissions WHERE execution = ?{access.for_update}",
-                (accounts.execution,),
-            ).fetchone()
+            row = self._admission(db, accounts.execution, lock=True)
             if row is None or row[4] is not None:
                 return False
-            session_id, principal, namespace, estimate, _ = row
-            delta = actual_usd - estimate
-            state = self._load(db, session_id)
-            self._save(
-                db,
+            session_id, principal, namespace, estimate, _, ts = row
+            delta = actual_usd - float(estimate)
+            state, head = self._load(db, session_id)
+            spent = dataclasses.replace(state, spent_usd=max(0.0, state.spent_usd + delta))
+            self._save(db, session_id, spent, head)
+            for account in ("principal:" + principal, "namespace:" + namespace):
+                self._set_spend(db, account, self._spent(db, account) + delta)
+            seal = self.seals.seal(
+                "policy_admissions",
+                accounts.execution,
                 session_id,
-                dataclasses.replace(state, spent_usd=max(0.0, state.spent_usd + delta)),
+                principal,
+                namespace,
+                _usd(estimate),
+                _usd(actual_usd),
+                _usd(ts),
             )
-            self._add_spend(db, "principal:" + principal, delta)
-            self._add_spend(db, "namespace:" + namespace, delta)
             access.execute(
                 db,
-                "UPDATE policy_admissions SET actual_usd = ? WHERE execution = ?",
-                (actual_usd, accounts.execution),
+                "UPDATE policy_admissions SET actual_usd = ?, seal = ? WHERE execution = ?",
+                (actual_usd, seal, accounts.execution),
             )
             return True
 
@@ -256,9 +363,13 @@ class SqlPolicy(PolicyStore):
             raise ValueError("ttl_s must be a positive number of seconds")
 
         def run(db: Any) -> tuple[bool, Approval]:
-            found = self._approval(db, binding, lock=True)
-            if found is None:
+            asked = self._approval(db, binding)
+            if asked is None:
                 raise KeyError(f"no approval was requested for {binding}")
+            # the session's row first, as an evaluation locks it (then the approval's)
+            state, _ = self._load(db, asked.session)
+            found = self._approval(db, binding, lock=True)
+            assert found is not None
             if found.status != "pending":
                 return False, found
             now = time.time()
@@ -274,7 +385,7 @@ class SqlPolicy(PolicyStore):
                 }
             )
             self._put_approval(db, decided)
-            self._note(
+            head = self._note(
                 db,
                 found.session,
                 {
@@ -294,46 +405,45 @@ class SqlPolicy(PolicyStore):
                     **_proven(proofs, ballot),
                 },
             )
+            self._save(db, found.session, state, head)
             return True, decided
 
         return self._access.writing(run)
 
     def session(self, session: str) -> SessionState | None:
-        row = self._access.reading(
-            lambda db: self._access.execute(
-                db, "SELECT doc FROM policy_sessions WHERE session = ?", (session,)
+        def run(db: Any) -> SessionState | None:
+            found = self._access.execute(
+                db, "SELECT 1 FROM policy_sessions WHERE session = ?", (session,)
             ).fetchone()
-        )
-        return None if row is None else load_session(row[0])
+            return None if found is None else self._load(db, session, lock=False)[0]
+
+        return self._access.reading(run)
 
     def approvals(self, status: ApprovalStatus | None = None) -> list[Approval]:
-        rows = self._access.reading(
-            lambda db: self._access.execute(db, "SELECT doc FROM policy_approvals").fetchall()
-        )
-        found = [Approval.model_validate_json(r[0]) for r in rows]
+        def run(db: Any) -> list[Approval]:
+            sql = "SELECT binding FROM policy_approvals"
+            bindings = [str(r[0]) for r in self._access.execute(db, sql).fetchall()]
+            return [a for b in bindings if (a := self._approval(db, b)) is not None]
+
+        found = self._access.reading(run)
         found = [a for a in found if status is None or a.status == status]
         return sorted(found, key=lambda a: a.requested_at)
 
     def open_circuits(self) -> dict[str, SessionState]:
         # the circuit is part of each session's document: a scan, for tools, never the hot path
-        rows = self._access.reading(
-            lambda db: self._access.execute(
+        def run(db: Any) -> dict[str, SessionState]:
+            rows = self._access.execute(
                 db,
-                "SELECT session, doc FROM policy_sessions WHERE doc NOT LIKE ?",
+                "SELECT session FROM policy_sessions WHERE doc NOT LIKE ?",
                 ('%"circuit":null%',),
             ).fetchall()
-        )
-        states = {session: load_session(doc) for session, doc in rows}
+            return {str(r[0]): self._load(db, str(r[0]), lock=False)[0] for r in rows}
+
+        states = self._access.reading(run)
         return {k: v for k, v in states.items() if v.circuit is not None}
 
     def spent(self, account: str) -> float:
-        return self._access.reading(lambda db: self._spent_unlocked(db, account))
-
-    def _spent_unlocked(self, db: Any, account: str) -> float:
-        row = self._access.execute(
-            db, "SELECT spent_usd FROM policy_spend WHERE scope = ?", (account,)
-        ).fetchone()
-        return 0.0 if row is None else float(row[0])
+        return self._access.reading(lambda db: self._spent(db, account, lock=False))
 
     def reset(
         self,
@@ -349,11 +459,10 @@ class SqlPolicy(PolicyStore):
             raise ValueError("operator must name the person resetting the circuit")
 
         def run(db: Any) -> bool:
-            state = self._load(db, session)
+            state, _ = self._load(db, session)
             if state.circuit is None:
                 return False
-            self._save(db, session, reset_circuit(state))
-            self._note(
+            head = self._note(
                 db,
                 session,
                 {
@@ -366,9 +475,91 @@ class SqlPolicy(PolicyStore):
                     **_proven(proofs, ballot),
                 },
             )
+            self._save(db, session, reset_circuit(state), head)
             return True
 
         return self._access.writing(run)
+
+    def sealed_rows(self, db: Any) -> list[tuple[str, str, Any, tuple[Any, ...]]]:
+        """The spend's and the admissions' rows as ``journal verify`` checks their seals:
+        (table, key, seal, the values the seal covers)."""
+        access = self._access
+        rows: list[tuple[str, str, Any, tuple[Any, ...]]] = [
+            ("policy_spend", str(scope), seal, (_usd(spent),))
+            for scope, spent, seal in access.execute(
+                db, "SELECT scope, spent_usd, seal FROM policy_spend ORDER BY scope"
+            ).fetchall()
+        ]
+        admitted = access.execute(
+            db, f"SELECT execution, {_ADMISSION} FROM policy_admissions ORDER BY execution"
+        ).fetchall()
+        for execution, session, principal, namespace, estimate, actual, ts, seal in admitted:
+            values = (session, principal, namespace, _usd(estimate), _usd(actual), _usd(ts))
+            rows.append(("policy_admissions", str(execution), seal, values))
+        return rows
+
+    # -- the schema's upgrade ---------------------------------------------------------------------
+
+    def seal_rows_tx(self, db: Any, url: str, schema: int) -> None:
+        """The schema's upgrade to sealed policy rows (11): every row as it stands is sealed
+        (a session's with its policy chain's head; a chain whose session has no row gets a
+        fresh one), which blesses an edit made before the upgrade (the operator guide says so)."""
+        access = self._access
+        tables = ("policy_sessions", "policy_spend", "policy_admissions", "policy_approvals")
+        counts = [access.execute(db, f"SELECT COUNT(*) FROM {t}").fetchone()[0] for t in tables]
+        chains = access.execute(
+            db, "SELECT effect_id, head FROM effects WHERE effect_type = ?", (POLICY_CHAIN_TYPE,)
+        ).fetchall()
+        if (any(counts) or chains) and not access.keyring.can_sign:
+            raise JournalConfigError(
+                f"journal {url} must be upgraded to schema {schema}, which seals the policy's "
+                "rows as they stand: open it once with its signing key"
+            )
+        heads = {str(c).removeprefix("policy:"): str(h) for c, h in chains}
+        sessions = access.execute(db, "SELECT session, doc FROM policy_sessions").fetchall()
+        for session, doc in sessions:
+            head = heads.pop(str(session), None)
+            seal = self.seals.seal("policy_sessions", session, doc, head)
+            access.execute(
+                db,
+                "UPDATE policy_sessions SET head = ?, seal = ? WHERE session = ?",
+                (head, seal, session),
+            )
+        for session, head in heads.items():
+            self._save(db, session, SessionState(), head)
+        spends = access.execute(db, "SELECT scope, spent_usd FROM policy_spend").fetchall()
+        for scope, spent in spends:
+            access.execute(
+                db,
+                "UPDATE policy_spend SET seal = ? WHERE scope = ?",
+                (self.seals.seal("policy_spend", scope, _usd(spent)), scope),
+            )
+        admitted = access.execute(
+            db, f"SELECT execution, {_ADMISSION} FROM policy_admissions"
+        ).fetchall()
+        for execution, session, principal, namespace, estimate, actual, ts, _ in admitted:
+            seal = self.seals.seal(
+                "policy_admissions",
+                execution,
+                session,
+                principal,
+                namespace,
+                _usd(estimate),
+                _usd(actual),
+                _usd(ts),
+            )
+            access.execute(
+                db,
+                "UPDATE policy_admissions SET seal = ? WHERE execution = ?",
+                (seal, execution),
+            )
+        approvals = access.execute(db, "SELECT binding, doc FROM policy_approvals").fetchall()
+        for binding, doc in approvals:
+            access.execute(
+                db,
+                "UPDATE policy_approvals SET seal = ? WHERE binding = ?",
+                (self.seals.seal("policy_approvals", binding, doc), binding),
+            )
 
     def events(self, since: float | None = None) -> list[Entry]:
         rows = self._access.reading(

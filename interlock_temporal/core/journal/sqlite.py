@@ -200,6 +200,15 @@ _MIGRATIONS: list[str] = [
     ALTER TABLE leases ADD COLUMN seal TEXT;
     ALTER TABLE lease_spend ADD COLUMN seal TEXT;
     """,
+    # 11: the policy's rows are sealed (``row_seals``): a session's with its policy chain's
+    # head; the rows as they stand are sealed by the migration (``SqlPolicy.seal_rows_tx``)
+    """
+    ALTER TABLE policy_sessions ADD COLUMN head TEXT;
+    ALTER TABLE policy_sessions ADD COLUMN seal TEXT;
+    ALTER TABLE policy_spend ADD COLUMN seal TEXT;
+    ALTER TABLE policy_admissions ADD COLUMN seal TEXT;
+    ALTER TABLE policy_approvals ADD COLUMN seal TEXT;
+    """,
 ]
 assert len(_MIGRATIONS) == SCHEMA_VERSION
 
