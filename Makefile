@@ -74,10 +74,11 @@ test: browser pgbouncer stripe-mock
 
 # The full fault matrix, then the tests too slow for make test (marked faults: the real code's
 # exhaustive checks, a real outage), and the property tests again at their full counts (make
-# test draws a fifth of each: tests/properties.py).
+# test draws a fifth of each: tests/properties.py), in two processes (CI's two cores; most of
+# these wait on a real server).
 faults: setup stripe-mock
 	$(BIN)/python -m workers.faults
-	INTERLOCK_FULL_PROPERTIES=1 $(BIN)/python -m pytest -q -m "faults or properties"
+	INTERLOCK_FULL_PROPERTIES=1 $(BIN)/python -m pytest -q -n 2 -m "faults or properties"
 
 bench: setup
 	$(BIN)/python -m benchmarks
