@@ -3,6 +3,7 @@ wrong, an epoch that follows the content, and a file that is followed when it ch
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import os
@@ -692,40 +693,48 @@ def test_a_file_over_the_size_cap_is_refused_by_its_size_unparsed(tmp_path: Path
     assert str(refused.value) == f"p: {says}"
 
 
-def test_a_followed_file_is_parsed_on_a_thread_while_the_last_good_policy_decides(
+async def test_a_followed_file_is_parsed_on_a_thread_and_the_event_loop_runs_on(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    """``current()`` never parses: it starts the reload on a thread of its own and goes on
-    returning the last good policy until that thread puts the new one in force. The reload
-    is held here (its ``on_load`` check waits) to see what calls get meanwhile."""
+    """No caller parses: the reload runs on a thread of its own. Meanwhile ``current()`` returns
+    the last good policy at once, and ``refresh()`` (what the worker's interceptor awaits) waits
+    for the new one without holding the event loop. The reload is held here (its ``on_load``
+    check waits) to see what callers get while it runs."""
     path = write(tmp_path, GOOD)
     source = PolicySource(path, min_interval_s=0.0)
     first = source.current(time.time())
-    release = threading.Event()
+    entered, release = threading.Event(), threading.Event()
     loaded_on: list[threading.Thread] = []
 
     def held(policy: Policy) -> None:
         loaded_on.append(threading.current_thread())
         if len(loaded_on) > 1:
+            entered.set()
             assert release.wait(30)
 
     source.on_load(held)
     touch(path, GOOD.replace("max_repeat_calls: 3", "max_repeat_calls: 5"), 1)
+    waiting = asyncio.ensure_future(source.refresh(time.time()))  # notices the change
+    ticks = 0
+    while not entered.is_set() or ticks < 10:  # the loop runs on while the file is parsed
+        await asyncio.sleep(0.01)
+        ticks += 1
+        assert ticks < 3000, "the reload never reached its check"
+    assert loaded_on[1] is not threading.current_thread()
+    assert not waiting.done() and not source.wait_reload(timeout=0.01)
     started = time.perf_counter()
-    for _ in range(20):  # a call that notices the change, and calls while it is parsed
+    for _ in range(20):  # a caller that does not wait gets the last good policy, at once
         assert source.current(time.time()) is first
     assert time.perf_counter() - started < 0.5
-    assert not source.wait_reload(timeout=0.05)  # the reload is in flight, one of them
-    assert len(loaded_on) == 2 and loaded_on[1] is not threading.current_thread()
     release.set()
-    assert source.wait_reload(timeout=30)
-    assert source.current(time.time()).limits.max_repeat_calls == 5
-    # the alias bomb, edited in: refused on the thread, the last good policy stays
+    assert (await asyncio.wait_for(waiting, 30)).limits.max_repeat_calls == 5
     second = source.current(time.time())
+    assert second.limits.max_repeat_calls == 5 and len(loaded_on) == 2  # one reload, not 21
+    # the alias bomb, edited in: refused on the thread, the last good policy stays
     caplog.set_level(logging.WARNING, logger="interlock_temporal.policy")
     caplog.clear()  # the reload above said its new epoch
     touch(path, alias_bomb(), 2)
-    assert reloaded(source) is second
+    assert await source.refresh(time.time()) is second
     assert source.last_error == f"{path}:2: a YAML anchor (&): {NO_ANCHORS}"
     assert caplog.messages == [
         "policy file changed but is not used (the last good one stays): " + source.last_error

@@ -26,12 +26,14 @@ Whoever can edit the file must not be able to stop the worker that follows it. S
 ``MAX_POLICY_BYTES`` is refused by its size before it is parsed; YAML anchors and aliases are
 refused as the document is composed, node by node, before anything is expanded (nine aliases of
 nine aliases of ... make a few hundred bytes that expand into gigabytes); nesting deeper than
-``MAX_POLICY_DEPTH`` is refused at its line; and ``PolicySource`` parses a changed file in a
-thread of its own, so the worker's event loop never waits for a parse.
+``MAX_POLICY_DEPTH`` is refused at its line; and ``PolicySource`` parses a changed file on a
+thread of its own, so the worker's event loop is never held by a parse.
 """
 
 from __future__ import annotations
 
+import asyncio
+import concurrent.futures
 import fnmatch
 import hashlib
 import logging
@@ -57,7 +59,7 @@ log = logging.getLogger("interlock_temporal.policy")
 #: the most a policy file may weigh, 256 KiB: a real one is a few kilobytes, and this is a
 #: thousand rules. A larger file is refused by its size before it is parsed. The YAML parser is
 #: pure Python (so that every node has its line, and anchors are refused before they expand):
-#: a file of this size takes about 2 s of CPU to parse, on the reload's thread.
+#: a file of this size takes 2-4 s of CPU to parse, on the reload's thread.
 MAX_POLICY_BYTES = 256 * 1024
 #: the deepest a policy file may nest (a real one nests 6 deep: rules, a rule, when, a
 #: condition, ``in``, a value); deeper is refused at its line, not by Python's recursion limit
@@ -415,14 +417,18 @@ class PolicySource:
     """A policy that follows its file. A file that no longer validates is refused (logged) and
     the last good policy stays, so no decision is ever made without one.
 
-    ``current()`` is called by the worker's interceptor on its event loop, for every call, so it
-    never parses: at most once per ``min_interval_s`` it looks at the file's modification time,
-    size and inode (one ``stat``), and when they changed it starts a thread that reads, parses
-    and checks the file (``on_load``) while ``current()`` goes on returning the last good
-    policy. The thread puts the new policy in force when it is good, or logs why it is not and
-    keeps the last good one. One reload runs at a time; an edit made while it runs is seen at
-    the next look. The cost: a changed file takes effect when its parse ends (milliseconds for a
-    real policy, about two seconds for the largest allowed), not at the call that noticed it.
+    A file is never parsed on the caller's thread (the worker's event loop, for every call): at
+    most once per ``min_interval_s`` a caller looks at the file's modification time, size and
+    inode (one ``stat``), and when they changed a thread of its own reads, parses and checks the
+    file (``on_load``), then puts the new policy in force, or logs why not and keeps the last
+    good one. One reload runs at a time; an edit made while it runs is seen at the next look.
+
+    ``current()`` never waits: while a reload runs it returns the last good policy.
+    ``refresh()`` is ``current()`` for a coroutine: it awaits the reload in flight (the event
+    loop runs on meanwhile), so the call that noticed a change, and any call arriving while it
+    is parsed, is decided by the changed file, or by the last good policy if it was refused.
+    The worker's interceptor awaits it before the policy decides a call. The cost: those calls
+    wait for the parse (milliseconds for a real policy, a few seconds at ``MAX_POLICY_BYTES``).
     """
 
     def __init__(self, path: str | os.PathLike[str], *, min_interval_s: float = 0.5) -> None:
@@ -431,7 +437,8 @@ class PolicySource:
         self._stamp = self._stat()
         self._policy = load_policy(self.path)  # at the worker's start, before its loop runs
         self._checked = 0.0
-        self._reloading: threading.Thread | None = None
+        #: the reload in flight: done when its policy is in force, or refused
+        self._reloading: concurrent.futures.Future[None] | None = None
         self.min_interval_s = min_interval_s
         self.last_error: str | None = None
         self._on_load: list[Callable[[Policy], None]] = []
@@ -447,7 +454,7 @@ class PolicySource:
         fn(self._policy)
 
     def current(self, now: float) -> Policy:
-        """The policy in force; starts a reload in a thread when the file changed."""
+        """The policy in force; a reload starts on its thread when the file changed."""
         if now - self._checked < self.min_interval_s:
             return self._policy
         with self._lock:
@@ -462,22 +469,35 @@ class PolicySource:
             if stamp == self._stamp:
                 return self._policy
             self._stamp = stamp
-            self._reloading = threading.Thread(
-                target=self._reload, name=f"interlock-policy-reload {self.path}", daemon=True
-            )
-            self._reloading.start()
+            reloading: concurrent.futures.Future[None] = concurrent.futures.Future()
+            reloading.set_running_or_notify_cancel()  # a waiter's cancellation cannot end it
+            self._reloading = reloading
+            name = f"interlock-policy-reload {self.path}"
+            threading.Thread(target=self._reload, args=(reloading,), name=name, daemon=True).start()
             return self._policy
 
+    async def refresh(self, now: float) -> Policy:
+        """``current()``, after the reload in flight (if any, started now or before) has ended;
+        awaited without holding the event loop."""
+        self.current(now)
+        reloading = self._reloading
+        if reloading is not None:
+            await asyncio.wrap_future(reloading)
+        return self._policy
+
     def wait_reload(self, timeout: float | None = None) -> bool:
-        """Wait for the reload in flight, if any; False if it still runs after ``timeout``
-        seconds. For scripts and tests: a worker never waits for one."""
-        thread = self._reloading
-        if thread is not None:
-            thread.join(timeout)
-            return not thread.is_alive()
+        """Block until the reload in flight, if any, has ended; False if it still runs after
+        ``timeout`` seconds. For scripts and tests: a worker awaits ``refresh()`` instead."""
+        reloading = self._reloading
+        if reloading is None:
+            return True
+        try:
+            reloading.result(timeout)
+        except concurrent.futures.TimeoutError:
+            return False
         return True
 
-    def _reload(self) -> None:
+    def _reload(self, reloading: concurrent.futures.Future[None]) -> None:
         """On the reload's thread: read, parse and check the file, and put it in force if it is
         good. Whatever goes wrong keeps the last good policy."""
         try:
@@ -487,25 +507,25 @@ class PolicySource:
         except PolicyError as err:
             with self._lock:
                 self._refuse(str(err))
-                self._reloading = None
-            return
         except Exception as err:  # a bug must not leave the worker without a policy
             with self._lock:  # its type, not its message: that may hold a value of the file
                 self._refuse(f"{self.path}: could not be reloaded: {type(err).__name__}")
+        else:
+            with self._lock:
+                if policy.epoch != self._policy.epoch:
+                    log.warning(
+                        "policy %s reloaded from %s: epoch %s -> %s",
+                        policy.policy_id,
+                        self.path,
+                        self._policy.epoch,
+                        policy.epoch,
+                    )
+                self._policy = policy
+                self.last_error = None
+        finally:
+            with self._lock:
                 self._reloading = None
-            return
-        with self._lock:
-            if policy.epoch != self._policy.epoch:
-                log.warning(
-                    "policy %s reloaded from %s: epoch %s -> %s",
-                    policy.policy_id,
-                    self.path,
-                    self._policy.epoch,
-                    policy.epoch,
-                )
-            self._policy = policy
-            self.last_error = None
-            self._reloading = None
+            reloading.set_result(None)
 
     def _refuse(self, message: str) -> None:
         self.last_error = message
