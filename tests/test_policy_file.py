@@ -3,12 +3,15 @@ wrong, an epoch that follows the content, and a file that is followed when it ch
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import os
 import subprocess
 import sys
+import threading
 import time
+import tracemalloc
 from pathlib import Path
 
 import pytest
@@ -27,6 +30,8 @@ from interlock_temporal.core.policy import (
     evaluate_rules,
 )
 from interlock_temporal.core.policy.file import (
+    MAX_POLICY_BYTES,
+    MAX_POLICY_DEPTH,
     FileRule,
     PolicyError,
     PolicySource,
@@ -75,6 +80,18 @@ class Refund(BaseModel):
 def event(activity: str = "refund", principal: str = "refund-bot", **fields: object) -> CallEvent:
     r = Refund.model_validate({"order_id": "A-1", "amount_cents": 2000, **fields})
     return CallEvent(activity=activity, args=(r,), principal=principal)
+
+
+NO_ANCHORS = "a policy file has no anchors or aliases (write the value out where it is used)"
+
+
+def reloaded(source: PolicySource, now: float | None = None) -> Policy:
+    """What ``current()`` gives once the reload it started, if any, has ended (a worker's call
+    is decided by the last good policy meanwhile: it never waits for a parse)."""
+    at = time.time() if now is None else now
+    source.current(at)
+    assert source.wait_reload(timeout=30)
+    return source.current(at)
 
 
 def write(tmp_path: Path, text: str, name: str = "policy.yaml") -> Path:
@@ -174,11 +191,11 @@ def test_a_followed_file_reloads_and_a_broken_edit_keeps_the_last_good_policy(
     assert source.current(time.time()) is first  # unchanged: not reloaded
     path.write_text(GOOD.replace("max_repeat_calls: 3", "max_repeat_calls: 5"))
     os.utime(path, ns=(time.time_ns(), time.time_ns() + 1_000_000))
-    second = source.current(time.time())
+    second = reloaded(source)
     assert second.limits.max_repeat_calls == 5 and second.epoch != first.epoch
     path.write_text(GOOD.replace("verdict: block", "verdict: nope"))
     os.utime(path, ns=(time.time_ns(), time.time_ns() + 2_000_000))
-    assert source.current(time.time()) is second
+    assert reloaded(source) is second
     assert source.last_error is not None and "rules[1].verdict" in source.last_error
     # a reload the worker's check refuses (a misspelled argument) keeps the last good one too
     checked: list[str] = []
@@ -191,7 +208,7 @@ def test_a_followed_file_reloads_and_a_broken_edit_keeps_the_last_good_policy(
     source.on_load(check)
     path.write_text(GOOD.replace("max_repeat_calls: 3", "max_repeat_calls: 7"))
     os.utime(path, ns=(time.time_ns(), time.time_ns() + 3_000_000))
-    assert source.current(time.time()) is second
+    assert reloaded(source) is second
     assert source.last_error == "refused by the worker's check"
 
 
@@ -271,8 +288,16 @@ RULE_WHEN = "rules:\n  - id: r\n    verdict: block\n    when:\n      day: {eq: %
         # keys are text: a list as a key, a number as a key where any value is allowed
         ("mode: enforce\n? [a, b]\n: 1\n", ":2: (top level): key ['a', 'b'] is not text"),
         (RULE_WHEN % "{1: one}", ":5: rules[0].when.day.eq: key 1 is not text"),
-        # an alias inside what its anchor names would be data without end
-        ("policy_id: p\nrules: &all\n  - *all\n", ":2: rules[0]: an alias inside its own anchor"),
+        # anchors and aliases are refused where they are written, before anything expands (an
+        # alias inside what its anchor names would be data without end)
+        ("policy_id: p\nrules: &all\n  - *all\n", ":2: a YAML anchor (&): " + NO_ANCHORS),
+        ("policy_id: p\nmode: *undefined\n", ":2: a YAML alias (*): " + NO_ANCHORS),
+        ("policy_id: p\nlimits:\n  <<: *base\n", ":3: a YAML alias (*): " + NO_ANCHORS),
+        # nesting deeper than a policy can is refused at its line, not by a RecursionError
+        (
+            "policy_id: p\nreason:\n  " + "[" * 5000 + "]" * 5000 + "\n",
+            f":3: nested deeper than {MAX_POLICY_DEPTH} levels, the most a policy file may",
+        ),
         # characters YAML does not allow
         (
             "policy_id: p\nmode: enforce\nreason: a\x00b\n",
@@ -294,6 +319,9 @@ RULE_WHEN = "rules:\n  - id: r\n    verdict: block\n    when:\n      day: {eq: %
         "list-key",
         "number-key",
         "recursive-alias",
+        "alias",
+        "merge-key",
+        "deep",
         "nul",
         "bell",
     ],
@@ -369,7 +397,7 @@ def test_a_followed_file_edited_into_a_value_a_policy_cannot_hold_keeps_the_last
     first = source.current(time.time())
     path.write_text(GOOD.replace("{in: [XX, YY]}", "{eq: 2024-01-01}"))
     os.utime(path, ns=(time.time_ns(), time.time_ns() + 1_000_000))
-    assert source.current(time.time()) is first
+    assert reloaded(source) is first
     assert source.last_error == (
         f"{path}:25: rules[2].when.country.eq: a value with no canonical JSON form"
     )
@@ -562,7 +590,7 @@ def test_a_followed_file_is_looked_at_once_per_interval(tmp_path: Path) -> None:
     first = source.current(1000.0)
     touch(path, GOOD.replace("max_repeat_calls: 3", "max_repeat_calls: 5"), 1)
     assert source.current(1009.5) is first  # within the interval: not looked at
-    assert source.current(1010.0).limits.max_repeat_calls == 5  # a whole interval later
+    assert reloaded(source, 1010.0).limits.max_repeat_calls == 5  # a whole interval later
 
 
 def test_what_a_followed_file_logs_and_says(
@@ -574,24 +602,157 @@ def test_what_a_followed_file_logs_and_says(
     caplog.set_level(logging.WARNING, logger="interlock_temporal.policy")
     # a new layout of the same content: reloaded, same epoch, nothing to say
     touch(path, "# moved\n" + GOOD, 1)
-    assert source.current(time.time()).epoch == first.epoch
+    assert reloaded(source).epoch == first.epoch
     assert caplog.messages == []
     touch(path, GOOD.replace("max_repeat_calls: 3", "max_repeat_calls: 5"), 2)
-    second = source.current(time.time())
+    second = reloaded(source)
     assert caplog.messages == [
         f"policy support-agents reloaded from {path}: epoch {first.epoch} -> {second.epoch}"
     ]
     caplog.clear()
     touch(path, GOOD.replace("verdict: block", "verdict: nope"), 3)
-    assert source.current(time.time()) is second
+    assert reloaded(source) is second
     assert source.last_error is not None
     assert caplog.messages == [
         "policy file changed but is not used (the last good one stays): " + source.last_error
     ]
     # mended: the error is gone
     touch(path, GOOD, 4)
-    assert source.current(time.time()).epoch == first.epoch and source.last_error is None
+    assert reloaded(source).epoch == first.epoch and source.last_error is None
     # removed: the last good one stays, and why is said
     path.unlink()
-    assert source.current(time.time()).epoch == first.epoch
+    assert reloaded(source).epoch == first.epoch
     assert source.last_error == f"{path}: cannot be read: No such file or directory"
+
+
+# -- a file that cannot hurt the worker that follows it ------------------------------------------
+
+
+def alias_bomb(levels: int = 7) -> str:
+    """A policy file of ``levels`` nested aliases, nine references each (338 bytes at 7): it
+    expands into 9**7 = 4.8 million strings. Before anchors were refused it took 45 s and
+    1.25 GB to be refused, for unknown keys, after the expansion."""
+    lines = ["policy_id: bomb", 'a0: &a0 ["x","x","x","x","x","x","x","x","x"]']
+    for i in range(1, levels):
+        lines.append(f"a{i}: &a{i} [" + ",".join([f"*a{i - 1}"] * 9) + "]")
+    return "\n".join(lines) + "\n"
+
+
+def test_the_alias_bomb_is_refused_before_it_expands(tmp_path: Path) -> None:
+    bomb = alias_bomb()
+    assert 300 < len(bomb.encode()) < 400
+    path = write(tmp_path, bomb)
+    tracemalloc.start()
+    started = time.perf_counter()
+    try:
+        with pytest.raises(PolicyError) as refused:
+            load_policy(path)
+        took = time.perf_counter() - started
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert str(refused.value) == f"{path}:2: a YAML anchor (&): {NO_ANCHORS}"
+    assert took < 1.0 and peak < 20_000_000, (took, peak)
+    # an alias with no anchor before it is refused the same way, at its own line
+    with pytest.raises(PolicyError) as refused:
+        parse_policy(GOOD.replace("max_repeat_calls: 3", "max_repeat_calls: *three"), "p")
+    assert str(refused.value) == f"p:5: a YAML alias (*): {NO_ANCHORS}"
+
+
+def test_a_file_over_the_size_cap_is_refused_by_its_size_unparsed(tmp_path: Path) -> None:
+    """A 10 MB file is refused having read ``MAX_POLICY_BYTES`` + 1 of it; a file of exactly
+    the cap is read and parsed; text over the cap is refused by ``parse_policy`` too."""
+    path = tmp_path / "policy.yaml"
+    line = "# " + "x" * 97 + "\n"
+    path.write_text("policy_id: big\n" + line * 100_000)  # 10 MB of comments after a policy
+    assert path.stat().st_size > 10_000_000
+    tracemalloc.start()
+    started = time.perf_counter()
+    try:
+        with pytest.raises(PolicyError) as refused:
+            load_policy(path)
+        took = time.perf_counter() - started
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    says = f"larger than {MAX_POLICY_BYTES} bytes, the most a policy file may be"
+    assert str(refused.value) == f"{path}: {says}"
+    assert took < 1.0 and peak < 2 * MAX_POLICY_BYTES + 1_000_000, (took, peak)
+    at_the_cap = "policy_id: big\n# " + "é" * ((MAX_POLICY_BYTES - 18) // 2) + "\n"
+    at_the_cap += " " * (MAX_POLICY_BYTES - len(at_the_cap.encode()))
+    path.write_text(at_the_cap, encoding="utf-8")
+    assert path.stat().st_size == MAX_POLICY_BYTES
+    assert load_policy(path).policy_id == "big"
+    path.write_text(at_the_cap + " ", encoding="utf-8")
+    with pytest.raises(PolicyError) as refused:
+        load_policy(path)
+    assert str(refused.value) == f"{path}: {says}"
+    # counted in UTF-8 bytes, not characters
+    with pytest.raises(PolicyError) as refused:
+        parse_policy(at_the_cap.replace("#", "é", 1), "p")
+    assert str(refused.value) == f"p: {says}"
+
+
+async def test_a_followed_file_is_parsed_on_a_thread_and_the_event_loop_runs_on(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """No caller parses: the reload runs on a thread of its own. Meanwhile ``current()`` returns
+    the last good policy at once, and ``refresh()`` (what the worker's interceptor awaits) waits
+    for the new one without holding the event loop. The reload is held here (its ``on_load``
+    check waits) to see what callers get while it runs."""
+    path = write(tmp_path, GOOD)
+    source = PolicySource(path, min_interval_s=0.0)
+    first = source.current(time.time())
+    entered, release = threading.Event(), threading.Event()
+    loaded_on: list[threading.Thread] = []
+
+    def held(policy: Policy) -> None:
+        loaded_on.append(threading.current_thread())
+        if len(loaded_on) > 1:
+            entered.set()
+            assert release.wait(30)
+
+    source.on_load(held)
+    touch(path, GOOD.replace("max_repeat_calls: 3", "max_repeat_calls: 5"), 1)
+    waiting = asyncio.ensure_future(source.refresh(time.time()))  # notices the change
+    ticks = 0
+    while not entered.is_set() or ticks < 10:  # the loop runs on while the file is parsed
+        await asyncio.sleep(0.01)
+        ticks += 1
+        assert ticks < 3000, "the reload never reached its check"
+    assert loaded_on[1] is not threading.current_thread()
+    assert not waiting.done() and not source.wait_reload(timeout=0.01)
+    started = time.perf_counter()
+    for _ in range(20):  # a caller that does not wait gets the last good policy, at once
+        assert source.current(time.time()) is first
+    assert time.perf_counter() - started < 0.5
+    release.set()
+    assert (await asyncio.wait_for(waiting, 30)).limits.max_repeat_calls == 5
+    second = source.current(time.time())
+    assert second.limits.max_repeat_calls == 5 and len(loaded_on) == 2  # one reload, not 21
+    # the alias bomb, edited in: refused on the thread, the last good policy stays
+    caplog.set_level(logging.WARNING, logger="interlock_temporal.policy")
+    caplog.clear()  # the reload above said its new epoch
+    touch(path, alias_bomb(), 2)
+    assert await source.refresh(time.time()) is second
+    assert source.last_error == f"{path}:2: a YAML anchor (&): {NO_ANCHORS}"
+    assert caplog.messages == [
+        "policy file changed but is not used (the last good one stays): " + source.last_error
+    ]
+
+
+def test_a_reload_that_fails_unexpectedly_keeps_the_last_good_policy(tmp_path: Path) -> None:
+    """Whatever goes wrong on the reload's thread (here a check with a bug) keeps the last good
+    policy, and says what by its type, not its message (which may hold a value of the file)."""
+    path = write(tmp_path, GOOD)
+    source = PolicySource(path, min_interval_s=0.0)
+    first = source.current(time.time())
+
+    def buggy(policy: Policy) -> None:
+        if policy is not first:
+            raise KeyError("amount_cents=9999")
+
+    source.on_load(buggy)
+    touch(path, GOOD.replace("max_repeat_calls: 3", "max_repeat_calls: 5"), 1)
+    assert reloaded(source) is first
+    assert source.last_error == f"{path}: could not be reloaded: KeyError"

@@ -7,6 +7,8 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import os
+import time
 import uuid
 from datetime import timedelta
 from pathlib import Path
@@ -15,7 +17,12 @@ from typing import Any
 import pytest
 from pydantic import BaseModel, SecretStr
 from temporalio import activity
-from temporalio.client import Client, WorkflowFailureError, WorkflowUpdateFailedError
+from temporalio.client import (
+    Client,
+    WorkflowExecutionStatus,
+    WorkflowFailureError,
+    WorkflowUpdateFailedError,
+)
 
 from interlock_temporal import current_effect, gated, receipt, report_cost
 from interlock_temporal.core.identity import effect_id
@@ -33,14 +40,15 @@ from interlock_temporal.core.policy import (
     input_digest,
     modify,
 )
-from interlock_temporal.core.policy.file import PolicyError
+from interlock_temporal.core.policy.file import MAX_POLICY_BYTES, PolicyError
 from interlock_temporal.core.review import review_id
 from interlock_temporal.targets.payments import RefundResult, SimulatedPayments
 from interlock_temporal.testing import DevServer, temporal_cli
 from workers.scenarios import ORDER
 
-from .server_workflows import ApprovedCall, RunCalls
+from .server_workflows import ApprovedCall, CallActivity, RunCalls
 from .test_cli_reviews import interlock
+from .test_policy_file import NO_ANCHORS, alias_bomb
 from .test_reviews import until
 from .test_server import Rig, cause_of, rig
 
@@ -716,6 +724,98 @@ async def test_a_policy_naming_an_argument_no_activity_has_stops_the_worker(
     assert f"{path}:6: rules[0].when.amount_cent: wire has no argument 'amount_cent'" in str(
         refused.value
     )
+
+
+SEARCH_POLICY = """\
+policy_id: searches
+rules:
+  - id: no-forbidden-searches
+    activity: search
+    when: {query: forbidden}
+    verdict: block
+    code: FORBIDDEN_QUERY
+"""
+
+
+@activity.defn
+async def ticker(seconds: float) -> float:
+    """Heartbeats every 0.1 s for ``seconds`` on the worker's event loop and returns the longest
+    gap between two beats: how long the loop was kept from it."""
+    _ran("ticker", seconds)
+    longest, last = 0.0, time.monotonic()
+    end = last + seconds
+    while (now := time.monotonic()) < end:
+        longest, last = max(longest, now - last), now
+        activity.heartbeat()
+        await asyncio.sleep(0.1)
+    return longest
+
+
+def edit(path: Path, text: str) -> None:
+    """Replace the file at once, as an operator's deploy does (a new inode)."""
+    draft = path.with_suffix(".draft")
+    draft.write_text(text)
+    os.replace(draft, path)
+
+
+async def test_a_policy_file_edited_into_an_alias_bomb_or_10_mb_under_a_running_worker(
+    dev_server: DevServer, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The file a worker follows is edited, while an activity heartbeats every 0.1 s under a
+    2 s heartbeat timeout, into the 338-byte alias bomb and then into 10 MB: each is refused
+    on the reload's thread (its line, its size), the activity's beats go on, and the last good
+    policy goes on deciding. A good edit afterwards is followed, so the file was looked at."""
+    path = tmp_path / "policy.yaml"
+    path.write_text(SEARCH_POLICY)
+    caplog.set_level(logging.WARNING, logger="interlock_temporal.policy")
+    refused = "policy file changed but is not used (the last good one stays): "
+
+    async def refusal(says: str) -> None:
+        await until(lambda: refused + says in caplog.messages, f"the refusal {says!r}")
+
+    async with policy_rig(dev_server, tmp_path, str(path), extra_more=[ticker]) as r:  # type: ignore[arg-type]
+        beating = await r.client.start_workflow(
+            CallActivity.run,
+            {
+                "activity": "ticker",
+                "arg": 8.0,  # within CallActivity's 10 s start-to-close
+                "principal": "support-agent",
+                "heartbeat_s": 2,
+                "maximum_attempts": 1,
+            },
+            id=f"ticker-{uuid.uuid4().hex[:8]}",
+            task_queue=r.task_queue,
+        )
+        await until(lambda: ran(beating.id, "ticker"), "the ticker's start")
+        _, outcomes = await session(r, [("search", "forbidden"), ("search", "fine")])
+        assert codes(outcomes) == ["InterlockDenied:FORBIDDEN_QUERY", "ok"]
+
+        edit(path, alias_bomb())
+        await asyncio.sleep(0.7)  # the plugin looks at the file at most every 0.5 s
+        _, outcomes = await session(r, [("search", "forbidden"), ("search", "fine")])
+        assert codes(outcomes) == ["InterlockDenied:FORBIDDEN_QUERY", "ok"]
+        await refusal(f"{path}:2: a YAML anchor (&): {NO_ANCHORS}")
+
+        edit(path, SEARCH_POLICY + ("# " + "x" * 97 + "\n") * 100_000)
+        assert path.stat().st_size > 10_000_000
+        await asyncio.sleep(0.7)
+        _, outcomes = await session(r, [("search", "forbidden"), ("search", "fine")])
+        assert codes(outcomes) == ["InterlockDenied:FORBIDDEN_QUERY", "ok"]
+        await refusal(
+            f"{path}: larger than {MAX_POLICY_BYTES} bytes, the most a policy file may be"
+        )
+
+        described = await beating.describe()
+        assert described.status == WorkflowExecutionStatus.RUNNING  # beating all along
+        # a good edit is followed, from the first call that notices it (which waits, off the
+        # loop, for its parse)
+        edit(path, SEARCH_POLICY.replace("{query: forbidden}", "{query: {in: [forbidden, fine]}}"))
+        await asyncio.sleep(0.7)
+        _, outcomes = await session(r, [("search", "fine")])
+        assert codes(outcomes) == ["InterlockDenied:FORBIDDEN_QUERY"]
+        longest = await beating.result()
+        assert 0.1 <= longest < 1.0, longest
+        assert len(ran(beating.id, "ticker")) == 1  # one attempt, never timed out
 
 
 # -- secrets -------------------------------------------------------------------------------------

@@ -286,9 +286,11 @@ class _ActivityInbound(temporalio.worker.ActivityInboundInterceptor):
         spec = spec_of(input.fn)
         with metering() as spent:  # what the call says it cost (report_cost)
             try:
+                guard = self._root.guard
+                if guard is not None:  # an edited policy file: parsed off the loop, then decides
+                    await guard.refreshed()
                 if spec is not None:  # gated: the gate
                     return await self._through_gate(spec, input, spent)
-                guard = self._root.guard
                 own = temporalio.activity.info().activity_type in self._root.runtime.own_activities
                 if guard is None or own:  # not gated, no policy (or the gate's own): untouched
                     return await self.next.execute_activity(input)

@@ -72,7 +72,8 @@ class InterlockPlugin(SimplePlugin):
     ``reconcile_every``: also run the reconciler on each worker's task queue this often, for
     effects in doubt longer than ``reconcile_older_than``.
     ``policy``: limits and rules every activity of the worker is checked against: a ``Policy``,
-    or the path of a YAML/JSON policy file (validated now, reloaded when it changes); denied
+    or the path of a YAML/JSON policy file (validated now; reloaded on a thread when it changes,
+    the last good policy kept when a change does not validate); denied
     calls fail with ``InterlockDenied`` and their bodies never run.
     ``telemetry``: where spans, metrics and receipt log records go (default: the global
     OpenTelemetry providers; put ``OpenTelemetryPlugin`` before this plugin to nest the gate's

@@ -63,6 +63,9 @@ class Policy:
 
 
 class PolicyFollower(Protocol):
-    """A policy that can change while a worker runs (``PolicySource`` follows a file)."""
+    """A policy that can change while a worker runs (``PolicySource`` follows a file).
+    ``current()`` is called on the worker's event loop and must not block; a follower that
+    loads its policy slowly may also have ``async refresh(now) -> Policy``, which the worker
+    awaits before the policy decides a call (``PolicyGuard.refreshed``)."""
 
     def current(self, now: float) -> Policy: ...

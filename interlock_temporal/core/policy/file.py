@@ -21,10 +21,19 @@ rules:
 Every error names the file, the line and the key. Unknown keys are refused; argument names are
 checked against the activities a worker registers (``check_arguments``). The policy's epoch is a
 hash of the file's content, so an approval granted under one file does not cover another.
+
+Whoever can edit the file must not be able to stop the worker that follows it. So a file over
+``MAX_POLICY_BYTES`` is refused by its size before it is parsed; YAML anchors and aliases are
+refused as the document is composed, node by node, before anything is expanded (nine aliases of
+nine aliases of ... make a few hundred bytes that expand into gigabytes); nesting deeper than
+``MAX_POLICY_DEPTH`` is refused at its line; and ``PolicySource`` parses a changed file on a
+thread of its own, so the worker's event loop is never held by a parse.
 """
 
 from __future__ import annotations
 
+import asyncio
+import concurrent.futures
 import fnmatch
 import hashlib
 import logging
@@ -46,6 +55,15 @@ from .config import Policy
 from .verdicts import Decision, Verdict
 
 log = logging.getLogger("interlock_temporal.policy")
+
+#: the most a policy file may weigh, 256 KiB: a real one is a few kilobytes, and this is a
+#: thousand rules. A larger file is refused by its size before it is parsed. The YAML parser is
+#: pure Python (so that every node has its line, and anchors are refused before they expand):
+#: a file of this size takes 2-4 s of CPU to parse, on the reload's thread.
+MAX_POLICY_BYTES = 256 * 1024
+#: the deepest a policy file may nest (a real one nests 6 deep: rules, a rule, when, a
+#: condition, ``in``, a value); deeper is refused at its line, not by Python's recursion limit
+MAX_POLICY_DEPTH = 32
 
 OPERATORS = ("eq", "ne", "gt", "ge", "lt", "le", "in", "not_in", "contains", "glob", "present")
 
@@ -175,11 +193,45 @@ class FileRule:
 # -- loading with line numbers ------------------------------------------------------------------
 
 
+class _Loader(yaml.SafeLoader):
+    """``yaml.SafeLoader`` composing one node at a time and refusing, before the node is built,
+    an anchor or an alias (the only way YAML can make a small file into a large tree: a count
+    after loading would come when the tree is already expanded) and nesting deeper than
+    ``MAX_POLICY_DEPTH``. It costs one check per node."""
+
+    def __init__(self, text: str, source: str) -> None:
+        super().__init__(text)
+        self.source = source
+        self.depth = 0
+
+    def compose_node(self, parent: yaml.Node | None, index: int) -> yaml.Node | None:
+        event: yaml.Event = self.peek_event()  # type: ignore[no-untyped-call]
+        mark = event.start_mark
+        line = "?" if mark is None else mark.line + 1  # the pure-Python parser marks each event
+        if isinstance(event, yaml.AliasEvent):
+            raise PolicyError(f"{self.source}:{line}: a YAML alias (*): {_NO_ANCHORS}")
+        if getattr(event, "anchor", None) is not None:
+            raise PolicyError(f"{self.source}:{line}: a YAML anchor (&): {_NO_ANCHORS}")
+        if self.depth >= MAX_POLICY_DEPTH:
+            raise PolicyError(
+                f"{self.source}:{line}: nested deeper than {MAX_POLICY_DEPTH} levels, the most a "
+                "policy file may"
+            )
+        self.depth += 1
+        try:
+            return super().compose_node(parent, index)
+        finally:
+            self.depth -= 1
+
+
+_NO_ANCHORS = "a policy file has no anchors or aliases (write the value out where it is used)"
+
+
 class _Reader:
     """The data of a composed YAML document (as ``yaml.safe_load`` makes it), with the line of
     every key; what cannot be policy data is refused with its line and key."""
 
-    def __init__(self, loader: yaml.SafeLoader, source: str) -> None:
+    def __init__(self, loader: _Loader, source: str) -> None:
         self.loader = loader
         self.source = source
         self.lines: dict[tuple[Any, ...], int] = {}
@@ -187,10 +239,9 @@ class _Reader:
     def refused(self, line: int, path: tuple[Any, ...], what: str) -> PolicyError:
         return PolicyError(f"{self.source}:{line}: {_key_text(path)}: {what}")
 
-    def plain(self, node: yaml.Node, path: tuple[Any, ...], above: tuple[yaml.Node, ...]) -> Any:
-        line = self.lines[path] = node.start_mark.line + 1
-        if any(node is n for n in above):
-            raise self.refused(line, path, "an alias inside its own anchor")
+    def plain(self, node: yaml.Node, path: tuple[Any, ...]) -> Any:
+        """The data of ``node``: a tree, never a graph (the loader refused every alias)."""
+        self.lines[path] = node.start_mark.line + 1
         if isinstance(node, yaml.MappingNode):
             out: dict[str, Any] = {}
             for key_node, value_node in node.value:
@@ -200,13 +251,11 @@ class _Reader:
                     raise self.refused(at, path, f"key {key!r} is not text")
                 if key in out:
                     raise PolicyError(f"{self.source}: line {at}: key {key!r} appears twice")
-                out[key] = self.plain(value_node, (*path, key), (*above, node))
+                out[key] = self.plain(value_node, (*path, key))
                 self.lines[(*path, key)] = at
             return out
         if isinstance(node, yaml.SequenceNode):
-            return [
-                self.plain(item, (*path, i), (*above, node)) for i, item in enumerate(node.value)
-            ]
+            return [self.plain(item, (*path, i)) for i, item in enumerate(node.value)]
         return self.leaf(node, path)
 
     def leaf(self, node: yaml.Node, path: tuple[Any, ...]) -> Any:
@@ -239,10 +288,10 @@ def _key_text(loc: Sequence[Any]) -> str:
 
 
 def _read(text: str, source: str) -> tuple[Any, dict[tuple[Any, ...], int]]:
-    """The data of ``text`` and the line of every key; what is not YAML is refused, with its
-    line."""
+    """The data of ``text`` and the line of every key; what is not YAML, and what YAML can write
+    but a policy file may not (anchors, aliases, deep nesting), is refused with its line."""
     try:
-        loader = yaml.SafeLoader(text)  # checks every character first
+        loader = _Loader(text, source)  # checks every character first
     except yaml.reader.ReaderError as err:  # one YAML does not allow (a NUL, a control)
         row = text[: err.position].count("\n") + 1
         problem = f"character #x{err.character:04x}: {err.reason}"
@@ -250,7 +299,7 @@ def _read(text: str, source: str) -> tuple[Any, dict[tuple[Any, ...], int]]:
     reader = _Reader(loader, source)
     try:
         node = loader.get_single_node()
-        return ({} if node is None else reader.plain(node, (), ())), reader.lines
+        return ({} if node is None else reader.plain(node, ())), reader.lines
     except yaml.MarkedYAMLError as err:
         mark = err.problem_mark
         at = f":{mark.line + 1}" if mark is not None else ""
@@ -260,7 +309,13 @@ def _read(text: str, source: str) -> tuple[Any, dict[tuple[Any, ...], int]]:
 
 
 def parse_policy(text: str, source: str = "<policy>") -> Policy:
-    """A ``Policy`` from YAML or JSON text; errors name ``source``, the line and the key."""
+    """A ``Policy`` from YAML or JSON text; errors name ``source``, the line and the key. Text
+    over ``MAX_POLICY_BYTES`` (in UTF-8) is refused before it is parsed."""
+    if (
+        len(text) > MAX_POLICY_BYTES
+        or len(text.encode("utf-8", "surrogatepass")) > MAX_POLICY_BYTES
+    ):
+        raise PolicyError(_too_large(source))
     data, lines = _read(text, source)
     if not isinstance(data, dict):
         raise PolicyError(f"{source}:1: a policy is a mapping of keys (policy_id, limits, rules)")
@@ -305,17 +360,27 @@ def parse_policy(text: str, source: str = "<policy>") -> Policy:
 
 
 def load_policy(path: str | os.PathLike[str]) -> Policy:
-    """A ``Policy`` from a YAML or JSON file."""
+    """A ``Policy`` from a YAML or JSON file. At most ``MAX_POLICY_BYTES`` + 1 bytes are read: a
+    larger file is refused by its size, unparsed."""
     p = Path(path)
     try:
-        text = p.read_text(encoding="utf-8")
+        with p.open("rb") as f:
+            raw = f.read(MAX_POLICY_BYTES + 1)
     except OSError as err:
         raise PolicyError(f"{p}: cannot be read: {err.strerror or err}") from None
-    except UnicodeDecodeError as err:  # a policy file is UTF-8, whatever the locale
-        row = err.object[: err.start].count(b"\n") + 1
-        byte = err.object[err.start]
-        raise PolicyError(f"{p}:{row}: not UTF-8 text (a byte 0x{byte:02x})") from None
-    return parse_policy(text, str(p))
+    if len(raw) > MAX_POLICY_BYTES:
+        raise PolicyError(_too_large(str(p)))
+    try:
+        text = raw.decode("utf-8")  # a policy file is UTF-8, whatever the locale
+    except UnicodeDecodeError as err:
+        row = raw[: err.start].count(b"\n") + 1
+        raise PolicyError(f"{p}:{row}: not UTF-8 text (a byte 0x{raw[err.start]:02x})") from None
+    # the newlines ``read_text`` gave (universal newlines), so an epoch does not change
+    return parse_policy(text.replace("\r\n", "\n").replace("\r", "\n"), str(p))
+
+
+def _too_large(source: str) -> str:
+    return f"{source}: larger than {MAX_POLICY_BYTES} bytes, the most a policy file may be"
 
 
 def check_arguments(policy: Policy, activities: Mapping[str, Iterable[str] | None]) -> None:
@@ -349,16 +414,31 @@ def check_arguments(policy: Policy, activities: Mapping[str, Iterable[str] | Non
 
 
 class PolicySource:
-    """A policy that follows its file: ``current()`` reloads it when the file changes. A file
-    that no longer validates is refused (logged) and the last good policy stays, so no
-    decision is ever made without one."""
+    """A policy that follows its file. A file that no longer validates is refused (logged) and
+    the last good policy stays, so no decision is ever made without one.
+
+    A file is never parsed on the caller's thread (the worker's event loop, for every call): at
+    most once per ``min_interval_s`` a caller looks at the file's modification time, size and
+    inode (one ``stat``), and when they changed a thread of its own reads, parses and checks the
+    file (``on_load``), then puts the new policy in force, or logs why not and keeps the last
+    good one. One reload runs at a time; an edit made while it runs is seen at the next look.
+
+    ``current()`` never waits: while a reload runs it returns the last good policy.
+    ``refresh()`` is ``current()`` for a coroutine: it awaits the reload in flight (the event
+    loop runs on meanwhile), so the call that noticed a change, and any call arriving while it
+    is parsed, is decided by the changed file, or by the last good policy if it was refused.
+    The worker's interceptor awaits it before the policy decides a call. The cost: those calls
+    wait for the parse (milliseconds for a real policy, a few seconds at ``MAX_POLICY_BYTES``).
+    """
 
     def __init__(self, path: str | os.PathLike[str], *, min_interval_s: float = 0.5) -> None:
         self.path = Path(path)
-        self._lock = threading.Lock()
+        self._lock = threading.Lock()  # never held while a file is read or parsed
         self._stamp = self._stat()
-        self._policy = load_policy(self.path)
+        self._policy = load_policy(self.path)  # at the worker's start, before its loop runs
         self._checked = 0.0
+        #: the reload in flight: done when its policy is in force, or refused
+        self._reloading: concurrent.futures.Future[None] | None = None
         self.min_interval_s = min_interval_s
         self.last_error: str | None = None
         self._on_load: list[Callable[[Policy], None]] = []
@@ -368,15 +448,19 @@ class PolicySource:
         return (st.st_mtime_ns, st.st_size, st.st_ino)
 
     def on_load(self, fn: Callable[[Policy], None]) -> None:
-        """Call ``fn`` with every policy this source loads (the first one included)."""
+        """Call ``fn`` with every policy this source loads (the first one included); one that
+        raises ``PolicyError`` refuses the policy. Called on the reload's thread."""
         self._on_load.append(fn)
         fn(self._policy)
 
     def current(self, now: float) -> Policy:
+        """The policy in force; a reload starts on its thread when the file changed."""
         if now - self._checked < self.min_interval_s:
             return self._policy
         with self._lock:
             self._checked = now
+            if self._reloading is not None:  # one at a time: the next look sees later edits
+                return self._policy
             try:
                 stamp = self._stat()
             except OSError as err:
@@ -385,24 +469,63 @@ class PolicySource:
             if stamp == self._stamp:
                 return self._policy
             self._stamp = stamp
-            try:
-                policy = load_policy(self.path)
-                for fn in self._on_load:
-                    fn(policy)
-            except PolicyError as err:
+            reloading: concurrent.futures.Future[None] = concurrent.futures.Future()
+            reloading.set_running_or_notify_cancel()  # a waiter's cancellation cannot end it
+            self._reloading = reloading
+            name = f"interlock-policy-reload {self.path}"
+            threading.Thread(target=self._reload, args=(reloading,), name=name, daemon=True).start()
+            return self._policy
+
+    async def refresh(self, now: float) -> Policy:
+        """``current()``, after the reload in flight (if any, started now or before) has ended;
+        awaited without holding the event loop."""
+        self.current(now)
+        reloading = self._reloading
+        if reloading is not None:
+            await asyncio.wrap_future(reloading)
+        return self._policy
+
+    def wait_reload(self, timeout: float | None = None) -> bool:
+        """Block until the reload in flight, if any, has ended; False if it still runs after
+        ``timeout`` seconds. For scripts and tests: a worker awaits ``refresh()`` instead."""
+        reloading = self._reloading
+        if reloading is None:
+            return True
+        try:
+            reloading.result(timeout)
+        except concurrent.futures.TimeoutError:
+            return False
+        return True
+
+    def _reload(self, reloading: concurrent.futures.Future[None]) -> None:
+        """On the reload's thread: read, parse and check the file, and put it in force if it is
+        good. Whatever goes wrong keeps the last good policy."""
+        try:
+            policy = load_policy(self.path)
+            for fn in self._on_load:
+                fn(policy)
+        except PolicyError as err:
+            with self._lock:
                 self._refuse(str(err))
-                return self._policy
-            if policy.epoch != self._policy.epoch:
-                log.warning(
-                    "policy %s reloaded from %s: epoch %s -> %s",
-                    policy.policy_id,
-                    self.path,
-                    self._policy.epoch,
-                    policy.epoch,
-                )
-            self._policy = policy
-            self.last_error = None
-            return policy
+        except Exception as err:  # a bug must not leave the worker without a policy
+            with self._lock:  # its type, not its message: that may hold a value of the file
+                self._refuse(f"{self.path}: could not be reloaded: {type(err).__name__}")
+        else:
+            with self._lock:
+                if policy.epoch != self._policy.epoch:
+                    log.warning(
+                        "policy %s reloaded from %s: epoch %s -> %s",
+                        policy.policy_id,
+                        self.path,
+                        self._policy.epoch,
+                        policy.epoch,
+                    )
+                self._policy = policy
+                self.last_error = None
+        finally:
+            with self._lock:
+                self._reloading = None
+            reloading.set_result(None)
 
     def _refuse(self, message: str) -> None:
         self.last_error = message

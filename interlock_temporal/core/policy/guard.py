@@ -248,6 +248,19 @@ class PolicyGuard:
         source = self._source
         return source if isinstance(source, Policy) else source.current(self.clock())
 
+    async def refreshed(self) -> Policy:
+        """``policy``, for a coroutine: a followed file's reload that is due (or running) is
+        awaited on its thread, never on the event loop, so the call about to be decided sees
+        the file as it is now (or the last good policy, if the file was refused)."""
+        source = self._source
+        if isinstance(source, Policy):
+            return source
+        refresh = getattr(source, "refresh", None)  # PolicySource's; a follower may have none
+        if refresh is None:
+            return source.current(self.clock())
+        policy: Policy = await refresh(self.clock())
+        return policy
+
     def facts(
         self, event: CallEvent, *, digest: str | None = None, policy: Policy | None = None
     ) -> CallFacts:
