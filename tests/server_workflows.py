@@ -28,6 +28,8 @@ class CallActivity:
         }
         if spec.get("heartbeat_s"):
             options["heartbeat_timeout"] = timedelta(seconds=spec["heartbeat_s"])
+        if spec.get("schedule_to_close_s"):
+            options["schedule_to_close_timeout"] = timedelta(seconds=spec["schedule_to_close_s"])
         if spec.get("principal"):
             with act_as(spec["principal"], lease=spec.get("lease")):
                 return await workflow.execute_activity(spec["activity"], spec["arg"], **options)

@@ -9,11 +9,12 @@ import functools
 import logging
 import warnings
 from collections.abc import Callable
-from typing import Any
+from typing import Annotated, Any
 
 import pytest
 from pydantic import BaseModel
 
+from interlock_temporal._worker.gated import result_check, return_type_of
 from interlock_temporal.core.errors import Denied, NeedsApproval
 from interlock_temporal.core.policy import (
     MASK,
@@ -237,6 +238,85 @@ def test_a_rule_result_edited_in_place_deep_down_reaches_nothing_returned() -> N
     rewrite = {"rows": [{"ssn": "x"}]}
     d, rewritten = evaluate_rules([lambda e: modify(rewrite), edits], after)
     assert rewritten.result == {"rows": [{"ssn": "x"}]} and rewrite == {"rows": [{"ssn": "x"}]}
+
+
+def test_a_result_rewrite_is_validated_into_what_the_activity_returns() -> None:
+    """As a call's rewrite is validated into the body's parameter types: a rewrite the
+    activity does not return denies, naming the rule, the field and never its value; one that
+    validates is coerced, and later rules see the coerced value."""
+    check = result_check(Refund)
+    assert check is not None
+    returned = Refund(order_id="A-1", amount_cents=500)
+    after = CallEvent("refund", (returned,), phase="result", result=returned)
+
+    def drop(e: CallEvent) -> Decision:
+        return modify(None)
+
+    d, rewritten = evaluate_rules([drop], after, result_check=check)
+    assert (d.verdict, d.code, d.policy_id) == (Verdict.DENY, Reason.RULE_ERROR, "drop")
+    assert d.reason == (
+        "rule drop rewrote the result of refund into one it does not return (result: model_type)"
+    )
+    assert rewritten.result is returned
+    assert str(Denied(d.code, d.reason, d.policy_id)) == f"RULE_ERROR: {d.reason} (policy drop)"
+
+    def secret_amount(e: CallEvent) -> Decision:
+        return modify({"order_id": "A-1", "amount_cents": "card-4111"})
+
+    d, _ = evaluate_rules([secret_amount], after, result_check=check)
+    assert d.verdict is Verdict.DENY and "result.amount_cents: int_parsing" in d.reason
+    assert "card-4111" not in d.reason
+
+    seen: list[Any] = []
+
+    def halve(e: CallEvent) -> Decision:
+        return modify({"order_id": "A-1", "amount_cents": "250"})
+
+    def look(e: CallEvent) -> None:
+        seen.append(e.result)
+
+    d, rewritten = evaluate_rules([halve, look], after, result_check=check)
+    assert d.verdict is Verdict.MODIFY
+    assert rewritten.result == seen[0] == Refund(order_id="A-1", amount_cents=250)
+    # a later rule's None is checked too: the rule that wrote it is the one named
+    d, _ = evaluate_rules([halve, drop], after, result_check=check)
+    assert (d.verdict, d.policy_id) == (Verdict.DENY, "drop")
+
+
+def test_a_result_rewrite_of_an_unknown_type_is_taken_as_it_is() -> None:
+    """No annotation, or ``Any``: nothing to validate against, so a rewrite stands as before;
+    an activity that returns None may be rewritten only to None."""
+
+    def plain(x):  # type: ignore[no-untyped-def]
+        return x
+
+    def anything(x: int) -> Any:
+        return x
+
+    def nothing(x: int) -> None:
+        return None
+
+    assert return_type_of(plain) is None and result_check(None) is None
+    assert return_type_of(anything) is Any and result_check(Any) is None
+    after = CallEvent("lookup", ("c-1",), phase="result", result={"customer": "c-1"})
+    d, rewritten = evaluate_rules([lambda e: modify(None)], after, result_check=None)
+    assert d.verdict is Verdict.MODIFY and rewritten.result is None
+    returns_none = result_check(return_type_of(nothing))
+    assert returns_none is not None and returns_none(None) is None
+    d, _ = evaluate_rules([lambda e: modify({})], after, result_check=returns_none)
+    assert d.verdict is Verdict.DENY and "(result: none_required)" in d.reason
+
+
+def test_a_result_type_that_cannot_be_validated_refuses_every_rewrite() -> None:
+    class Opaque:
+        pass
+
+    check = result_check(Opaque)
+    assert check is not None
+    with pytest.raises(ValueError, match=r"^its return type cannot be validated \(Pydantic"):
+        check(Opaque())
+    unhashable = result_check(Annotated[int, ["metadata"]])  # not cached, still checked
+    assert unhashable is not None and unhashable("5") == 5
 
 
 class Uncopyable:

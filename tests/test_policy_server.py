@@ -990,3 +990,81 @@ async def test_result_rules_see_what_an_activity_returned(
         assert outcomes[0] == {"ok": {"customer": "c-1", "ssn": "***", "leaked": False}}
         assert codes(outcomes)[1] == "InterlockDenied:LEAK"
         assert ran(wf) == ["c-1", "bad"]  # result rules run after the body
+
+
+def drops_refund_results(e: CallEvent) -> Decision | None:
+    """Replaces what a refund returned with None: a ``RefundResult`` cannot be None."""
+    return modify(None) if e.activity == "refund" else None
+
+
+#: the results a result rule saw after the rewrite
+SEEN_RESULTS: list[Any] = []
+
+
+def masks_refund_ids(e: CallEvent) -> Decision | None:
+    """Rewrites a refund's result as a dict, its id masked and its amount a string: it is
+    validated into the ``RefundResult`` the activity returns (the amount an int again)."""
+    if e.activity != "refund" or not isinstance(e.result, RefundResult):
+        return None
+    rewrite = e.result.model_dump(mode="json")
+    return modify({**rewrite, "refund_id": "re_***", "amount_cents": str(e.result.amount_cents)})
+
+
+def looks_after(e: CallEvent) -> None:
+    SEEN_RESULTS.append(e.result)
+
+
+async def test_a_result_rules_modify_to_none_of_a_refund_result_blocks_naming_the_rule(
+    dev_server: DevServer, tmp_path: Path
+) -> None:
+    """``refund`` returns a ``RefundResult``: a rule's ``modify(None)`` of it is refused like a
+    call's rewrite the body does not take, naming the rule; the refund was made, once (the
+    denial withholds its result, never undoes it)."""
+    policy = Policy(result_rules=[drops_refund_results])
+    async with policy_rig(dev_server, tmp_path, policy) as r:
+        with pytest.raises(WorkflowFailureError) as failure:
+            await r.call(
+                "refund",
+                r.request(2_000).model_dump(mode="json"),
+                principal="refund-bot",
+                lease=r.lease_id,
+                maximum_attempts=3,
+            )
+        cause = cause_of(failure.value)
+        assert cause.type == "InterlockDenied" and cause.non_retryable
+        assert cause.message == (
+            "RULE_ERROR: rule drops_refund_results rewrote the result of refund into one it "
+            "does not return (result: model_type) (policy drops_refund_results)"
+        )
+        (details,) = cause.details
+        assert (details["code"], details["policy_id"]) == ("RULE_ERROR", "drops_refund_results")
+        # the money, from the service: one refund of 20.00, one request
+        (record,) = r.payments.refund_records(ORDER)
+        assert record.amount_cents == 2_000 and r.payments.calls() == 1
+        (effect,) = r.journal.effects()
+        assert receipt(effect.effect_id, journal=r.journal).final == "COMMITTED"
+
+
+async def test_a_result_rules_modify_that_validates_is_applied_as_the_return_type(
+    dev_server: DevServer, tmp_path: Path
+) -> None:
+    policy = Policy(result_rules=[masks_refund_ids, looks_after])
+    SEEN_RESULTS.clear()
+    async with policy_rig(dev_server, tmp_path, policy) as r:
+        result = await r.call(
+            "refund",
+            r.request(2_000).model_dump(mode="json"),
+            principal="refund-bot",
+            lease=r.lease_id,
+        )
+        (record,) = r.payments.refund_records(ORDER)
+        assert record.amount_cents == 2_000 and record.refund_id != "re_***"
+        # the rewrite, coerced: its amount an int again, and a RefundResult to the next rule
+        assert result == {
+            "refund_id": "re_***",
+            "order_id": ORDER,
+            "amount_cents": 2_000,
+            "replayed": False,
+        }
+        (seen,) = SEEN_RESULTS
+        assert seen == RefundResult.model_validate(result)

@@ -12,7 +12,7 @@ import os
 import sys
 import uuid
 from collections.abc import Iterator
-from datetime import timedelta
+from datetime import UTC, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +20,7 @@ import httpx
 import pytest
 from temporalio.client import Client, WorkflowFailureError, WorkflowHandle
 from temporalio.contrib.pydantic import pydantic_data_converter
-from temporalio.exceptions import ActivityError, ApplicationError
+from temporalio.exceptions import ActivityError, ApplicationError, RetryState
 from temporalio.worker import Worker
 
 from interlock_temporal import InterlockPlugin, open_journal, receipt
@@ -32,6 +32,7 @@ from interlock_temporal.targets.http import (
     HttpTarget,
     Lookup,
     LookupFailed,
+    clamp_retry_after,
     retry_after,
 )
 from interlock_temporal.testing import DevServer, free_port
@@ -186,6 +187,75 @@ def test_retry_after_as_an_http_date_and_nonsense() -> None:
     assert retry_after(answer("soon"), now) is None
     assert retry_after(answer("-5"), now) == 0.0
     assert retry_after(answer("nan"), now) is None
+    assert retry_after(answer("1e400"), now) is None  # inf
+    assert retry_after(answer("Wed, 02 Dec 99999 12:00:00 GMT"), now) is None  # no such year
+    # parsed, not bounded: clamp_retry_after bounds it
+    assert retry_after(answer("1e15"), now) == 1e15
+
+
+#: a Retry-After, and what clamp_retry_after makes of it outside an activity (one hour at most)
+NONSENSE = [
+    ("86400000000", 3600.0),  # a million days
+    ("1e15", 3600.0),  # does not fit a timedelta
+    ("1e400", None),  # infinite: the retry policy's own interval
+    ("-5", 0.0),
+    ("-1e15", 0.0),
+    ("nan", None),
+    ("inf", None),
+    ("-inf", None),
+    ("soon", None),
+    ("0x10", None),
+    ("", None),
+    ("Fri, 31 Dec 9999 23:59:59 -2359", 3600.0),  # far in the future
+    ("Mon, 01 Jan 1900 00:00:00 GMT", 0.0),  # far in the past
+    ("Thu, 01 Jan 1970 00:00:00 GMT", 0.0),
+    ("Wed, 02 Dec 99999 12:00:00 GMT", None),  # no such year
+    ("Mon, 32 Jan 2000 00:00:00 GMT", None),  # no such day
+    ("30", 30.0),
+]
+
+
+@pytest.mark.parametrize(("value", "held"), NONSENSE)
+def test_a_retry_after_is_bounded_by_an_hour_outside_an_activity(
+    value: str, held: float | None
+) -> None:
+    request = httpx.Request("POST", "http://api")
+    response = httpx.Response(503, headers={"Retry-After": value}, request=request)
+    assert clamp_retry_after(retry_after(response)) == held
+    error = _target().status_error(response)  # never OverflowError
+    assert isinstance(error, HttpInDoubt) and not error.non_retryable
+    assert error.retry_after == held
+    assert error.next_retry_delay == (None if held is None else timedelta(seconds=held))
+
+
+def test_a_retry_after_is_bounded_by_what_is_left_of_the_schedule_to_close_timeout() -> None:
+    """In an activity scheduled 50 s ago with 60 s to close, 10 s are left: a longer
+    Retry-After is held to them; one with no schedule-to-close timeout gets an hour; one past
+    its deadline gets 0 (Temporal makes no further attempt)."""
+    from dataclasses import replace
+    from datetime import UTC, datetime
+
+    from temporalio.testing import ActivityEnvironment
+
+    now = datetime(2026, 12, 2, 12, 0, 0, tzinfo=UTC)
+    env = ActivityEnvironment()
+
+    def within(seconds: float, **info: Any) -> float | None:
+        env.info = replace(env.default_info(), **info)
+        return env.run(clamp_retry_after, seconds, now)
+
+    scheduled = now - timedelta(seconds=50)
+    timed = {"scheduled_time": scheduled, "schedule_to_close_timeout": timedelta(seconds=60)}
+    assert within(1e15, **timed) == 10.0
+    assert within(86400000000, **timed) == 10.0
+    assert within(3, **timed) == 3.0
+    assert within(-1, **timed) == 0.0
+    assert within(1e15, scheduled_time=scheduled, schedule_to_close_timeout=None) == 3600.0
+    hour_ago = now - timedelta(hours=1)
+    a_day = {"scheduled_time": hour_ago, "schedule_to_close_timeout": timedelta(days=1)}
+    assert within(1e15, **a_day) == 23 * 3600.0  # a longer timeout: no hour's cap
+    past = {"scheduled_time": hour_ago, "schedule_to_close_timeout": timedelta(seconds=5)}
+    assert within(30, **past) == 0.0
 
 
 @pytest.mark.parametrize(
@@ -344,7 +414,11 @@ class Story:
         )
 
     async def start(
-        self, client: Client, activity: str = ACTIVITY, order_field: str = "order"
+        self,
+        client: Client,
+        activity: str = ACTIVITY,
+        order_field: str = "order",
+        **options: Any,
     ) -> WorkflowHandle[Any, Any]:
         spec = {
             "activity": activity,
@@ -352,6 +426,7 @@ class Story:
             "principal": "bot",
             "lease": self.lease,
             "heartbeat_s": 1,
+            **options,
         }
         return await client.start_workflow(
             CallActivity.run, spec, id=f"pay-{self.order}", task_queue=self.queue
@@ -414,6 +489,71 @@ async def test_tier_1_a_429_s_retry_after_holds_the_next_attempt_back(
     assert second - first >= 1.5
     assert (result["status"], result["body"]) == (201, payment)
     assert receipt(story.effect(), journal=story.journal).via == "retry-idempotent"
+
+
+#: Retry-After values an API must not be trusted with: a million days, and one past timedelta
+UNTRUSTED = ["86400000000", "1e15"]
+
+
+@pytest.mark.server
+@pytest.mark.parametrize("value", UNTRUSTED)
+async def test_an_untrusted_retry_after_holds_the_next_attempt_an_hour_at_most(
+    served: Served, story: Story, value: str
+) -> None:
+    """No schedule-to-close timeout: the API's 503 says wait ``value`` seconds; Temporal
+    schedules the next attempt an hour out (not a million days, and no ``OverflowError``), the
+    effect in doubt meanwhile and no payment made."""
+    served.api.canned.append((503, {"Retry-After": value}, b'{"error": "busy"}'))
+    client = await story.client()
+    async with worker(client, story.queue, served.proxy.url, 1):
+        handle = await story.start(client)
+        try:
+            pending = None
+            for _ in range(100):
+                described = await handle.describe()
+                found = list(described.raw_description.pending_activities)
+                if found and found[0].HasField("last_failure"):
+                    pending = found[0]
+                    break
+                await asyncio.sleep(0.1)
+            assert pending is not None, "the first attempt never failed"
+            failure = pending.last_failure
+            assert failure.application_failure_info.type == "HttpInDoubt"
+            assert f"(Retry-After {float(value):g} s, held to 3600 s)" in failure.message
+            next_attempt = pending.next_attempt_schedule_time.ToDatetime(tzinfo=UTC)
+            wait = next_attempt - pending.last_attempt_complete_time.ToDatetime(tzinfo=UTC)
+            assert timedelta(minutes=59) < wait <= timedelta(hours=1, seconds=1)
+        finally:
+            await handle.terminate("the test saw what it came for")
+    assert len(served.api.posts) == 1 and served.api.payments == []
+    (row,) = story.journal.effects()
+    assert row.status is Kind.DISPATCHED  # in doubt: the next attempt would recover it
+
+
+@pytest.mark.server
+@pytest.mark.parametrize("value", UNTRUSTED)
+async def test_an_untrusted_retry_after_ends_at_the_schedule_to_close_deadline_in_doubt(
+    served: Served, story: Story, value: str
+) -> None:
+    """A 4 s schedule-to-close timeout: the delay is held to what is left of it, so Temporal
+    makes no further attempt and the workflow hears ``HttpInDoubt`` (not ``OverflowError``)
+    well inside the deadline; the effect is left in doubt, and no payment was made."""
+    served.api.canned.append((503, {"Retry-After": value}, b'{"error": "busy"}'))
+    client = await story.client()
+    async with worker(client, story.queue, served.proxy.url, 1):
+        handle = await story.start(client, schedule_to_close_s=4)
+        with pytest.raises(WorkflowFailureError) as failed:
+            await asyncio.wait_for(handle.result(), 30)
+    cause = failed.value.cause
+    assert isinstance(cause, ActivityError) and cause.retry_state is RetryState.TIMEOUT
+    api = cause.cause
+    assert isinstance(api, ApplicationError) and api.type == "HttpInDoubt"
+    (details,) = api.details
+    assert details["status"] == 503 and 0 <= details["retry_after_s"] <= 4
+    assert f"(Retry-After {float(value):g} s, held to " in api.message
+    assert len(served.api.posts) == 1 and served.api.payments == []
+    (row,) = story.journal.effects()
+    assert row.status is Kind.DISPATCHED
 
 
 @pytest.mark.server

@@ -558,6 +558,54 @@ def sent_in_begin(call: Call, done: Done) -> bool:
     return call.transaction is not None and done.via in SENT_NOW
 
 
+def return_type_of(fn: Callable[..., Any]) -> Any:
+    """What an activity declares it returns (a gated one's body, not its raw wrapper): its
+    return annotation, or None when it has none (or it cannot be read)."""
+    spec = spec_of(fn)
+    if spec is not None:
+        return spec.return_type
+    try:
+        return get_type_hints(fn).get("return")
+    except Exception:  # a hint that does not resolve: as if there were none
+        return None
+
+
+@functools.lru_cache(maxsize=256)
+def _result_adapter(return_type: Any) -> TypeAdapter[Any]:
+    return TypeAdapter(return_type)
+
+
+def result_check(return_type: Any) -> Callable[[Any], Any] | None:
+    """How a result rule's MODIFY is checked against what the activity returns, as a call's
+    MODIFY is against the body's parameter types: the rewrite validated (and coerced, pydantic
+    lax mode) into ``return_type``, or ``ValueError`` naming what is wrong and never a value
+    (``result: model_type``: ``modify(None)`` of a ``RefundResult``). The policy denies such a
+    rewrite, naming the rule. None, so a rewrite passes unchecked as before, where the return
+    type is unknown: no annotation, or ``Any``. A type pydantic cannot validate refuses every
+    rewrite (fail closed). Cost: one ``TypeAdapter`` per return type (cached), one validation
+    per rewrite."""
+    if return_type is None or return_type is Any:
+        return None
+
+    def check(value: Any) -> Any:
+        try:
+            hash(return_type)
+            build: Callable[[Any], TypeAdapter[Any]] = _result_adapter
+        except TypeError:  # unhashable (an Annotated with a list in it): not cached
+            build = TypeAdapter
+        try:
+            adapter = build(return_type)
+        except Exception as err:
+            problem = f"its return type cannot be validated ({type(err).__name__})"
+            raise ValueError(problem) from None
+        try:
+            return adapter.validate_python(value)
+        except Exception as err:
+            raise ValueError(describe_invalid(err, "result")) from None
+
+    return check
+
+
 @functools.lru_cache(maxsize=1024)
 def parameter_names(fn: Callable[..., Any]) -> tuple[str, ...]:
     """An activity's parameter names (a gated one's as declared, not its raw wrapper's)."""

@@ -74,6 +74,8 @@ from .gated import (
     effect_of,
     metering,
     parameter_names,
+    result_check,
+    return_type_of,
     running,
     sent_in_begin,
     spec_of,
@@ -366,7 +368,9 @@ class _ActivityInbound(temporalio.worker.ActivityInboundInterceptor):
             result, done = await to_the_end(task)
             traced.committed(done)
             args = step.args
-        return self._policed_result(gate, call, info, step.effect_id, args, spent, result)
+        return self._policed_result(
+            gate, call, info, step.effect_id, args, spent, result, spec.return_type
+        )
 
     async def _begin(
         self, gate: Gate, call: Call, target: EffectTarget, info: temporalio.activity.Info
@@ -462,7 +466,7 @@ class _ActivityInbound(temporalio.worker.ActivityInboundInterceptor):
             input = dataclasses.replace(input, args=list(decision.args))
         result = await self.next.execute_activity(input)
         self._record_cost(guard, accounts, spent, result)
-        return self._after_result(guard, event, result)
+        return self._after_result(guard, event, result, return_type_of(input.fn))
 
     def _policed_result(
         self,
@@ -473,8 +477,10 @@ class _ActivityInbound(temporalio.worker.ActivityInboundInterceptor):
         args: Sequence[Any],
         spent: list[float],
         result: Any,
+        return_type: Any,
     ) -> Any:
-        """A result this attempt committed: its actual cost recorded, the result rules run."""
+        """A result this attempt committed: its actual cost recorded, the result rules run
+        (a rewrite validated into ``return_type``, the body's declared return type)."""
         guard = gate.policy
         if guard is None:
             return result
@@ -489,7 +495,7 @@ class _ActivityInbound(temporalio.worker.ActivityInboundInterceptor):
             effect_id=effect_id,
         )
         self._record_cost(guard, Accounts.of(event, f"effect:{effect_id}"), spent, result)
-        return self._after_result(guard, event, result)
+        return self._after_result(guard, event, result, return_type)
 
     @staticmethod
     def _record_cost(
@@ -506,10 +512,18 @@ class _ActivityInbound(temporalio.worker.ActivityInboundInterceptor):
             log.warning("could not record the actual cost of %s: %s", accounts.execution, err)
 
     @staticmethod
-    def _after_result(guard: PolicyGuard, event: CallEvent, result: Any) -> Any:
+    def _after_result(guard: PolicyGuard, event: CallEvent, result: Any, return_type: Any) -> Any:
+        """What the result rules make of ``result``: it, their rewrite (validated into
+        ``return_type``, as a call's rewrite is into the body's parameter types; unchecked
+        where it is unknown: no annotation, or ``Any``), or ``InterlockDenied`` (a deny, or a
+        rewrite the activity does not return, naming the rule). The effect, if any, is
+        already committed: a denial withholds its result, never undoes it."""
         if not guard.policy.result_rules:
             return result
-        decision = guard.check_result(dataclasses.replace(event, phase="result", result=result))
+        decision = guard.check_result(
+            dataclasses.replace(event, phase="result", result=result),
+            result_check=result_check(return_type),
+        )
         if decision.verdict is Verdict.DENY:
             raise InterlockDenied(
                 Denied(decision.code, decision.reason, decision.policy_id, decision.argument)

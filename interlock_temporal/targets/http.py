@@ -19,7 +19,11 @@ raises what ``classify`` reads:
   answer): the ``httpx`` error, ``"in_doubt"``;
 - the API answered 408, 409 (a request with this key still in progress), 425, 429, 5xx, or a
   redirect (never followed): ``HttpInDoubt``, ``"in_doubt"``, whose ``next_retry_delay`` is the
-  answer's ``Retry-After`` (the activity's next attempt waits that long);
+  answer's ``Retry-After`` (the activity's next attempt waits that long), bounded by
+  ``clamp_retry_after``: never past what is left of the activity's schedule-to-close timeout,
+  and at most an hour when it has none (or outside an activity). A value that is not a number
+  or an HTTP date, NaN or infinite, leaves the retry policy's own interval; one that does not
+  fit (``1e15``) is bounded like any other, so the answer is in doubt and never a crash;
 - any other 4xx: ``HttpRejected``, ``"rejected"`` (nothing happened), naming the status and
   the API's own message.
 
@@ -43,6 +47,7 @@ from email.utils import parsedate_to_datetime
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
+from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from ..core.extras import needs_extra
@@ -58,6 +63,9 @@ IN_DOUBT_STATUSES = frozenset({408, 409, 425, 429})
 RESULT_HEADERS = ("location", "etag", "idempotent-replayed", "request-id", "x-request-id")
 #: how much of a response body that is not JSON an error message quotes
 _QUOTED = 200
+#: the longest a ``Retry-After`` holds the next attempt back when nothing else bounds it (a
+#: send outside an activity, or an activity with no schedule-to-close timeout)
+RETRY_AFTER_CAP = timedelta(hours=1)
 
 #: the request never left this process: a resend cannot be a duplicate
 _NOT_SENT = (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout, httpx.UnsupportedProtocol)
@@ -89,7 +97,8 @@ class HttpResult(BaseModel):
 
 class HttpStatusError(ApplicationError):
     """The API answered a send with a status that is not 2xx (``status``; ``api_message`` is
-    the API's own message, if it gave one)."""
+    the API's own message, if it gave one). ``retry_after``: seconds, already bounded
+    (``status_error`` bounds the answer's with ``clamp_retry_after``)."""
 
     def __init__(
         self,
@@ -122,8 +131,9 @@ class HttpRejected(HttpStatusError):
 
 class HttpInDoubt(HttpStatusError):
     """408, 409, 425, 429 or 5xx: the request may have been applied, or may still be. Retryable;
-    ``next_retry_delay`` is the answer's ``Retry-After`` (seconds, or an HTTP date), so
-    Temporal's next attempt, which recovers the effect, waits at least that long."""
+    ``next_retry_delay`` is the answer's ``Retry-After`` (seconds, or an HTTP date) bounded by
+    ``clamp_retry_after``, so Temporal's next attempt, which recovers the effect, waits that
+    long, and never past the activity's own deadline."""
 
 
 class LookupFailed(RuntimeError):
@@ -159,7 +169,8 @@ class Lookup:
 
 def retry_after(response: httpx.Response, now: datetime | None = None) -> float | None:
     """The answer's ``Retry-After`` in seconds (a number of seconds or an HTTP date; never
-    negative), or None when it has none that parses."""
+    negative, never NaN or infinite), or None when it has none that parses. Not bounded above:
+    ``clamp_retry_after`` does that."""
     value = response.headers.get("retry-after")
     if value is None:
         return None
@@ -169,7 +180,7 @@ def retry_after(response: httpx.Response, now: datetime | None = None) -> float 
     except ValueError:
         try:
             when = parsedate_to_datetime(value)
-        except (TypeError, ValueError, IndexError):
+        except (TypeError, ValueError, IndexError, OverflowError):
             return None
         if when.tzinfo is None:
             when = when.replace(tzinfo=UTC)
@@ -177,6 +188,30 @@ def retry_after(response: httpx.Response, now: datetime | None = None) -> float 
     if not math.isfinite(seconds):
         return None
     return max(0.0, seconds)
+
+
+def clamp_retry_after(seconds: float | None, now: datetime | None = None) -> float | None:
+    """``seconds`` (an answer's ``Retry-After``) bounded by what is left of the running
+    activity's schedule-to-close timeout, or by ``RETRY_AFTER_CAP`` (one hour) outside an
+    activity or when it has none; never negative; None for None, NaN or infinity (the retry
+    policy's own interval applies).
+
+    The problem: an API's answer is not to be trusted. ``Retry-After: 86400000000`` would hold
+    the next attempt a million days, the effect ``DISPATCHED`` all the while and its owner
+    alive, and ``1e15`` does not fit a ``timedelta`` (``OverflowError``, not ``HttpInDoubt``).
+    Bounded, the answer stays in doubt like any other 429 or 5xx: the next attempt, which
+    recovers the effect, comes within the hour, or, where the delay reaches the activity's
+    deadline, Temporal makes no further attempt and the effect is left in doubt for recovery
+    (the reconciler, once its workflow has ended). Cost: one read of ``activity.info()``."""
+    if seconds is None or not math.isfinite(seconds):
+        return None
+    limit = RETRY_AFTER_CAP.total_seconds()
+    if activity.in_activity():
+        info = activity.info()
+        if info.schedule_to_close_timeout:
+            deadline = info.scheduled_time + info.schedule_to_close_timeout
+            limit = (deadline - (now or datetime.now(UTC))).total_seconds()
+    return max(0.0, min(seconds, limit))
 
 
 def _json(response: httpx.Response) -> tuple[bool, Any]:
@@ -323,8 +358,11 @@ class HttpTarget(BaseTarget):
         said = f": {message}" if message else ""
         what = f"{self.name}: {response.request.method} answered {status}"
         if status in IN_DOUBT_STATUSES or status >= 500 or status < 200 or 300 <= status < 400:
-            delay = retry_after(response)
-            wait = f" (Retry-After {delay:g} s)" if delay is not None else ""
+            asked = retry_after(response)
+            delay = clamp_retry_after(asked)
+            wait = "" if delay is None else f" (Retry-After {delay:g} s)"
+            if asked is not None and delay is not None and delay < asked:
+                wait = f" (Retry-After {asked:g} s, held to {delay:g} s)"
             return HttpInDoubt(
                 f"{what}, the request may have been applied{wait}{said}",
                 status=status,

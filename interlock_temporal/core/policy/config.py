@@ -20,7 +20,9 @@ class Policy:
     """Limits and rules, under an id and an epoch (a content hash that changes with them).
 
     ``mode="monitor"`` records what would have happened (``observed=true``) and never blocks;
-    any other mode string enforces.
+    any other mode string enforces. ``result_rules`` decide on what an activity returned: a
+    rewrite is validated into its return type (``evaluate_rules``' ``result_check``), and one
+    it does not return denies, naming the rule; unchecked where the return type is unknown.
     """
 
     def __init__(

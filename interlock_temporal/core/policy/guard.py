@@ -310,11 +310,16 @@ class PolicyGuard:
         """The call's input as a person deciding sees it: secrets masked."""
         return shown(event, (policy or self.policy).secret_arguments)
 
-    def check_result(self, event: CallEvent) -> Decision:
-        """Result-phase rules on what an activity returned (no state)."""
+    def check_result(
+        self, event: CallEvent, *, result_check: Callable[[Any], Any] | None = None
+    ) -> Decision:
+        """Result-phase rules on what an activity returned (no state). ``result_check``
+        validates a rule's MODIFY into the activity's return type (``evaluate_rules``): a
+        rewrite it refuses denies, naming the rule; None, where the return type is unknown,
+        takes a rewrite as it is."""
         if not self.policy.result_rules:
             return Decision(Verdict.ALLOW)
-        d, rewritten = evaluate_rules(self.policy.result_rules, event)
+        d, rewritten = evaluate_rules(self.policy.result_rules, event, result_check=result_check)
         if d.verdict is Verdict.MODIFY:
             return dataclasses.replace(d, args=(rewritten.result,))
         if self.policy.mode == "monitor" and d.verdict is not Verdict.ALLOW:

@@ -100,13 +100,25 @@ def _malformed(d: object) -> str | None:
     return None
 
 
-def evaluate_rules(rules: Sequence[Rule], event: CallEvent) -> tuple[Decision, CallEvent]:
+def evaluate_rules(
+    rules: Sequence[Rule],
+    event: CallEvent,
+    *,
+    result_check: Callable[[Any], Any] | None = None,
+) -> tuple[Decision, CallEvent]:
     """Run ``rules`` in order: the composed decision and the call as rewritten.
 
     A deny wins at once. A modify rewrites the arguments every later rule sees. An escalate
     is remembered while later rules may still deny. A rule that raises, or returns anything
     but None or a ``Decision`` with a ``Verdict``, denies (fail closed). A modify with no value
     rewrites nothing.
+
+    ``result_check`` (the result phase only): what the activity returns, as a function that
+    validates a result rule's rewrite into that type (coerced) or raises ``ValueError`` naming
+    what is wrong, never a value. A rewrite it refuses denies with ``RULE_ERROR``, naming the
+    rule (``modify(None)`` of a result that cannot be None); the coerced value is what later
+    rules see and what is returned. None (the return type is unknown: no annotation, or
+    ``Any``): a rewrite is taken as it is.
 
     Rules see a private copy of the call (made once per evaluation, and again of each
     rewrite), so only a MODIFY changes what is sent: an edit of the arguments in place
@@ -153,10 +165,21 @@ def evaluate_rules(rules: Sequence[Rule], event: CallEvent) -> tuple[Decision, C
             if not d.args:
                 log.warning("policy rule %s returned MODIFY without a value: ignored", name)
                 continue
+            value = d.args[0]
+            if result_phase and result_check is not None:
+                try:
+                    value = result_check(value)
+                except Exception as err:
+                    reason = (
+                        f"rule {name} rewrote the result of {event.activity} into one it does "
+                        f"not return ({err})"
+                    )
+                    log.warning("policy rule %s: %s", name, reason)
+                    return _rule_error(reason, name), rewritten
             try:
                 if result_phase:
-                    rewritten = dataclasses.replace(rewritten, result=d.args[0])
-                    seen = dataclasses.replace(seen, result=copy.deepcopy(d.args[0]))
+                    rewritten = dataclasses.replace(rewritten, result=value)
+                    seen = dataclasses.replace(seen, result=copy.deepcopy(value))
                 else:
                     rewritten = dataclasses.replace(rewritten, args=tuple(d.args))
                     seen = dataclasses.replace(seen, args=copy.deepcopy(tuple(d.args)))
