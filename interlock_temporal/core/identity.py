@@ -279,12 +279,15 @@ def unstable_part(value: Any, path: str, *, allow_bytes: bool = False) -> str | 
 
 
 def _number_problem(x: float | decimal.Decimal) -> str | None:
-    """Why a float or Decimal has no canonical form (None: it has one)."""
-    if not math.isfinite(x):
-        return "that is NaN or infinite"
-    if isinstance(x, decimal.Decimal) and _decimal_chars(x) > DECIMAL_CHARS:
-        return f"longer than {DECIMAL_CHARS:,} characters written without an exponent"
-    return None
+    """Why a float or Decimal has no canonical form (None: it has one). A Decimal is judged
+    as itself, not as the float it would round to (``Decimal("1E+400")`` is finite)."""
+    if isinstance(x, decimal.Decimal):
+        if not x.is_finite():
+            return "that is NaN or infinite"
+        if _decimal_chars(x) > DECIMAL_CHARS:
+            return f"longer than {DECIMAL_CHARS:,} characters written without an exponent"
+        return None
+    return None if math.isfinite(x) else "that is NaN or infinite"
 
 
 def _plainly_stable(data: Any) -> bool:
