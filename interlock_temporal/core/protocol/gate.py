@@ -142,8 +142,8 @@ class Gate:
         keeps comparing on plain digests, and the other way round. An effect recorded before
         equal-meaning spelling may hold the digest of the proposal as that release spelled it
         (``Named.earlier_body``): that one is the call's digest for it. Taking either is safe:
-        the earlier spelling's digest equals a recorded digest only when the recorded proposal
-        was spelled so, and then the canonical spelling's would equal it too."""
+        a call whose earlier spelling has the recorded digest proposed, byte for byte, what
+        that release recorded."""
         digest = self._digest_in(view.digests)
         mine = pdigest if view.digests == self.values.scheme else digest(call.named.body)
         earlier = call.named.earlier_body
