@@ -32,6 +32,7 @@ from ..core.errors import (
     RowCorrupt,
     UnstableEffectKey,
 )
+from ..core.identity import dotted_path
 from ..core.models import Receipt
 
 
@@ -246,17 +247,23 @@ def rejected_by(error: BaseException | None) -> list[str] | None:
     return [str(name) for name in first.get("rejected_by") or []]
 
 
+#: how many of an input's problems a message names (it counts the rest)
+PROBLEMS_SHOWN = 5
+
+
 def describe_invalid(err: BaseException, param: str) -> str:
-    """Which fields are wrong and how, without echoing any input value."""
+    """Which fields are wrong and how, without echoing any input value: the first
+    ``PROBLEMS_SHOWN``, each path cut in the middle when it is long (``dotted_path``), and how
+    many more, so the message stays short whatever the input."""
     cause: BaseException | None = err
     while cause is not None and not isinstance(cause, ValidationError):
         cause = cause.__cause__ or cause.__context__
     if cause is None:
         return f"argument {param!r} could not be decoded ({type(err).__name__})"
-    problems = []
-    for e in cause.errors(include_url=False, include_input=False, include_context=False):
-        where = ".".join(str(part) for part in (param, *e["loc"]))
-        problems.append(f"{where}: {e['type']}")
+    errors = cause.errors(include_url=False, include_input=False, include_context=False)
+    problems = [f"{dotted_path(param, e['loc'])}: {e['type']}" for e in errors[:PROBLEMS_SHOWN]]
+    if len(errors) > PROBLEMS_SHOWN:
+        problems.append(f"and {len(errors) - PROBLEMS_SHOWN:,} more")
     return "; ".join(problems)
 
 

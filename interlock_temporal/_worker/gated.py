@@ -282,7 +282,12 @@ def gated(
       to let the worker bind it by activity name: ``InterlockPlugin(targets={"refund": t})``.
       A worker that runs a gated activity with no target bound refuses to start.
     - ``key``: called with the activity's arguments, returns the JSON data that names the
-      approved decision (e.g. the case and the order). Default: the whole input.
+      approved decision (e.g. the case and the order). Default: the whole input. Values of
+      one meaning name one effect: a ``Decimal`` is written as its canonical text
+      (``Decimal("30.00")`` and ``Decimal("30.0")`` as ``"30"``), strings and mapping keys in
+      Unicode NFC. A Decimal is a JSON string, as pydantic writes a Decimal field: it names
+      the same effect as the string of its canonical text, never as the number (``30``, or
+      ``30.0``); keep an amount's type fixed in a key, or key on integer cents.
     - ``effect_type``: part of every effect id; default the activity's name. Declare it to
       keep ids stable across a rename of the activity.
     - ``premises``: the name of the input field that carries the facts the agent relied on

@@ -15,6 +15,7 @@ from ..identity import (
     UnserializableInput,
     canonical_json,
     effect_id,
+    equal_meaning,
     jsonable,
     origin_of,
     unstable_part,
@@ -166,6 +167,11 @@ class Call:
         d = self.delivery
         return origin_of(d.workflow_id, d.run_id, d.activity_id, self.input_digest)
 
+    @once
+    def named(self) -> Named:
+        """What names the effect and digests its proposal (``name``), computed once."""
+        return name(self)
+
 
 @dataclass(frozen=True)
 class Measure:
@@ -233,6 +239,80 @@ def _sha256(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
+#: what a PROPOSED records (as ``spelling``) when the effect's key or proposal is spelled
+#: otherwise than the release before spelled it (see ``Named``)
+CANONICAL_SPELLING = "canonical"
+
+
+@dataclass(frozen=True)
+class Named:
+    """The canonical JSON that names an effect (``key``) and that its payload digest covers
+    (``body``), spelled so that values of one meaning name one effect (``equal_meaning``: a
+    Decimal as its canonical text, strings in NFC); and, where they differ, the same as the
+    release before spelled them (a Decimal as pydantic writes it, strings as given):
+    ``earlier_key``, ``earlier_body``. An effect that release recorded keeps the id and the
+    digest it had: the gate looks for it under ``earlier_key`` (see ``Gate.begin``)."""
+
+    key: bytes
+    body: bytes
+    earlier_key: bytes | None = None
+    earlier_body: bytes | None = None
+
+    @property
+    def respelled(self) -> bool:
+        """The key or the proposal is spelled otherwise than the release before spelled it
+        (PROPOSED then records ``spelling``)."""
+        return self.earlier_key is not None or self.earlier_body is not None
+
+
+def name(call: Call) -> Named:
+    """The canonical JSON that names ``call``'s effect and that its payload digest covers (see
+    ``Named``), without the premises the proposal carries. A key or input with no single
+    canonical JSON form (a set, NaN, bytes in a key, an unknown object, a value nested too
+    deep or containing itself) is refused, naming where, with a message of bounded length."""
+    unstable = None if call.key is None else unstable_part(call.key, "key")
+    for arg_name, arg in zip(call.arg_names, call.args, strict=True):
+        unstable = unstable or unstable_part(arg, arg_name, allow_bytes=call.key is not None)
+    if unstable is not None:
+        raise InvalidCall(f"{call.activity}: the effect cannot be named: {unstable}")
+    try:
+        proposed = proposed_payload(call)
+        spelled = _spelled_args(call, proposed)
+        # without decision-time premises to leave out, the proposal is the input as sent
+        body = call.args_canonical if spelled is call.args_json else canonical_json(spelled)
+        earlier_body = None
+        if spelled is not proposed:
+            as_sent = proposed is call.args_json
+            earlier_body = call.args_canonical if as_sent else canonical_json(proposed)
+        if call.key is None:  # the proposal is the key
+            return Named(body, body, earlier_body, earlier_body)
+        as_given = jsonable(call.key, "key")
+        key = equal_meaning(call.key, as_given, "key")
+        earlier_key = None if key is as_given else canonical_json(as_given)
+        return Named(canonical_json(key), body, earlier_key, earlier_body)
+    except UnserializableInput as err:
+        raise InvalidCall(
+            f"the effect key or input of {call.activity} is not JSON data: {err}"
+        ) from None
+    except RecursionError:  # a value whose serializer recurses without end
+        raise InvalidCall(
+            f"the effect key or input of {call.activity} is not JSON data: it is nested too "
+            "deep to write"
+        ) from None
+
+
+def _spelled_args(call: Call, proposed: list[Any]) -> list[Any]:
+    """The proposal spelled as ``equal_meaning`` spells it, argument by argument (``proposed``
+    itself when no argument changes)."""
+    spelled = [
+        equal_meaning(arg, data, arg_name)
+        for arg, data, arg_name in zip(call.args, proposed, call.arg_names, strict=True)
+    ]
+    if all(s is p for s, p in zip(spelled, proposed, strict=True)):
+        return proposed
+    return spelled
+
+
 def identify(
     call: Call,
     digest: Callable[[bytes], str] = _sha256,
@@ -240,26 +320,26 @@ def identify(
 ) -> tuple[str, str]:
     """(effect id, proposed payload digest). The digest covers the input as proposed, without
     the premises it carries; ``digest`` makes it (default sha256). The id is sha256, or
-    ``keyed_ids`` in a journal whose ids are keyed (``Values.ids``). A
-    key or input with no single canonical JSON form (a set, NaN, bytes in a key, an unknown
-    object) is refused, naming where."""
-    unstable = None if call.key is None else unstable_part(call.key, "key")
-    for name, arg in zip(call.arg_names, call.args, strict=True):
-        unstable = unstable or unstable_part(arg, name, allow_bytes=call.key is not None)
-    if unstable is not None:
-        raise InvalidCall(f"{call.activity}: the effect cannot be named: {unstable}")
-    try:
-        proposed = proposed_payload(call)
-        key = proposed if call.key is None else jsonable(call.key, "key")
-        # without decision-time premises to leave out, the proposal is the input as sent
-        body = call.args_canonical if proposed is call.args_json else canonical_json(proposed)
-        key_json = body if key is proposed else canonical_json(key)
-        eid = effect_id(call.effect_type, key, key_json=key_json, keyed=keyed_ids)
-        return eid, digest(body)
-    except UnserializableInput as err:
-        raise InvalidCall(
-            f"the effect key or input of {call.activity} is not JSON data: {err}"
-        ) from None
+    ``keyed_ids`` in a journal whose ids are keyed (``Values.ids``). Both are over the call's
+    JSON spelled so that values of one meaning name one effect (``name``). A key or input with
+    no single canonical JSON form (a set, NaN, bytes in a key, an unknown object) is refused,
+    naming where."""
+    named = call.named
+    eid = effect_id(call.effect_type, None, key_json=named.key, keyed=keyed_ids)
+    return eid, digest(named.body)
+
+
+def identify_earlier(
+    call: Call,
+    digest: Callable[[bytes], str] = _sha256,
+    keyed_ids: Callable[[bytes], str] | None = None,
+) -> tuple[str, str]:
+    """(effect id, proposed payload digest) as the release before equal-meaning spelling made
+    them (``Named.earlier_key``, ``Named.earlier_body``): ``identify``'s where they agree."""
+    named = call.named
+    key = named.key if named.earlier_key is None else named.earlier_key
+    body = named.body if named.earlier_body is None else named.earlier_body
+    return effect_id(call.effect_type, None, key_json=key, keyed=keyed_ids), digest(body)
 
 
 def not_json_args(args: Sequence[Any], names: Sequence[str]) -> str | None:

@@ -21,6 +21,7 @@ from ..targets import EffectTarget, capabilities
 from .admission import Admission, policy_deciders
 from .atomic import Atomic
 from .calls import (
+    CANONICAL_SPELLING,
     NO_LEASE,
     Call,
     Done,
@@ -190,6 +191,8 @@ class Dispatch:
         keyed = {} if scheme is None else {"digests": scheme}
         if self.journal.effect_ids is not None:
             keyed["ids"] = self.journal.effect_ids
+        if call.named.respelled:  # its id or digest differs from the release before's
+            keyed["spelling"] = CANONICAL_SPELLING
         input_digest = (
             call.input_digest if scheme is None else self.values.digest(call.args_canonical, scheme)
         )

@@ -33,6 +33,7 @@ from .calls import (
     OwnerEnded,
     Ticket,
     identify,
+    identify_earlier,
 )
 from .dispatch import Dispatch
 from .recorder import Recorder
@@ -138,15 +139,37 @@ class Gate:
     def _payload_digest(self, call: Call, view: EffectView, pdigest: str) -> str:
         """The call's payload digest in the scheme of the recorded effect (``pdigest`` is in
         the scheme a new effect would get): an effect recorded before a codec was configured
-        keeps comparing on plain digests, and the other way round."""
-        if view.digests == self.values.scheme:
-            return pdigest
-        return identify(call, self._digest_in(view.digests))[1]
+        keeps comparing on plain digests, and the other way round. An effect recorded before
+        equal-meaning spelling may hold the digest of the proposal as that release spelled it
+        (``Named.earlier_body``): that one is the call's digest for it. Taking either is safe:
+        a call whose earlier spelling has the recorded digest proposed, byte for byte, what
+        that release recorded."""
+        digest = self._digest_in(view.digests)
+        mine = pdigest if view.digests == self.values.scheme else digest(call.named.body)
+        earlier = call.named.earlier_body
+        if view.payload_digest == mine or earlier is None:
+            return mine
+        spelled_before = digest(earlier)
+        return spelled_before if view.payload_digest == spelled_before else mine
+
+    def _as_recorded(self, call: Call, eid: str, keyed: Callable[[bytes], str] | None) -> str:
+        """The id of ``call``'s effect as the journal knows it: ``eid``, unless the journal
+        holds nothing under it and holds an effect under the id the release before gave the
+        call (its key spelled as that release spelled it: a Decimal as pydantic writes it,
+        strings as given; ``identify_earlier``). So an effect recorded before the upgrade keeps
+        its id: a retry of its activity recovers it (never ``UnstableEffectKey``), a duplicate
+        spelled as it was returns its outcome. Costs one or two indexed row reads, only for a
+        key that equal-meaning spelling changes."""
+        if self.journal.row(eid) is not None:
+            return eid
+        earlier = identify_earlier(call, keyed_ids=keyed)[0]
+        return earlier if self.journal.row(earlier) is not None else eid
 
     async def begin(self, call: Call, target: EffectTarget) -> Ticket | Done:
-        eid, pdigest = identify(
-            call, self._digest_in(self.values.scheme), self.values.ids(self.journal.effect_ids)
-        )
+        keyed = self.values.ids(self.journal.effect_ids)
+        eid, pdigest = identify(call, self._digest_in(self.values.scheme), keyed)
+        if call.named.earlier_key is not None:
+            eid = self._as_recorded(call, eid, keyed)
         started = time.perf_counter()
         claim, entries = await self.journal.claim_reading(eid)
         if claim is None:
