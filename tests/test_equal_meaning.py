@@ -20,6 +20,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 from pydantic import BaseModel, ConfigDict, Field, RootModel, field_serializer
 from temporalio import activity
 from temporalio.converter import PayloadConverter
@@ -31,10 +33,12 @@ from interlock_temporal.core.errors import InvalidCall
 from interlock_temporal.core.identity import (
     DEPTH_LIMIT,
     UnserializableInput,
+    canonical_json,
     decimal_text,
     effect_id,
     equal_meaning,
     jsonable,
+    may_respell,
     unstable_part,
 )
 from interlock_temporal.core.journal import Journal
@@ -47,6 +51,7 @@ from interlock_temporal.testing import DevServer
 
 from .fixtures import make_spelled_journal as spelled
 from .fixtures.make_spelled_journal import DollarRefund
+from .properties import examples
 from .test_server import rig
 
 NFC = unicodedata.normalize("NFC", "café")
@@ -607,3 +612,42 @@ async def test_on_a_worker_a_redecision_spelled_another_way_refunds_once(
         (effect,) = r.journal.effects()
         assert refund.effect_id == effect.effect_id
     service.close()
+
+
+# -- the scan that spares the walk ----------------------------------------------------------------
+
+_decimals = st.decimals(allow_nan=False, allow_infinity=False, places=None).map(
+    lambda d: Decimal(str(d))
+)
+_texts = st.text(alphabet=st.sampled_from('ae\u0301\u00e9c0123456789.E+-"\\x'), max_size=8)
+_values = st.recursive(
+    st.none() | st.booleans() | st.integers(-(2**40), 2**40) | _decimals | _texts,
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(_texts, inner, max_size=4),
+    max_leaves=10,
+)
+
+
+@pytest.mark.properties
+@examples(1000)
+@given(_values)
+def test_where_the_scan_of_canonical_bytes_says_no_respelling_nothing_is_respelled(
+    value: Any,
+) -> None:
+    """``name`` skips ``equal_meaning``'s walk when ``may_respell`` of the bytes says no: that
+    answer must never be wrong (a false yes only costs the walk)."""
+    try:
+        data = jsonable(value, "value")
+        written = canonical_json(data)
+        spelled = equal_meaning(value, data, "value")
+    except UnserializableInput:
+        return
+    if not may_respell(written):
+        assert spelled is data
+
+
+def test_the_scan_finds_a_decimal_text_and_a_string_nfc_may_change() -> None:
+    assert may_respell(canonical_json({"amount": "30.00"}))
+    assert may_respell(canonical_json(["1E+1"]))
+    assert may_respell(canonical_json({NFD: 1}))
+    assert not may_respell(canonical_json({"case": "c-1", "order": "o-1", "amount_cents": 3000}))
+    assert not may_respell(canonical_json({"note": 'say "5" twice', "n": 30}))

@@ -17,6 +17,7 @@ from ..identity import (
     effect_id,
     equal_meaning,
     jsonable,
+    may_respell,
     origin_of,
     unstable_part,
 )
@@ -277,19 +278,20 @@ def name(call: Call) -> Named:
         raise InvalidCall(f"{call.activity}: the effect cannot be named: {unstable}")
     try:
         proposed = proposed_payload(call)
-        spelled = _spelled_args(call, proposed)
         # without decision-time premises to leave out, the proposal is the input as sent
-        body = call.args_canonical if spelled is call.args_json else canonical_json(spelled)
-        earlier_body = None
-        if spelled is not proposed:
-            as_sent = proposed is call.args_json
-            earlier_body = call.args_canonical if as_sent else canonical_json(proposed)
+        as_sent = call.args_canonical if proposed is call.args_json else canonical_json(proposed)
+        spelled = _spelled_args(call, proposed) if may_respell(as_sent) else proposed
+        body, earlier_body = (
+            (as_sent, None) if spelled is proposed else (canonical_json(spelled), as_sent)
+        )
         if call.key is None:  # the proposal is the key
             return Named(body, body, earlier_body, earlier_body)
         as_given = jsonable(call.key, "key")
-        key = equal_meaning(call.key, as_given, "key")
-        earlier_key = None if key is as_given else canonical_json(as_given)
-        return Named(canonical_json(key), body, earlier_key, earlier_body)
+        given = canonical_json(as_given)
+        key = equal_meaning(call.key, as_given, "key") if may_respell(given) else as_given
+        if key is as_given:
+            return Named(given, body, None, earlier_body)
+        return Named(canonical_json(key), body, given, earlier_body)
     except UnserializableInput as err:
         raise InvalidCall(
             f"the effect key or input of {call.activity} is not JSON data: {err}"
