@@ -91,7 +91,7 @@ def main() -> None:
             "base": importlib.import_module(f"{base_name}.core.protocol.calls"),
             "new": importlib.import_module("interlock_temporal.core.protocol.calls"),
         }
-        inputs = {
+        inputs: dict[str, tuple[BaseModel, dict[str, Any]]] = {
             "refund in cents": (CENTS, {"case": "c-1", "order": "o-1"}),
             "Decimal and non-ASCII key": (DOLLARS, {"case": "café", "amount": Decimal("30.00")}),
         }
