@@ -5,7 +5,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-$(shell cat pyproject.toml requirements.lock | cksum | cut -d' ' -f1)
 
-.PHONY: setup browser pgbouncer stripe-mock demo test faults bench mutants lint clean
+.PHONY: setup browser pgbouncer stripe-mock demo test faults bench mutants lint docs clean
 
 setup: $(STAMP)
 
@@ -67,6 +67,7 @@ TEST_PROCESSES ?= 3
 test: browser pgbouncer stripe-mock
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
+	$(MKDOCS) build --strict --quiet --site-dir $(VENV)/site
 	@$(MYPY) > $(VENV)/mypy-report.txt 2>&1 & types=$$!; \
 	$(BIN)/python -m pytest -q -n $(TEST_PROCESSES); tests=$$?; \
 	wait $$types; typed=$$?; echo "$(MYPY)"; cat $(VENV)/mypy-report.txt; rm -f $(VENV)/mypy-report.txt; \
@@ -83,6 +84,14 @@ faults: setup stripe-mock
 bench: setup
 	$(BIN)/python -m benchmarks
 
+# The documentation site (mkdocs.yml, docs/): `make docs` serves it on localhost:8000 and rebuilds
+# a page as it is edited; make test builds it with --strict (a broken link or anchor, a missing
+# page or an API reference that does not resolve fails). Built into .venv/site, never the tree.
+MKDOCS := NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs
+
+docs: setup
+	$(MKDOCS) serve
+
 # Mutation testing of the core (docs/evidence.md): mutmut over the modules pyproject's
 # [tool.mutmut] names, against the fast in-process suite it lists; mypy (on PATH from the venv)
 # rejects the mutants that could never be merged. A fresh run each time: mutmut keeps an old
@@ -96,4 +105,4 @@ mutants: setup
 	$(BIN)/mutmut results --all true | $(BIN)/python tools/mutation_score.py
 
 clean:
-	rm -rf .demo .bench mutants .pytest_cache .mypy_cache .ruff_cache tools/stripe-mock/node_modules
+	rm -rf .demo .bench site mutants .pytest_cache .mypy_cache .ruff_cache tools/stripe-mock/node_modules

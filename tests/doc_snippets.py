@@ -1,10 +1,13 @@
-"""The Python blocks of the README and docs/, each named by its file and a digest of its text.
+"""The Python blocks of the README and every page of the site (``docs/**/*.md``), each named by
+its file and a digest of its text.
 
 A test that runs a block asks for it by that name, written out as a literal in the test:
 ``snippet("README.md#0123456789ab")``. The name changes with every edit of the block, so an
 edited snippet is found by no test until one runs the new text and names it
-(``tests/test_docs.py`` fails meanwhile, listing the block). ``python -m tests.doc_snippets``
-prints every block's name and first line.
+(``tests/test_docs.py`` fails meanwhile, listing the block). A block that cannot run says why in
+the line just above its fence, a comment neither GitHub nor the site shows:
+``<!-- not run: it needs a live Stripe account -->``. ``python -m tests.doc_snippets`` prints
+every block's name, first line and who runs it.
 
 The glue a test may add is the least a user adds: ``as_program`` runs a block written with
 top-level ``await`` (as the docs write what a program does inside its ``async def main``), and
@@ -26,27 +29,51 @@ from types import ModuleType
 
 ROOT = Path(__file__).resolve().parent.parent
 TESTS = Path(__file__).resolve().parent
-_FENCE = re.compile(r"^```(\w*)\n(.*?)^```", re.M | re.S)
-PYTHON = ("python", "py")
+#: a fence, its language (attributes after it, ``python title="x.py"``, are allowed) and its text
+_FENCE = re.compile(r"^```(\w*)[^\n]*\n(.*?)^```", re.M | re.S)
+#: the marker of a block that cannot run, on the line above its fence: its reason
+_NOT_RUN = re.compile(r"<!--\s*not run:\s*(.*?)\s*-->\s*\Z", re.S)
+PYTHON = ("python", "py", "python3")
 
 
 def documents() -> list[Path]:
-    return [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+    """The README, the changelog and every page of the site, subfolders included."""
+    return [ROOT / "README.md", ROOT / "CHANGELOG.md", *sorted((ROOT / "docs").rglob("*.md"))]
 
 
 def block_id(document: str, text: str) -> str:
     return f"{document}#{hashlib.sha256(text.encode()).hexdigest()[:12]}"
 
 
-def python_blocks() -> dict[str, str]:
-    """Every Python block of the README and docs/, by its name."""
-    found: dict[str, str] = {}
+def fences_of(document: str, source: str) -> Iterator[tuple[str, str, str | None]]:
+    """Each Python block of ``source``: its name, its text, and the reason it cannot run if
+    the line above its fence gives one."""
+    for match in _FENCE.finditer(source):
+        language, text = match.group(1), match.group(2)
+        if language.lower() not in PYTHON:
+            continue
+        # the line just above the fence (a blank line between them breaks the mark)
+        before = source[: match.start()].removesuffix("\n").rsplit("\n", 1)[-1]
+        marked = _NOT_RUN.search(before)
+        yield block_id(document, text), text, marked.group(1) if marked else None
+
+
+def _python_fences() -> Iterator[tuple[str, str, str | None]]:
     for path in documents():
-        document = path.relative_to(ROOT).as_posix()
-        for language, text in _FENCE.findall(path.read_text()):
-            if language in PYTHON:
-                found.setdefault(block_id(document, text), text)
+        yield from fences_of(path.relative_to(ROOT).as_posix(), path.read_text())
+
+
+def python_blocks() -> dict[str, str]:
+    """Every Python block of the README and the site, by its name."""
+    found: dict[str, str] = {}
+    for name, text, _ in _python_fences():
+        found.setdefault(name, text)
     return found
+
+
+def not_run() -> dict[str, str]:
+    """The blocks marked as not run, by name: the reason each gives (empty if it gives none)."""
+    return {name: reason for name, _, reason in _python_fences() if reason is not None}
 
 
 def snippet(name: str) -> str:
@@ -122,7 +149,16 @@ def executed() -> dict[str, list[str]]:
 
 if __name__ == "__main__":
     ran = executed()
-    for name, text in python_blocks().items():
+    marked = not_run()
+    blocks = python_blocks()
+    for name, text in blocks.items():
         first = text.splitlines()[0] if text.strip() else ""
-        print(f"{name}  {'run by ' + ', '.join(ran[name]) if name in ran else 'RUN BY NO TEST'}")
+        if name in ran:
+            who = "run by " + ", ".join(ran[name])
+        elif name in marked:
+            who = f"not run: {marked[name]}"
+        else:
+            who = "RUN BY NO TEST"
+        print(f"{name}  {who}")
         print(f"    {first}")
+    print(f"{sum(n in ran for n in blocks)} of {len(blocks)} Python blocks run by a test")

@@ -103,7 +103,7 @@ def test_the_operator_guide_names_the_web_ui_it_was_checked_on() -> None:
     assert f"Temporal Web UI {checked['UI']}" in guide
     assert f"Server {checked['Server']}" in guide
     assert f"temporalio/ui:{tag('temporal-ui')}" in guide
-    readme = (ROOT / "README.md").read_text()
+    readme = (ROOT / "docs" / "operations" / "production.md").read_text()
     assert f"Temporal Server {tag('temporal')} on PostgreSQL" in readme
     assert f"Temporal Web UI {tag('temporal-ui')} (port 8080)" in readme
 

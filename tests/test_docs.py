@@ -1,5 +1,6 @@
-"""Every snippet in the README and docs/ still runs as written: each Python block is run by a
-test (named there by its digest, ``tests/doc_snippets.py``), is complete (every name it uses is
+"""Every snippet in the README and on every page of the site (``docs/**/*.md``) still runs as
+written: each Python block is run by a test (named there by its digest, ``tests/doc_snippets.py``)
+or says in the page why it cannot run, is complete (every name it uses is
 defined or imported in it, or named in a comment of it as given), parses, and each name it
 imports from this package exists under that name (no deprecated alias); each ``interlock``
 command it shows is a command the CLI knows."""
@@ -22,10 +23,10 @@ import pytest
 
 from interlock_temporal.cli import main
 
-from .doc_snippets import executed, python_blocks
+from .doc_snippets import documents, executed, fences_of, not_run, python_blocks
 
 ROOT = Path(__file__).resolve().parent.parent
-DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+DOCS = documents()
 _PLACEHOLDER = re.compile(r"^[A-Z][A-Z0-9_:]*$")
 
 PYTHON = sorted(python_blocks().items())
@@ -45,22 +46,56 @@ def test_the_docs_have_python_snippets_that_import_the_package() -> None:
     assert sum(len(_imports(_parse(text))) for _, text in PYTHON) >= 9
 
 
-def test_every_python_snippet_is_run_by_a_test() -> None:
+def test_the_docs_cover_every_page_of_the_site_subfolders_included() -> None:
+    """The pages the docs tests read are the site's: every ``docs/**/*.md`` (mkdocs.yml's
+    ``docs_dir``), the README and the changelog the site includes."""
+    pages = {p.relative_to(ROOT).as_posix() for p in DOCS}
+    assert "README.md" in pages and "CHANGELOG.md" in pages
+    assert {"docs/concepts/effects.md", "docs/targets/stripe.md", "docs/api/index.md"} <= pages
+    on_disk = {p.relative_to(ROOT).as_posix() for p in (ROOT / "docs").rglob("*.md")}
+    assert on_disk <= pages
+    assert "docs_dir: docs" in (ROOT / "mkdocs.yml").read_text()
+
+
+def test_every_python_snippet_is_run_by_a_test_or_says_why_not() -> None:
     """A block no test names by its current digest is new or was edited since a test last ran
-    it: a test must run it as written and name it (``snippet("<document>#<digest>")``)."""
+    it: a test must run it as written and name it (``snippet("<document>#<digest>")``), or the
+    page must say why it cannot run (``<!-- not run: why -->`` on the line above its fence)."""
     ran = executed()
+    marked = not_run()
     blocks = dict(PYTHON)
     unrun = [
         f"  {name}  {text.strip().splitlines()[0] if text.strip() else ''}"
         for name, text in PYTHON
-        if name not in ran
+        if name not in ran and not marked.get(name)
     ]
     assert not unrun, (
-        "Python blocks of the docs that no test runs (a new block, or one edited since a test "
-        "ran it; run it in a test and name it there with snippet(...)):\n" + "\n".join(unrun)
+        "Python blocks of the docs that no test runs and that do not say why (a new block, or "
+        "one edited since a test ran it; run it in a test and name it there with snippet(...), "
+        "or put <!-- not run: why --> above its fence):\n" + "\n".join(unrun)
     )
+    both = sorted(set(marked) & set(ran))
+    assert not both, f"blocks marked as not run that a test runs (drop the mark): {both}"
+    executed_blocks = sum(name in ran for name in blocks)
+    print(f"{executed_blocks} of {len(blocks)} Python blocks of the docs run by a test")
     gone = [f"  {name} ({', '.join(where)})" for name, where in ran.items() if name not in blocks]
     assert not gone, "tests name Python blocks the docs no longer hold:\n" + "\n".join(gone)
+
+
+def test_a_block_that_cannot_run_is_told_by_the_line_above_its_fence() -> None:
+    """The mark is read from the line just above the fence, and only there; attributes after
+    the language (``python title=...``) still make a Python block."""
+    page = (
+        "<!-- not run: it needs a live Stripe account -->\n```python\nimport stripe\n```\n\n"
+        "<!-- not run: far away -->\n\n```python\nx = 1\n```\n\n"
+        '```python title="y.py"\ny = 2\n```\n\n```sh\nls\n```\n'
+    )
+    found = [(text, reason) for _, text, reason in fences_of("page.md", page)]
+    assert found == [
+        ("import stripe\n", "it needs a live Stripe account"),
+        ("x = 1\n", None),
+        ("y = 2\n", None),
+    ]
 
 
 #: ruff's undefined-name rule alone, with none of the repository's settings

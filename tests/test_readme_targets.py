@@ -1,7 +1,8 @@
-"""The README's target and journal blocks, run as written on a real dev server.
+"""The target and journal blocks that were the README's (docs/targets/git.md,
+docs/targets/stripe.md, docs/operations/production.md), run as written on a real dev server.
 
 Each block is written to the file its first line names and imported from there; the one edit
-(the glue) is the placeholder the README shows for where the service lives:
+(the glue) is the placeholder the page shows for where the service lives:
 
 - "A git repository as a target": ``edits.py``, with a real bare repository in place of
   ``/srv/agents.git``; what landed is read from git (the branch head, its trailer, the file).
@@ -11,7 +12,7 @@ Each block is written to the file its first line names and imported from there; 
   of ``db.internal``; the money is read from the payments service, the receipt from PostgreSQL.
 
 The workflow is the tests' ``CallActivity`` (the activity by name, under ``act_as``): the
-README shows these activities, not a workflow for them.
+pages show these activities, not a workflow for them.
 """
 
 from __future__ import annotations
@@ -106,7 +107,7 @@ async def test_the_git_block_commits_one_edit_and_refuses_a_stale_one(
     dev_server: DevServer, tmp_path: Path
 ) -> None:
     bare = bare_repository(tmp_path)
-    text = swap(snippet("README.md#291f840b3751"), '"/srv/agents.git"', repr(str(bare)))
+    text = swap(snippet("docs/targets/git.md#291f840b3751"), '"/srv/agents.git"', repr(str(bare)))
     edits = load(text, tmp_path / "edits.py")
     url, journal = journal_at(tmp_path)
     lease = journal.leases.issue("coder-bot", activities=["edit"])
@@ -180,7 +181,7 @@ async def test_the_stripe_block_refunds_once_with_the_effect_id_as_its_key(
     address = {"api": stripe_mock.url}
     at_the_fake = f'stripe.StripeClient("sk_test_...", base_addresses={address!r})'
     module = load(
-        swap(snippet("README.md#8e22f0551e32"), placeholder, at_the_fake),
+        swap(snippet("docs/targets/stripe.md#8e22f0551e32"), placeholder, at_the_fake),
         tmp_path / "stripe_refunds.py",
     )
     fake = stripe.StripeClient(STRIPE_TEST_KEY, base_addresses={"api": stripe_mock.url})
@@ -235,7 +236,7 @@ async def test_the_postgres_block_lets_a_second_worker_see_what_the_first_sent(
     refund sent through the first is answered by the second from the shared journal, and
     nothing is sent again."""
     database = postgres.database(f"readme_{uuid.uuid4().hex[:8]}")
-    line = snippet("README.md#bf047c20ee4a")
+    line = snippet("docs/operations/production.md#bf047c20ee4a")
     monkeypatch.setenv("INTERLOCK_SIGNING_KEY", KEY)
     payments = SimulatedPayments(tmp_path / "payments.db", tier=2)
     payments.open_order("o-1", 5000)
@@ -285,8 +286,8 @@ async def test_the_postgres_block_lets_a_second_worker_see_what_the_first_sent(
 
 
 def _targets_table() -> list[list[str]]:
-    text = (Path(__file__).resolve().parent.parent / "README.md").read_text()
-    section = text[text.index("### Targets\n") :]
+    text = (Path(__file__).resolve().parent.parent / "docs" / "targets.md").read_text()
+    section = text[text.index("## Ready-made targets\n") :]
     section = section[: section.index("\n### ", 1)]
     lines = [ln for ln in section.splitlines() if ln.startswith("| `targets.")]
     return [[cell.strip() for cell in ln.strip("|").split("|")] for ln in lines]

@@ -104,7 +104,7 @@ gc.collect()  # the SDK's client freed before Python exits (temporalio/sdk-pytho
 def traced_app(directory: Path, address: str) -> tuple[str, str]:
     """The README's app and its traced worker in ``directory``; its task queue and the lease."""
     queue = write_app(directory, address)
-    traced = at(snippet("README.md#092407f504fe"), address, queue)
+    traced = at(snippet("docs/operations/telemetry.md#296b75e37ecb"), address, queue)
     (directory / "traced_worker.py").write_text(traced)
     (directory / "harness.py").write_text(HARNESS)
     payments = SimulatedPayments(directory / "payments.db", tier=2)
@@ -159,6 +159,6 @@ async def test_a_plain_tracer_provider_is_refused_as_the_readme_says(
         "ReplaySafeTracerProvider."
     )
     assert message in done.stderr, done.stderr[-3000:]
-    readme = " ".join((ROOT / "README.md").read_text().split())
+    readme = " ".join((ROOT / "docs" / "operations" / "telemetry.md").read_text().split())
     assert f"`{message} ...`" in readme
     assert "SPANS " not in done.stdout
