@@ -95,23 +95,44 @@ class Refused(GateOutcome):
         changes: list[Change] | None = None,
         *,
         refused_at: float | None = None,
+        configuration: str | None = None,
     ) -> None:
-        if refused_at is None:
-            message = f"{code}: {reason}"
+        if refused_at is not None:
+            message = refused_earlier(receipt.effect_id, code, reason, refused_at, configuration)
+        elif configuration is not None:
+            message = f"{code}: {reason}. {DECIDED_AGAIN}"
         else:
-            message = refused_earlier(receipt.effect_id, code, reason, refused_at)
+            message = f"{code}: {reason}"
         super().__init__(message)
         self.code = code
         self.reason = reason
         self.receipt = receipt
         self.changes = changes or []
         self.refused_at = refused_at
+        #: set when the refusal is about the caller's own configuration (no act_as, no lease,
+        #: an unknown lease, an activity outside the lease): the next attempt decides it again
+        self.configuration = configuration
 
 
-def refused_earlier(effect_id: str, code: str, reason: str, refused_at: float) -> str:
+#: what a refusal about the caller's own configuration adds to its message
+DECIDED_AGAIN = (
+    "This refusal is about the caller's configuration, not the effect: once it is fixed, the "
+    "next attempt decides the effect again (recorded as REOPENED); no person needs to reopen it"
+)
+
+
+def refused_earlier(
+    effect_id: str, code: str, reason: str, refused_at: float, configuration: str | None = None
+) -> str:
     """What a later attempt at an effect refused earlier reads: when (UTC), why, and the way
-    out (a person reopens it; it stays refused until then)."""
+    out: for a refusal about the caller's configuration, fixing it (this attempt still has
+    the configuration that was refused); for any other, a person reopens it."""
     when = datetime.fromtimestamp(refused_at, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    if configuration is not None:
+        return (
+            f"refused earlier, at {when} ({code}: {reason}); nothing was sent now: this "
+            f"attempt has the configuration that was refused. {DECIDED_AGAIN}"
+        )
     return (
         f"refused earlier, at {when} ({code}: {reason}); nothing was sent now. It stays "
         "refused on every attempt until a person reopens it (`interlock effects reopen "
