@@ -367,11 +367,13 @@ class _ActivityInbound(temporalio.worker.ActivityInboundInterceptor):
         if isinstance(step, Done):  # tier 0: begin sent and committed it, in one transaction
             args, result = call.args, step.result
         else:
-            with running(spec, effect_of(call, step)):
+            effect = effect_of(call, step)
+            with running(spec, effect):
                 task = asyncio.ensure_future(self._send_and_record(gate, step, input, info))
             result, done = await to_the_end(task)
             traced.committed(done)
             args = step.args
+            self._root.runtime.check_effect_read(info.activity_type, target, effect)
         return self._policed_result(
             gate, call, info, step.effect_id, args, spent, result, spec.return_type
         )

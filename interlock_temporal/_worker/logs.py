@@ -1,5 +1,6 @@
 """What a worker tells its logs about the gate: where its journal is (once, at start), a gated
-activity scheduled without ``heartbeat_timeout`` (once per activity type), a refusal by a lease
+activity scheduled without ``heartbeat_timeout``, a tier-1 or tier-2 body that never read
+``current_effect()`` (each once per activity type), a refusal by a lease
 (once per lease and reason, ``LeaseRefusals``), and an AMBIGUOUS effect as one line naming its
 review instead of a traceback.
 
@@ -75,6 +76,28 @@ def no_heartbeat_warning(info: temporalio.activity.Info) -> str:
         f"its worker dies mid-send, the next attempt (and its recovery) waits for {wait}. "
         "Pass heartbeat_timeout=timedelta(seconds=2) (or a few seconds) where the workflow "
         "schedules it; the gate heartbeats on the body's behalf"
+    )
+
+
+def unread_effect_warning(activity_type: str, target: str, tier: int) -> str:
+    """Why a tier-1 or tier-2 body that never asked ``current_effect()`` double-sends after a
+    crash: the effect id is how the target dedupes a resend (tier 1) or how the gate finds the
+    first send (tiers 1 and 2)."""
+    if tier == 1:
+        lost = (
+            "its idempotency key, so it cannot dedupe a resend nor find the first send: after "
+            "a crash mid-send, the effect may be sent twice"
+        )
+    else:
+        lost = (
+            "the tag its query looks for, so recovery cannot find the first send: after a "
+            "crash mid-send, the effect may be sent twice"
+        )
+    return (
+        f"gated activity {activity_type!r} (target {target}, tier {tier}) returned without "
+        f"reading current_effect(): the effect id never reached {target} as {lost}. Pass "
+        "current_effect().effect_id to the target in the body (e.g. "
+        "idempotency_key=current_effect().idempotency_key)"
     )
 
 

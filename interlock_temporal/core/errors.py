@@ -141,6 +141,40 @@ def refused_earlier(
     )
 
 
+class CaptureFailed(InterlockError):
+    """A target's ``capture`` (the facts an effect relies on) raised: nothing was recorded or
+    sent, and the attempt is retried (the facts are usually read from the target itself, so
+    the usual cause is the target being unreachable for a while; Temporal's retry policy of
+    the activity bounds the retries, as for any activity that fails). The message names the
+    target, the error's type and where it was raised, never its message (which may hold an
+    argument value); ``error`` is the exception itself."""
+
+    def __init__(self, target: str, effect_id: str, error: BaseException) -> None:
+        where = _raised_at(error)
+        super().__init__(
+            f"target {target} could not capture the premises of effect {effect_id[:16]}: its "
+            f"capture raised {type(error).__name__}{where}. Nothing was recorded or sent; the "
+            "attempt will be retried (as often as the activity's retry policy allows). Fix "
+            "capture if it is a bug, or raise a non-retryable error from it to stop"
+        )
+        self.target = target
+        self.effect_id = effect_id
+        self.error = error
+
+
+def _raised_at(error: BaseException) -> str:
+    """`` at file.py:12 in fn``: the innermost frame that raised ``error`` (a place in code, not
+    a value), or "" without a traceback."""
+    tb = error.__traceback__
+    if tb is None:
+        return ""
+    while tb.tb_next is not None:
+        tb = tb.tb_next
+    code = tb.tb_frame.f_code
+    name = code.co_filename.replace("\\", "/").rsplit("/", 1)[-1]
+    return f" at {name}:{tb.tb_lineno} in {code.co_name}"
+
+
 class Ambiguous(GateOutcome):
     """Terminal until a person decides: nobody can know whether the effect happened."""
 
