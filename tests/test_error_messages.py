@@ -22,7 +22,7 @@ from temporalio.client import WorkflowFailureError
 from interlock_temporal import current_effect, gated
 from interlock_temporal.cli import main
 from interlock_temporal.core import Call, Gate, Journal, Measure, Refused, open_journal
-from interlock_temporal.core.errors import InvalidCall
+from interlock_temporal.core.errors import DECIDED_AGAIN, InvalidCall
 from interlock_temporal.core.identity import UnserializableInput, jsonable
 from interlock_temporal.core.journal import redacted
 from interlock_temporal.core.models import Kind
@@ -157,12 +157,16 @@ async def test_a_refusal_over_the_leases_maximum_met_again_keeps_its_reason(
 # -- a lease this journal never saw ---------------------------------------------------------
 
 
-def unknown_lease(lease_id: str, url: str) -> str:
+def unknown_lease_reason(lease_id: str, url: str) -> str:
     return (
-        f"lease: no lease {lease_id} in this worker's journal {url}: if it was issued, the "
+        f"no lease {lease_id} in this worker's journal {url}: if it was issued, the "
         "workers (or `interlock leases issue`) may be on different journals; give every worker "
         "and the CLI the same journal URL"
     )
+
+
+def unknown_lease(lease_id: str, url: str) -> str:
+    return f"lease: {unknown_lease_reason(lease_id, url)}. {DECIDED_AGAIN}"
 
 
 async def test_a_lease_issued_into_another_journal_names_this_workers_journal(
@@ -176,10 +180,18 @@ async def test_a_lease_issued_into_another_journal_names_this_workers_journal(
     assert got.code == "lease" and got.receipt.final == "REFUSED"
     assert got.receipt.executed is False
     assert payments.calls() == 0
-    # a later attempt says it was refused earlier, with the same advice
+    # a later attempt with the same configuration says it was refused earlier, with the same
+    # advice, and that fixing the configuration is the way out (nothing is written)
+    entries = len(journal.read(got.receipt.effect_id))
     again = await refused(journal, payments, call)
     assert f"no lease {lease} in this worker's journal sqlite:///{db}" in str(again)
     assert str(again).startswith("refused earlier, at ")
+    assert str(again).endswith(
+        "nothing was sent now: this attempt has the configuration that was refused. "
+        + DECIDED_AGAIN
+    )
+    assert "interlock effects reopen" not in str(again)
+    assert len(journal.read(got.receipt.effect_id)) == entries
 
 
 async def test_a_lease_a_postgres_journal_never_saw_names_it_without_its_password(

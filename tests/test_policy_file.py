@@ -41,6 +41,12 @@ from interlock_temporal.core.policy.file import (
     parse_policy,
 )
 
+#: what a misspelled ``mode`` at the top of a file reads
+TOP_KEYS = (
+    "unknown key (did you mean 'mode'?); the keys there are policy_id, mode, limits, "
+    "cost_field, secret_arguments, unknown_activities, rules"
+)
+
 GOOD = """\
 # the support agents' policy
 policy_id: support-agents
@@ -426,14 +432,14 @@ def test_each_error_of_a_file_reads_whole(tmp_path: Path) -> None:
     # every problem, each with its line, in one message
     both = GOOD.replace("mode: enforce", "modes: x").replace("    verdict: escalate\n", "")
     assert refusal(both) == (
-        f"{path}:10: rules[0].verdict: Field required; {path}:3: modes: unknown key"
+        f"{path}:10: rules[0].verdict: Field required; {path}:3: modes: {TOP_KEYS}"
     )
 
 
 def test_text_without_a_source_is_named_policy() -> None:
     with pytest.raises(PolicyError) as refused:
         parse_policy("modes: x\n")
-    assert str(refused.value) == "<policy>:1: modes: unknown key"
+    assert str(refused.value) == f"<policy>:1: modes: {TOP_KEYS}"
 
 
 def test_each_rule_knows_its_file_and_line_and_the_epoch_is_stable(tmp_path: Path) -> None:

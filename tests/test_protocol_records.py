@@ -35,7 +35,6 @@ from interlock_temporal.core.models import Change, Draft, Found, Kind
 from interlock_temporal.core.policy import Limits, Policy, PolicyGuard, deny, deny_when, modify
 from interlock_temporal.core.protocol import (
     IN_FLIGHT_RETRY_S,
-    NO_LEASE,
     NOT_OWNER_RETRY_S,
     POINTS,
     Call,
@@ -173,8 +172,22 @@ def sha(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
-def refusal(code: str, reason: str, changes: list[dict[str, Any]] | None = None) -> dict[str, Any]:
-    return {"code": code, "reason": reason, "executed": False, "changes": changes or []}
+def refusal(
+    code: str,
+    reason: str,
+    changes: list[dict[str, Any]] | None = None,
+    configuration: str | None = None,
+) -> dict[str, Any]:
+    data = {"code": code, "reason": reason, "executed": False, "changes": changes or []}
+    return data if configuration is None else {**data, "configuration": configuration}
+
+
+#: a refund's refusal without act_as's lease (the caller's configuration: decided again)
+NO_LEASE = (
+    f"no lease: act_as named principal {PRINCIPAL!r} and no lease. Run {ACTIVITY} inside "
+    f'`with act_as({PRINCIPAL!r}, lease="<lease id>"):`, with a lease issued to {PRINCIPAL} '
+    f"(`interlock leases issue {PRINCIPAL} --activity {ACTIVITY}`)"
+)
 
 
 def ambiguity(
@@ -341,6 +354,8 @@ async def test_a_refusal_at_dispatch_records_the_proposal_and_why(
     with pytest.raises(Refused) as refused:
         await Gate(journal).begin(call, target)
     assert (refused.value.code, refused.value.reason) == (code, reason)
+    configuration = "no_lease" if case == "no lease id" else None
+    assert refused.value.configuration == configuration
     assert [c.model_dump(mode="json") for c in refused.value.changes] == changes
     r = refused.value.receipt
     assert (r.final, r.code, r.reason, r.executed, r.authorized) == (
@@ -351,7 +366,7 @@ async def test_a_refusal_at_dispatch_records_the_proposal_and_why(
         False,
     )
     assert [k for k, _ in record(journal, eid)] == [Kind.PROPOSED, Kind.REFUSED]
-    assert record(journal, eid)[-1][1] == refusal(code, reason, changes)
+    assert record(journal, eid)[-1][1] == refusal(code, reason, changes, configuration)
     assert target.sends == 0 and not journal.is_claimed(eid)
     if lease_id is not None:
         assert journal.leases.get(lease_id).reserved_cents == 0  # type: ignore[union-attr]
@@ -484,7 +499,11 @@ async def test_a_reopened_effect_is_refused_by_what_is_true_now(
     assert (refused.value.code, refused.value.reason) == (code, reason)
     assert [c.model_dump(mode="json") for c in refused.value.changes] == changes
     assert refused.value.receipt.final == "REFUSED"
-    assert record(journal, eid)[-1] == (Kind.REFUSED, refusal(code, reason, changes))
+    configuration = "no_lease" if case == "no lease id" else None
+    assert record(journal, eid)[-1] == (
+        Kind.REFUSED,
+        refusal(code, reason, changes, configuration),
+    )
     assert [k for k, _ in record(journal, eid)][-3:] == [Kind.REFUSED, Kind.REOPENED, Kind.REFUSED]
     assert target.sends == 0 and not journal.is_claimed(eid)
 

@@ -217,6 +217,47 @@ async def test_tier_zero_body_error_rolls_everything_back(place: Place) -> None:
     assert place.journal.in_doubt() == []
 
 
+async def test_tier_zero_decides_a_refusal_about_the_configuration_again(place: Place) -> None:
+    """No act_as, then fixed: the REOPENED, the dispatch, the write and the commit in one
+    transaction. A body the target rejects after such a re-decision records the REOPENED
+    with its refusal (never a REFUSED straight after a REFUSED)."""
+    target = place.target(0)
+    gate = Gate(place.journal)
+    lease_id = lease(place.journal)
+    req = new_credit()
+    forgot = dataclasses.replace(call_of(target, req, None), principal=None)
+    with pytest.raises(Refused) as refused:
+        await attempt(gate, target, forgot)
+    assert refused.value.configuration == "no_act_as"
+    done = await attempt(gate, target, call_of(target, req, lease_id))
+    assert isinstance(done, Done) and done.via == "reopened"
+    eid = done.effect_id
+    assert kinds(place.journal, eid) == [
+        "PROPOSED",
+        "REFUSED",
+        "REOPENED",
+        "AUTHORIZED",
+        "DISPATCHED",
+        "COMMITTED",
+    ]
+    assert credits(place.journal_url, req.credit_id) == 1 and markers(place.journal_url, eid) == 1
+
+    bad = new_credit(cents=-5)
+    with pytest.raises(Refused):
+        await attempt(gate, target, dataclasses.replace(call_of(target, bad, None), principal=None))
+    with pytest.raises(Refused) as rejected:
+        await attempt(gate, target, call_of(target, bad, lease_id))
+    assert rejected.value.code == "target_rejected"
+    assert kinds(place.journal, rejected.value.receipt.effect_id) == [
+        "PROPOSED",
+        "REFUSED",
+        "REOPENED",
+        "REFUSED",
+    ]
+    assert credits(place.journal_url, bad.credit_id) == 0
+    assert place.journal.verify().ok
+
+
 def _ends_its_transaction(tx: SqlTransaction, req: Credit) -> Credited:
     """A body that tries to commit its write early (a second statement after ``;``)."""
     tx.execute(

@@ -22,6 +22,7 @@ from temporalio.exceptions import ActivityError, ApplicationError, ApplicationEr
 from ..core.errors import (
     APPROVAL_REJECTED,
     Ambiguous,
+    CaptureFailed,
     Denied,
     InFlight,
     InvalidCall,
@@ -215,6 +216,18 @@ class JournalMismatch(ApplicationError):
         self.other_journal_id = other_journal_id
 
 
+class PremiseCaptureFailed(ApplicationError):
+    """A target's ``capture`` raised: nothing was recorded or sent. Retryable: the facts are
+    read from the target, which is most often unreachable for a while; the activity's retry
+    policy bounds the retries, as for any failing activity. The message names the target, the
+    error's type and where it was raised (never its message, which may hold an argument
+    value); ``details[0]`` is ``{"target", "error"}``."""
+
+    def __init__(self, message: str, target: str, error: str) -> None:
+        super().__init__(message, {"target": target, "error": error}, type="PremiseCaptureFailed")
+        self.target = target
+
+
 class JournalUnavailableError(ApplicationError):
     """The journal cannot be written: nothing was sent. Retryable."""
 
@@ -292,6 +305,8 @@ def as_temporal_errors(journal_id: str | None = None) -> Iterator[None]:
         raise EffectInFlight(str(f), f.retry_after) from None
     except InvalidCall as e:
         raise InvalidEffectInput(str(e)) from None
+    except CaptureFailed as e:
+        raise PremiseCaptureFailed(str(e), e.target, type(e.error).__name__) from None
     except JournalUnavailable as e:
         raise JournalUnavailableError(str(e)) from None
     except RowCorrupt as e:

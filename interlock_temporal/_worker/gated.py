@@ -49,6 +49,15 @@ class EffectContext:
     dispatch_no: int
     attempt: int
     principal: str | None
+    #: how often the body asked ``current_effect()`` for this effect (a list, so that the
+    #: frozen context is shared with the tasks and threads the body starts)
+    _reads: list[None] = field(default_factory=list, compare=False, repr=False)
+
+    @property
+    def was_read(self) -> bool:
+        """Whether the body asked ``current_effect()`` for it: without that, the effect id
+        cannot have reached the target (as its idempotency key or lookup tag)."""
+        return bool(self._reads)
 
     @property
     def idempotency_key(self) -> str:
@@ -100,7 +109,10 @@ def current_effect() -> EffectContext:
     entry = _current.get()
     if entry is None:
         raise RuntimeError("current_effect() is only available inside a gated activity body")
-    return entry[1]
+    effect = entry[1]
+    if not effect._reads:
+        effect._reads.append(None)
+    return effect
 
 
 @contextlib.contextmanager
@@ -302,6 +314,7 @@ def gated(
         if target is not None and runs_transactions(target):
             transaction, body = body, _in_transaction(body, target)
         params, hints = _typed_parameters(body, premises)
+        _check_functions(body, params, key=key, amount=amount, resource=resource)
         if target is not None:
             check_declaration(target)
         spec = GateSpec(
@@ -345,6 +358,37 @@ def _typed_parameters(
     if premises is not None and len(params) != 1:
         raise TypeError("premises= names a field of the input: the activity needs one argument")
     return params, hints
+
+
+def _check_functions(
+    body: Callable[..., Any], params: Sequence[inspect.Parameter], **given: Any
+) -> None:
+    """``key=``, ``amount=`` and ``resource=`` are functions of the activity's arguments: any
+    other value (``key="customer_id"``, a field's name) is refused here, with the line to
+    write, instead of failing every attempt at run time."""
+    arg = params[0].name if len(params) == 1 else None
+    for what, value in given.items():
+        if value is None or callable(value):
+            continue
+        lam = f"lambda {', '.join(p.name for p in params) or ''}: "
+        names = [value] if isinstance(value, str) else value
+        fields = (
+            list(names)
+            if isinstance(names, list | tuple) and names and all(isinstance(n, str) for n in names)
+            else []
+        )
+        if what == "key" and fields and arg is not None:
+            pairs = ", ".join(f'"{f}": {arg}.{f}' for f in fields)
+            line = f"key={lam}{{{pairs}}}"
+        elif fields and arg is not None and len(fields) == 1:
+            line = f"{what}={lam}{arg}.{fields[0]}"
+        else:
+            line = f"{what}={lam}..."
+        raise TypeError(
+            f"gated activity {getattr(body, '__name__', 'activity')}: {what}= takes a function "
+            f"of the activity's arguments, not {value!r} (a {type(value).__name__}): write "
+            f"{line}"
+        )
 
 
 def _in_transaction(body: Callable[..., Any], target: EffectTarget) -> Callable[..., Any]:

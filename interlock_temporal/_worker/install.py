@@ -35,7 +35,7 @@ from ..core.journal import Journal, redacted
 from ..core.journal_identity import identity_with_journal
 from ..core.operators import roster_of
 from ..core.policy import Policy
-from ..core.policy.file import PolicySource, check_arguments
+from ..core.policy.file import PolicySource, check_activities, check_arguments
 from .gated import argument_names, spec_of
 from .journal_check import QueueJournalCheck
 from .runtime import WorkerSetupError
@@ -190,12 +190,18 @@ def install(config: Any, interceptor: Installable) -> None:
         spec = spec_of(fn)
         if spec is not None:
             runtime.runs(name, spec)
-    # a rule naming an argument no activity has is a typo: refuse it now (and on reload)
+    # a rule naming an argument no activity has is a typo: refuse it now (and on reload); a
+    # rule naming no activity of this worker is warned of (or refused, if the file says so)
     policy = runtime.source.policy
+
+    def check(p: Policy) -> None:
+        check_arguments(p, arguments)
+        check_activities(p, arguments)
+
     if isinstance(policy, PolicySource):
-        policy.on_load(lambda p: check_arguments(p, arguments))
+        policy.on_load(check)
     elif isinstance(policy, Policy):
-        check_arguments(policy, arguments)
+        check(policy)
     gate = runtime.gate
     runtime.check_transactional()
     _warn_without_roster(gate.journal)

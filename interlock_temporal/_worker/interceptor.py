@@ -62,6 +62,7 @@ from .errors import (
     AmbiguousEffect,
     ApprovalRequired,
     AuthorityRejected,
+    EffectRefused,
     InterlockDenied,
     TargetNotBound,
     UnstableEffectKeyError,
@@ -82,6 +83,7 @@ from .gated import (
 )
 from .install import BARE, worker_options
 from .journal_check import heartbeat_details
+from .logs import LeaseRefusals
 from .runtime import GateSource, JournalArg, WorkerRuntime, WorkerSetupError
 from .sticky import finish_release, start_release
 from .telemetry import REASON, VERDICT, Attempt, Telemetry
@@ -187,6 +189,8 @@ class InterlockInterceptor(temporalio.worker.Interceptor):
     def _bind(self, runtime: WorkerRuntime) -> None:
         self.runtime = runtime
         self.desk = ReviewDesk(runtime)
+        #: a lease's refusals, logged at INFO once per lease and reason
+        self.lease_refusals = LeaseRefusals()
         #: whether the worker got the rest of what the gate needs (the plugin, or
         #: ``worker_options``); a bare interceptor refuses the worker
         self.installed = False
@@ -363,11 +367,13 @@ class _ActivityInbound(temporalio.worker.ActivityInboundInterceptor):
         if isinstance(step, Done):  # tier 0: begin sent and committed it, in one transaction
             args, result = call.args, step.result
         else:
-            with running(spec, effect_of(call, step)):
+            effect = effect_of(call, step)
+            with running(spec, effect):
                 task = asyncio.ensure_future(self._send_and_record(gate, step, input, info))
             result, done = await to_the_end(task)
             traced.committed(done)
             args = step.args
+            self._root.runtime.check_effect_read(info.activity_type, target, effect)
         return self._policed_result(
             gate, call, info, step.effect_id, args, spent, result, spec.return_type
         )
@@ -380,6 +386,9 @@ class _ActivityInbound(temporalio.worker.ActivityInboundInterceptor):
         try:
             with as_temporal_errors(self._root.runtime.journal_id):
                 return await gate.begin(call, target)
+        except EffectRefused as refused:
+            self._root.lease_refusals.tell(call.activity, call.lease_id, refused)
+            raise
         finally:
             if beat is not None:
                 beat.cancel()

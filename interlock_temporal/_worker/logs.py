@@ -1,6 +1,8 @@
 """What a worker tells its logs about the gate: where its journal is (once, at start), a gated
-activity scheduled without ``heartbeat_timeout`` (once per activity type), and an AMBIGUOUS
-effect as one line naming its review instead of a traceback.
+activity scheduled without ``heartbeat_timeout``, a tier-1 or tier-2 body that never read
+``current_effect()`` (each once per activity type), a refusal by a lease
+(once per lease and reason, ``LeaseRefusals``), and an AMBIGUOUS effect as one line naming its
+review instead of a traceback.
 
 Everything goes to the package's logger, ``interlock_temporal``, except the AMBIGUOUS line,
 which is the SDK's own "Completing activity as failed" record with its traceback taken out
@@ -11,12 +13,13 @@ from __future__ import annotations
 
 import logging
 import threading
+from collections import OrderedDict
 from datetime import timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ..core.review_rules import review_id
-from .errors import AmbiguousEffect
+from .errors import AmbiguousEffect, EffectRefused
 
 if TYPE_CHECKING:
     import temporalio.activity
@@ -76,6 +79,28 @@ def no_heartbeat_warning(info: temporalio.activity.Info) -> str:
     )
 
 
+def unread_effect_warning(activity_type: str, target: str, tier: int) -> str:
+    """Why a tier-1 or tier-2 body that never asked ``current_effect()`` double-sends after a
+    crash: the effect id is how the target dedupes a resend (tier 1) or how the gate finds the
+    first send (tiers 1 and 2)."""
+    if tier == 1:
+        lost = (
+            "its idempotency key, so it cannot dedupe a resend nor find the first send: after "
+            "a crash mid-send, the effect may be sent twice"
+        )
+    else:
+        lost = (
+            "the tag its query looks for, so recovery cannot find the first send: after a "
+            "crash mid-send, the effect may be sent twice"
+        )
+    return (
+        f"gated activity {activity_type!r} (target {target}, tier {tier}) returned without "
+        f"reading current_effect(): the effect id never reached {target} as {lost}. Pass "
+        "current_effect().effect_id to the target in the body (e.g. "
+        "idempotency_key=current_effect().idempotency_key)"
+    )
+
+
 class AmbiguousLine(logging.Filter):
     """Turns the SDK's failure record of an attempt that ended AMBIGUOUS into one line naming
     the effect's review, without the traceback: the attempt did what it must (it recorded the
@@ -106,3 +131,40 @@ def install_ambiguous_line() -> None:
     with _installed:
         if not any(isinstance(f, AmbiguousLine) for f in logger.filters):
             logger.addFilter(AmbiguousLine())
+
+
+#: the refusal codes that are a lease's (at dispatch, its budget, at a resend)
+LEASE_CODES = frozenset({"lease", "lease_budget", "lease_at_recovery"})
+
+
+class LeaseRefusals:
+    """Logs a lease's refusal at INFO once per lease and reason on a worker (the
+    ``EffectRefused`` is BENIGN, which the SDK logs at DEBUG only), so a worker's log says why
+    an activity is refused without a line per attempt. Later ones go to DEBUG. The line names
+    the activity, the lease and the effect, and carries the refusal's message, which names no
+    argument value. At most ``keep`` pairs are remembered (the oldest forgotten first)."""
+
+    def __init__(self, keep: int = 1024) -> None:
+        self.keep = keep
+        self._told: OrderedDict[tuple[str, str], None] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def tell(self, activity: str, lease_id: str | None, error: EffectRefused) -> None:
+        receipt = error.receipt
+        if receipt is None or receipt.code not in LEASE_CODES:
+            return
+        key = (lease_id or "", receipt.reason or receipt.code or "")
+        with self._lock:
+            first = key not in self._told
+            if first:
+                self._told[key] = None
+                if len(self._told) > self.keep:
+                    self._told.popitem(last=False)
+        log.log(
+            logging.INFO if first else logging.DEBUG,
+            "interlock: %s refused under %s (effect %s): %s",
+            activity,
+            f"lease {lease_id}" if lease_id else "no lease",
+            receipt.effect_id[:16],
+            error.message,
+        )

@@ -28,9 +28,14 @@ from ..core.sealing import Values
 from ..core.targets import EffectTarget, capabilities, check_declaration
 from .codec import CodecSealer
 from .errors import JournalMismatch
-from .gated import GateSpec
+from .gated import EffectContext, GateSpec
 from .journal_check import QueueJournalCheck, refusal_by_heartbeat
-from .logs import announce_journal, install_ambiguous_line, no_heartbeat_warning
+from .logs import (
+    announce_journal,
+    install_ambiguous_line,
+    no_heartbeat_warning,
+    unread_effect_warning,
+)
 from .telemetry import Telemetry
 
 if TYPE_CHECKING:
@@ -262,6 +267,8 @@ class WorkerRuntime:
         self._specs: dict[str, GateSpec] = {}
         #: the activity types already warned of a missing heartbeat_timeout
         self._warned: set[str] = set()
+        #: the activity types warned of for a body that never read ``current_effect()``
+        self._unread: set[str] = set()
         #: one task queue, one journal: the pollers of the worker's task queue (``install``
         #: makes it; None for a worker without a client, which checks heartbeats only)
         self.queue_check: QueueJournalCheck | None = None
@@ -356,6 +363,20 @@ class WorkerRuntime:
             return
         self._warned.add(info.activity_type)
         log.warning("%s", no_heartbeat_warning(info))
+
+    def check_effect_read(
+        self, activity_type: str, target: EffectTarget, effect: EffectContext
+    ) -> None:
+        """Warn once per activity type when a tier-1 or tier-2 body returned without reading
+        ``current_effect()``: its effect id never reached the target, so a crash mid-send may
+        send it twice (see ``unread_effect_warning``)."""
+        if effect.was_read or activity_type in self._unread:
+            return
+        tier = capabilities(target).tier
+        if tier not in (1, 2):
+            return
+        self._unread.add(activity_type)
+        log.warning("%s", unread_effect_warning(activity_type, target.name, tier))
 
     def recoverable(self, activity_name: str) -> Recoverable | None:
         return self._gated.get(activity_name)

@@ -95,29 +95,84 @@ class Refused(GateOutcome):
         changes: list[Change] | None = None,
         *,
         refused_at: float | None = None,
+        configuration: str | None = None,
     ) -> None:
-        if refused_at is None:
-            message = f"{code}: {reason}"
+        if refused_at is not None:
+            message = refused_earlier(receipt.effect_id, code, reason, refused_at, configuration)
+        elif configuration is not None:
+            message = f"{code}: {reason}. {DECIDED_AGAIN}"
         else:
-            message = refused_earlier(receipt.effect_id, code, reason, refused_at)
+            message = f"{code}: {reason}"
         super().__init__(message)
         self.code = code
         self.reason = reason
         self.receipt = receipt
         self.changes = changes or []
         self.refused_at = refused_at
+        #: set when the refusal is about the caller's own configuration (no act_as, no lease,
+        #: an unknown lease, an activity outside the lease): the next attempt decides it again
+        self.configuration = configuration
 
 
-def refused_earlier(effect_id: str, code: str, reason: str, refused_at: float) -> str:
+#: what a refusal about the caller's own configuration adds to its message
+DECIDED_AGAIN = (
+    "This refusal is about the caller's configuration, not the effect: once it is fixed, the "
+    "next attempt decides the effect again (recorded as REOPENED); no person needs to reopen it"
+)
+
+
+def refused_earlier(
+    effect_id: str, code: str, reason: str, refused_at: float, configuration: str | None = None
+) -> str:
     """What a later attempt at an effect refused earlier reads: when (UTC), why, and the way
-    out (a person reopens it; it stays refused until then)."""
+    out: for a refusal about the caller's configuration, fixing it (this attempt still has
+    the configuration that was refused); for any other, a person reopens it."""
     when = datetime.fromtimestamp(refused_at, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    if configuration is not None:
+        return (
+            f"refused earlier, at {when} ({code}: {reason}); nothing was sent now: this "
+            f"attempt has the configuration that was refused. {DECIDED_AGAIN}"
+        )
     return (
         f"refused earlier, at {when} ({code}: {reason}); nothing was sent now. It stays "
         "refused on every attempt until a person reopens it (`interlock effects reopen "
         f"{effect_id} --operator NAME`); its next attempt then runs under the lease and the "
         "facts current then"
     )
+
+
+class CaptureFailed(InterlockError):
+    """A target's ``capture`` (the facts an effect relies on) raised: nothing was recorded or
+    sent, and the attempt is retried (the facts are usually read from the target itself, so
+    the usual cause is the target being unreachable for a while; Temporal's retry policy of
+    the activity bounds the retries, as for any activity that fails). The message names the
+    target, the error's type and where it was raised, never its message (which may hold an
+    argument value); ``error`` is the exception itself."""
+
+    def __init__(self, target: str, effect_id: str, error: BaseException) -> None:
+        where = _raised_at(error)
+        super().__init__(
+            f"target {target} could not capture the premises of effect {effect_id[:16]}: its "
+            f"capture raised {type(error).__name__}{where}. Nothing was recorded or sent; the "
+            "attempt will be retried (as often as the activity's retry policy allows). Fix "
+            "capture if it is a bug, or raise a non-retryable error from it to stop"
+        )
+        self.target = target
+        self.effect_id = effect_id
+        self.error = error
+
+
+def _raised_at(error: BaseException) -> str:
+    """`` at file.py:12 in fn``: the innermost frame that raised ``error`` (a place in code, not
+    a value), or "" without a traceback."""
+    tb = error.__traceback__
+    if tb is None:
+        return ""
+    while tb.tb_next is not None:
+        tb = tb.tb_next
+    code = tb.tb_frame.f_code
+    name = code.co_filename.replace("\\", "/").rsplit("/", 1)[-1]
+    return f" at {name}:{tb.tb_lineno} in {code.co_name}"
 
 
 class Ambiguous(GateOutcome):

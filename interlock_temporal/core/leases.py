@@ -24,20 +24,32 @@ class Demand:
     resource: str | None = None
 
 
+#: the refusals about the caller's own configuration rather than the effect (see
+#: ``LeaseProblem.configuration``): no ``act_as`` at all, ``act_as`` without a lease, a lease id
+#: this journal does not hold, an activity the lease does not name. The next attempt decides
+#: such a refusal again (``Kind.REOPENED``, naming it); every other refusal stays until a person
+#: reopens it
+CONFIGURATION = ("no_act_as", "no_lease", "unknown_lease", "outside_scope")
+
+
 @dataclass(frozen=True)
 class LeaseProblem:
     """Why a lease does not authorise a call. ``detail`` names no argument values; ``code`` is
-    the refusal's code (``lease``, or ``lease_budget`` when only the budget is short)."""
+    the refusal's code (``lease``, or ``lease_budget`` when only the budget is short).
+    ``configuration``: set (one of ``CONFIGURATION``) when the problem is the caller's own
+    configuration, not the effect: fixed in code or by issuing a lease, the next attempt
+    decides it again."""
 
     detail: str
     code: str = "lease"
+    configuration: str | None = None
 
 
 def check_lease(lease: Lease | None, demand: Demand, now: float) -> LeaseProblem | None:
     """None when ``lease`` authorises ``demand`` at ``now``; otherwise what is wrong. A lease
     with a budget is read with what its other effects hold reserved (``reserved_cents``)."""
     if lease is None:
-        return LeaseProblem("no live lease with that id")
+        return LeaseProblem("no live lease with that id", configuration="unknown_lease")
     if lease.revoked_at is not None and lease.revoked_at <= now:
         return LeaseProblem("lease revoked")
     if lease.expires_at is not None and lease.expires_at <= now:
@@ -47,7 +59,7 @@ def check_lease(lease: Lease | None, demand: Demand, now: float) -> LeaseProblem
     if lease.activities is not None and not any(
         _matches(demand.activity, pattern) for pattern in lease.activities
     ):
-        return LeaseProblem("activity outside the lease's scope")
+        return LeaseProblem(outside_scope(lease, demand.activity), configuration="outside_scope")
     if lease.max_amount_cents is not None:
         if demand.amount_cents is None:
             return LeaseProblem("the lease caps the amount but the activity declares no amount")
@@ -63,6 +75,25 @@ def check_lease(lease: Lease | None, demand: Demand, now: float) -> LeaseProblem
         if (lease.reserved_cents or 0) + demand.amount_cents > lease.budget_cents:
             return LeaseProblem("the lease's budget does not cover this amount", "lease_budget")
     return None
+
+
+def outside_scope(lease: Lease, activity: str) -> str:
+    """Why ``activity`` is outside ``lease``: the activity, the lease and what it allows (its
+    activities, and the limits it sets), and the way out. Names no argument value."""
+    allowed = ", ".join(repr(a) for a in lease.activities or []) or "none"
+    limits = []
+    if lease.max_amount_cents is not None:
+        limits.append(f"at most {lease.max_amount_cents} cents an effect")
+    if lease.budget_cents is not None:
+        limits.append(f"a budget of {lease.budget_cents} cents")
+    if lease.resources is not None:
+        limits.append("resources " + (", ".join(repr(r) for r in lease.resources) or "none"))
+    also = f" ({'; '.join(limits)})" if limits else ""
+    return (
+        f"activity {activity!r} is outside the scope of lease {lease.lease_id}: it allows "
+        f"{lease.principal} the activities {allowed}{also}. Run {activity} under a lease that "
+        f"allows it (`interlock leases issue {lease.principal} --activity {activity}`)"
+    )
 
 
 _WILD = frozenset("*?[")

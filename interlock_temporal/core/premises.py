@@ -6,14 +6,21 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from .errors import CaptureFailed
 from .identity import jsonable
 from .models import Change
 from .targets import EffectTarget, default_validate, resolve
 
 
 async def capture(target: EffectTarget, args: Any, effect_id: str) -> dict[str, Any]:
-    """The target's facts now, as JSON data (so they compare equal to what the journal holds)."""
-    facts: Mapping[str, Any] = await resolve(target.capture(args, effect_id))
+    """The target's facts now, as JSON data (so they compare equal to what the journal holds).
+    A ``capture`` that raises is ``CaptureFailed``, naming the target: nothing is recorded or
+    sent, and the attempt is retried."""
+    try:
+        facts: Mapping[str, Any] = await resolve(target.capture(args, effect_id))
+    except Exception as err:
+        name = str(getattr(target, "name", None) or type(target).__name__)
+        raise CaptureFailed(name, effect_id, err) from err
     return dict(jsonable(dict(facts)))
 
 

@@ -48,6 +48,11 @@ class EffectView:
     code: str | None = None
     reason: str | None = None
     changed_facts: list[str] = field(default_factory=list)
+    #: the last refusal was about the caller's own configuration, and which part (one of
+    #: ``leases.CONFIGURATION``): the next attempt decides the effect again. None for every
+    #: other refusal (it stays until a person reopens it), and for refusals recorded before
+    #: configuration refusals were marked
+    configuration: str | None = None
     resolution: str | None = None
     operator: str | None = None
     #: for the operators of a person's decision: the client identity Temporal recorded for the
@@ -204,6 +209,7 @@ def _fold_into(v: EffectView, entries: Sequence[Entry]) -> EffectView:
             v.code = d.get("code")
             v.reason = d.get("reason")
             v.changed_facts = [c["fact"] for c in d.get("changes", [])]
+            v.configuration = d.get("configuration") if e.kind is Kind.REFUSED else None
             v.finished_ts = e.ts
         elif e.kind is Kind.NOT_SENT:
             v.absence_confirmed = True
@@ -216,9 +222,12 @@ def _fold_into(v: EffectView, entries: Sequence[Entry]) -> EffectView:
             v.via = "resolved"
             v.finished_ts = e.ts
         elif e.kind is Kind.REOPENED:
+            # by a person (``operator``), or by the gate for a refusal about the caller's
+            # configuration (``redecided``: which part; no operator)
             v.operator = d.get("operator")
             v.sent_by = None  # reopened from the command line, not through Temporal
             v.absence_confirmed = True
+            v.configuration = None
     return v
 
 

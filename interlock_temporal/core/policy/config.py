@@ -36,6 +36,7 @@ class Policy:
         cost_field: str | None = "cost_usd",
         secret_arguments: Iterable[str] = (),
         epoch: str | None = None,
+        unknown_activities: Literal["warn", "refuse"] = "warn",
     ) -> None:
         self.limits = limits or Limits()
         self.rules = tuple(rules)
@@ -46,6 +47,9 @@ class Policy:
         self.policy_id = policy_id
         self.cost_field = cost_field
         self.secret_arguments = frozenset(secret_arguments)
+        #: a policy file's rule that names no activity of the worker: warned, or refused (see
+        #: ``file.check_activities``)
+        self.unknown_activities = unknown_activities
         self.epoch = epoch or self._epoch()
 
     def _epoch(self) -> str:

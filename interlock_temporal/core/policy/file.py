@@ -8,6 +8,7 @@ limits:
   session_budget_usd: 5.00
   costs: {"llm_*": 0.02}
 secret_arguments: [api_key]
+unknown_activities: warn      # or refuse: a rule naming no activity of the worker stops it
 rules:
   - id: big-refunds
     activity: refund           # a glob
@@ -18,9 +19,13 @@ rules:
     reason: refunds over $50 need a person
 ```
 
-Every error names the file, the line and the key. Unknown keys are refused; argument names are
-checked against the activities a worker registers (``check_arguments``). The policy's epoch is a
-hash of the file's content, so an approval granted under one file does not cover another.
+Every error names the file, the line and the key, and an unknown key or ``when`` operator the
+keys (or operators) there are, with the closest as a suggestion. Argument names are checked
+against the activities a worker registers (``check_arguments``), and so is each rule's
+``activity`` (``check_activities``): one that matches no activity of the worker is logged as a
+warning with a suggestion (a policy file may serve workers with different activities), or
+refused with ``unknown_activities: refuse``. The policy's epoch is a hash of the file's content,
+so an approval granted under one file does not cover another.
 
 Whoever can edit the file must not be able to stop the worker that follows it. So a file over
 ``MAX_POLICY_BYTES`` is refused by its size before it is parsed; YAML anchors and aliases are
@@ -34,6 +39,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import difflib
 import fnmatch
 import hashlib
 import logging
@@ -66,6 +72,36 @@ MAX_POLICY_BYTES = 256 * 1024
 MAX_POLICY_DEPTH = 32
 
 OPERATORS = ("eq", "ne", "gt", "ge", "lt", "le", "in", "not_in", "contains", "glob", "present")
+#: what other policy languages call an operator, and its name here (for "did you mean")
+_OPERATOR_SPELLINGS = {
+    "equals": "eq",
+    "equal": "eq",
+    "==": "eq",
+    "not_equal": "ne",
+    "not_equals": "ne",
+    "neq": "ne",
+    "!=": "ne",
+    "greater_than": "gt",
+    ">": "gt",
+    "gte": "ge",
+    "greater_or_equal": "ge",
+    ">=": "ge",
+    "less_than": "lt",
+    "<": "lt",
+    "lte": "le",
+    "less_or_equal": "le",
+    "<=": "le",
+    "one_of": "in",
+    "nin": "not_in",
+    "notin": "not_in",
+    "not_one_of": "not_in",
+    "has": "contains",
+    "includes": "contains",
+    "like": "glob",
+    "matches": "glob",
+    "match": "glob",
+    "exists": "present",
+}
 
 
 class PolicyError(InterlockError):
@@ -146,7 +182,37 @@ class PolicyDoc(BaseModel):
     limits: Limits = Field(default_factory=Limits)
     cost_field: str | None = "cost_usd"
     secret_arguments: list[str] = Field(default_factory=list)
+    #: a rule whose ``activity`` matches no activity of the worker that loads the file: a
+    #: warning in its log (``warn``, the default: one file may serve workers with different
+    #: activities), or the worker refuses the file (``refuse``)
+    unknown_activities: Literal["warn", "refuse"] = "warn"
     rules: list[RuleSpec] = Field(default_factory=list)
+
+
+def _suggestion(given: str, known: Iterable[str]) -> str:
+    """`` (did you mean 'x'?)`` for the known name closest to ``given``, or ""."""
+    close = difflib.get_close_matches(given, list(known), n=1, cutoff=0.6)
+    return f" (did you mean {close[0]!r}?)" if close else ""
+
+
+def _unknown_key(loc: Sequence[Any]) -> str:
+    """What an unknown key at ``loc`` is, the keys there are, and the closest of them."""
+    path = tuple(loc)
+    if len(path) == 5 and path[0] == "rules" and path[2] == "when":
+        op = str(path[4])
+        near = _OPERATOR_SPELLINGS.get(op.lower())
+        hint = f" (did you mean {near!r}?)" if near else _suggestion(op, OPERATORS)
+        return f"unknown operator {op!r}{hint}; the operators are {', '.join(OPERATORS)}"
+    known: Iterable[str] = ()
+    if len(path) == 1:
+        known = PolicyDoc.model_fields
+    elif len(path) == 3 and path[0] == "rules":
+        known = RuleSpec.model_fields
+    elif len(path) == 2 and path[0] == "limits":
+        known = Limits.model_fields
+    else:
+        return "unknown key"
+    return f"unknown key{_suggestion(str(path[-1]), known)}; the keys there are {', '.join(known)}"
 
 
 @dataclass(frozen=True)
@@ -327,7 +393,7 @@ def parse_policy(text: str, source: str = "<policy>") -> Policy:
             loc = list(e["loc"])
             line = _line_of(loc, lines)
             where = f"{source}:{line}" if line else source
-            what = "unknown key" if e["type"] == "extra_forbidden" else e["msg"]
+            what = _unknown_key(loc) if e["type"] == "extra_forbidden" else e["msg"]
             problems.append(f"{where}: {_key_text(loc)}: {what}")
         raise PolicyError("; ".join(problems)) from None
     ids = [r.id for r in doc.rules]
@@ -356,6 +422,7 @@ def parse_policy(text: str, source: str = "<policy>") -> Policy:
         cost_field=doc.cost_field,
         secret_arguments=doc.secret_arguments,
         epoch=epoch,
+        unknown_activities=doc.unknown_activities,
     )
 
 
@@ -411,6 +478,40 @@ def check_arguments(policy: Policy, activities: Mapping[str, Iterable[str] | Non
                         f"{source}:{line}: rules[{rule.index}].{key}: {activity_name} has no "
                         f"argument {name!r} (it has: {', '.join(sorted(known_set)) or 'none'})"
                     )
+
+
+def check_activities(policy: Policy, activities: Iterable[str]) -> list[str]:
+    """Each rule whose ``activity`` matches none of ``activities`` (the ones a worker registers)
+    never fires on that worker: a typo (``send_welcom_sms``), or a rule for another worker's
+    activity. Said as a warning in the log, with the closest activity as a suggestion, and
+    returned; refused (``PolicyError``) when the file says ``unknown_activities: refuse``. A
+    worker that registers no activity (a workflow-only worker) is not checked."""
+    names = sorted(set(activities))
+    if not names:
+        return []
+    found = []
+    for rule in policy.rules:
+        if not isinstance(rule, FileRule):
+            continue
+        pattern = rule.spec.activity
+        if any(fnmatch.fnmatchcase(n, pattern) for n in names):
+            continue
+        source, _, line = rule.where.rpartition(":")
+        found.append(
+            f"{source}:{line}: rules[{rule.index}].activity: {pattern!r} (rule "
+            f"{rule.spec.id!r}) names no activity of this worker"
+            f"{_suggestion(pattern, names)}, so the rule never fires here; its activities are "
+            f"{', '.join(names)}"
+        )
+    if found and policy.unknown_activities == "refuse":
+        raise PolicyError("; ".join(found) + " (the file says unknown_activities: refuse)")
+    for problem in found:
+        log.warning(
+            "%s (a policy file may serve workers with other activities; "
+            "`unknown_activities: refuse` in the file refuses it instead)",
+            problem,
+        )
+    return found
 
 
 class PolicySource:

@@ -12,7 +12,8 @@ release the claim. ``run`` strings the three together for callers with nothing t
 needs, and no part inherits another. The rooms, each one job: ``calls`` (the call, its delivery,
 what the gate answers, the effect's name), ``gate`` (``Gate``: claim, read, decide, and the
 public surface), ``dispatch`` (a new effect proposed, authorised and dispatched in one
-transaction; a reopened one authorised afresh; a retry whose effect key changed refused),
+transaction; a reopened one authorised afresh, and one refused for the caller's configuration
+decided again; a retry whose effect key changed refused),
 ``admission`` (the policy's say, the DISPATCHED draft), ``atomic`` (tier 0: the dispatch, the
 body's write and the commit in one journal transaction), ``recovery`` (an effect in doubt, and
 closing out one whose owner is gone), ``recorder`` (recording the send's outcome, refusals,
@@ -22,7 +23,6 @@ ambiguities; stored values and receipts).
 from .calls import (
     ATOMIC_POINTS,
     IN_FLIGHT_RETRY_S,
-    NO_LEASE,
     NOT_OWNER_RETRY_S,
     POINTS,
     Call,
@@ -33,6 +33,7 @@ from .calls import (
     Ticket,
     Transaction,
     decision_premises,
+    no_lease,
     proposed_payload,
     to_the_end,
 )
@@ -42,7 +43,6 @@ __all__ = [
     "ATOMIC_POINTS",
     "IN_FLIGHT_RETRY_S",
     "NOT_OWNER_RETRY_S",
-    "NO_LEASE",
     "POINTS",
     "Call",
     "Delivery",
@@ -53,6 +53,7 @@ __all__ = [
     "Ticket",
     "Transaction",
     "decision_premises",
+    "no_lease",
     "proposed_payload",
     "to_the_end",
 ]

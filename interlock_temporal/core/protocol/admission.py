@@ -105,6 +105,7 @@ class Admission:
             "it was issued, the workers (or `interlock leases issue`) may be on different "
             "journals; give every worker and the CLI the same journal URL",
             found.code,
+            configuration=found.configuration,
         )
 
     def policy_note(self, decision: Decision | None) -> dict[str, Any]:

@@ -140,8 +140,9 @@ class Atomic:
             )
         else:
             return  # nothing is recorded: the next attempt runs the effect afresh
-        # a first dispatch records its proposal beside the refusal; a reopened effect has one
-        proposal = [d for d in drafted if d.kind is Kind.PROPOSED]
+        # a first dispatch records its proposal beside the refusal; a reopened effect has one,
+        # and one the gate decides again (refused for its configuration) its REOPENED
+        proposal = [d for d in drafted if d.kind in (Kind.PROPOSED, Kind.REOPENED)]
         written = await self.journal.append_async(
             eid, head, [*proposal, draft], effect_type=call.effect_type
         )

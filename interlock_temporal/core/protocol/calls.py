@@ -23,6 +23,7 @@ from ..identity import (
 )
 from ..journal import Journal
 from ..journal.claims import Claim
+from ..leases import LeaseProblem
 from ..models import Entry, Kind
 from ..policy import Decision
 from ..receipts import EffectView, fold_appended
@@ -57,7 +58,6 @@ class once(Generic[V]):
         return value
 
 
-NO_LEASE = "no lease: run the activity under act_as(principal, lease)"
 #: how soon to try again when a live attempt holds the effect
 IN_FLIGHT_RETRY_S = 0.5
 #: how soon another workflow's attempt looks again at an effect in doubt that only its owner
@@ -172,6 +172,26 @@ class Call:
     def named(self) -> Named:
         """What names the effect and digests its proposal (``name``), computed once."""
         return name(self)
+
+
+def no_lease(call: Call) -> LeaseProblem:
+    """Why a call with no lease is refused, in the words of the line to write: no ``act_as`` at
+    all (no principal), or ``act_as`` that names a principal and no lease. Both are the
+    caller's configuration (``LeaseProblem.configuration``): the next attempt decides again."""
+    if call.principal is None:
+        return LeaseProblem(
+            f"no act_as: the workflow ran {call.activity} outside act_as, so it acts for no "
+            f'principal under no lease. Run it inside `with act_as("<principal>", '
+            f'lease="<lease id>"):` in the workflow',
+            configuration="no_act_as",
+        )
+    return LeaseProblem(
+        f"no lease: act_as named principal {call.principal!r} and no lease. Run {call.activity} "
+        f'inside `with act_as({call.principal!r}, lease="<lease id>"):`, with a lease issued '
+        f"to {call.principal} (`interlock leases issue {call.principal} --activity "
+        f"{call.activity}`)",
+        configuration="no_lease",
+    )
 
 
 @dataclass(frozen=True)

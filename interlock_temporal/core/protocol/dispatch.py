@@ -5,24 +5,24 @@ that the activity's effect key did not change between its attempts."""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable
 from typing import Any
 
 from .. import premises as premise
-from ..errors import InFlight, UnstableEffectKey
+from ..errors import InFlight, Refused, UnstableEffectKey
 from ..identity import origin_of
 from ..journal import Journal
 from ..journal.claims import Claim
-from ..leases import Demand, check_lease, reservation_for
+from ..leases import Demand, LeaseProblem, check_lease, reservation_for
 from ..models import Draft, Kind, Lease, Receipt
-from ..receipts import EffectView
+from ..receipts import EffectView, receipt_of
 from ..sealing import Values
 from ..targets import EffectTarget, capabilities
 from .admission import Admission, policy_deciders
 from .atomic import Atomic
 from .calls import (
     CANONICAL_SPELLING,
-    NO_LEASE,
     Call,
     Done,
     Measure,
@@ -31,8 +31,9 @@ from .calls import (
     as_input,
     decision_premises,
     delivery_record,
+    no_lease,
 )
-from .recorder import Recorder, refusal
+from .recorder import Recorder, lease_refusal, refusal
 from .recovery import Recovery
 
 
@@ -99,6 +100,15 @@ class Dispatch:
             found.append(origin_of(d.workflow_id, d.run_id, d.activity_id, keyed) or "")
         return found
 
+    def lease_problem(self, call: Call, lease: Lease | None, demand: Demand) -> LeaseProblem | None:
+        """Why ``lease`` (as the dispatch transaction read it) does not authorise ``call``, or
+        None: no lease at all (``no_lease``), else ``check_lease``, a lease this journal never
+        saw named with the journal."""
+        if call.lease_id is None:
+            return no_lease(call)
+        found = check_lease(lease, demand, self.clock())
+        return self._admission.lease_seen(found, lease, call.lease_id)
+
     # -- 1. nothing recorded: propose, authorise, dispatch in one transaction --------------------
 
     async def first(
@@ -122,13 +132,9 @@ class Dispatch:
         decided_by = ["lease", *policy_deciders(admitted, self._admission.policy_id)]
 
         def build(lease: Lease | None) -> list[Draft]:
-            if call.lease_id is None:
-                return [proposed, refusal("lease", NO_LEASE)]
-            found = self._admission.lease_seen(
-                check_lease(lease, demand, self.clock()), lease, call.lease_id
-            )
+            found = self.lease_problem(call, lease, demand)
             if found is not None:
-                return [proposed, refusal(found.code, found.detail)]
+                return [proposed, lease_refusal(found)]
             if changes:
                 return [proposed, refusal("stale_premise", premise.describe(changes), changes)]
             return [
@@ -217,11 +223,72 @@ class Dispatch:
 
     # -- a reopened effect: authorised afresh -----------------------------------------------------
 
-    async def reopened(
+    async def redecide(
         self, call: Call, target: EffectTarget, view: EffectView, claim: Claim
     ) -> Ticket | Done:
+        """An effect refused for the caller's own configuration (``view.configuration``: no
+        ``act_as``, no lease, a lease this journal does not hold, an activity outside the
+        lease): decided again, as a reopened one is, behind a ``REOPENED`` entry that names
+        the refusal it reopens, in the same transaction as the new decision. That decision may
+        be a dispatch, or any refusal (one about the effect stays until a person reopens it).
+
+        Nothing is written when this attempt has the very configuration that was refused (the
+        same problem, read before the transaction from the lease as it is now): the recorded
+        refusal is answered, saying so. A re-decision checks everything a first attempt checks
+        (the policy, the whole lease, the premises), so it grants nothing a first attempt under
+        the new configuration would not, and a refusal about the effect (a budget, a revoked
+        lease, another principal, a policy, a premise, a person) is never decided again here."""
+        assert view.configuration is not None
+        lease = None if call.lease_id is None else await self._lease_now(call.lease_id)
+        still = self.lease_problem(call, lease, Demand(call.principal, call.activity))
+        if (
+            still is not None
+            and still.configuration == view.configuration
+            and still.detail == view.reason
+        ):
+            raise Refused(
+                view.code or "lease",
+                view.reason or "",
+                receipt_of(view),
+                refused_at=view.finished_ts or view.proposed_ts or self.clock(),
+                configuration=view.configuration,
+            )
+        note = Draft.of(
+            Kind.REOPENED,
+            {
+                "redecided": view.configuration,
+                "refused_code": view.code,
+                "reason": (
+                    f"decided again: the refusal ({view.configuration}) was about the caller's "
+                    "configuration, and this attempt's differs"
+                ),
+                "principal": call.principal,
+                "lease_id": call.lease_id,
+                "delivery": delivery_record(call),
+            },
+        )
+        return await self.reopened(call, target, view, claim, redecided=note)
+
+    async def _lease_now(self, lease_id: str) -> Lease | None:
+        """The lease as it is now, read outside any transaction (off the loop where the journal
+        shares it): only to tell that nothing changed, never to allow anything."""
+        if self.journal.loop_shared:
+            return await asyncio.to_thread(self.journal.leases.get, lease_id)
+        return self.journal.leases.get(lease_id)
+
+    async def reopened(
+        self,
+        call: Call,
+        target: EffectTarget,
+        view: EffectView,
+        claim: Claim,
+        *,
+        redecided: Draft | None = None,
+    ) -> Ticket | Done:
         """A person reopened a refused effect: authorise it afresh, under the caller's authority
-        and the facts current now (the new baseline for any later recovery)."""
+        and the facts current now (the new baseline for any later recovery). ``redecided``: the
+        gate's own ``REOPENED`` of an effect refused for the caller's configuration, written
+        first in the same transaction (``redecide``)."""
         eid = view.effect_id
         current = await premise.capture(target, call.input, eid)
         decided = decision_premises(call)
@@ -234,16 +301,24 @@ class Dispatch:
         measured = call.measure(approved) if call.measure else Measure()
         demand = Demand(call.principal, call.activity, measured.amount_cents, measured.resource)
 
+        reopening = [] if redecided is None else [redecided]
+        reopened_by = (
+            f"reopened:{view.operator}"
+            if redecided is None
+            else f"redecided:{redecided.data['redecided']}"
+        )
+
         def build(lease: Lease | None) -> list[Draft]:
-            found = check_lease(lease, demand, self.clock()) if call.lease_id else None
-            found = self._admission.lease_seen(found, lease, call.lease_id)
-            if call.lease_id is None:
-                return [refusal("lease", NO_LEASE)]
+            found = self.lease_problem(call, lease, demand)
             if found is not None:
-                return [refusal(found.code, found.detail)]
+                return [*reopening, lease_refusal(found)]
             if changes:
-                return [refusal("stale_premise", premise.describe(changes), changes)]
+                return [
+                    *reopening,
+                    refusal("stale_premise", premise.describe(changes), changes),
+                ]
             return [
+                *reopening,
                 Draft.of(
                     Kind.AUTHORIZED,
                     {
@@ -254,7 +329,7 @@ class Dispatch:
                         "approved_digest": approved_digest,
                         "decided_by": [
                             "lease",
-                            f"reopened:{view.operator}",
+                            reopened_by,
                             *policy_deciders(admitted, self._admission.policy_id),
                         ],
                         "checks": ["lease", "premises", *(["policy"] if admitted else [])],

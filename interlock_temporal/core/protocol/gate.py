@@ -1,9 +1,10 @@
 """The gate: the protocol's top. ``Gate`` holds its parts and walks an attempt through them:
 claim, read, decide; nothing recorded → ``Dispatch`` (proposed, authorised and dispatched in
-one transaction; a tier-0 effect through ``Atomic``); reopened → ``Dispatch`` again, authorised
-afresh; in doubt → ``Recovery``; a recorded outcome answered as it is. ``Admission`` has the
-policy's say and drafts the DISPATCHED entry; ``Recorder`` records what the send's outcome
-means and answers with stored values and receipts."""
+one transaction; a tier-0 effect through ``Atomic``); reopened, or refused for the caller's own
+configuration → ``Dispatch`` again, authorised afresh; in doubt → ``Recovery``; a recorded
+outcome answered as it is. ``Admission`` has the policy's say and drafts the DISPATCHED entry;
+``Recorder`` records what the send's outcome means and answers with stored values and
+receipts."""
 
 from __future__ import annotations
 
@@ -241,6 +242,11 @@ class Gate:
         status = view.status
         if status is Kind.COMMITTED:
             return Done(eid, await self._recorder.stored(eid, "result", entries), "duplicate")
+        if status is Kind.REFUSED and view.configuration is not None:
+            # refused for the caller's own configuration: decided again, under the claim
+            if claim is None:
+                raise InFlight(eid, "another live attempt holds it", IN_FLIGHT_RETRY_S)
+            return await self._dispatch.redecide(call, target, view, claim)
         if status is Kind.REFUSED:
             # refused by an earlier attempt: say so, with when, instead of as if it were news
             raise Refused(

@@ -17,6 +17,7 @@ from .. import premises as premise
 from ..errors import Ambiguous, HeadConflict, InFlight, Refused
 from ..identity import canonical_json, jsonable
 from ..journal import Journal, value_of
+from ..leases import LeaseProblem
 from ..models import Change, Draft, Entry, Found, Kind, Receipt
 from ..receipts import EffectView, fold, fold_checked, receipt_of
 from ..sealing import Values
@@ -282,6 +283,7 @@ class Recorder:
                 last.data["reason"],
                 receipt_of(view),
                 [Change.model_validate(c) for c in last.data.get("changes", [])],
+                configuration=last.data.get("configuration"),
             )
 
     def receipt(self, eid: str) -> Receipt:
@@ -292,16 +294,26 @@ class Recorder:
         return receipt_of(fold(eid, entries)) if entries else None
 
 
-def refusal(code: str, reason: str, changes: Sequence[Change] = ()) -> Draft:
-    return Draft.of(
-        Kind.REFUSED,
-        {
-            "code": code,
-            "reason": reason,
-            "executed": False,
-            "changes": [c.model_dump(mode="json") for c in changes],
-        },
-    )
+def refusal(
+    code: str, reason: str, changes: Sequence[Change] = (), *, configuration: str | None = None
+) -> Draft:
+    """A REFUSED entry. ``configuration`` (one of ``leases.CONFIGURATION``) marks, in the signed
+    entry, a refusal about the caller's own configuration: the next attempt decides it again
+    (``Dispatch.redecide``); without it, the refusal stays until a person reopens it."""
+    data: dict[str, Any] = {
+        "code": code,
+        "reason": reason,
+        "executed": False,
+        "changes": [c.model_dump(mode="json") for c in changes],
+    }
+    if configuration is not None:
+        data["configuration"] = configuration
+    return Draft.of(Kind.REFUSED, data)
+
+
+def lease_refusal(problem: LeaseProblem) -> Draft:
+    """The REFUSED entry of a lease's problem (marked when it is the caller's configuration)."""
+    return refusal(problem.code, problem.detail, configuration=problem.configuration)
 
 
 def ambiguity(code: str, reason: str, changes: Sequence[Change] = ()) -> Draft:
