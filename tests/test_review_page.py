@@ -50,6 +50,32 @@ def authority_line(page: str) -> str:
     return lines[lines.index("### Authority at the send") + 2]
 
 
+def test_the_facts_are_a_list_a_narrow_pane_shows_and_the_json_to_send_is_short() -> None:
+    """The Web UI draws a markdown table without cell padding (its headers ran together) and
+    cuts a long code line at the pane's edge (the JSON to send was cut): the facts are a list,
+    the JSON one short line a field."""
+    facts = view()
+    facts.premises = {"refunded_cents": 0, "eligible": True}
+    changes = [
+        {"fact": "refunded_cents", "recorded": 0, "current": 2000},
+        {"fact": "disputed", "recorded": False, "current": True},
+    ]
+    page = review_markdown("ambiguous", facts, {"amount_cents": 2000}, ReviewRules(), changes)
+    lines = page.splitlines()
+    start = lines.index("### The facts it relied on") + 2
+    assert lines[start : start + 3] == [
+        "- **`disputed`: `false` when proposed, `true` at the last check (changed)**",
+        "- `eligible`: `true` when proposed, `true` at the last check",
+        "- **`refunded_cents`: `0` when proposed, `2000` at the last check (changed)**",
+    ]
+    assert not any(line.startswith("|") for line in lines)
+    decide = lines[lines.index("### Decide") :]
+    code = [line for line in decide if line.startswith("    ")]
+    sent = ["".join(code[i : i + 3]).replace("     ", " ") for i in range(0, len(code), 3)]
+    assert [json.loads(text)["decision"] for text in sent] == ["happened", "not_happened"]
+    assert max(len(line) for line in code) <= 40
+
+
 def test_a_lease_without_limits_reads_as_words() -> None:
     page = review_markdown("ambiguous", view(), {"amount_cents": 2000}, ReviewRules())
     assert authority_line(page) == (

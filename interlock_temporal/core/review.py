@@ -351,17 +351,21 @@ def review_markdown(
         "",
         "### The facts it relied on",
         "",
-        "| fact | when proposed | at the last check |",
-        "|---|---|---|",
+        # a list, not a table: the Web UI draws a table's cells without padding, and its
+        # headers ran together ("when proposedat the last check")
     ]
     changed = {c["fact"]: c for c in changes}
-    for fact, value in sorted((view.premises or {}).items()):
-        now = changed[fact]["current"] if fact in changed else value
-        mark = " (changed)" if fact in changed else ""
-        lines.append(f"| {fact} | {_code(value)} | {_code(now)}{mark} |")
-    for fact, c in sorted(changed.items()):
-        if fact not in (view.premises or {}):
-            lines.append(f"| {fact} | {_code(c.get('recorded'))} | {_code(c.get('current'))} |")
+    facts = [
+        (fact, value, changed[fact]["current"] if fact in changed else value)
+        for fact, value in (view.premises or {}).items()
+    ] + [
+        (fact, c.get("recorded"), c.get("current"))
+        for fact, c in changed.items()
+        if fact not in (view.premises or {})
+    ]
+    for fact, then, now in sorted(facts, key=lambda f: f[0]):
+        line = f"`{fact}`: {_code(then)} when proposed, {_code(now)} at the last check"
+        lines.append(f"- **{line} (changed)**" if fact in changed else f"- {line}")
     lines += ["", "### Authority at the send", "", _authority_line(view), ""]
     if kind == "ambiguous":
         lines += [
@@ -391,12 +395,15 @@ def _decide(
         "### Decide",
         "",
         "More Actions → Send a Signal → `resolve` (or Update → `decide`), with one of:",
-        "",
-        *(
-            f'    {{"decision": "{choice}", "operator": "your-name", "note": "why"}}'
-            for choice in DECISIONS.get(kind, ())
-        ),
     ]
+    for choice in DECISIONS.get(kind, ()):
+        # one short line a field: the details pane is narrow, and a long line was cut off
+        lines += [
+            "",
+            f'    {{"decision": "{choice}",',
+            '     "operator": "your-name",',
+            '     "note": "why"}',
+        ]
     for note in notes:
         lines += ["", note]
     rule_text = [f"{rules.min_approvals} approval(s) needed"]
