@@ -480,6 +480,57 @@ async def test_an_attester_decides_for_the_operator_its_login_authenticated(
         assert r.payments.refunded_cents(ORDER) == 2000  # once
 
 
+async def test_list_tells_another_journals_review_apart_when_no_worker_answers_for_it(
+    dev_server: DevServer, tmp_path: Path
+) -> None:
+    """A review whose worker has stopped cannot be asked its status: ``reviews list`` reads the
+    journal that opened it from the request it was started with, so another journal's listing
+    leaves it out (it used to show it, with state ``?``), and its own journal's shows it, ``?``
+    with the reason."""
+    from interlock_temporal.core.journal_identity import journal_id_of
+
+    async with rig(dev_server, tmp_path, tier=3) as r:
+        r.payments.arm("after_commit", "reset")
+        case = r.case(wait_for_review=True, maximum_attempts=1)
+        eid = effect_of(case)
+        handle = await r.start(case)
+        await opened_with_one_waiting(r, eid)
+        ours = journal_id_of(r.journal, create=False)
+        assert ours is not None
+    # the worker is gone: nobody answers the review's status query now
+    review = review_id("ambiguous", eid)
+    (tmp_path / "other").mkdir()
+    other_url = f"sqlite:///{tmp_path / 'other' / 'interlock.db'}"
+    with open_journal(other_url) as other:
+        theirs = journal_id_of(other)
+
+    async def listed(url: str, *more: str) -> Ran:
+        ran = await interlock(
+            "reviews", "list", "--journal", url, "--address", r.address, *more, cwd=tmp_path
+        )
+        assert ran.code == 0, ran.err
+        return ran
+
+    try:
+        elsewhere = await listed(other_url, "--json")
+        assert elsewhere.json()["journal_id"] == theirs
+        assert review not in [d["workflow_id"] for d in elsewhere.json()["reviews"]]
+        assert elsewhere.json()["other_journals_hidden"] >= 1
+        table = await listed(other_url)
+        assert eid[:16] not in table.out
+        assert "review(s) of other journals not shown" in table.err, table.err
+        everything = await listed(other_url, "--json", "--all-journals")
+        (doc,) = [d for d in everything.json()["reviews"] if d["workflow_id"] == review]
+        assert (doc["state"], doc["journal_id"], doc["status"]) == ("?", ours, None)
+        assert doc["note"] == "no worker answered its status query"
+        mine = await listed(r.url, "--json")
+        (doc,) = [d for d in mine.json()["reviews"] if d["workflow_id"] == review]
+        assert (doc["state"], doc["journal_id"]) == ("?", ours)
+    finally:
+        await handle.terminate("the test is over")
+        await r.client.get_workflow_handle(review).terminate("the test is over")
+
+
 async def _ended(client: Client, effect_id: str) -> bool:
     description = await client.get_workflow_handle(review_id("ambiguous", effect_id)).describe()
     return description.status == WorkflowExecutionStatus.COMPLETED

@@ -185,7 +185,7 @@ class ReviewDesk:
             raise
         if described.status is not WorkflowExecutionStatus.RUNNING:
             return set()
-        request = await _start_of(client, workflow_id, described.run_id)
+        request = await start_request(client, workflow_id, described.run_id)
         problem = (
             "its start event could not be read"
             if request is None
@@ -445,7 +445,7 @@ class ReviewDesk:
         client = self._runtime.temporal_client()
         if client is None:
             return "this worker has no Temporal client to read the review's history with"
-        request = await _start_of(client, info.workflow_id, info.workflow_run_id)
+        request = await start_request(client, info.workflow_id, info.workflow_run_id)
         if request is None:
             return "the review's start event could not be read"
         named = (request.get("kind"), request.get("effect_id"))
@@ -489,7 +489,7 @@ class ReviewDesk:
         return adapter.dump_python(value, mode="json")
 
 
-async def _start_of(client: Client, workflow_id: str, run_id: str) -> dict[str, Any] | None:
+async def start_request(client: Client, workflow_id: str, run_id: str) -> dict[str, Any] | None:
     """The request a review run was started with, as JSON data (decoded by the client's codec,
     if it has one), read from its first history event, in the form its seal was made over; None
     when there is none to read."""
