@@ -531,6 +531,55 @@ async def test_list_tells_another_journals_review_apart_when_no_worker_answers_f
         await r.client.get_workflow_handle(review).terminate("the test is over")
 
 
+async def test_a_refused_decision_is_one_line_in_the_workers_log(
+    dev_server: DevServer, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """``reviews resolve --result`` with a result the activity could not have returned: the
+    command says why (exit 1), nothing is recorded, and the worker's log has one line for it,
+    at WARNING, with no traceback (the worker's own SDK logs the failed activity at DEBUG)."""
+    import logging
+
+    caplog.set_level(logging.INFO)
+    async with rig(dev_server, tmp_path, tier=3) as r:
+        r.payments.arm("after_commit", "reset")
+        case = r.case(wait_for_review=True, maximum_attempts=1)
+        eid = effect_of(case)
+        await r.start(case)
+        await opened_with_one_waiting(r, eid)
+        before = kinds(r.journal, eid)
+        caplog.clear()
+        refused = await r.cli(
+            "reviews",
+            "resolve",
+            eid,
+            "--decision",
+            "happened",
+            "--operator",
+            "carol",
+            "--result",
+            '{"refund_id": 7}',
+        )
+        assert refused.code == 1, (refused.out, refused.err)
+        said = one_line(refused)
+        assert said.startswith(
+            "interlock: refused: the attested result does not match what refund returns: "
+        ), said
+        assert kinds(r.journal, eid) == before
+        records = [x for x in caplog.records if x.levelno >= logging.INFO]
+        shown = [
+            f"{x.name} {x.levelname} {x.getMessage()}"
+            + (" [traceback]" if x.exc_info or x.stack_info else "")
+            for x in records
+        ]
+        # the worker's log as it shows by default (WARNING and up): that one line alone
+        assert [x for x in shown if " INFO " not in x] == [
+            f"interlock_temporal.review WARNING review of {eid[:16]}: decision not recorded: "
+            + said.removeprefix("interlock: refused: ")
+        ], shown
+        assert not [x for x in shown if "[traceback]" in x], shown
+        await r.client.get_workflow_handle(review_id("ambiguous", eid)).terminate("test over")
+
+
 async def _ended(client: Client, effect_id: str) -> bool:
     description = await client.get_workflow_handle(review_id("ambiguous", effect_id)).describe()
     return description.status == WorkflowExecutionStatus.COMPLETED

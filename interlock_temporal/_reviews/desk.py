@@ -13,7 +13,7 @@ from pydantic import TypeAdapter, ValidationError
 from temporalio import activity
 from temporalio.client import Client, WorkflowExecutionStatus
 from temporalio.common import WorkflowIDConflictPolicy, WorkflowIDReusePolicy
-from temporalio.exceptions import ApplicationError
+from temporalio.exceptions import ApplicationError, ApplicationErrorCategory
 from temporalio.service import RPCError, RPCStatusCode
 
 from .._worker.errors import JournalCorruptError, describe_invalid
@@ -330,7 +330,8 @@ class ReviewDesk:
                 spend_codes(self._runtime.gate.journal, decided.proofs)
             return recorded.model_copy(update={"sent_by": sent_by})
         except ReviewError as err:
-            raise ApplicationError(str(err), type="InvalidDecision", non_retryable=True) from None
+            log.warning("review of %s: decision not recorded: %s", rec.effect_id[:16], err)
+            raise _invalid(str(err)) from None
         except JournalCorrupt as err:
             raise JournalCorruptError(str(err), err.effect_id, err.seq) from None
 
@@ -469,7 +470,7 @@ class ReviewDesk:
             info.workflow_run_id,
         )
         self._runtime.telemetry.refused_review(code)
-        return ApplicationError(message, type="InvalidDecision", non_retryable=True)
+        return _invalid(message)
 
     def _checked_result(self, effect_id: str, result: Any) -> Any:
         view = fold(effect_id, self._runtime.gate.journal.read(effect_id))
@@ -480,13 +481,23 @@ class ReviewDesk:
         try:
             value = adapter.validate_python(result)
         except ValidationError as err:
-            raise ApplicationError(
+            raise ReviewError(
                 f"the attested result does not match what {view.activity} returns: "
-                f"{describe_invalid(err, 'result')}",
-                type="InvalidDecision",
-                non_retryable=True,
+                f"{describe_invalid(err, 'result')}"
             ) from None
         return adapter.dump_python(value, mode="json")
+
+
+def _invalid(message: str) -> ApplicationError:
+    """A decision refused (nothing recorded): the review shows the person ``message``. BENIGN,
+    so the worker's SDK logs it at DEBUG, without its traceback: the desk logs it in one line
+    (an expected answer to a person, not a fault of the worker)."""
+    return ApplicationError(
+        message,
+        type="InvalidDecision",
+        non_retryable=True,
+        category=ApplicationErrorCategory.BENIGN,
+    )
 
 
 async def start_request(client: Client, workflow_id: str, run_id: str) -> dict[str, Any] | None:
