@@ -221,7 +221,9 @@ def register(groups: Groups) -> None:
     reconcile_help = (
         "run the reconciler once on a task queue: effects dispatched and never confirmed, with "
         "no live attempt, are recovered, and a review is opened for each that ends AMBIGUOUS; "
-        "exit 1 if any is left without an outcome or a person"
+        "exit 1 if any is left without an outcome or a person. One reconciler per task queue: "
+        "Ctrl-C or SIGTERM cancels it (exit 130 or 143), and one left running by a command "
+        "that was killed is waited on by the next"
     )
     reconcile_cmd = groups.add_parser(
         "reconcile",

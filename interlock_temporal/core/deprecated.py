@@ -10,6 +10,8 @@ list to read (and empty) before that release.
 - **Signatures** (``SIGNATURES``): a target's method written for an earlier release, still
   called (adapted) with a warning when ``@gated`` (or a worker's ``targets=``) checks the
   target: ``query(self, effect_id)``, which now also takes the effect's approved input.
+- **Notification formats** (``NOTIFY``): what notifiers still send or accept beside the Standard
+  Webhooks form (``interlock_temporal.notify``), which warns where a secret is given.
 - **Moved modules** (``MODULES``): the adapter's modules moved into ``_worker/``, ``_reviews/``
   and ``cli/`` (issue 31). Code outside the package imported some of them (``from
   interlock_temporal._review_workflow import ...``): ``MovedModules``, a finder on
@@ -100,6 +102,16 @@ SIGNATURES: dict[str, str] = {
     "query(self, effect_id)": (
         "query is also given the effect's approved input, as args (ignore it if the effect id "
         "is enough)"
+    ),
+}
+
+#: what notifiers still send or accept beside the Standard Webhooks form -> what replaces it
+NOTIFY: dict[str, str] = {
+    "the Interlock-Signature header (and notify.sign())": (
+        "the webhook-id, webhook-timestamp and webhook-signature headers, sent beside it"
+    ),
+    "a notifier secret not in the whsec_<base64> form": (
+        "a secret from notify.new_secret(); meanwhile the old one's UTF-8 bytes are the key"
     ),
 }
 
