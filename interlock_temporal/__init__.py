@@ -31,6 +31,7 @@ if TYPE_CHECKING:
     from ._worker.gated import EffectContext, current_effect, gated, report_cost
     from ._worker.interceptor import InterlockInterceptor
     from ._worker.plugin import InterlockPlugin
+    from ._worker.running import run_worker
     from ._worker.telemetry import Telemetry
     from .core.journal import Journal, open_journal
     from .core.models import Kind, Lease, Receipt
@@ -64,6 +65,7 @@ __all__ = [
     "open_journal",
     "receipt",
     "report_cost",
+    "run_worker",
 ]
 
 _ERRORS = (
@@ -86,6 +88,7 @@ __getattr__ = lender(
         ),
         "InterlockInterceptor": "._worker.interceptor",
         "InterlockPlugin": "._worker.plugin",
+        "run_worker": "._worker.running",
         "Telemetry": "._worker.telemetry",
         "Journal": ".core.journal",
         "open_journal": ".core.journal",

@@ -9,10 +9,17 @@ in the way of the gate or of the review. A failed attempt is recorded in the jou
 
 Built in: ``Webhook`` (a signed JSON body, the versioned ``Notification`` schema), ``Slack``
 (an incoming-webhook message) and ``Email`` (SMTP, through ``targets.email.SmtpEmail``'s
-client). Each has its own ``secret`` (never the journal's signing key or the authority key):
-the body is signed in the ``Interlock-Signature`` header as
-``t=<unix ts>,v1=<hex HMAC-SHA256(secret, "<ts>.<body>")>``. A notification carries no argument
-values unless the notifier says ``include_values=True``, and never a secret argument.
+client). Each has its own ``secret`` (never the journal's signing key or the authority key),
+in the Standard Webhooks form ``whsec_<base64 of 24 to 64 random bytes>`` (``new_secret()``
+makes one). The body is signed as Standard Webhooks sign it, so a receiver checks it with any
+Standard Webhooks library (in Python, the ``standardwebhooks`` package:
+``Webhook(secret).verify(body, headers)``): ``webhook-id`` (the same on every retry of one
+notification: a receiver dedupes by it), ``webhook-timestamp`` (unix seconds of this attempt)
+and ``webhook-signature`` (``v1,<base64 HMAC-SHA256(key, "<id>.<timestamp>.<body>")>``, the key
+being the bytes the secret encodes). The ``Interlock-Signature`` header of earlier releases
+(``t=<unix ts>,v1=<hex HMAC-SHA256(secret, "<ts>.<body>")>``) is still sent beside them, and is
+deprecated: removed in 0.3.0. A notification carries no argument values unless the notifier
+says ``include_values=True``, and never a secret argument.
 
 Where the journal has an operator roster, the ``opened`` and ``reminder`` events also send each
 operator their one-time codes (``core.vote_codes``), to the operator's own channels on the
@@ -23,27 +30,37 @@ addresses, a ``Webhook`` ``https://`` URLs): a ``Notification`` with ``codes`` a
 
 from __future__ import annotations
 
+import base64
+import binascii
 import hashlib
 import hmac
 import json
 import re
+import secrets
 import time
 import urllib.error
 import urllib.parse
 import urllib.request
+import warnings
 from abc import ABC, abstractmethod
 from datetime import timedelta
 from enum import Enum
 from typing import Any, Final, Literal
 
-from pydantic import AliasChoices, BaseModel, ConfigDict, Field, SecretStr
+from pydantic import AliasChoices, BaseModel, ConfigDict, Field, SecretStr, field_validator
+
+from .core.deprecated import REMOVED_IN
 
 __all__ = [
     "DEFAULT",
     "DEFAULT_REMINDER_EVERY",
     "DEFAULT_REVIEW_DEADLINE",
     "SCHEMA",
+    "SECRET_PREFIX",
     "SIGNATURE_HEADER",
+    "WEBHOOK_ID_HEADER",
+    "WEBHOOK_SIGNATURE_HEADER",
+    "WEBHOOK_TIMESTAMP_HEADER",
     "DefaultType",
     "Email",
     "Event",
@@ -52,12 +69,26 @@ __all__ = [
     "NotifyError",
     "Slack",
     "Webhook",
+    "new_secret",
+    "secret_key",
     "sign",
+    "standard_headers",
 ]
 
 #: the payload's schema, versioned: a field is only ever added under the same version
 SCHEMA: Final = "interlock.notification/v1"
+#: the signature header of earlier releases, still sent beside the Standard Webhooks headers
+#: (deprecated: removed in 0.3.0)
 SIGNATURE_HEADER: Final = "Interlock-Signature"
+#: the Standard Webhooks headers: the message's id (the same on every retry), the attempt's
+#: time (unix seconds) and the signature (``v1,<base64 HMAC-SHA256>``)
+WEBHOOK_ID_HEADER: Final = "webhook-id"
+WEBHOOK_TIMESTAMP_HEADER: Final = "webhook-timestamp"
+WEBHOOK_SIGNATURE_HEADER: Final = "webhook-signature"
+#: how a Standard Webhooks secret begins (the base64 of the key's bytes follows)
+SECRET_PREFIX: Final = "whsec_"
+#: the key lengths Standard Webhooks allow, in bytes
+_KEY_BYTES = (24, 64)
 #: how long a review waits for a person by default: an approval then expires (the call is
 #: refused); an AMBIGUOUS review escalates and stays open
 DEFAULT_REVIEW_DEADLINE: Final = timedelta(hours=24)
@@ -136,6 +167,16 @@ class Notification(BaseModel):
             separators=(",", ":"),
         ).encode()
 
+    def message_id(self, notifier: str) -> str:
+        """The ``webhook-id`` of this notification as ``notifier`` sends it: the same on every
+        retry of its delivery (it is made of the review, the event and the event's time, which
+        the workflow fixed), another for another event, notifier or operator's copy. A receiver
+        that has seen an id already has that notification."""
+        named = json.dumps(
+            [notifier, self.review_id, self.event, round(self.at * 1000), self.for_operator]
+        )
+        return "msg_" + hashlib.sha256(named.encode()).hexdigest()[:32]
+
     def title(self) -> str:
         what = {"ambiguous": "Effect in doubt", "approval": "Approval needed"}.get(
             self.kind, "Circuit open"
@@ -171,11 +212,92 @@ class Notification(BaseModel):
 
 
 def sign(secret: str | bytes, body: bytes, timestamp: int | None = None) -> str:
-    """The ``Interlock-Signature`` header of ``body``: ``t=<ts>,v1=<hex HMAC-SHA256>``."""
+    """The ``Interlock-Signature`` header of ``body``: ``t=<ts>,v1=<hex HMAC-SHA256>``, keyed
+    with the secret's text as it is (deprecated, with the header: removed in 0.3.0; a receiver
+    checks ``standard_headers`` instead)."""
     ts = int(time.time()) if timestamp is None else timestamp
     key = secret.encode() if isinstance(secret, str) else secret
     mac = hmac.new(key, f"{ts}.".encode() + body, hashlib.sha256).hexdigest()
     return f"t={ts},v1={mac}"
+
+
+def new_secret() -> str:
+    """A new notifier secret in the Standard Webhooks form: ``whsec_`` and the base64 of 32
+    random bytes. Give the same text to the notifier and to its receiver."""
+    return SECRET_PREFIX + base64.b64encode(secrets.token_bytes(32)).decode()
+
+
+def secret_key(secret: str) -> bytes:
+    """The HMAC key of a notifier's secret: the bytes a ``whsec_<base64>`` secret encodes; for
+    a secret in another form (deprecated: refused from 0.3.0), its UTF-8 bytes, which a
+    receiver passes to its library as bytes (``standardwebhooks.Webhook(secret.encode())``).
+    Raises ``ValueError`` for a ``whsec_`` secret whose rest is not base64 of 24 to 64 bytes."""
+    if not secret.startswith(SECRET_PREFIX):
+        return secret.encode()
+    encoded = secret[len(SECRET_PREFIX) :]
+    try:
+        key = base64.b64decode(encoded, validate=True)
+    except (binascii.Error, ValueError):
+        raise ValueError(
+            f"the secret starts with {SECRET_PREFIX} but what follows is not base64: a Standard "
+            f"Webhooks secret is {SECRET_PREFIX} and the base64 of 24 to 64 random bytes "
+            "(interlock_temporal.notify.new_secret() makes one)"
+        ) from None
+    low, high = _KEY_BYTES
+    if not low <= len(key) <= high:
+        raise ValueError(
+            f"the secret's key is {len(key)} bytes: a Standard Webhooks secret encodes 24 to 64 "
+            "(interlock_temporal.notify.new_secret() makes one of 32)"
+        )
+    return key
+
+
+def standard_headers(
+    secret: str, message_id: str, body: bytes, timestamp: int | None = None
+) -> dict[str, str]:
+    """The Standard Webhooks headers of ``body``: ``webhook-id``, ``webhook-timestamp`` (now,
+    unless given) and ``webhook-signature``, ``v1,<base64 HMAC-SHA256(key, "<id>.<ts>.<body>")>``
+    with the key of ``secret`` (``secret_key``)."""
+    ts = int(time.time()) if timestamp is None else timestamp
+    signed = f"{message_id}.{ts}.".encode() + body
+    mac = hmac.new(secret_key(secret), signed, hashlib.sha256).digest()
+    return {
+        WEBHOOK_ID_HEADER: message_id,
+        WEBHOOK_TIMESTAMP_HEADER: str(ts),
+        WEBHOOK_SIGNATURE_HEADER: f"v1,{base64.b64encode(mac).decode()}",
+    }
+
+
+def _signed(secret: SecretStr, message_id: str, body: bytes) -> dict[str, str]:
+    """The headers that sign ``body``: the Standard Webhooks three, and the deprecated
+    ``Interlock-Signature`` (one release more)."""
+    text = secret.get_secret_value()
+    return {**standard_headers(text, message_id, body), SIGNATURE_HEADER: sign(text, body)}
+
+
+def _checked_secret(secret: SecretStr | None, notifier: str) -> SecretStr | None:
+    """A notifier's secret, refused (``ValueError``) when it starts with ``whsec_`` and is not a
+    Standard Webhooks secret; one in another form is accepted with a ``DeprecationWarning``."""
+    if secret is None:
+        return None
+    text = secret.get_secret_value()
+    if not text:
+        raise ValueError(f"{notifier}: secret is empty (interlock_temporal.notify.new_secret())")
+    try:
+        secret_key(text)
+    except ValueError as err:
+        raise ValueError(f"{notifier}: {err}") from None
+    if not text.startswith(SECRET_PREFIX):
+        warnings.warn(
+            f"{notifier}: a secret not in the Standard Webhooks form {SECRET_PREFIX}<base64> is "
+            "deprecated: its UTF-8 bytes are the key (a receiver's library takes them as bytes, "
+            "standardwebhooks.Webhook(secret.encode())); give one from "
+            f"interlock_temporal.notify.new_secret() to the notifier and its receiver; refused "
+            f"from {REMOVED_IN}",
+            DeprecationWarning,
+            stacklevel=4,
+        )
+    return secret
 
 
 class Notifier(BaseModel, ABC):
@@ -220,17 +342,26 @@ def _post(notifier: str, url: str, body: bytes, headers: dict[str, str], timeout
 
 
 class Webhook(Notifier):
-    """POST the ``Notification`` as JSON, signed with ``secret`` in ``Interlock-Signature``."""
+    """POST the ``Notification`` as JSON, signed with ``secret`` (``whsec_<base64>``, from
+    ``new_secret()``) as Standard Webhooks sign it: a receiver checks it with a Standard
+    Webhooks library (``standardwebhooks.Webhook(secret).verify(body, headers)``) and dedupes
+    by ``webhook-id``."""
 
     name: str = "webhook"
     url: str
     secret: SecretStr
 
+    @field_validator("secret")
+    @classmethod
+    def _secret(cls, secret: SecretStr) -> SecretStr:
+        _checked_secret(secret, "Webhook")
+        return secret
+
     def deliver(self, notification: Notification) -> None:
         body = notification.body()
         headers = {
             "Content-Type": "application/json",
-            SIGNATURE_HEADER: sign(self.secret.get_secret_value(), body),
+            **_signed(self.secret, notification.message_id(self.name), body),
         }
         _post(self.name, self.url, body, headers, self.timeout)
 
@@ -258,6 +389,11 @@ class Slack(Notifier):
     url: SecretStr
     secret: SecretStr | None = None
 
+    @field_validator("secret")
+    @classmethod
+    def _secret(cls, secret: SecretStr | None) -> SecretStr | None:
+        return _checked_secret(secret, "Slack")
+
     def message(self, n: Notification) -> dict[str, Any]:
         summary = f"*{n.title()}*\n{n.summary}"
         if n.decision:
@@ -281,13 +417,15 @@ class Slack(Notifier):
         body = json.dumps(self.message(notification)).encode()
         headers = {"Content-Type": "application/json"}
         if self.secret is not None:
-            headers[SIGNATURE_HEADER] = sign(self.secret.get_secret_value(), body)
+            message_id = notification.message_id(self.name)
+            headers.update(_signed(self.secret, message_id, body))
         _post(self.name, self.url.get_secret_value(), body, headers, self.timeout)
 
 
 class Email(Notifier):
     """A plain-text email over SMTP (the client of ``targets.email.SmtpEmail``). ``secret``
-    (optional) signs the text body in an ``Interlock-Signature`` header."""
+    (optional) signs the text body (its lines ended with ``\n``) in the Standard Webhooks
+    headers, as a webhook's body is signed."""
 
     name: str = "email"
     host: str
@@ -299,6 +437,11 @@ class Email(Notifier):
     username: str | None = None
     password: SecretStr | None = None
     secret: SecretStr | None = None
+
+    @field_validator("secret")
+    @classmethod
+    def _secret(cls, secret: SecretStr | None) -> SecretStr | None:
+        return _checked_secret(secret, "Email")
 
     def deliver(self, notification: Notification) -> None:
         # imported here: workflow code that imports the package never loads smtplib (which
@@ -318,9 +461,10 @@ class Email(Notifier):
         text = notification.text() + "\n"
         headers = {}
         if self.secret is not None:
+            signed = _signed(self.secret, notification.message_id(self.name), text.encode())
             # ", " between the parts: a header this long is folded there, not encoded
-            signature = sign(self.secret.get_secret_value(), text.encode())
-            headers[SIGNATURE_HEADER] = signature.replace(",", ", ")
+            signed[SIGNATURE_HEADER] = signed[SIGNATURE_HEADER].replace(",", ", ")
+            headers.update(signed)
         message = _Message(
             sender=self.sender,
             to=self.to,

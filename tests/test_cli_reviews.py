@@ -9,6 +9,7 @@ import asyncio
 import json
 import os
 import re
+import signal
 import socket
 import subprocess
 import sys
@@ -22,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from temporalio import activity
 from temporalio.client import (
     Client,
     WorkflowExecutionStatus,
@@ -32,7 +34,7 @@ from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.service import RPCError
 from temporalio.worker import Worker
 
-from interlock_temporal import InterlockPlugin
+from interlock_temporal import InterlockPlugin, gated
 from interlock_temporal._reviews.reconciler import ReconcileOutcome, ReconcileReport
 from interlock_temporal._reviews.workflow import ReviewStatus
 from interlock_temporal.cli import main, needs_nobody
@@ -44,9 +46,16 @@ from interlock_temporal.cli._render import (
     render_reviews,
 )
 from interlock_temporal.core import Call, Gate, Journal, Kind, open_journal, receipt
+from interlock_temporal.core.models import Found
 from interlock_temporal.core.review import review_id
 from interlock_temporal.core.review_rules import SENT_BY_CAVEAT
-from interlock_temporal.targets.payments import RefundRequest, SimulatedCrash, SimulatedPayments
+from interlock_temporal.targets import BaseTarget
+from interlock_temporal.targets.payments import (
+    RefundRequest,
+    RefundResult,
+    SimulatedCrash,
+    SimulatedPayments,
+)
 from interlock_temporal.testing import DevServer, free_port
 from workers.scenarios import ORDER
 from workers.server_world import ServerWorld
@@ -480,6 +489,106 @@ async def test_an_attester_decides_for_the_operator_its_login_authenticated(
         assert r.payments.refunded_cents(ORDER) == 2000  # once
 
 
+async def test_list_tells_another_journals_review_apart_when_no_worker_answers_for_it(
+    dev_server: DevServer, tmp_path: Path
+) -> None:
+    """A review whose worker has stopped cannot be asked its status: ``reviews list`` reads the
+    journal that opened it from the request it was started with, so another journal's listing
+    leaves it out (it used to show it, with state ``?``), and its own journal's shows it, ``?``
+    with the reason."""
+    from interlock_temporal.core.journal_identity import journal_id_of
+
+    async with rig(dev_server, tmp_path, tier=3) as r:
+        r.payments.arm("after_commit", "reset")
+        case = r.case(wait_for_review=True, maximum_attempts=1)
+        eid = effect_of(case)
+        handle = await r.start(case)
+        await opened_with_one_waiting(r, eid)
+        ours = journal_id_of(r.journal, create=False)
+        assert ours is not None
+    # the worker is gone: nobody answers the review's status query now
+    review = review_id("ambiguous", eid)
+    (tmp_path / "other").mkdir()
+    other_url = f"sqlite:///{tmp_path / 'other' / 'interlock.db'}"
+    with open_journal(other_url) as other:
+        theirs = journal_id_of(other)
+
+    async def listed(url: str, *more: str) -> Ran:
+        ran = await interlock(
+            "reviews", "list", "--journal", url, "--address", r.address, *more, cwd=tmp_path
+        )
+        assert ran.code == 0, ran.err
+        return ran
+
+    try:
+        elsewhere = await listed(other_url, "--json")
+        assert elsewhere.json()["journal_id"] == theirs
+        assert review not in [d["workflow_id"] for d in elsewhere.json()["reviews"]]
+        assert elsewhere.json()["other_journals_hidden"] >= 1
+        table = await listed(other_url)
+        assert eid[:16] not in table.out
+        assert "review(s) of other journals not shown" in table.err, table.err
+        everything = await listed(other_url, "--json", "--all-journals")
+        (doc,) = [d for d in everything.json()["reviews"] if d["workflow_id"] == review]
+        assert (doc["state"], doc["journal_id"], doc["status"]) == ("?", ours, None)
+        assert doc["note"] == "no worker answered its status query"
+        mine = await listed(r.url, "--json")
+        (doc,) = [d for d in mine.json()["reviews"] if d["workflow_id"] == review]
+        assert (doc["state"], doc["journal_id"]) == ("?", ours)
+    finally:
+        await handle.terminate("the test is over")
+        await r.client.get_workflow_handle(review).terminate("the test is over")
+
+
+async def test_a_refused_decision_is_one_line_in_the_workers_log(
+    dev_server: DevServer, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """``reviews resolve --result`` with a result the activity could not have returned: the
+    command says why (exit 1), nothing is recorded, and the worker's log has one line for it,
+    at WARNING, with no traceback (the worker's own SDK logs the failed activity at DEBUG)."""
+    import logging
+
+    caplog.set_level(logging.INFO)
+    async with rig(dev_server, tmp_path, tier=3) as r:
+        r.payments.arm("after_commit", "reset")
+        case = r.case(wait_for_review=True, maximum_attempts=1)
+        eid = effect_of(case)
+        await r.start(case)
+        await opened_with_one_waiting(r, eid)
+        before = kinds(r.journal, eid)
+        caplog.clear()
+        refused = await r.cli(
+            "reviews",
+            "resolve",
+            eid,
+            "--decision",
+            "happened",
+            "--operator",
+            "carol",
+            "--result",
+            '{"refund_id": 7}',
+        )
+        assert refused.code == 1, (refused.out, refused.err)
+        said = one_line(refused)
+        assert said.startswith(
+            "interlock: refused: the attested result does not match what refund returns: "
+        ), said
+        assert kinds(r.journal, eid) == before
+        records = [x for x in caplog.records if x.levelno >= logging.INFO]
+        shown = [
+            f"{x.name} {x.levelname} {x.getMessage()}"
+            + (" [traceback]" if x.exc_info or x.stack_info else "")
+            for x in records
+        ]
+        # the worker's log as it shows by default (WARNING and up): that one line alone
+        assert [x for x in shown if " INFO " not in x] == [
+            f"interlock_temporal.review WARNING review of {eid[:16]}: decision not recorded: "
+            + said.removeprefix("interlock: refused: ")
+        ], shown
+        assert not [x for x in shown if "[traceback]" in x], shown
+        await r.client.get_workflow_handle(review_id("ambiguous", eid)).terminate("test over")
+
+
 async def _ended(client: Client, effect_id: str) -> bool:
     description = await client.get_workflow_handle(review_id("ambiguous", effect_id)).describe()
     return description.status == WorkflowExecutionStatus.COMPLETED
@@ -835,6 +944,140 @@ async def test_reconcile_exits_1_for_an_effect_it_cannot_close_out(
         assert "no gated activity 'mystery' on this worker" in lines[1]
         assert lines[-1] == "1 in doubt: 1 skipped; 1 still need attention"
         assert kinds(r.journal, eid)[-1] is Kind.DISPATCHED  # left as it was
+
+
+class SlowQuery(BaseTarget):
+    """A tier-2 target whose ``query`` takes ``delay_s`` to say "not found": a reconciler that
+    asks it is in progress that long. ``asked`` counts the queries."""
+
+    name = "slow"
+    tier = 2
+
+    def __init__(self, delay_s: float) -> None:
+        self.delay_s = delay_s
+        self.asked = 0
+
+    def capture(self, args: Any, effect_id: str) -> dict[str, Any]:
+        return {}
+
+    async def query(self, effect_id: str, args: Any) -> Found | None:
+        self.asked += 1
+        await asyncio.sleep(self.delay_s)
+        return None
+
+
+@asynccontextmanager
+async def slow_reconcile(r: Rig, delay_s: float) -> AsyncIterator[tuple[str, SlowQuery, str]]:
+    """A worker on a queue of its own with a gated ``slow`` activity whose target answers in
+    ``delay_s``, and one of its effects left DISPATCHED by an attempt that died: (the queue, the
+    target, the effect id)."""
+    target = SlowQuery(delay_s)
+
+    @activity.defn(name="slow")
+    async def slow(req: RefundRequest) -> RefundResult:
+        raise AssertionError("the reconciler never sends")
+
+    queue = f"slow-{uuid.uuid4().hex[:10]}"
+    lease = r.journal.leases.issue("refund-bot", activities=["slow"])
+    req = RefundRequest(case_id=f"slow-{uuid.uuid4().hex[:8]}", order_id=ORDER, amount_cents=100)
+    call = Call(
+        effect_type="slow",
+        activity="slow",
+        input=req,
+        args=(req,),
+        key={"case": req.case_id},
+        principal="refund-bot",
+        lease_id=lease,
+    )
+
+    async def dies(_: Any) -> Any:
+        raise SimulatedCrash("before the answer")
+
+    with suppress(SimulatedCrash):
+        await Gate(r.journal).run(call, target, dies)
+    eid = Gate.identify(call)[0]
+    assert kinds(r.journal, eid)[-1] is Kind.DISPATCHED
+    async with Worker(r.client, task_queue=queue, activities=[gated(slow, target=target)]):
+        yield queue, target, eid
+
+
+async def reconcile_process(r: Rig, queue: str) -> asyncio.subprocess.Process:
+    environ = {k: v for k, v in os.environ.items() if not k.startswith(("INTERLOCK_", "TEMPORAL_"))}
+    environ["PYTHONPATH"] = os.pathsep.join([str(ROOT), *filter(None, [environ.get("PYTHONPATH")])])
+    return await asyncio.create_subprocess_exec(
+        str(CONSOLE_SCRIPT),
+        "reconcile",
+        "--task-queue",
+        queue,
+        "--older-than",
+        "0s",
+        "--address",
+        r.address,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+        env=environ,
+        cwd=r.workdir,
+    )
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
+async def test_a_stopped_reconcile_cancels_its_reconciler_and_says_so(
+    dev_server: DevServer, tmp_path: Path, sig: signal.Signals
+) -> None:
+    """Ctrl-C (or SIGTERM) while the reconciler asks a target: the command cancels the
+    reconciler workflow it waits on, says so in one line and exits 128 + the signal."""
+    async with rig(dev_server, tmp_path, tier=2) as r, slow_reconcile(r, 60) as (queue, slow, _):
+        process = await reconcile_process(r, queue)
+        try:
+            await until(lambda: slow.asked == 1, "the reconciler asks the target")
+            process.send_signal(sig)
+            out, err = await asyncio.wait_for(process.communicate(), 30)
+        finally:
+            if process.returncode is None:
+                process.kill()
+        ran = Ran(process.returncode or 0, out.decode(), err.decode())
+        assert ran.code == 128 + sig, (ran.out, ran.err)
+        workflow_id = f"interlock-reconcile-once-{queue}"
+        assert one_line(ran) == (
+            f"interlock: interrupted ({sig.name}): reconciler workflow {workflow_id} cancelled; "
+            "what it closed out before stays recorded in the journal"
+        )
+        assert ran.out == ""
+        described = await r.client.get_workflow_handle(workflow_id).describe()
+        assert described.status == WorkflowExecutionStatus.CANCELED
+
+
+async def test_a_killed_reconcile_leaves_its_reconciler_to_the_next_which_says_so(
+    dev_server: DevServer, tmp_path: Path
+) -> None:
+    """SIGKILL cannot be caught: the reconciler runs on. The next command waits on that one
+    (it says so) instead of starting another, and prints its report."""
+    async with rig(dev_server, tmp_path, tier=2) as r, slow_reconcile(r, 4) as (queue, slow, eid):
+        process = await reconcile_process(r, queue)
+        await until(lambda: slow.asked == 1, "the reconciler asks the target")
+        process.kill()
+        await process.wait()
+        workflow_id = f"interlock-reconcile-once-{queue}"
+        handle = r.client.get_workflow_handle(workflow_id)
+        first = await handle.describe()
+        assert first.status == WorkflowExecutionStatus.RUNNING
+        ran = await r.cli("reconcile", "--task-queue", queue, "--older-than", "0s", "--json")
+        assert ran.code == 0, (ran.out, ran.err)
+        (said,) = ran.err.strip().splitlines()
+        assert said.startswith(
+            f"interlock: reusing reconciler workflow {workflow_id}, still running since "
+        ), said
+        assert said.endswith(
+            "(an earlier `interlock reconcile` was killed before it could cancel it): waiting for "
+            "its report, made with the --older-than and --limit it was started with"
+        ), said
+        report = ran.json()
+        assert report["workflow_id"] == workflow_id and report["in_doubt"] == 1
+        (outcome,) = report["outcomes"]
+        assert (outcome["effect_id"], outcome["final"]) == (eid, "REFUSED")
+        after = await handle.describe()
+        assert (after.run_id, after.status) == (first.run_id, WorkflowExecutionStatus.COMPLETED)
+        assert slow.asked == 1  # one reconciler asked, once
 
 
 async def test_reconcile_with_no_worker_times_out(dev_server: DevServer, tmp_path: Path) -> None:

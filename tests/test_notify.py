@@ -1,11 +1,13 @@
 """People are told when a decision waits: notifiers called from the EffectReview workflow's
 activity, against real receivers on loopback (a stdlib HTTP server, aiosmtpd), with short real
-timers. The signature is checked here independently (hmac/hashlib), never with the package's
-own code."""
+timers. The signatures are checked here with the Standard Webhooks library a receiver uses
+(``standardwebhooks``) and, for the deprecated ``Interlock-Signature`` header, independently
+(hmac/hashlib), never with the package's own code."""
 
 from __future__ import annotations
 
 import asyncio
+import base64
 import hashlib
 import hmac
 import json
@@ -24,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import standardwebhooks
 from aiosmtpd.controller import Controller
 from pydantic import SecretStr, ValidationError
 from temporalio.client import Client
@@ -41,8 +44,10 @@ from interlock_temporal.notify import (
     DEFAULT_REVIEW_DEADLINE,
     SCHEMA,
     Email,
+    Notification,
     Slack,
     Webhook,
+    new_secret,
 )
 from interlock_temporal.testing import DevServer, free_port
 from workers.scenarios import ORDER
@@ -57,26 +62,33 @@ from .test_server import rig
 
 pytestmark = pytest.mark.server
 
-SECRET = "whsec-notify-" + "ab" * 16
-SLACK_SECRET = "slack-relay-" + "cd" * 16
+#: Standard Webhooks secrets (``whsec_`` and the base64 of 32 bytes)
+SECRET = "whsec_" + base64.b64encode(b"notify-" + b"ab" * 12 + b"!").decode()
+SLACK_SECRET = new_secret()
+MAIL_SECRET = new_secret()
+#: a secret in the form of earlier releases (deprecated): its text is the key
+OLD_SECRET = "whsec-notify-" + "ab" * 16
 
 
 class Receiver:
-    """A webhook receiver on loopback: every POST kept as (path, headers, body, arrival)."""
+    """A webhook receiver on loopback: every POST kept as (path, headers, body, arrival).
+    ``answer(path, headers, body)`` says the HTTP status to reply with (default 204)."""
 
     def __init__(self, port: int | None = None) -> None:
         self.port = port or free_port()
         self.got: list[tuple[str, dict[str, str], bytes, float]] = []
         self._server: ThreadingHTTPServer | None = None
+        self.answer: Any = lambda path, headers, body: 204
 
     def start(self) -> Receiver:
         got = self.got
+        receiver = self
 
         class Handler(BaseHTTPRequestHandler):
             def do_POST(self) -> None:
                 body = self.rfile.read(int(self.headers["Content-Length"]))
                 got.append((self.path, dict(self.headers), body, time.monotonic()))
-                self.send_response(204)
+                self.send_response(receiver.answer(self.path, dict(self.headers), body))
                 self.end_headers()
 
             def log_message(self, *args: Any) -> None:
@@ -119,6 +131,12 @@ def check_signature(secret: str, header: str, body: bytes) -> None:
     ).hexdigest()
     assert hmac.compare_digest(expected, fields["v1"]), "the signature does not verify"
     assert abs(time.time() - int(fields["t"])) < 60
+
+
+def standard(secret: str | bytes, headers: dict[str, str], body: bytes) -> Any:
+    """The receiver's check of the Standard Webhooks headers, with the ``standardwebhooks``
+    package as a receiver runs it: the body, parsed, or ``WebhookVerificationError``."""
+    return standardwebhooks.Webhook(secret).verify(body, headers)
 
 
 def leaked(value: str, raw: bytes) -> bool:
@@ -182,6 +200,7 @@ async def test_ambiguous_review_is_told_reminded_escalated_stays_open_and_resolv
         assert escalated["state"] == "escalated" and "stays open" in escalated["summary"]
         for path, headers, body, _ in receiver.got:
             if path == "/hook":
+                standard(SECRET, headers, body)
                 check_signature(SECRET, headers["Interlock-Signature"], body)
         assert opened["schema"] == SCHEMA and opened["kind"] == "ambiguous"
         assert opened["review_id"] == reviews.REVIEW and opened["effect_id"] == reviews.EFFECT
@@ -200,6 +219,7 @@ async def test_ambiguous_review_is_told_reminded_escalated_stays_open_and_resolv
         # the Slack message, signed with its own secret
         slack = [(h, b) for p, h, b, _ in receiver.got if p == "/slack"]
         headers, body = slack[0]
+        assert standard(SLACK_SECRET, headers, body)["text"].startswith("Effect in doubt")
         check_signature(SLACK_SECRET, headers["Interlock-Signature"], body)
         message = json.loads(body)
         assert message["text"].startswith("Effect in doubt (opened): refund")
@@ -224,6 +244,110 @@ async def test_ambiguous_review_is_told_reminded_escalated_stays_open_and_resolv
         assert len(resolved) == 1
         assert resolved[0]["decision"] == "happened" and resolved[0]["operators"] == ["carol"]
         assert r.journal.notifications.failures() == []
+
+
+async def test_a_real_reviews_webhooks_verify_with_the_standard_webhooks_library(
+    dev_server: DevServer, tmp_path: Path, receiver: Receiver
+) -> None:
+    """A real worker, an AMBIGUOUS refund, its review: every webhook the review sends is checked
+    as it arrives by the ``standardwebhooks`` package in the receiver. The first two deliveries
+    of ``opened`` are answered 503, so Temporal retries it: each retry carries the same
+    ``webhook-id`` (a receiver dedupes by it), ``resolved`` another. A tampered body, a changed
+    id or another secret fails the library's check; the deprecated ``Interlock-Signature`` is
+    still sent, and still verifies."""
+    hook = standardwebhooks.Webhook(SECRET)
+    verified: list[tuple[str, dict[str, Any]]] = []
+    refused: list[str] = []
+
+    def answer(path: str, headers: dict[str, str], body: bytes) -> int:
+        try:
+            payload = hook.verify(body, headers)
+        except standardwebhooks.WebhookVerificationError as err:
+            refused.append(str(err))
+            return 401
+        verified.append((headers["Webhook-Id"], payload))
+        opened = [p for _, p in verified if p["event"] == "opened"]
+        return 503 if payload["event"] == "opened" and len(opened) <= 2 else 204
+
+    receiver.answer = answer
+    options = {"notify": [webhook(receiver)], "review_deadline": None, "reminder_every": None}
+    async with rig(dev_server, tmp_path, tier=3, plugin_options=options) as r:
+        case, review = await reviews.ambiguous(r)
+        await receiver.wait_for("/hook", 3, timeout=30)  # refused twice, then taken
+        await review.signal("resolve", {"decision": "happened", "operator": "carol"})
+        assert (await asyncio.wait_for(case.result(), 30)).status == "RESOLVED"
+        await receiver.wait_for("/hook", 4)
+        (failures,) = r.journal.notifications.failures()
+        assert failures.count == 2 and "HTTP 503" in failures.last_error
+    assert refused == []
+    assert [p["event"] for _, p in verified] == ["opened", "opened", "opened", "resolved"]
+    assert all(p["review_id"] == reviews.REVIEW for _, p in verified)
+    ids = [i for i, _ in verified]
+    assert ids[0] == ids[1] == ids[2] != ids[3]
+    assert all(re.fullmatch(r"msg_[0-9a-f]{32}", i) for i in ids)
+    _, headers, body, _ = receiver.got[-1]
+    assert json.loads(body)["event"] == "resolved"
+    check_signature(SECRET, headers["Interlock-Signature"], body)  # deprecated, still sent
+    tampered = body.replace(b'"decision":"happened"', b'"decision":"not_happened"')
+    assert tampered != body
+    with pytest.raises(standardwebhooks.WebhookVerificationError):
+        hook.verify(tampered, headers)
+    with pytest.raises(standardwebhooks.WebhookVerificationError):
+        hook.verify(body, {**headers, "Webhook-Id": ids[0]})  # replayed under another id
+    with pytest.raises(standardwebhooks.WebhookVerificationError):
+        standardwebhooks.Webhook(new_secret()).verify(body, headers)
+    assert hook.verify(body, headers)["decision"] == "happened"  # as sent, it verifies
+
+
+def test_a_secret_of_an_earlier_release_still_signs_with_a_warning(receiver: Receiver) -> None:
+    """A secret not in the ``whsec_`` form is deprecated: accepted with a warning that says
+    what to do; its text's bytes are the key, which the library takes as bytes. A ``whsec_``
+    secret that is not one is refused, naming what is wrong."""
+    with pytest.warns(DeprecationWarning) as warned:
+        hook = Webhook(url=receiver.url("/hook"), secret=SecretStr(OLD_SECRET))
+    (warning,) = warned
+    assert str(warning.message) == (
+        "Webhook: a secret not in the Standard Webhooks form whsec_<base64> is deprecated: its "
+        "UTF-8 bytes are the key (a receiver's library takes them as bytes, "
+        "standardwebhooks.Webhook(secret.encode())); give one from "
+        "interlock_temporal.notify.new_secret() to the notifier and its receiver; refused from "
+        "0.3.0"
+    )
+    assert warning.filename == __file__  # the line that built the notifier
+    told = Notification(
+        event="opened",
+        review_id="interlock-review-ambiguous-e1",
+        kind="ambiguous",
+        effect_id="e1",
+        state="open",
+        summary="s",
+        opened_at=1.0,
+        at=1.5,
+        ui_url="http://ui/x",
+        resolve_command="temporal ...",
+    )
+    hook.deliver(told)
+    hook.deliver(told)  # a retry
+    (_, first, body, _), (_, again, _, _) = receiver.got
+    shown = standard(OLD_SECRET.encode(), first, body)
+    assert shown["review_id"] == "interlock-review-ambiguous-e1"
+    check_signature(OLD_SECRET, first["Interlock-Signature"], body)
+    assert first["Webhook-Id"] == again["Webhook-Id"] == told.message_id("webhook")
+    assert told.message_id("other") != told.message_id("webhook")
+    assert told.model_copy(update={"at": 2.5}).message_id("webhook") != first["Webhook-Id"]
+    mine = told.model_copy(update={"for_operator": "erin"})
+    assert mine.message_id("webhook") != first["Webhook-Id"]
+    for bad, says in [
+        ("whsec_not base64!", "the secret starts with whsec_ but what follows is not"),
+        ("whsec_" + base64.b64encode(b"short").decode(), "the secret's key is 5 bytes"),
+        ("", "secret is empty"),
+    ]:
+        with pytest.raises(ValidationError) as refused:
+            Webhook(url=receiver.url("/hook"), secret=SecretStr(bad))
+        assert f"Webhook: {says}" in str(refused.value), refused.value
+        assert bad not in str(refused.value) or not bad
+    fresh = new_secret()
+    assert fresh.startswith("whsec_") and len(base64.b64decode(fresh[6:])) == 32
 
 
 async def test_a_receiver_that_is_down_gets_it_once_back_and_the_failures_are_reported(
@@ -321,7 +445,7 @@ async def test_email_is_sent_over_smtp(dev_server: DevServer, tmp_path: Path) ->
         security="none",
         sender="interlock@ops.example",
         to=["oncall@ops.example"],
-        secret=SecretStr("mail-" + "ef" * 16),
+        secret=SecretStr(MAIL_SECRET),
     )
     plugin = InterlockPlugin(
         f"sqlite:///{tmp_path / 'journal.db'}",
@@ -361,7 +485,9 @@ async def test_email_is_sent_over_smtp(dev_server: DevServer, tmp_path: Path) ->
     text = first.get_payload(decode=True).decode().replace("\r\n", "\n")
     assert f"/namespaces/default/workflows/{review_id}" in text
     assert f"--workflow-id {review_id} --name resolve" in text
-    check_signature("mail-" + "ef" * 16, first["Interlock-Signature"], text.encode())
+    mailed = {k: str(v) for k, v in first.items()}
+    standardwebhooks.Webhook(MAIL_SECRET).verify(text.encode(), mailed, json_parse=False)
+    check_signature(MAIL_SECRET, first["Interlock-Signature"], text.encode())
     assert second["Subject"] == f"[interlock] Approval needed (expired): wire {binding[:12]}"
     assert "the call is refused" in second.get_payload(decode=True).decode()
 
@@ -546,6 +672,7 @@ async def test_a_webhook_notifier_sends_an_operators_codes_to_their_webhook_when
         assert list(codes) == ["happened", "not_happened"] and hers[1]["codes"] == codes
         assert hers[0]["for_operator"] == "erin" and hers[0]["review_id"] == reviews.REVIEW
         for _, headers, body, _ in receiver.got:
+            standard(SECRET, headers, body)
             check_signature(SECRET, headers["Interlock-Signature"], body)
         await review.signal(
             "resolve", {"decision": "happened", "operator": "erin", "code": codes["happened"]}

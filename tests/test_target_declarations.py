@@ -13,6 +13,8 @@ import dataclasses
 import os
 import subprocess
 import time
+import uuid
+import warnings
 from collections.abc import Callable, Iterator
 from datetime import timedelta
 from pathlib import Path
@@ -20,18 +22,21 @@ from typing import Any
 
 import pytest
 import stripe
+from temporalio import activity
 
-from interlock_temporal import gated, receipt
+from interlock_temporal import current_effect, gated, receipt
 from interlock_temporal.core.errors import Ambiguous, InFlight, Refused
 from interlock_temporal.core.journal import Journal
 from interlock_temporal.core.models import Found, Kind
 from interlock_temporal.core.protocol import Gate, Ticket
 from interlock_temporal.core.targets import capabilities
 from interlock_temporal.targets import BaseTarget, TargetDeclarationError
-from interlock_temporal.targets.payments import SimulatedPayments
+from interlock_temporal.targets.payments import RefundRequest, RefundResult, SimulatedPayments
 from interlock_temporal.targets.repo import GitRepo
 from interlock_temporal.targets.stripe import StripeRefunds
 from interlock_temporal.testing import throwaway_journal
+from workers.scenarios import ORDER
+from workflows.activities import REFUND_EFFECT
 
 from .test_protocol import (
     ACTIVITY,
@@ -43,6 +48,7 @@ from .test_protocol import (
     Unreachable,
     make_call,
 )
+from .test_server import rig
 
 QUERY = "write `def query(self, effect_id: str, args: Any) -> Found | None`"
 
@@ -185,13 +191,13 @@ REFUSED: list[tuple[str, Callable[[], Any], str]] = [
     ),
     ("tier_a_bool", lambda: _with(Queried, tier=True), "target queried: tier must be 0, 1, 2 or 3"),
     (
-        "duck_query_without_args",
-        lambda: _with(Duck, query=_one_arg_query),
-        f"target duck: query must take the effect id and the effect's approved input; {QUERY}",
+        "query_without_the_effect_id",
+        lambda: _with(Queried, query=lambda self: None),
+        f"target queried: query must take the effect id and the effect's approved input; {QUERY}",
     ),
     (
-        "query_without_args",
-        lambda: _with(Queried, query=lambda self, effect_id: None),
+        "query_with_a_keyword_only_effect_id",
+        lambda: _with(Queried, query=lambda self, *, effect_id: None),
         f"target queried: query must take the effect id and the effect's approved input; {QUERY}",
     ),
     (
@@ -275,6 +281,47 @@ def test_a_declaration_that_does_not_hold_is_refused_when_gated(
         gated(body, target=target)
     assert str(err.value).startswith(words), str(err.value)
     assert "9" not in str(err.value) and "'2'" not in str(err.value)  # never the value itself
+
+
+#: what a target written for the previous release (``query(self, effect_id)``) is told
+DEPRECATED_QUERY = (
+    "target {}: query(self, effect_id) is deprecated: query is also given the effect's approved "
+    "input, as args (ignore it if the effect id is enough); write "
+    "`def query(self, effect_id: str, args: Any) -> Found | None`; removed in 0.3.0"
+)
+
+
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda: _with(Duck, query=_one_arg_query),
+        lambda: _with(Queried, query=lambda self, effect_id: None),
+        lambda: _with(Queried, query=staticmethod(lambda effect_id: None)),
+    ],
+    ids=["duck_async", "base_target", "static"],
+)
+def test_a_query_of_the_previous_release_is_accepted_with_a_warning(
+    make: Callable[[], Any],
+) -> None:
+    """The one-argument ``query`` of the previous release is still accepted for one release: a
+    ``DeprecationWarning`` names the target, the line to write and the release that removes it,
+    and points at the line that applied ``gated`` (where Python's default filters show it)."""
+    target = make()
+    with pytest.warns(DeprecationWarning) as warned:
+        gated(body, target=target)
+    (warning,) = warned
+    assert str(warning.message) == DEPRECATED_QUERY.format(target.name)
+    assert warning.filename == __file__
+    assert capabilities(target).tier == 2
+
+
+def test_a_query_of_this_release_gives_no_warning() -> None:
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        gated(body, target=Queried())
+        gated(body, target=Flexible())
+        gated(body, target=BaseStore(2))
+    assert [w for w in seen if issubclass(w.category, DeprecationWarning)] == []
 
 
 class Flexible(BaseTarget):
@@ -564,3 +611,102 @@ def test_base_target_defaults_match_the_gates_fallbacks() -> None:
     assert [c.fact for c in base.validate(recorded, current, None)] == ["b", "c"]
     assert abs(targets.target_clock(base) - targets.target_clock(bare)) < 1.0  # type: ignore[arg-type]
     assert dataclasses.asdict(capabilities(base)) == dataclasses.asdict(capabilities(DuckStore(2)))
+
+
+# -- the previous release's query(effect_id), on a real gated call ------------------------------
+
+
+class OldStore(_Store, BaseTarget):
+    """A tier-2 target written for the previous release: ``query(self, effect_id)``."""
+
+    def __init__(self) -> None:
+        super().__init__(2)
+        self.tier = 2
+        self.asked: list[str] = []
+        self.query = self._old_query  # type: ignore[assignment]
+
+    def _old_query(self, effect_id: str) -> Found | None:
+        self.asked.append(effect_id)
+        return super()._query(effect_id, None)
+
+
+async def test_a_previous_release_query_recovers_an_effect_after_a_crash(
+    fresh: Callable[[str], tuple[Journal, str]],
+) -> None:
+    """The attempt dies after the target committed; the next one asks the target with the old
+    ``query(effect_id)`` (adapted: the effect id alone) and records COMMITTED by query, exactly
+    what a target of this release gets, which warns of nothing."""
+    old = OldStore()
+    with pytest.warns(DeprecationWarning):
+        gated(body, target=old)
+    seen_old = await _run_case("found_by_query", old, *fresh("old"))
+    new = BaseStore(2)
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        gated(body, target=new)
+        seen_new = await _run_case("found_by_query", new, *fresh("new"))
+    assert [w for w in seen if issubclass(w.category, DeprecationWarning)] == []
+    assert seen_old == seen_new
+    r = seen_old["receipt"]
+    assert (r["final"], r["via"], r["confirmation"]) == ("COMMITTED", "recovery-query", "ref-1")
+    assert old.asked == [r["effect_id"]] and old.sends == 1
+
+
+@pytest.mark.server
+async def test_a_previous_release_query_on_a_worker_recovers_by_query(
+    dev_server: Any, tmp_path: Path
+) -> None:
+    """On a real worker: a gated refund whose tier-2 target has the previous release's
+    ``query(effect_id)``. The refund lands, the connection drops (in doubt); Temporal's next
+    attempt asks the target with the effect id alone and records COMMITTED by query, with no
+    second refund."""
+
+    class OldPayments(SimulatedPayments):
+        def __init__(self, path: Path) -> None:
+            super().__init__(path, tier=2, name="payments-old")
+            self.asked: list[str] = []
+            self.query = self._old_query  # type: ignore[assignment]
+
+        def _old_query(self, effect_id: str) -> Found | None:
+            self.asked.append(effect_id)
+            return self._query(effect_id, None)
+
+    old = OldPayments(tmp_path / "old-payments.db")
+    old.open_order(ORDER, 10_000)
+
+    @activity.defn(name="refund_old")
+    async def refund_old(r: RefundRequest) -> RefundResult:
+        return await old.refund(
+            r.order_id, r.amount_cents, idempotency_key=current_effect().effect_id
+        )
+
+    with pytest.warns(DeprecationWarning) as warned:
+        gated_refund = gated(refund_old, target=old, **REFUND_EFFECT)
+    assert str(warned[0].message) == DEPRECATED_QUERY.format("payments-old")
+    try:
+        async with rig(dev_server, tmp_path, extra=[gated_refund]) as r:
+            lease = r.journal.leases.issue(
+                "refund-bot", activities=["refund_old"], max_amount_cents=5000
+            )
+            old.arm("after_commit", "reset")
+            request = RefundRequest(
+                case_id=f"old-{uuid.uuid4().hex[:8]}",
+                order_id=ORDER,
+                amount_cents=2000,
+                premises=old.order_facts(ORDER),
+            )
+            result = await r.call(
+                "refund_old", request, principal="refund-bot", lease=lease, maximum_attempts=3
+            )
+            assert result["amount_cents"] == 2000
+            (row,) = r.journal.effects()
+            found = receipt(row.effect_id, journal=r.journal)
+            assert (found.final, found.via, found.executed) == (
+                "COMMITTED",
+                "recovery-query",
+                True,
+            )
+            assert old.asked == [row.effect_id]
+            assert old.refunded_cents(ORDER) == 2000 and len(old.refund_records(ORDER)) == 1
+    finally:
+        old.close()

@@ -13,7 +13,7 @@ from pydantic import TypeAdapter, ValidationError
 from temporalio import activity
 from temporalio.client import Client, WorkflowExecutionStatus
 from temporalio.common import WorkflowIDConflictPolicy, WorkflowIDReusePolicy
-from temporalio.exceptions import ApplicationError
+from temporalio.exceptions import ApplicationError, ApplicationErrorCategory
 from temporalio.service import RPCError, RPCStatusCode
 
 from .._worker.errors import JournalCorruptError, describe_invalid
@@ -185,7 +185,7 @@ class ReviewDesk:
             raise
         if described.status is not WorkflowExecutionStatus.RUNNING:
             return set()
-        request = await _start_of(client, workflow_id, described.run_id)
+        request = await start_request(client, workflow_id, described.run_id)
         problem = (
             "its start event could not be read"
             if request is None
@@ -330,7 +330,8 @@ class ReviewDesk:
                 spend_codes(self._runtime.gate.journal, decided.proofs)
             return recorded.model_copy(update={"sent_by": sent_by})
         except ReviewError as err:
-            raise ApplicationError(str(err), type="InvalidDecision", non_retryable=True) from None
+            log.warning("review of %s: decision not recorded: %s", rec.effect_id[:16], err)
+            raise _invalid(str(err)) from None
         except JournalCorrupt as err:
             raise JournalCorruptError(str(err), err.effect_id, err.seq) from None
 
@@ -445,7 +446,7 @@ class ReviewDesk:
         client = self._runtime.temporal_client()
         if client is None:
             return "this worker has no Temporal client to read the review's history with"
-        request = await _start_of(client, info.workflow_id, info.workflow_run_id)
+        request = await start_request(client, info.workflow_id, info.workflow_run_id)
         if request is None:
             return "the review's start event could not be read"
         named = (request.get("kind"), request.get("effect_id"))
@@ -469,7 +470,7 @@ class ReviewDesk:
             info.workflow_run_id,
         )
         self._runtime.telemetry.refused_review(code)
-        return ApplicationError(message, type="InvalidDecision", non_retryable=True)
+        return _invalid(message)
 
     def _checked_result(self, effect_id: str, result: Any) -> Any:
         view = fold(effect_id, self._runtime.gate.journal.read(effect_id))
@@ -480,16 +481,26 @@ class ReviewDesk:
         try:
             value = adapter.validate_python(result)
         except ValidationError as err:
-            raise ApplicationError(
+            raise ReviewError(
                 f"the attested result does not match what {view.activity} returns: "
-                f"{describe_invalid(err, 'result')}",
-                type="InvalidDecision",
-                non_retryable=True,
+                f"{describe_invalid(err, 'result')}"
             ) from None
         return adapter.dump_python(value, mode="json")
 
 
-async def _start_of(client: Client, workflow_id: str, run_id: str) -> dict[str, Any] | None:
+def _invalid(message: str) -> ApplicationError:
+    """A decision refused (nothing recorded): the review shows the person ``message``. BENIGN,
+    so the worker's SDK logs it at DEBUG, without its traceback: the desk logs it in one line
+    (an expected answer to a person, not a fault of the worker)."""
+    return ApplicationError(
+        message,
+        type="InvalidDecision",
+        non_retryable=True,
+        category=ApplicationErrorCategory.BENIGN,
+    )
+
+
+async def start_request(client: Client, workflow_id: str, run_id: str) -> dict[str, Any] | None:
     """The request a review run was started with, as JSON data (decoded by the client's codec,
     if it has one), read from its first history event, in the form its seal was made over; None
     when there is none to read."""

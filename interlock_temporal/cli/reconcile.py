@@ -1,11 +1,17 @@
-"""``interlock reconcile`` (on Temporal): recover effects left in doubt, once, on a task queue."""
+"""``interlock reconcile`` (on Temporal): recover effects left in doubt, once, on a task queue.
+
+One reconciler workflow per task queue at a time (``interlock-reconcile-once-<task queue>``): a
+command stopped by SIGINT (Ctrl-C) or SIGTERM cancels the workflow it waits on, and says so; one
+that could not be (SIGKILL) leaves it running, and the next command waits on that one instead of
+starting another, and says so."""
 
 from __future__ import annotations
 
 import argparse
-import uuid
+import asyncio
+import signal
 from datetime import timedelta
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from ..core.models import Kind
 from ._args import (
@@ -19,12 +25,17 @@ from ._args import (
 )
 from ._render import reconcile_summary, render_reconcile
 from ._shared import EXIT_FAILED, EXIT_OK, CliError, emit, emit_json, warn
-from ._temporal import failure_message, on_server
+from ._temporal import failure_message, is_not_found, on_server
 
 if TYPE_CHECKING:
-    from temporalio.client import Client
+    from temporalio.client import Client, WorkflowHandle
 
-    from .._reviews.reconciler import ReconcileOutcome
+    from .._reviews.reconciler import ReconcileOutcome, ReconcileReport, ReconcileRequest
+
+#: the signals that stop the command, cancelling its reconciler; the exit code is 128 + signal
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+#: how long a cancelled reconciler may take to close before it is terminated
+CANCEL_GRACE_S = 5.0
 
 #: the outcomes an effect ends with
 _ENDED = frozenset({Kind.COMMITTED.value, Kind.REFUSED.value, Kind.RESOLVED.value})
@@ -60,20 +71,24 @@ async def _has_pollers(client: Client, task_queue: str) -> bool:
     return bool(response.pollers)
 
 
-async def reconcile(args: argparse.Namespace, client: Client) -> int:
-    from temporalio.client import WorkflowFailureError
-    from temporalio.exceptions import TimeoutError as WorkflowTimeout
+def workflow_id_for(task_queue: str) -> str:
+    """The command's reconciler on ``task_queue`` (the scheduled one is
+    ``interlock-reconciler-<task queue>``)."""
+    return f"interlock-reconcile-once-{task_queue}"
 
-    from .._reviews.reconciler import ReconcileReport, ReconcileRequest
 
-    task_queue: str = args.task_queue
-    timeout: timedelta = args.timeout
-    request = ReconcileRequest(older_than_s=args.older_than.total_seconds(), limit=args.limit)
-    if not await _has_pollers(client, task_queue):
-        warn(f"no worker has polled task queue {task_queue} lately: waiting up to {timeout}")
-    workflow_id = f"interlock-reconcile-{uuid.uuid4().hex}"
+async def _start_or_reuse(
+    client: Client, request: ReconcileRequest, task_queue: str, timeout: timedelta
+) -> WorkflowHandle[Any, ReconcileReport]:
+    """The command's reconciler on ``task_queue``: started, or the one an earlier command left
+    running (killed before it could cancel it), said so on stderr."""
+    from temporalio.exceptions import WorkflowAlreadyStartedError
+
+    from .._reviews.reconciler import ReconcileReport
+
+    workflow_id = workflow_id_for(task_queue)
     try:
-        report = await client.execute_workflow(
+        return await client.start_workflow(
             "InterlockReconciler",
             request,
             id=workflow_id,
@@ -82,6 +97,91 @@ async def reconcile(args: argparse.Namespace, client: Client) -> int:
             execution_timeout=timeout,
             static_summary="interlock reconcile (from the command line)",
         )
+    except WorkflowAlreadyStartedError:
+        handle = client.get_workflow_handle(workflow_id, result_type=ReconcileReport)
+        described = await handle.describe()
+        started = described.start_time.strftime("%Y-%m-%dT%H:%M:%SZ")
+        warn(
+            f"reusing reconciler workflow {workflow_id}, still running since {started} (an "
+            "earlier `interlock reconcile` was killed before it could cancel it): waiting for "
+            "its report, made with the --older-than and --limit it was started with"
+        )
+        return client.get_workflow_handle(
+            workflow_id, run_id=described.run_id, result_type=ReconcileReport
+        )
+
+
+async def _report_unless_stopped(handle: WorkflowHandle[Any, ReconcileReport]) -> ReconcileReport:
+    """The reconciler's report; on SIGINT or SIGTERM meanwhile, the reconciler cancelled and
+    ``CliError`` (exit 128 + the signal) saying so."""
+    loop = asyncio.get_running_loop()
+    caught: list[signal.Signals] = []
+    result = asyncio.ensure_future(handle.result())
+
+    def stop(sig: signal.Signals) -> None:
+        if not caught:  # a second signal while the reconciler is cancelled: already stopping
+            caught.append(sig)
+            result.cancel()
+
+    for sig in STOP_SIGNALS:
+        loop.add_signal_handler(sig, stop, sig)
+    try:
+        return await result
+    except asyncio.CancelledError:
+        if not caught:
+            raise
+        raise CliError(128 + caught[0], await _cancelled(handle, caught[0])) from None
+    finally:
+        for sig in STOP_SIGNALS:
+            loop.remove_signal_handler(sig)
+
+
+async def _cancelled(handle: WorkflowHandle[Any, Any], sig: signal.Signals) -> str:
+    """Cancel the reconciler the command waited on; what became of it, in a sentence. One whose
+    cancellation no worker runs within ``CANCEL_GRACE_S`` is terminated."""
+    from temporalio.client import WorkflowExecutionStatus
+    from temporalio.service import RPCError
+
+    said = f"interrupted ({sig.name}): reconciler workflow {handle.id}"
+    kept = "what it closed out before stays recorded in the journal"
+    try:
+        await handle.cancel(rpc_timeout=timedelta(seconds=CANCEL_GRACE_S))
+    except RPCError as err:
+        if is_not_found(err):  # it ended meanwhile
+            return f"{said} had ended already"
+        raise
+    deadline = asyncio.get_running_loop().time() + CANCEL_GRACE_S
+    while True:
+        status = (await handle.describe()).status
+        if status is not None and status != WorkflowExecutionStatus.RUNNING:
+            ended = (
+                "cancelled" if status == WorkflowExecutionStatus.CANCELED else status.name.lower()
+            )
+            return f"{said} {ended}; {kept}"
+        if asyncio.get_running_loop().time() >= deadline:
+            break
+        await asyncio.sleep(0.2)
+    await handle.terminate(
+        reason=f"interlock reconcile interrupted ({sig.name}); no worker ran its cancellation"
+    )
+    return f"{said} terminated: no worker ran its cancellation within {CANCEL_GRACE_S:g}s; {kept}"
+
+
+async def reconcile(args: argparse.Namespace, client: Client) -> int:
+    from temporalio.client import WorkflowFailureError
+    from temporalio.exceptions import TimeoutError as WorkflowTimeout
+
+    from .._reviews.reconciler import ReconcileRequest
+
+    task_queue: str = args.task_queue
+    timeout: timedelta = args.timeout
+    request = ReconcileRequest(older_than_s=args.older_than.total_seconds(), limit=args.limit)
+    if not await _has_pollers(client, task_queue):
+        warn(f"no worker has polled task queue {task_queue} lately: waiting up to {timeout}")
+    handle = await _start_or_reuse(client, request, task_queue, timeout)
+    workflow_id = handle.id
+    try:
+        report = await _report_unless_stopped(handle)
     except WorkflowFailureError as err:
         if isinstance(err.cause, WorkflowTimeout):
             raise CliError(
@@ -121,7 +221,9 @@ def register(groups: Groups) -> None:
     reconcile_help = (
         "run the reconciler once on a task queue: effects dispatched and never confirmed, with "
         "no live attempt, are recovered, and a review is opened for each that ends AMBIGUOUS; "
-        "exit 1 if any is left without an outcome or a person"
+        "exit 1 if any is left without an outcome or a person. One reconciler per task queue: "
+        "Ctrl-C or SIGTERM cancels it (exit 130 or 143), and one left running by a command "
+        "that was killed is waited on by the next"
     )
     reconcile_cmd = groups.add_parser(
         "reconcile",

@@ -72,13 +72,20 @@ def review_of(workflow_id: str) -> tuple[str, str]:
     return "?", workflow_id
 
 
-async def _review_line(
-    client: Client, execution: WorkflowExecution
-) -> tuple[ReviewLine, ReviewStatus | None]:
-    """Ask one review for its status (a running one by query, a finished one by its result)."""
+#: one review as ``reviews list`` found it: its line, its status (None: it could not be asked)
+#: and the id of the journal that opened it (None: unknown, or opened before journals had ids)
+Listed = tuple[ReviewLine, "ReviewStatus | None", str | None]
+
+
+async def _review_line(client: Client, execution: WorkflowExecution) -> Listed:
+    """Ask one review for its status (a running one by query, a finished one by its result),
+    and the journal that opened it: named in its status, or else read from the request it was
+    started with (its first history event), so a review no worker answers for is still told
+    apart by journal."""
     from temporalio.client import WorkflowExecutionStatus
     from temporalio.exceptions import TemporalError
 
+    from .._reviews.desk import start_request
     from .._reviews.workflow import ReviewStatus
 
     kind, effect_id = review_of(execution.id)
@@ -103,6 +110,13 @@ async def _review_line(
             note = f"its result cannot be read ({type(err).__name__})"
     if status is None:
         state = "?" if running or execution.status is None else execution.status.name.lower()
+        journal_id: str | None = None
+        try:
+            request = await start_request(client, execution.id, execution.run_id)
+        except (TemporalError, ValueError, RuntimeError):
+            request = None
+        if request is not None and isinstance(request.get("journal_id"), str):
+            journal_id = request["journal_id"]
         return (
             ReviewLine(
                 workflow_id=execution.id,
@@ -113,6 +127,7 @@ async def _review_line(
                 note=note,
             ),
             None,
+            journal_id,
         )
     line = ReviewLine(
         workflow_id=execution.id,
@@ -123,7 +138,7 @@ async def _review_line(
         waiting=status.subscribers,
         started=execution.start_time,
     )
-    return line, status
+    return line, status, status.journal_id
 
 
 async def _is_running(client: Client, workflow_id: str) -> bool:
@@ -153,13 +168,14 @@ async def _without_review(client: Client, journal: Journal, running: set[str]) -
     return [eid for eid, is_running in zip(missing, found, strict=True) if not is_running]
 
 
-def _of(journal_id: str | None, status: ReviewStatus | None) -> bool:
-    """Whether ``reviews list`` shows a review for the journal ``journal_id``: one that names
-    it, and any whose journal is unknown (opened before journals had ids, no status, or no
-    journal to compare with), shown as before."""
-    if journal_id is None or status is None or status.journal_id is None:
+def _of(journal_id: str | None, theirs: str | None) -> bool:
+    """Whether ``reviews list`` shows a review opened by the journal ``theirs`` for the journal
+    ``journal_id``: one of the same journal, and any whose journal is unknown (opened before
+    journals had ids, its start event unreadable, or no journal to compare with), shown as
+    before."""
+    if journal_id is None or theirs is None:
         return True
-    return status.journal_id == journal_id
+    return theirs == journal_id
 
 
 async def reviews_list(args: argparse.Namespace, client: Client) -> int:
@@ -172,15 +188,14 @@ async def reviews_list(args: argparse.Namespace, client: Client) -> int:
         executions = executions[:limit]
         gate = asyncio.Semaphore(QUERY_CONCURRENCY)
 
-        async def one(e: WorkflowExecution) -> tuple[ReviewLine, ReviewStatus | None]:
+        async def one(e: WorkflowExecution) -> Listed:
             async with gate:
                 return await _review_line(client, e)
 
-        found = await asyncio.gather(*(one(e) for e in executions))
+        every = await asyncio.gather(*(one(e) for e in executions))
         ours = None if journal is None else journal_id_of(journal, create=False)
-        shown = [(line, status) for line, status in found if args.all_journals or _of(ours, status)]
-        hidden = len(found) - len(shown)
-        found = shown
+        found = [f for f in every if args.all_journals or _of(ours, f[2])]
+        hidden = len(every) - len(found)
         orphans: list[str] | None = None
         if journal is not None:
             if args.all or more:  # the listing is not every open review: list those alone
@@ -204,9 +219,10 @@ async def reviews_list(args: argparse.Namespace, client: Client) -> int:
                         "waiting": line.waiting,
                         "started": None if line.started is None else line.started.isoformat(),
                         "note": line.note,
+                        "journal_id": theirs,
                         "status": None if status is None else status.model_dump(mode="json"),
                     }
-                    for line, status in found
+                    for line, status, theirs in found
                 ],
                 "ambiguous_without_review": orphans,
                 "journal_id": ours,
@@ -215,7 +231,7 @@ async def reviews_list(args: argparse.Namespace, client: Client) -> int:
         )
     else:
         if found:
-            emit(render_reviews([line for line, _ in found]))
+            emit(render_reviews([line for line, _, _ in found]))
         else:
             warn("no reviews" if args.all else "no open reviews")
         if orphans:

@@ -7,6 +7,11 @@ list to read (and empty) before that release.
   ``Verdict.BLOCK`` (``Verdict.DENY``) and ``policy.block()`` (``deny()``).
 - **Ignored settings** (``IGNORED``): an argument or field still accepted and then ignored or
   mapped to its replacement, with a warning where it is given.
+- **Signatures** (``SIGNATURES``): a target's method written for an earlier release, still
+  called (adapted) with a warning when ``@gated`` (or a worker's ``targets=``) checks the
+  target: ``query(self, effect_id)``, which now also takes the effect's approved input.
+- **Notification formats** (``NOTIFY``): what notifiers still send or accept beside the Standard
+  Webhooks form (``interlock_temporal.notify``), which warns where a secret is given.
 - **Moved modules** (``MODULES``): the adapter's modules moved into ``_worker/``, ``_reviews/``
   and ``cli/`` (issue 31). Code outside the package imported some of them (``from
   interlock_temporal._review_workflow import ...``): ``MovedModules``, a finder on
@@ -25,6 +30,7 @@ import importlib
 import importlib.abc
 import importlib.machinery
 import importlib.util
+import os
 import sys
 import warnings
 from collections.abc import Sequence
@@ -91,6 +97,24 @@ IGNORED: dict[str, str] = {
     ),
 }
 
+#: a target method's signature of an earlier release, still called (adapted) -> what changed
+SIGNATURES: dict[str, str] = {
+    "query(self, effect_id)": (
+        "query is also given the effect's approved input, as args (ignore it if the effect id "
+        "is enough)"
+    ),
+}
+
+#: what notifiers still send or accept beside the Standard Webhooks form -> what replaces it
+NOTIFY: dict[str, str] = {
+    "the Interlock-Signature header (and notify.sign())": (
+        "the webhook-id, webhook-timestamp and webhook-signature headers, sent beside it"
+    ),
+    "a notifier secret not in the whsec_<base64> form": (
+        "a secret from notify.new_secret(); meanwhile the old one's UTF-8 bytes are the key"
+    ),
+}
+
 #: old module path -> the module that holds its names now
 MODULES: dict[str, str] = {
     **{
@@ -132,6 +156,31 @@ def warn_renamed(old: str, stacklevel: int = 2) -> None:
     """Warn that ``old`` (a key of ``RENAMED``) was used."""
     new, same = RENAMED[old]
     _warn(f"{old} is deprecated: use {new} ({same})", stacklevel + 1)
+
+
+def warn_signature(target: str, old: str, write: str) -> None:
+    """Warn that ``target``'s method has the signature ``old`` (a key of ``SIGNATURES``), and
+    say the line to ``write``; the warning names the first caller outside the package (the
+    ``@gated`` line, or the worker's setup), so Python's default filters show it there."""
+    _warn(
+        f"target {target}: {old} is deprecated: {SIGNATURES[old]}; write `{write}`",
+        _outside_package(),
+    )
+
+
+#: the package's own directory: frames there are not the user's
+_PACKAGE = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
+
+
+def _outside_package() -> int:
+    """The ``stacklevel`` (for ``_warn`` called from its caller's caller) of the first frame
+    outside the package."""
+    frame = sys._getframe(2)
+    level = 2
+    while frame.f_back is not None and frame.f_code.co_filename.startswith(_PACKAGE):
+        frame = frame.f_back
+        level += 1
+    return level
 
 
 def warn_ignored(setting: str, stacklevel: int = 2) -> None:

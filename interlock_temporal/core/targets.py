@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any, Literal, Protocol, TypeVar, runtime_checkable
 
+from .deprecated import warn_signature
 from .models import Change, Found
 
 Classification = Literal["not_sent", "rejected", "in_doubt"]
@@ -138,8 +139,10 @@ class BaseTarget:
     - ``query(self, effect_id: str, args: Any) -> Found | None``, tier 2 (optional at tier 1):
       the effect if it happened (its result and the target's reference for it), else None.
       ``args`` is the effect's approved input, for a target that looks effects up through it
-      (Stripe finds a refund through its charge); ignore it if the effect id is enough. This is
-      the only signature: a ``query`` that cannot be called with both is refused by ``gated``.
+      (Stripe finds a refund through its charge); ignore it if the effect id is enough. A
+      ``query(self, effect_id)`` written for an earlier release is still called, with the
+      effect id alone, and warned of (``DeprecationWarning``, when ``gated`` checks the target;
+      refused from 0.3.0); any other ``query`` that cannot be called with both is refused.
 
     Override where the default is not what the target means (the defaults are what the gate
     does for a duck-typed target without the method):
@@ -437,7 +440,10 @@ def _check_call(target: object, name: str, method: str) -> None:
         if method != "query":
             return
     except TypeError:
-        pass
+        if method == "query" and not _takes_args(fn):
+            # the one-argument form of an earlier release: called with the effect id alone
+            warn_signature(name, "query(self, effect_id)", QUERY_SIGNATURE)
+            return
     else:
         return
     raise TargetDeclarationError(
@@ -456,13 +462,32 @@ async def resolve(value: T | Any) -> T:
     return await value if inspect.isawaitable(value) else value  # type: ignore[no-any-return]
 
 
+def _takes_args(fn: Any) -> bool:
+    """Whether a target's ``query`` is called ``query(effect_id, args)``, as written now: False
+    only for the one-argument form of an earlier release (``query(effect_id)``, deprecated),
+    which cannot be called with both and can with the effect id alone."""
+    try:
+        signature = inspect.signature(fn)
+        signature.bind("effect_id", None)
+    except ValueError:
+        return True  # no signature to read: called as written now
+    except TypeError:
+        try:
+            signature.bind("effect_id")
+        except TypeError:
+            return True  # neither form: refused by check_declaration
+        return False
+    return True
+
+
 async def query(target: EffectTarget, effect_id: str, args: Any) -> Found | None:
     """Ask a queryable target whether the effect happened: ``query(effect_id, args)``, with
-    the effect's approved input (Stripe finds refunds through their charge)."""
+    the effect's approved input (Stripe finds refunds through their charge); a ``query`` of
+    the one-argument form of an earlier release (deprecated) with the effect id alone."""
     fn = getattr(target, "query", None)
     if not callable(fn):
         return None
-    found = await resolve(fn(effect_id, args))
+    found = await resolve(fn(effect_id, args) if _takes_args(fn) else fn(effect_id))
     if found is None or isinstance(found, Found):
         return found
     return Found.model_validate(found)
