@@ -336,7 +336,7 @@ async def test_the_docs_wiring_runs_as_written(
     of its own; the only glue: the server's address, a task queue of this test's own, and the
     scripted model given to the agents plugin in place of OpenAI's."""
     (tmp_path / "refunds.py").write_text(snippet("README.md#bf636f2c37e6"))
-    text = snippet("docs/agents.md#caaf13efa9df")
+    text = snippet("docs/agents.md#5d6d382d8abd")
     queue = f"agents-{uuid.uuid4().hex[:8]}"
     text = swap(text, '"localhost:7233"', f'"{dev_server.target}"')
     text = swap(text, 'task_queue="agents"', f'task_queue="{queue}"')

@@ -22,6 +22,7 @@ from typing import Any
 import pytest
 from temporalio.client import WorkflowFailureError
 
+from interlock_temporal.cli._render import entry_summary
 from interlock_temporal.core import Call, Gate, Journal, Measure, Refused, open_journal
 from interlock_temporal.core.errors import DECIDED_AGAIN
 from interlock_temporal.core.models import Kind
@@ -132,6 +133,9 @@ async def test_a_refusal_about_the_configuration_is_decided_again_once_it_is_fix
     )
     assert (reopened.data["principal"], reopened.data["lease_id"]) == (PRINCIPAL, good)
     assert "operator" not in reopened.data  # no person decided this
+    # `interlock effects show` says which configuration each entry was about
+    assert f"configuration={configuration}" in entry_summary(refusal.data, width=400)
+    assert f"redecided={configuration}" in entry_summary(reopened.data, width=400)
     receipt = receipt_of(fold(eid, journal.read(eid)))
     assert (receipt.final, receipt.via, receipt.executed) == ("COMMITTED", "reopened", True)
     assert receipt.decided_by == ["lease", f"redecided:{configuration}"]

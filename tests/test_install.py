@@ -263,7 +263,7 @@ def _readme_app(address: str) -> dict[str, str]:
     return {
         "refunds.py": snippet("README.md#bf636f2c37e6"),
         "support_case.py": snippet("README.md#2ec626084528"),
-        "worker.py": swap(snippet("README.md#2b3c030c44b2"), '"localhost:7233"', repr(address)),
+        "worker.py": swap(snippet("README.md#e06d48d6957a"), '"localhost:7233"', repr(address)),
         "order.py": snippet("README.md#3eb7d3edcba3"),
         "lease.py": snippet("README.md#004abbabe956"),
         "start.py": swap(snippet("README.md#664fa8294d6f"), '"localhost:7233"', repr(address)),

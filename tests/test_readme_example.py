@@ -45,15 +45,15 @@ def at(text: str, address: str, queue: str) -> str:
 def readme_app(address: str, queue: str) -> dict[str, str]:
     """The files of the README's app, by name."""
     return {
-        "worker.py": at(snippet("README.md#2b3c030c44b2"), address, queue),
+        "worker.py": at(snippet("README.md#e06d48d6957a"), address, queue),
         "refunds.py": snippet("README.md#bf636f2c37e6"),
         "support_case.py": snippet("README.md#2ec626084528"),
         "start.py": at(snippet("README.md#664fa8294d6f"), address, queue),
         "lease.py": snippet("README.md#004abbabe956"),
         "order.py": snippet("README.md#3eb7d3edcba3"),
         # the two other ways to build the worker: the target bound on the worker, no plugins
-        "bound_worker.py": at(snippet("docs/getting-started.md#b61a539295fa"), address, queue),
-        "plain_worker.py": at(snippet("docs/getting-started.md#5386195b28c5"), address, queue),
+        "bound_worker.py": at(snippet("docs/getting-started.md#82995151d36e"), address, queue),
+        "plain_worker.py": at(snippet("docs/getting-started.md#364d2f45ca65"), address, queue),
     }
 
 
@@ -89,7 +89,7 @@ def run(directory: Path, *argv: str) -> str:
 def test_each_block_is_the_file_it_says() -> None:
     app = readme_app("127.0.0.1:7233", "refunds-1")
     assert "InterlockPlugin(journal=" in app["worker.py"]
-    assert "await worker.run()" in app["worker.py"]
+    assert "await run_worker(worker)" in app["worker.py"]
     assert "@gated(" in app["refunds.py"] and "async def refund" in app["refunds.py"]
     assert "with act_as(" in app["support_case.py"] and "execute_effect(" in app["support_case.py"]
     assert "data_converter=pydantic_data_converter" in app["start.py"]
@@ -120,7 +120,9 @@ async def test_the_three_steps_run_as_written(
         again = run(tmp_path, "start.py", lease_id).strip().splitlines()[-1]
     finally:
         worker.terminate()
-        worker.wait(30)
+        stopped = worker.wait(30)
+    # run_worker: SIGTERM shuts the worker down, and it exits 0 without a traceback
+    assert stopped == 0 and "Traceback" not in (tmp_path / "worker.log").read_text()
     payments = SimulatedPayments(tmp_path / "payments.db", tier=2)
     try:
         (landed,) = payments.refund_records("o-1")  # one refund, by the gate

@@ -104,7 +104,7 @@ gc.collect()  # the SDK's client freed before Python exits (temporalio/sdk-pytho
 def traced_app(directory: Path, address: str) -> tuple[str, str]:
     """The README's app and its traced worker in ``directory``; its task queue and the lease."""
     queue = write_app(directory, address)
-    traced = at(snippet("docs/operations/telemetry.md#296b75e37ecb"), address, queue)
+    traced = at(snippet("docs/operations/telemetry.md#328d27e8d20f"), address, queue)
     (directory / "traced_worker.py").write_text(traced)
     (directory / "harness.py").write_text(HARNESS)
     payments = SimulatedPayments(directory / "payments.db", tier=2)

@@ -105,7 +105,7 @@ def page_files() -> dict[str, str]:
         snippet("docs/targets.md#6053b38209dd"),
         snippet("docs/targets.md#a57c666e47f6"),
         snippet("docs/targets.md#e49b08aaccd4"),
-        snippet("docs/targets.md#b0ae6c5696ea"),
+        snippet("docs/targets.md#96b193545eaa"),
         snippet("docs/targets.md#607f8122b65d"),
     ):
         named = _FILE.match(text)

@@ -182,6 +182,8 @@ _LEADING_KEYS = (
     "code",
     "decision",
     "operator",
+    "redecided",
+    "configuration",
     "principal",
     "target",
     "tier",
