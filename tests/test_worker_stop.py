@@ -105,3 +105,29 @@ async def test_a_plain_worker_runs_traceback_is_asyncios_alone(
         "During handling of the above exception, another exception occurred:",
         "KeyboardInterrupt",
     ], err
+
+
+async def test_a_cancelled_run_worker_stops_its_worker(dev_server: DevServer) -> None:
+    """``run_worker`` cancelled from outside (its task cancelled, as a harness or a supervisor
+    does) stops the worker, as a cancelled ``worker.run()`` does, instead of leaving it polling
+    with nobody awaiting it."""
+    from temporalio.worker import Worker
+
+    from interlock_temporal import run_worker
+
+    client = await Client.connect(dev_server.target)
+    queue = f"cancel-{uuid.uuid4().hex[:8]}"
+
+    from temporalio import activity
+
+    @activity.defn
+    async def noop() -> None:
+        return None
+
+    worker = Worker(client, task_queue=queue, activities=[noop])
+    running = asyncio.create_task(run_worker(worker))
+    await until(lambda: polled(client, queue), timeout=30)
+    running.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await asyncio.wait_for(running, timeout=30)
+    assert worker.is_shutdown

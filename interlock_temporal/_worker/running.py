@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import atexit
+import contextlib
 import gc
 import logging
 import signal
@@ -55,7 +56,8 @@ async def run_worker(
 ) -> None:
     """Run ``worker`` until one of ``stop_signals`` (SIGINT, SIGTERM) arrives, then shut it
     down and return (or until the worker stops on its own: a fatal error is raised, as
-    ``worker.run()`` raises it). Call it from the event loop's main thread; where the loop
+    ``worker.run()`` raises it; cancelled, it stops the worker as a cancelled ``worker.run()``
+    does, then lets the cancellation on). Call it from the event loop's main thread; where the loop
     cannot handle signals (Windows), it is ``await worker.run()``."""
     loop = asyncio.get_running_loop()
     stopping = asyncio.Event()
@@ -89,6 +91,13 @@ async def run_worker(
         await running
         log.info("interlock: worker stopped")
         _collect_before_exit()
+    except asyncio.CancelledError:
+        # cancelled from outside (its task cancelled, asyncio.run ending): the worker stops as
+        # a cancelled worker.run() stops it, before the cancellation goes on
+        running.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await running
+        raise
     finally:
         told.cancel()
         if not caught:
