@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, Field
 
+from ..core.errors import InterlockError
 from ..core.journal import Journal
 from ..core.journal.entries import value_of
 from ..core.journal.signing import Ed25519Key, parse_key
@@ -121,7 +122,10 @@ class ReviewClient:
         review_deadline: timedelta | None = DEFAULT_REVIEW_DEADLINE,
         timeout: timedelta = DEFAULT_TIMEOUT,
     ) -> None:
-        key = parse_key(attester_key) if isinstance(attester_key, str) else attester_key
+        try:
+            key = parse_key(attester_key) if isinstance(attester_key, str) else attester_key
+        except InterlockError:
+            key = None
         if not isinstance(key, Ed25519Key) or not key.can_sign:
             raise ValueError(
                 "attester_key must be the attester's Ed25519 private key (`interlock operators "
