@@ -108,7 +108,9 @@ class Rig:
 
 
 @asynccontextmanager
-async def rig(dev_server: DevServer, tmp_path: Path, tier: int) -> AsyncIterator[Rig]:
+async def rig(
+    dev_server: DevServer, tmp_path: Path, tier: int, policy: Any = None
+) -> AsyncIterator[Rig]:
     db = tmp_path / "journal.db"
     url = f"sqlite:///{db}"
     journal = open_journal(url)  # the key file beside it: the worker and the command find it
@@ -123,7 +125,7 @@ async def rig(dev_server: DevServer, tmp_path: Path, tier: int) -> AsyncIterator
     client = await Client.connect(
         dev_server.target,
         data_converter=pydantic_data_converter,
-        plugins=[InterlockPlugin(url)],
+        plugins=[InterlockPlugin(url, policy=policy)],
     )
     queue = f"cli-{uuid.uuid4().hex[:10]}"
     try:

@@ -25,6 +25,7 @@ from interlock_temporal.core import Kind
 from interlock_temporal.core.journal.signing import Ed25519Key
 from interlock_temporal.core.operators import add_operator
 from interlock_temporal.core.review import review_id
+from interlock_temporal.policy import CallEvent, Policy, escalate
 from interlock_temporal.review import NotDecided, ReviewClient, Vote
 from interlock_temporal.testing import DevServer, free_port
 from workers.scenarios import ORDER
@@ -231,3 +232,75 @@ async def test_a_decision_is_refused_where_the_journal_has_no_roster(
                 attester="review-app",
                 attester_key=Ed25519Key.generate().public_text,
             )
+
+
+def refunds_need_a_person(e: CallEvent) -> Any:
+    if e.activity == "refund":
+        return escalate("REFUNDS_NEED_A_PERSON", "every refund needs a person")
+    return None
+
+
+async def test_an_approval_is_decided_with_the_attester_proof_and_runs_once(
+    dev_server: DevServer, tmp_path: Path
+) -> None:
+    """An approval (a policy escalated the refund before anything was sent): listed from the
+    journal, approved by the web backend for carol, and the refund runs once."""
+    policy = Policy(rules=[refunds_need_a_person], policy_id="web")
+    async with rig(dev_server, tmp_path, tier=2, policy=policy) as r:
+        app_key = Ed25519Key.generate()
+        add_operator(r.journal, "carol", Ed25519Key.generate().public_text)
+        add_operator(r.journal, "review-app", app_key.public_text, attests_for=["carol"])
+        handle = await r.start(r.case(wait_for_review=True))
+        reviews = ReviewClient(r.client, r.journal, attester="review-app", attester_key=app_key)
+
+        async def asked() -> list[Any]:
+            return [w for w in await reviews.waiting() if w.kind == "approval"]
+
+        (waiting,) = await until(asked, "the approval was asked")
+        assert waiting.decisions == ["approve", "reject"]
+        assert r.payments.calls(ORDER) == 0  # escalated: nothing sent
+        with pytest.raises(NotDecided) as wrong:
+            await reviews.decide(waiting.effect_id, operator="carol", decision="happened")
+        assert wrong.value.code == "invalid_decision"
+        decided = await reviews.decide(waiting.effect_id, operator="carol", decision="approve")
+        assert (decided.state, decided.decision, decided.operators) == (
+            "decided",
+            "approve",
+            ["carol"],
+        )
+        outcome = await asyncio.wait_for(handle.result(), 30)
+        assert outcome.status == "REFUNDED"
+        (refund,) = r.payments.refund_records(ORDER)
+        assert refund.amount_cents == 2000 and r.payments.calls(ORDER) == 1
+        assert await asked() == []
+
+
+async def test_a_review_not_opened_by_the_workers_is_not_sent_a_vote(
+    dev_server: DevServer, tmp_path: Path
+) -> None:
+    """The genuine review ended and an impostor runs under its id (anyone with namespace
+    access can start one): the client refuses to send it carol's vote, and nothing is
+    recorded."""
+    async with rig(dev_server, tmp_path, tier=3) as r:
+        app_key = Ed25519Key.generate()
+        add_operator(r.journal, "carol", Ed25519Key.generate().public_text)
+        add_operator(r.journal, "review-app", app_key.public_text, attests_for=["carol"])
+        r.payments.arm("after_commit", "reset")
+        case = r.case(wait_for_review=False, maximum_attempts=1)
+        eid = effect_of(case)
+        await r.start(case)
+        await opened_with_one_waiting(r, eid)
+        genuine = r.client.get_workflow_handle(review_id("ambiguous", eid))
+        await genuine.terminate("replaced by an impostor")
+        await r.client.start_workflow(
+            "EffectReview",
+            {"kind": "ambiguous", "effect_id": eid, "activity": "refund"},
+            id=review_id("ambiguous", eid),
+            task_queue=f"nobody-{uuid.uuid4().hex[:6]}",
+        )
+        reviews = ReviewClient(r.client, r.journal, attester="review-app", attester_key=app_key)
+        with pytest.raises(NotDecided) as refused:
+            await reviews.decide(eid, operator="carol", decision="happened")
+        assert refused.value.code == "not_genuine", refused.value
+        assert r.journal.row(eid).status is Kind.AMBIGUOUS  # type: ignore[union-attr]
+        await r.client.get_workflow_handle(review_id("ambiguous", eid)).terminate()
