@@ -237,6 +237,11 @@ def test_register_refuses_what_cannot_be_gated_honestly(tmp_path: Path) -> None:
         register(refund, context={"case": "c"})
     with pytest.raises(TypeError, match="context of 'refund' must name the fields"):
         register(refund, context={})
+    with pytest.raises(
+        TypeError, match=r"not fit RefundRequest: context.case_id: string_type"
+    ) as bad:
+        register(refund, context={"case_id": 12345, "order_id": "o"})
+    assert "12345" not in str(bad.value)  # the field named, never its value
     keyed = gated(plain, target=payments, key=lambda r: {"case": r.case_id})
     with pytest.raises(TypeError, match=r"declares tier=1, but .* declares tier 3"):
         register(keyed, context=context, tier=1)
