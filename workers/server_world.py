@@ -20,7 +20,7 @@ from interlock_temporal.targets.payments import SimulatedPayments
 from interlock_temporal.testing import WorkerProcess
 from workflows.support_case import CaseFile, CaseOutcome, Mode
 
-from .worker import FAILED_ATTEMPT
+from .attempts import FAILED_ATTEMPT
 from .world import (
     CASE,
     Observed,
