@@ -30,7 +30,9 @@ import shutil
 import sys
 import textwrap
 import uuid
+from collections.abc import Awaitable, Callable
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 import stripe
@@ -162,15 +164,16 @@ async def wait_for_enter() -> None:
         await asyncio.get_running_loop().run_in_executor(None, sys.stdin.readline)
 
 
-async def story(*, stripe_fake: bool = False, agent: bool = False) -> int:
+async def story(*, stripe_fake: bool = False, agent: str | None = None) -> int:
     """The crash-before-ack story: three acts on the simulated service, or two on Stripe's fake;
-    or the agent's five (``workers.agent_demo``)."""
+    or an agent framework's (``AGENTS``)."""
     shutil.rmtree(DEMO, ignore_errors=True)
     DEMO.mkdir()
     server = await DevServer(db_file=DEMO / "temporal.db").start()
     say(f"Temporal dev server at {server.target}; Web UI at {server.ui_url}")
     if agent:
-        say(agent_demo.__doc__.split("\n\n", 1)[0] if agent_demo.__doc__ else "")
+        told = AGENTS[agent].__doc__
+        say(told.split("\n\n", 1)[0] if told else "")
     elif stripe_fake:
         say(STRIPE_STORY)
     else:
@@ -180,7 +183,7 @@ async def story(*, stripe_fake: bool = False, agent: bool = False) -> int:
         client = await Client.connect(server.target, data_converter=pydantic_data_converter)
         try:
             if agent:
-                checked = await agent_stories(client, server.target)
+                checked = await agent_stories(agent, client, server.target)
             else:
                 results = await (stripe_acts(client) if stripe_fake else simulated_acts(client))
                 checked = [(name, r["problems"]) for name, r in results]
@@ -201,9 +204,11 @@ async def story(*, stripe_fake: bool = False, agent: bool = False) -> int:
         await server.stop()
 
 
-async def agent_stories(client: Client, target: str) -> list[tuple[str, list[str]]]:
+async def agent_stories(agent: str, client: Client, target: str) -> list[tuple[str, list[str]]]:
+    acts: Callable[[Client, str, Path], Awaitable[list[tuple[str, list[str]]]]]
+    acts = AGENTS[agent].agent_acts
     try:
-        return await agent_demo.agent_acts(client, target, DEMO)
+        return await acts(client, target, DEMO)
     except Exception as err:
         why = f"{type(err).__name__}: {err}"
         raise StoryFailed(f"the agent's story did not run to its end: {why}") from err
@@ -412,8 +417,9 @@ async def live(key: str) -> int:
         await server.stop()
 
 
-#: the agent frameworks ``--agent`` runs the story on
-AGENTS = ("openai",)
+#: the agent frameworks ``--agent`` tells the story with: each module's docstring opens the
+#: story and its ``agent_acts(client, target, workdir)`` runs and checks it
+AGENTS: dict[str, ModuleType] = {"openai": agent_demo}
 
 
 def parse(argv: list[str] | None = None) -> argparse.Namespace:
@@ -432,7 +438,7 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
         "--agent",
         nargs="?",
         const="openai",
-        choices=AGENTS,
+        choices=sorted(AGENTS),
         help="an agent (scripted model, offline) whose refund tool is the gated activity: "
         "naive and gated after a SIGKILL, a re-decided amount, a policy denial, a person's "
         "review. openai (the default): the OpenAI Agents SDK on Temporal",
@@ -460,7 +466,7 @@ def main(argv: list[str] | None = None) -> int:
             )
             return 2
         return asyncio.run(live(key))
-    return asyncio.run(story(stripe_fake=args.stripe, agent=args.agent is not None))
+    return asyncio.run(story(stripe_fake=args.stripe, agent=args.agent))
 
 
 if __name__ == "__main__":
