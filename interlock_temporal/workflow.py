@@ -124,13 +124,13 @@ async def execute_effect(
             if refused is not None and workflow.patched(WAKE_PATCH):
                 raise refused from None
             receipt = receipt_from(err)
-            effect_id = _awaited(cause, receipt)
+            effect_id = awaited_review(cause, receipt)
             if not wait_for_review or effect_id is None:
                 raise
             if workflow.patched(WAKE_PATCH):
                 waiting = _Waiting.on(waiting, effect_id, cause, receipt, review_timeout)
                 try:
-                    woken = await _resolution_of(effect_id, waiting.timeout())
+                    woken = await woken_by_review(effect_id, waiting.timeout())
                 except TimeoutError:
                     raise err from None
                 if woken.state == "expired":
@@ -141,7 +141,7 @@ async def execute_effect(
                 continue
             # as before WAKE_PATCH: the signal is believed
             try:
-                resolution = await _resolution_of(effect_id, review_timeout)
+                resolution = await woken_by_review(effect_id, review_timeout)
             except TimeoutError:
                 raise err from None
             if resolution.decision == "happened":
@@ -200,7 +200,7 @@ def _rejected(cause: BaseException | None) -> EffectRefused | None:
     return EffectRefused(f"rejected by {', '.join(who) or 'a person'}", None)
 
 
-def _awaited(cause: BaseException | None, receipt: Receipt | None) -> str | None:
+def awaited_review(cause: BaseException | None, receipt: Receipt | None) -> str | None:
     """The id of the review a failed attempt waits on: the effect in doubt, or what an
     approval binds to. None: not an error a person decides."""
     if not isinstance(cause, ApplicationError) or cause.type not in WAIT_FOR:
@@ -213,7 +213,9 @@ def _awaited(cause: BaseException | None, receipt: Receipt | None) -> str | None
     return binding if isinstance(binding, str) and binding else None
 
 
-async def _resolution_of(effect_id: str, timeout: timedelta | None) -> Resolution:
+async def woken_by_review(effect_id: str, timeout: timedelta | None) -> Resolution:
+    """The next wake-up of the review of ``effect_id`` (``TimeoutError`` after ``timeout``): a
+    wake-up, never the outcome (the gate reads that from the journal when asked again)."""
     inbox = _inbox()
     await workflow.wait_condition(lambda: effect_id in inbox.resolutions, timeout=timeout)
     return inbox.resolutions.pop(effect_id)

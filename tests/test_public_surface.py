@@ -81,6 +81,16 @@ PUBLIC = {
         "Found",
     },
     "interlock_temporal.agents": {"effect_as_tool", "refusal_text", "REFUSALS"},
+    "interlock_temporal.langgraph": {
+        "effect_as_tool",
+        "ainvoke",
+        "GatedLangGraphTool",
+        "GatedToolNode",
+        "ReviewRequest",
+        "ReviewAnswer",
+        "refusal_text",
+        "REFUSALS",
+    },
     "interlock_temporal.workflow": {
         "act_as",
         "current_principal",

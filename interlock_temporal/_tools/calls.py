@@ -31,7 +31,7 @@ import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import timedelta
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, ValidationError, create_model
 from temporalio.activity import _Definition  # private: no public API reads an activity's definition
@@ -39,11 +39,12 @@ from temporalio.exceptions import ActivityError, ApplicationError
 
 from .._worker.errors import describe_invalid, receipt_from
 from .._worker.gated import GateSpec, spec_of
+from ..core.review_rules import review_id
 from ..core.targets import capabilities
-from ..workflow import execute_effect
+from ..workflow import awaited_review, execute_effect
 from .spans import ToolSpan
 
-__all__ = ["REFUSALS", "GatedTool", "ToolReply", "refusal_text", "register"]
+__all__ = ["REFUSALS", "Awaiting", "GatedTool", "ToolReply", "refusal_text", "register"]
 
 #: the errors a tool call returns to the model as its error text (anything else fails the run):
 #: what the gate or the policy decided, and an effect a person must still decide (when the
@@ -68,15 +69,34 @@ _STATES = {
 }
 
 
+class Awaiting(BaseModel):
+    """The review a refused call waits on: a person must decide (``AmbiguousEffect``,
+    ``ApprovalRequired``) before the call can end otherwise. ``effect_id`` is what the review's
+    resolution names (the effect in doubt, or what an approval binds to)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    kind: Literal["ambiguous", "approval"]
+    effect_id: str
+
+    @property
+    def review_workflow_id(self) -> str:
+        """The ``EffectReview`` workflow a person decides it in."""
+        return review_id(self.kind, self.effect_id)
+
+
 class ToolReply(BaseModel):
-    """What a tool call answers the model: ``text`` (the result, or the refusal it reads), and
+    """What a tool call answers the model: ``text`` (the result, or the refusal it reads),
     whether the call was refused (an adapter sets its framework's error flag from it, e.g.
-    MCP's ``isError``)."""
+    MCP's ``isError``), and, for a refusal a person must still decide, the review it waits on
+    (an adapter that pauses its framework for the person reads it, e.g. LangGraph's
+    ``interrupt()``)."""
 
     model_config = ConfigDict(frozen=True)
 
     text: str
     refused: bool = False
+    awaiting: Awaiting | None = None
 
 
 def _refusal(error: BaseException) -> tuple[ApplicationError, str | None] | None:
@@ -217,6 +237,8 @@ class GatedTool:
     wait_for_review: bool = True
     review_timeout: timedelta | None = None
     options: Mapping[str, Any] = field(default_factory=dict)
+    #: the spans of calls held open while they wait on a review (``hold=True``), by call id
+    _held: dict[str, ToolSpan] = field(default_factory=dict, compare=False, repr=False)
 
     @property
     def params_json_schema(self) -> dict[str, Any]:
@@ -237,13 +259,25 @@ class GatedTool:
             ) from None
 
     async def call(
-        self, raw_arguments: str | Mapping[str, Any], *, call_id: str | None = None
+        self,
+        raw_arguments: str | Mapping[str, Any],
+        *,
+        call_id: str | None = None,
+        hold: bool = False,
     ) -> ToolReply:
         """Run one call of the tool from workflow code: ``raw_arguments`` as the model sent
         them (JSON text or a mapping), ``call_id`` the framework's id of the call (None where
         the framework has none). Invalid arguments and refusals come back as a refused reply
-        the model reads; any other error fails the run."""
-        span = ToolSpan.begin(self.name, call_id=call_id, tier=self.tier, toolset=self.toolset)
+        the model reads; any other error fails the run.
+
+        ``hold``: a framework that pauses for the person and runs the call again when resumed
+        (LangGraph's ``interrupt()``) asks the span of a call refused while it waits on a review
+        to stay open; the next call with the same ``call_id`` goes on in it, so the call is one
+        span however many times it was asked."""
+        held = self._held.pop(call_id, None) if call_id else None
+        span = held or ToolSpan.begin(
+            self.name, call_id=call_id, tier=self.tier, toolset=self.toolset
+        )
         with span.current():
             try:
                 arg = self._input(raw_arguments)
@@ -263,12 +297,13 @@ class GatedTool:
                     **self.options,
                 )
             except BaseException as err:
-                return self._refused(span, err)
+                return self._refused(span, err, call_id if hold else None)
             span.end("DONE")
             return ToolReply(text=as_output(result))
 
-    def _refused(self, span: ToolSpan, err: BaseException) -> ToolReply:
-        """The reply to a call that raised ``err``: a refusal, or (raised again) a failure."""
+    def _refused(self, span: ToolSpan, err: BaseException, hold: str | None) -> ToolReply:
+        """The reply to a call that raised ``err``: a refusal, or (raised again) a failure.
+        ``hold``: the call id whose span stays open if the refusal waits on a review."""
         receipt = receipt_from(err)
         effect_id = receipt.effect_id if receipt is not None else None
         refused = _refusal(err)
@@ -279,9 +314,20 @@ class GatedTool:
             raise err
         cause, code = refused
         kind = cause.type or ""
-        span.end(_STATES[kind], effect_id=effect_id, code=code, refused=True, error=kind)
+        awaited = awaited_review(cause, receipt)
+        awaiting = (
+            Awaiting(
+                kind="ambiguous" if kind == "AmbiguousEffect" else "approval", effect_id=awaited
+            )
+            if awaited is not None
+            else None
+        )
+        if hold is not None and awaiting is not None:
+            self._held[hold] = span  # ended by the call that goes on after the review
+        else:
+            span.end(_STATES[kind], effect_id=effect_id, code=code, refused=True, error=kind)
         text = refusal_text(self.name, err)
-        return ToolReply(text=text or kind, refused=True)
+        return ToolReply(text=text or kind, refused=True, awaiting=awaiting)
 
 
 def register(

@@ -1,0 +1,166 @@
+"""The LangGraph agent's side of the story: a scripted chat model, and a worker that runs
+``LangGraphCase`` (and ``LoopCase``) with ``LangGraphPlugin`` and the gate. No key and no
+network: the model is a script (the OpenAI story's scripts, ``agent_story.SCRIPTS``).
+
+``python -m workers.langgraph_story --target HOST:PORT --journal URL --payments FILE --script
+NAME`` runs a worker process (it prints ``READY``); the tests start, SIGKILL and restart it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import signal
+import socket
+from collections.abc import AsyncIterator, Callable, Sequence
+from contextlib import asynccontextmanager
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+from langchain_core.language_models import BaseChatModel
+from langchain_core.messages import AIMessage, BaseMessage, ToolMessage
+from langchain_core.outputs import ChatGeneration, ChatResult
+from temporalio.client import Client
+from temporalio.langgraph import LangGraphPlugin
+from temporalio.worker import Worker
+
+from interlock_temporal import InterlockPlugin
+from interlock_temporal.policy import Policy
+from interlock_temporal.targets.payments import SimulatedPayments
+from interlock_temporal.testing import kill_at
+from workflows.agent_refund import SERVICES, refund, refund_unguarded
+from workflows.langgraph_case import MODELS, LangGraphCase, LoopCase, graphs
+
+from .agent_story import SCRIPTS, Call, Say, Step
+
+
+class ScriptedChatModel(BaseChatModel):
+    """A LangChain chat model that answers from a script: at each turn, the step after as many
+    steps as the conversation has tool messages. The turn is read from the messages, not
+    counted here, so a worker that restarts mid-run goes on where the run is. ``seen``: the
+    tool messages' texts each turn was given (what the agent was told)."""
+
+    #: a step of several calls is one message with several tool calls
+    steps: Sequence[Step | tuple[Call, ...]]
+    seen: list[list[str]] = []
+
+    @property
+    def _llm_type(self) -> str:
+        return "scripted"
+
+    async def _agenerate(
+        self,
+        messages: list[BaseMessage],
+        stop: list[str] | None = None,
+        run_manager: Any = None,
+        **kwargs: Any,
+    ) -> ChatResult:
+        return self._generate(messages, stop, run_manager, **kwargs)
+
+    def _generate(
+        self,
+        messages: list[BaseMessage],
+        stop: list[str] | None = None,
+        run_manager: Any = None,
+        **kwargs: Any,
+    ) -> ChatResult:
+        outputs = [str(m.content) for m in messages if isinstance(m, ToolMessage)]
+        self.seen.append(outputs)
+        step = self.steps[min(len(outputs), len(self.steps) - 1)]
+        if isinstance(step, Say):
+            message = AIMessage(content=step.text)
+        elif isinstance(step, Call):
+            call = {"name": step.tool, "args": step.arguments, "id": f"call_{len(outputs)}"}
+            message = AIMessage(content="", tool_calls=[call])
+        else:
+            calls = [
+                {"name": c.tool, "args": c.arguments, "id": f"call_{len(outputs)}_{n}"}
+                for n, c in enumerate(step)
+            ]
+            message = AIMessage(content="", tool_calls=calls)
+        return ChatResult(generations=[ChatGeneration(message=message)])
+
+
+def langgraph_plugins(
+    model: BaseChatModel,
+    journal: str,
+    payments: SimulatedPayments,
+    *,
+    on_point: Callable[[str, str], None] | None = None,
+    policy: Policy | str | Path | None = None,
+) -> list[Any]:
+    """LangGraph's plugin (the model node an activity), then the gate, the refund's target
+    bound by name."""
+    return [
+        LangGraphPlugin(
+            graphs=graphs(),
+            default_activity_options={"start_to_close_timeout": timedelta(seconds=30)},
+        ),
+        InterlockPlugin(journal, targets={"refund": payments}, on_point=on_point, policy=policy),
+    ]
+
+
+@asynccontextmanager
+async def langgraph_worker(
+    target: str,
+    task_queue: str,
+    model: BaseChatModel,
+    journal: str,
+    payments: SimulatedPayments,
+    **plugin_options: Any,
+) -> AsyncIterator[Client]:
+    """A worker for the LangGraph cases on ``task_queue``, running while inside; yields its
+    client."""
+    client = await Client.connect(
+        target, plugins=langgraph_plugins(model, journal, payments, **plugin_options)
+    )
+    SERVICES[task_queue] = payments
+    MODELS[task_queue] = model
+    worker = Worker(
+        client,
+        task_queue=task_queue,
+        workflows=[LangGraphCase, LoopCase],
+        activities=[refund, refund_unguarded],
+        sticky_queue_schedule_to_start_timeout=timedelta(seconds=1),
+    )
+    try:
+        async with worker:
+            yield client
+    finally:
+        SERVICES.pop(task_queue, None)
+        MODELS.pop(task_queue, None)
+
+
+def parse(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__)
+    p.add_argument("--target", required=True, help="Temporal frontend, HOST:PORT")
+    p.add_argument("--task-queue", required=True)
+    p.add_argument("--journal", required=True, help="journal URL: sqlite:///interlock.db")
+    p.add_argument("--payments", type=Path, required=True, help="the simulated service's file")
+    p.add_argument("--tier", type=int, default=2, choices=(1, 2, 3))
+    p.add_argument("--script", choices=sorted(SCRIPTS), default="refund")
+    p.add_argument("--kill-at", action="append", default=[], help="gate point to SIGKILL at")
+    p.add_argument("--kill-marker", type=Path, help="fire --kill-at once across processes")
+    return p.parse_args(argv)
+
+
+async def main(argv: list[str] | None = None) -> None:
+    args = parse(argv)
+    payments = SimulatedPayments(args.payments, tier=args.tier)
+    hook = kill_at(*args.kill_at, marker=args.kill_marker) if args.kill_at else None
+    model = ScriptedChatModel(steps=SCRIPTS[args.script])
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    async with langgraph_worker(
+        args.target, args.task_queue, model, args.journal, payments, on_point=hook
+    ):
+        print(f"READY pid={os.getpid()} host={socket.gethostname()}", flush=True)
+        await stop.wait()
+
+
+if __name__ == "__main__":
+    asyncio.run(main())
