@@ -27,6 +27,7 @@ from interlock_temporal.review import review_id
 from interlock_temporal.testing import DevServer, WorkerProcess
 from workers.agent_story import SCRIPTS, Call, Say
 from workers.langgraph_story import ScriptedChatModel, langgraph_worker
+from workers.world import ORDER
 from workflows.agent_case import PRINCIPAL
 from workflows.langgraph_case import (
     LangGraphCase,
@@ -64,7 +65,7 @@ async def tier3(dev_server: DevServer, tmp_path: Path) -> AsyncIterator[Case]:
 async def start(case: Case, client: Client, **changes: Any) -> Any:
     return await client.start_workflow(
         LangGraphCase.run,
-        LangGraphCaseFile(**case.file().model_dump(), **changes),
+        LangGraphCaseFile(**{**case.file().model_dump(), **changes}),
         id=f"langgraph-{case.case_id}",
         task_queue=case.task_queue,
         result_type=LangGraphOutcome,
@@ -311,3 +312,38 @@ async def test_a_call_paused_for_a_review_is_one_span_across_the_interrupt(
     attributes = span.attributes or {}
     assert (attributes["gen_ai.tool.call.id"], attributes["interlock.state"]) == ("call_0", "DONE")
     assert not leaked(SPANS.get_finished_spans())
+
+
+def _story_worker(case: Case, *extra: str) -> WorkerProcess:
+    args = ["-m", "workers.langgraph_story", "--target", case.dev_server.target]
+    args += ["--task-queue", case.task_queue, "--journal", case.journal_url]
+    args += ["--payments", str(case.path / "payments.db"), *extra]
+    return WorkerProcess(args, cwd=ROOT)
+
+
+async def test_without_the_gate_the_tool_nodes_activity_runs_again_and_pays_twice(
+    tier2: Case, client: Client, offline: Trap
+) -> None:
+    """The naive baseline: LangGraph's own ``ToolNode`` run as one activity (the plugin's way
+    to run a node) over an ungated refund; the worker process is SIGKILLed right after the
+    refund landed; Temporal runs the tool node's activity again: $40 in two refunds."""
+    tier2.payments.open_order(ORDER, 10_000)  # the order the naive script's model names
+    tier2.payments.arm("after_commit", "kill")  # whichever worker process lands it dies
+    doomed = await _story_worker(tier2, "--script", "naive").start()
+    fresh: WorkerProcess | None = None
+    try:
+        handle = await start(tier2, client, order_id=ORDER, gated=False, start_to_close_s=5.0)
+        try:
+            await asyncio.wait_for(doomed.wait(), 30)
+        except TimeoutError:
+            pytest.fail(f"the worker did not die:\n{doomed.log}")
+        assert doomed.killed, doomed.log
+        fresh = await _story_worker(tier2, "--script", "naive").start()
+        done = await asyncio.wait_for(handle.result(), 60)
+    finally:
+        for process in (doomed, fresh):
+            if process is not None:
+                await process.stop()
+    assert [r.amount_cents for r in tier2.payments.refund_records(ORDER)] == [2000, 2000]
+    (told,) = done.tool_outputs
+    assert '"refund_id":' in told

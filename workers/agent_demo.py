@@ -67,7 +67,11 @@ def say(text: str = "") -> None:
 
 
 class Act:
-    """One story's world: its own journal, payments service (the order paid) and task queue."""
+    """One story's world: its own journal, payments service (the order paid) and task queue.
+    Another framework's story subclasses it: its worker module, ``start`` and ``worker``."""
+
+    #: the module whose worker process the crash stories start and SIGKILL
+    story_module = "workers.agent_story"
 
     def __init__(self, client: Client, target: str, workdir: Path, name: str, tier: int):
         self.client, self.target, self.name, self.tier = client, target, name, tier
@@ -118,7 +122,7 @@ class Act:
 
 
 def _story_worker(act: Act, *extra: str) -> WorkerProcess:
-    args = ["-m", "workers.agent_story", "--target", act.target, "--task-queue", act.task_queue]
+    args = ["-m", act.story_module, "--target", act.target, "--task-queue", act.task_queue]
     args += ["--journal", act.journal_url, "--payments", str(act.workdir / "payments.db")]
     return WorkerProcess([*args, *extra], cwd=ROOT)
 
@@ -218,14 +222,17 @@ AGENT_ACTS: list[tuple[str, int, str, Story]] = [
 ]
 
 
-async def agent_acts(client: Client, target: str, workdir: Path) -> list[tuple[str, list[str]]]:
-    """Every story, each checked as it ends: (story, what it did not show of what it must)."""
+async def agent_acts(
+    client: Client, target: str, workdir: Path, act_type: type[Act] = Act
+) -> list[tuple[str, list[str]]]:
+    """Every story, each checked as it ends: (story, what it did not show of what it must);
+    ``act_type``: the framework's ``Act``."""
     checked = []
     # a lost answer is the story: the worker's warning and traceback for it would only be noise
     logging.getLogger("temporalio.activity").setLevel(logging.ERROR)
     for name, tier, title, story in AGENT_ACTS:
         say(f"== {title} ==")
-        act = Act(client, target, workdir, name, tier)
+        act = act_type(client, target, workdir, name, tier)
         try:
             done = await story(act)
             found = act.found(done)

@@ -314,7 +314,12 @@ def summary(story: str) -> str:
 
 #: the variants of ``make demo``: ``make demo``, ``make demo DEMO_ARGS=--stripe`` and
 #: ``make demo DEMO_ARGS=--agent=openai``
-VARIANTS: tuple[tuple[str, ...], ...] = ((), ("--stripe",), ("--agent=openai",))
+VARIANTS: tuple[tuple[str, ...], ...] = (
+    (),
+    ("--stripe",),
+    ("--agent=openai",),
+    ("--agent=langgraph",),
+)
 #: a demo that has not ended by then has hung (it takes well under a minute)
 DEMO_TIMEOUT_S = 600.0
 

@@ -96,7 +96,9 @@ def langgraph_plugins(
     return [
         LangGraphPlugin(
             graphs=graphs(),
-            default_activity_options={"start_to_close_timeout": timedelta(seconds=30)},
+            # the model node's and the naive tool node's: a SIGKILLed worker's attempt is
+            # timed out, and run again, after this long
+            default_activity_options={"start_to_close_timeout": timedelta(seconds=5)},
         ),
         InterlockPlugin(journal, targets={"refund": payments}, on_point=on_point, policy=policy),
     ]

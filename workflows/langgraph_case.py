@@ -24,7 +24,7 @@ from temporalio.common import RetryPolicy
 
 with workflow.unsafe.imports_passed_through():
     from langchain_core.language_models import BaseChatModel
-    from langchain_core.messages import AIMessage, ToolMessage
+    from langchain_core.messages import AIMessage, ToolMessage, convert_to_messages
     from langchain_core.tools import StructuredTool
     from langgraph.checkpoint.memory import InMemorySaver
     from langgraph.graph import END, START, MessagesState, StateGraph
@@ -68,19 +68,27 @@ async def agent(state: MessagesState) -> dict[str, Any]:
     return {"messages": [await model.ainvoke(state["messages"])]}
 
 
-async def _refund_unguarded(r: RefundAsked) -> str:
+def _refund_unguarded(r: RefundAsked) -> str:
     from temporalio import activity
 
-    landed = await SERVICES[activity.info().task_queue].refund(r.order_id, r.amount_cents)
+    landed = SERVICES[activity.info().task_queue].refund_sync(r.order_id, r.amount_cents)
     return landed.model_dump_json()
 
 
 #: the naive baseline's tool: the whole request is the model's, and nothing gates the send
 REFUND_UNGUARDED = StructuredTool.from_function(
-    coroutine=_refund_unguarded,
+    func=_refund_unguarded,
     name="refund_unguarded",
     description="Refund part of the customer's order: the case, the order, amount_cents.",
 )
+
+
+async def naive_tools(state: MessagesState) -> Any:
+    """The naive baseline's tool node, run as one activity: LangGraph's ``ToolNode`` over the
+    ungated refund. (The plugin hands an activity its state as plain data; the node makes
+    messages of it again, which ``ToolNode`` needs.)"""
+    messages = convert_to_messages(state["messages"])
+    return await ToolNode([REFUND_UNGUARDED]).ainvoke({"messages": messages})
 
 
 def graphs(**options: Any) -> dict[str, StateGraph[Any, Any, Any, Any]]:
@@ -92,7 +100,7 @@ def graphs(**options: Any) -> dict[str, StateGraph[Any, Any, Any, Any]]:
     support.add_edge(START, MODEL_NODE)
     naive: StateGraph[Any, Any, Any, Any] = StateGraph(MessagesState)
     naive.add_node(MODEL_NODE, agent, metadata=dict(activity))
-    naive.add_node(TOOLS_NODE, ToolNode([REFUND_UNGUARDED]), metadata=dict(activity))
+    naive.add_node(TOOLS_NODE, naive_tools, metadata=dict(activity))
     _agent_loop(naive)
     return {"support": support, "naive": naive}
 
