@@ -468,6 +468,32 @@ print(json.dumps({
     "arguments": sorted(tool.params_json_schema["properties"]),
 }))
 """,
+    "langgraph": """
+import importlib.metadata, json, sys
+from pydantic import BaseModel
+from temporalio import activity
+from temporalio.langgraph import LangGraphPlugin
+from interlock_temporal import gated
+from interlock_temporal.langgraph import GatedToolNode, effect_as_tool
+
+class Refund(BaseModel):
+    case_id: str
+    amount_cents: int
+
+@activity.defn
+@gated(key=lambda r: {"case": r.case_id})
+async def refund(r: Refund) -> str:
+    return "sent"
+
+tool = effect_as_tool(refund, context={"case_id": "4471"})
+node = GatedToolNode([tool])
+assert node.func is None and node.tools_by_name == {"refund": tool}
+print(json.dumps({
+    "versions": {n: importlib.metadata.version(n) for n in sys.argv[1:]},
+    "tool": tool.name,
+    "arguments": sorted(tool.gated.params_json_schema["properties"]),
+}))
+""",
 }
 
 
