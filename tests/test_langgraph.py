@@ -12,6 +12,9 @@ journal.
 from __future__ import annotations
 
 import asyncio
+import os
+import sys
+import uuid
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -21,9 +24,11 @@ import pytest_asyncio
 from temporalio.client import Client, WorkflowExecutionStatus
 
 from interlock_temporal import receipt
+from interlock_temporal.core.journal import open_journal
 from interlock_temporal.core.models import Kind
 from interlock_temporal.policy import Policy, deny_activity
 from interlock_temporal.review import review_id
+from interlock_temporal.targets.payments import SimulatedPayments
 from interlock_temporal.testing import DevServer, WorkerProcess
 from workers.agent_story import SCRIPTS, Call, Say
 from workers.langgraph_story import ScriptedChatModel, langgraph_worker
@@ -38,6 +43,7 @@ from workflows.langgraph_case import (
     LoopOutcome,
 )
 
+from .doc_snippets import snippet, swap
 from .test_agents import Case, Trap, make_case, offline, review_open
 from .test_tool_spans import SPANS, leaked, opted_in, plain_provider, tool_spans
 from .waiting import until
@@ -347,3 +353,60 @@ async def test_without_the_gate_the_tool_nodes_activity_runs_again_and_pays_twic
     assert [r.amount_cents for r in tier2.payments.refund_records(ORDER)] == [2000, 2000]
     (told,) = done.tool_outputs
     assert '"refund_id":' in told
+
+
+async def test_the_docs_graph_runs_as_written(
+    dev_server: DevServer, client: Client, tmp_path: Path, offline: Trap
+) -> None:
+    """docs/agents.md's LangGraph blocks, with the README's refunds.py beside them, run as a
+    worker process of its own; the only glue: the server's address, a task queue of this
+    test's own, and the scripted chat model in place of OpenAI's (shown the tool's schema the
+    workflow put in the state: a call of a tool it was not shown would fail)."""
+    (tmp_path / "refunds.py").write_text(snippet("README.md#bf636f2c37e6"))
+    graph_text = snippet("docs/agents.md#d0bd518d053d")
+    graph_text = swap(
+        graph_text,
+        "from langchain_openai import ChatOpenAI",
+        "from workers.agent_story import SCRIPTS\n"
+        "    from workers.langgraph_story import ScriptedChatModel",
+    )
+    graph_text = swap(
+        graph_text,
+        'ChatOpenAI(model="gpt-5")',
+        'ScriptedChatModel(steps=SCRIPTS["refund"])',
+    )
+    (tmp_path / "support_graph.py").write_text(graph_text)
+    queue = f"graphs-{uuid.uuid4().hex[:8]}"
+    worker_text = snippet("docs/agents.md#55d8706f33ad")
+    worker_text = swap(worker_text, '"localhost:7233"', f'"{dev_server.target}"')
+    worker_text = swap(worker_text, 'task_queue="graphs"', f'task_queue="{queue}"')
+    (tmp_path / "worker.py").write_text(worker_text)
+    journal = open_journal(f"sqlite:///{tmp_path / 'interlock.db'}")
+    payments = SimulatedPayments(tmp_path / "payments.db", tier=2)
+    payments.open_order("o-1", 10_000)
+    lease_id = journal.leases.issue("refund-bot", activities=["refund"], max_amount_cents=5000)
+    env = {"PYTHONPATH": f"{tmp_path}:{ROOT}"}
+    worker = await asyncio.create_subprocess_exec(
+        sys.executable, "worker.py", cwd=tmp_path, env={**os.environ, **env}
+    )
+    try:
+        done = await asyncio.wait_for(
+            client.execute_workflow(
+                "SupportGraph",
+                {"case_id": "c-1", "order_id": "o-1", "lease_id": lease_id},
+                id=f"docs-graph-{queue}",
+                task_queue=queue,
+            ),
+            60,
+        )
+    finally:
+        worker.terminate()
+        await worker.wait()
+    assert done == "Your refund is on its way."
+    (landed,) = payments.refund_records("o-1")
+    assert landed.amount_cents == 2000
+    (row,) = journal.effects()
+    assert landed.effect_id == row.effect_id
+    shown = receipt(row.effect_id, journal=journal)
+    assert (shown.final, shown.principal) == ("COMMITTED", "refund-bot")
+    journal.close()

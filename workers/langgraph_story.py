@@ -22,6 +22,7 @@ from typing import Any
 from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import AIMessage, BaseMessage, ToolMessage
 from langchain_core.outputs import ChatGeneration, ChatResult
+from langchain_core.utils.function_calling import convert_to_openai_tool
 from temporalio.client import Client
 from temporalio.langgraph import LangGraphPlugin
 from temporalio.worker import Worker
@@ -46,9 +47,18 @@ class ScriptedChatModel(BaseChatModel):
     steps: Sequence[Step | tuple[Call, ...]]
     seen: list[list[str]] = []
 
+    #: the tools' names the model was shown (``bind_tools``); None: not bound, not checked
+    bound: list[str] | None = None
+
     @property
     def _llm_type(self) -> str:
         return "scripted"
+
+    def bind_tools(self, tools: Sequence[Any], **kwargs: Any) -> Any:
+        """The model shown ``tools`` (OpenAI tool schemas, or tools): a call the script makes
+        of a tool it was not shown fails, as a real model would not make it."""
+        names = [convert_to_openai_tool(t)["function"]["name"] for t in tools]
+        return self.model_copy(update={"bound": names})
 
     async def _agenerate(
         self,
@@ -71,6 +81,8 @@ class ScriptedChatModel(BaseChatModel):
         step = self.steps[min(len(outputs), len(self.steps) - 1)]
         if isinstance(step, Say):
             message = AIMessage(content=step.text)
+        elif self.bound is not None and not {c.tool for c in _calls(step)} <= set(self.bound):
+            raise ValueError(f"the script calls {step}; the model was shown {self.bound}")
         elif isinstance(step, Call):
             call = {"name": step.tool, "args": step.arguments, "id": f"call_{len(outputs)}"}
             message = AIMessage(content="", tool_calls=[call])
@@ -81,6 +93,10 @@ class ScriptedChatModel(BaseChatModel):
             ]
             message = AIMessage(content="", tool_calls=calls)
         return ChatResult(generations=[ChatGeneration(message=message)])
+
+
+def _calls(step: Call | tuple[Call, ...]) -> tuple[Call, ...]:
+    return step if isinstance(step, tuple) else (step,)
 
 
 def langgraph_plugins(
