@@ -121,7 +121,7 @@ class GatedLangGraphTool(BaseTool):
     def _run(self, *args: Any, **kwargs: Any) -> Any:
         raise NotImplementedError(
             f"tool {self.name!r} runs its gated activity from workflow code: await it "
-            "(ToolNode's async path; GatedToolNode in a node with execute_in='workflow')"
+            "(GatedToolNode, added with metadata={'execute_in': 'workflow'})"
         )
 
     def invoke(self, input: Any, config: RunnableConfig | None = None, **kwargs: Any) -> Any:

@@ -26,7 +26,7 @@ from temporalio.client import Client, WorkflowExecutionStatus
 from interlock_temporal import receipt
 from interlock_temporal.core.journal import open_journal
 from interlock_temporal.core.models import Kind
-from interlock_temporal.policy import Policy, deny_activity
+from interlock_temporal.policy import Limits, Policy, deny_activity
 from interlock_temporal.review import review_id
 from interlock_temporal.targets.payments import SimulatedPayments
 from interlock_temporal.testing import DevServer, WorkerProcess
@@ -294,14 +294,16 @@ async def test_two_calls_in_one_tool_node_are_two_effects_each_one_span(
     assert not leaked(SPANS.get_finished_spans())
 
 
+@pytest.mark.parametrize("cached", [True, False], ids=["cached", "replayed"])
 async def test_a_call_paused_for_a_review_is_one_span_across_the_interrupt(
-    tier3: Case, offline: Trap, opted_in: None
+    tier3: Case, offline: Trap, opted_in: None, cached: bool
 ) -> None:
     """The call that paused the graph (AMBIGUOUS) and went on after the person's decision is
-    one call: one span, ended when the call ended (the attested outcome)."""
+    one call: one span, ended when the call ended (the attested outcome). Also on a worker
+    that caches nothing, where every step replays the graph's run from the start."""
     tier3.payments.arm("after_commit", "reset")
     model = ScriptedChatModel(steps=SCRIPTS["refund"])
-    async with worker(tier3, model) as client:
+    async with worker(tier3, model, max_cached_workflows=1000 if cached else 0) as client:
         handle = await start(tier3, client)
 
         async def opened() -> bool:
@@ -314,6 +316,7 @@ async def test_a_call_paused_for_a_review_is_one_span_across_the_interrupt(
         await review.signal("resolve", {"decision": "happened", "operator": "carol"})
         done = await asyncio.wait_for(handle.result(), 60)
     assert done.statuses == ["success"]
+    assert tier3.refunds() == [2000]
     (span,) = tool_spans()
     attributes = span.attributes or {}
     assert (attributes["gen_ai.tool.call.id"], attributes["interlock.state"]) == ("call_0", "DONE")
@@ -410,3 +413,49 @@ async def test_the_docs_graph_runs_as_written(
     shown = receipt(row.effect_id, journal=journal)
     assert (shown.final, shown.principal) == ("COMMITTED", "refund-bot")
     journal.close()
+
+
+async def test_a_call_that_needs_approval_pauses_the_graph_until_a_person_approves(
+    tier2: Case, offline: Trap
+) -> None:
+    """A policy asks a person before any refund (``ApprovalRequired``): the tool interrupts the
+    graph with the approval's review; nothing is sent while it waits; a person approves it
+    (signal ``resolve``), the graph resumes, and the refund is sent, once, under the approval."""
+    model = ScriptedChatModel(steps=SCRIPTS["refund"])
+    policy = Policy(Limits(hitl_activities=("refund",)))
+    async with worker(tier2, model, policy=policy) as client:
+        handle = await start(tier2, client)
+
+        async def paused() -> bool:
+            return bool(await handle.query(LangGraphCase.paused_on))
+
+        await until(paused, "the graph paused on the approval")
+        (review,) = await handle.query(LangGraphCase.paused_on)
+        assert review.startswith("interlock-review-approval-")
+        assert tier2.refunds() == [] and len(model.seen) == 1
+        decision = {"decision": "approve", "operator": "carol"}
+        await client.get_workflow_handle(review).signal("resolve", decision)
+        done = await asyncio.wait_for(handle.result(), 60)
+    assert tier2.refunds() == [2000]
+    (told,) = done.tool_outputs
+    assert '"refund_id":' in told and done.statuses == ["success"]
+    shown = receipt(tier2.effect_id(), journal=tier2.journal)
+    assert (shown.final, shown.dispatches) == ("COMMITTED", 1)
+
+
+async def test_a_gated_tool_runs_in_the_workflow_only() -> None:
+    """Put in a node that runs as an activity (or called anywhere outside a workflow), the tool
+    refuses, saying where it belongs, and its synchronous path says to await it."""
+    from interlock_temporal.langgraph import effect_as_tool
+    from workflows.agent_refund import refund
+
+    tool = effect_as_tool(refund, context={"case_id": "c", "order_id": "o", "premises": None})
+    call = {"type": "tool_call", "id": "call_0", "name": "refund", "args": {"amount_cents": 1}}
+    with pytest.raises(RuntimeError, match="'execute_in': 'workflow'"):
+        await tool.ainvoke(call)
+    with pytest.raises(NotImplementedError, match="await it"):
+        tool.invoke(call)
+    assert sorted(tool.tool_call_schema.model_json_schema()["properties"]) == [  # type: ignore[union-attr]
+        "amount_cents",
+        "reason",
+    ]

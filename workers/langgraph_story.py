@@ -127,10 +127,13 @@ async def langgraph_worker(
     model: BaseChatModel,
     journal: str,
     payments: SimulatedPayments,
+    *,
+    max_cached_workflows: int = 1000,
     **plugin_options: Any,
 ) -> AsyncIterator[Client]:
     """A worker for the LangGraph cases on ``task_queue``, running while inside; yields its
-    client."""
+    client. ``max_cached_workflows=0``: a worker that keeps no run in its cache, so every
+    workflow task replays the run's history from its start."""
     client = await Client.connect(
         target, plugins=langgraph_plugins(model, journal, payments, **plugin_options)
     )
@@ -142,6 +145,7 @@ async def langgraph_worker(
         workflows=[LangGraphCase, LoopCase],
         activities=[refund, refund_unguarded],
         sticky_queue_schedule_to_start_timeout=timedelta(seconds=1),
+        max_cached_workflows=max_cached_workflows,
     )
     try:
         async with worker:

@@ -158,6 +158,14 @@ class LangGraphCaseFile(AgentCaseFile):
 
 @workflow.defn
 class LangGraphCase:
+    def __init__(self) -> None:
+        #: the reviews the graph paused on, by review workflow id (query ``paused``)
+        self.paused: list[str] = []
+
+    @workflow.query
+    def paused_on(self) -> list[str]:
+        return list(self.paused)
+
     @workflow.run
     async def run(self, case: LangGraphCaseFile) -> LangGraphOutcome:
         request = {"messages": [("system", INSTRUCTIONS), ("user", case.request)]}
@@ -178,15 +186,14 @@ class LangGraphCase:
             for name, order_id in orders.items()
             if order_id is not None
         ]
-        paused: list[str] = []
         with act_as(PRINCIPAL, lease=case.lease_id):
             result = await ainvoke(
                 support_agent(tools),
                 request,
                 config,
-                on_review=lambda r: paused.append(r.review_workflow_id),
+                on_review=lambda r: self.paused.append(r.review_workflow_id),
             )
-        return _outcome(case, result, paused)
+        return _outcome(case, result, self.paused)
 
 
 class LoopCaseFile(AgentCaseFile):
