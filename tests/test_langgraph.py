@@ -459,3 +459,48 @@ async def test_a_gated_tool_runs_in_the_workflow_only() -> None:
         "amount_cents",
         "reason",
     ]
+
+
+async def test_two_calls_in_doubt_in_one_tool_node_each_wait_for_their_own_review(
+    tier3: Case, offline: Trap
+) -> None:
+    """Both calls of one model message land and lose their answers (tier 3): two effects in
+    doubt, two reviews. The graph pauses on one; decided, it resumes, the node runs both calls
+    again, and pauses on the other; decided, it goes on. Nothing is sent twice, and the model
+    reads both outcomes."""
+    tier3.payments.arm("after_commit", "reset", count=2)
+    other = tier3.payments.open_order(f"{tier3.order_id}-b", 10_000)
+    both = (
+        Call("refund", {"amount_cents": 2000, "reason": "overcharged"}),
+        Call("refund_other", {"amount_cents": 3000, "reason": "overcharged"}),
+    )
+    model = ScriptedChatModel(steps=[both, Say("Both refunds are on their way.")])
+    async with worker(tier3, model) as client:
+        handle = await start(tier3, client, other_order_id=other)
+
+        async def two_in_doubt() -> bool:
+            rows = [r for r in tier3.journal.effects() if r.effect_type == "refund"]
+            return len(rows) == 2 and all([await review_open(client, r.effect_id) for r in rows])
+
+        await until(two_in_doubt, "two reviews")
+        decided = {"decision": "happened", "operator": "carol"}
+
+        async def paused(n: int) -> bool:
+            return len(await handle.query(LangGraphCase.paused_on)) == n
+
+        await until(lambda: paused(1), "the graph paused on one review")
+        (first,) = await handle.query(LangGraphCase.paused_on)
+        await client.get_workflow_handle(first).signal("resolve", decided)
+        await until(lambda: paused(2), "the graph paused again, on the other review")
+        second = (await handle.query(LangGraphCase.paused_on))[1]
+        assert second != first and len(model.seen) == 1  # the model still waits
+        await client.get_workflow_handle(second).signal("resolve", decided)
+        done = await asyncio.wait_for(handle.result(), 60)
+    assert tier3.refunds() == [2000]
+    assert [r.amount_cents for r in tier3.payments.refund_records(other)] == [3000]
+    assert (
+        done.tool_outputs
+        == ["done: a person attested that it happened (no result was recorded)"] * 2
+    )
+    assert done.statuses == ["success", "success"]
+    assert done.interrupts == [first, second]
