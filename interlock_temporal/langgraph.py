@@ -51,7 +51,7 @@ from .workflow import woken_by_review
 with needs_extra("langgraph", "interlock_temporal.langgraph"):
     from langchain_core.messages import ToolMessage
     from langchain_core.runnables import RunnableConfig
-    from langchain_core.tools import BaseTool
+    from langchain_core.tools import BaseTool, ToolException
     from langgraph.prebuilt import ToolNode
     from langgraph.types import Command, interrupt
 
@@ -66,6 +66,9 @@ __all__ = [
     "refusal_text",
 ]
 
+#: how a wait for a review ends without a person's decision: the review ``expired``, or
+#: ``ainvoke``'s ``review_timeout`` passed (``timed_out``)
+GAVE_UP = ("expired", "timed_out")
 #: the marker of an interrupt a gated tool raised (``ReviewRequest.interlock``)
 REVIEW_INTERRUPT: Literal["effect-review"] = "effect-review"
 
@@ -88,9 +91,10 @@ class ReviewRequest(BaseModel):
 
 class ReviewAnswer(BaseModel):
     """What the graph is resumed with for a ``ReviewRequest``: how the wait ended. ``state``
-    ``resolved``: a person decided (``decision``, by ``operators``), and the tool asks the gate
-    again; ``expired`` (nobody decided in time) or ``timed_out`` (``review_timeout``): the tool
-    answers the model with the refusal. The decision is shown, never trusted: the gate reads
+    ``resolved`` (a person decided: ``decision``, by ``operators``) or ``closed``: the tool asks
+    the gate again; ``expired`` (nobody decided in time) or ``timed_out`` (``review_timeout``):
+    the tool asks once more and answers the model with what the journal says (the refusal,
+    unless a decision arrived meanwhile). The decision is shown, never trusted: the gate reads
     the outcome from the journal."""
 
     model_config = ConfigDict(frozen=True)
@@ -141,8 +145,6 @@ class GatedLangGraphTool(BaseTool):
         reply = await self._call(arguments, call_id)
         if call_id is None:
             if reply.refused:
-                from langchain_core.tools import ToolException
-
                 raise ToolException(reply.text)
             return reply.text
         return ToolMessage(
@@ -169,10 +171,11 @@ class GatedLangGraphTool(BaseTool):
                 text=reply.text,
             )
             answer = ReviewAnswer.model_validate(interrupt(request.model_dump()))
-            if answer.state != "resolved":  # nobody decided: the model reads the refusal
-                if hold:
-                    return await self.gated.call(arguments, call_id=call_id)
-                return reply
+            if answer.state in GAVE_UP:
+                # nobody decided in time: asked once more (its span ends), the model reads
+                # what the journal says now
+                return await self.gated.call(arguments, call_id=call_id)
+            # woken (a decision, a closed review): the gate answers from the journal
 
 
 def effect_as_tool(

@@ -504,3 +504,24 @@ async def test_two_calls_in_doubt_in_one_tool_node_each_wait_for_their_own_revie
     )
     assert done.statuses == ["success", "success"]
     assert done.interrupts == [first, second]
+
+
+async def test_a_review_nobody_decides_in_time_reaches_the_model_as_the_refusal(
+    tier3: Case, offline: Trap
+) -> None:
+    """The graph pauses on the review; ``review_timeout`` passes with nobody deciding; the
+    graph resumes with ``timed_out``, and the model reads that the outcome is unknown (the tool's
+    error). Nothing is sent again; the review stays open for the person."""
+    tier3.payments.arm("after_commit", "reset")
+    model = ScriptedChatModel(steps=SCRIPTS["refund"])
+    async with worker(tier3, model) as client:
+        handle = await start(tier3, client, review_timeout_s=1.0)
+        done = await asyncio.wait_for(handle.result(), 60)
+        eid = tier3.effect_id()
+        assert await review_open(client, eid)
+        await client.get_workflow_handle(review_id("ambiguous", eid)).terminate("test over")
+    assert tier3.refunds() == [2000]
+    (told,) = done.tool_outputs
+    assert told.startswith("error: refund outcome unknown (") and done.statuses == ["error"]
+    assert done.interrupts == [review_id("ambiguous", eid)]
+    assert model.seen[-1] == [told]

@@ -154,6 +154,8 @@ class LangGraphCaseFile(AgentCaseFile):
     #: a second order of the case the agent may refund (``refund_other``): two gated tools in
     #: one tool node, each call its own effect
     other_order_id: str | None = None
+    #: how long the graph waits on a review before the model is told the refusal
+    review_timeout_s: float | None = None
 
 
 @workflow.defn
@@ -192,6 +194,9 @@ class LangGraphCase:
                 request,
                 config,
                 on_review=lambda r: self.paused.append(r.review_workflow_id),
+                review_timeout=(
+                    timedelta(seconds=case.review_timeout_s) if case.review_timeout_s else None
+                ),
             )
         return _outcome(case, result, self.paused)
 
