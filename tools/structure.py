@@ -38,7 +38,11 @@ LAYERS: dict[str, tuple[str, ...]] = {
     "interlock_temporal.core": ("interlock_temporal.core",),
     "interlock_temporal.targets": ("interlock_temporal.core", "interlock_temporal.targets"),
 }
-FORBIDDEN: dict[str, tuple[str, ...]] = {"interlock_temporal.core": ("temporalio",)}
+FORBIDDEN: dict[str, tuple[str, ...]] = {
+    "interlock_temporal.core": ("temporalio",),
+    # the one core path of a framework's tool call: every framework's adapter stands on it
+    "interlock_temporal._tools": ("agents", "mcp", "langgraph", "langchain", "pydantic_ai"),
+}
 
 #: names public although they start with an underscore: a named tuple's API (documented with
 #: the underscore so it cannot clash with a field), ``os._exit`` and ``sys._getframe``
@@ -108,9 +112,13 @@ def _layer_breaches(name: str, imports: set[str], external: set[str]) -> list[Br
                 _within(target, a) for a in allowed
             ):
                 breaches.append(Breach("layer", f"{name} imports {target}"))
-        for package in FORBIDDEN.get(room, ()):
-            if package in external:
-                breaches.append(Breach("layer", f"{name} imports {package}"))
+    for room, packages in FORBIDDEN.items():
+        if _within(name, room):
+            breaches.extend(
+                Breach("layer", f"{name} imports {package}")
+                for package in packages
+                if package in external
+            )
     return breaches
 
 
