@@ -46,7 +46,7 @@ import json
 import re
 from collections.abc import Callable, Collection, Mapping
 from datetime import timedelta
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 from temporalio import activity, workflow
@@ -60,7 +60,14 @@ from .core.targets import BaseTarget, Classification
 
 with needs_extra("mcp", "interlock_temporal.mcp"):
     from mcp import Client
-    from mcp.types import CallToolResult, ListToolsResult, TextContent, Tool, ToolAnnotations
+    from mcp.types import (
+        CallToolResult,
+        ListToolsResult,
+        RequestParamsMeta,
+        TextContent,
+        Tool,
+        ToolAnnotations,
+    )
     from temporalio.mcp import TemporalMCPClient
     from temporalio.workflow import ActivityConfig
 
@@ -294,9 +301,9 @@ class McpServer:
         async def send(call: McpToolCall) -> dict[str, Any]:
             effect = current_effect()
             async with _Connected(server, connect) as client:
-                answer = await client.call_tool(
-                    tool, call.sent(), meta={META_EFFECT_ID: effect.effect_id}
-                )
+                # _meta takes any prefixed key; the SDK's type names only progressToken
+                meta = cast(RequestParamsMeta, {META_EFFECT_ID: effect.effect_id})
+                answer = await client.call_tool(tool, call.sent(), meta=meta)
             return _dump(CallToolResult.model_validate(answer))
 
         send.__name__ = send.__qualname__ = f"mcp_{server}_{tool}".replace("-", "_")

@@ -49,7 +49,7 @@ def build(payments: SimulatedPayments, *, dedupe: bool, read_only_hint: bool) ->
     @server.tool(annotations=ToolAnnotations(read_only_hint=True))
     async def find_refund(effect_id: str) -> dict[str, Any]:
         """Whether a refund sent with this effect id exists, and its id."""
-        found = await payments.query(effect_id, None) if dedupe else None
+        found = payments.query(effect_id, None) if dedupe else None
         if found is None:
             return {"found": False}
         return {"found": True, "refund_id": found.confirmation}
