@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
+import sys
 import uuid
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
@@ -35,6 +37,7 @@ from interlock_temporal.testing import DevServer, WorkerProcess, free_port
 from workers.mcp_story import mcp_worker
 from workflows.mcp_case import PRINCIPAL, McpCase, McpCaseFile, McpCaseOutcome, McpStep
 
+from .doc_snippets import snippet, swap
 from .waiting import until
 
 pytestmark = pytest.mark.server
@@ -393,3 +396,54 @@ def test_a_declaration_says_what_its_tier_needs() -> None:
     with pytest.raises(ValueError, match="are declared tools and in passthrough"):
         GatedMCPClient(server, passthrough=["refund"])
     assert json.loads(McpTool(key=("a",)).model_dump_json())["key"] == ["a"]
+
+
+async def test_the_docs_wiring_runs_as_written(
+    dev_server: DevServer, client: Client, tmp_path: Path
+) -> None:
+    """docs/agents.md's MCP block run as a worker process of its own, against the MCP server
+    process; the only glue: the server's and the MCP server's addresses, and a task queue of
+    this test's own. One $20 refund, in the payments file, under the effect id the gate sent
+    in ``_meta``."""
+    port = free_port()
+    payments = SimulatedPayments(tmp_path / "payments.db", tier=1)
+    payments.open_order("o-1", ORDER_PAID_CENTS)
+    args = ["-m", "workers.mcp_server", "--payments", str(tmp_path / "payments.db")]
+    server = await WorkerProcess([*args, "--port", str(port), "--dedupe"], cwd=ROOT).start()
+    await _listening(port)
+    text = snippet("docs/agents.md#dad15b0368b1")
+    queue = f"mcp-docs-{uuid.uuid4().hex[:8]}"
+    text = swap(text, '"localhost:7233"', f'"{dev_server.target}"')
+    text = swap(text, 'task_queue="mcp"', f'task_queue="{queue}"')
+    text = swap(text, "http://127.0.0.1:8000/mcp", f"http://127.0.0.1:{port}/mcp")
+    (tmp_path / "mcp_case.py").write_text(text)
+    journal = open_journal(f"sqlite:///{tmp_path / 'interlock.db'}")
+    lease_id = journal.leases.issue(
+        "refund-bot", activities=["interlock.mcp.payments.refund"], max_amount_cents=5000
+    )
+    env = {**os.environ, "PYTHONPATH": f"{tmp_path}:{ROOT}"}
+    worker = await asyncio.create_subprocess_exec(
+        sys.executable, "mcp_case.py", cwd=tmp_path, env=env
+    )
+    try:
+        done = await asyncio.wait_for(
+            client.execute_workflow(
+                "McpCase",
+                {"order_id": "o-1", "lease_id": lease_id},
+                id=f"docs-mcp-{queue}",
+                task_queue=queue,
+            ),
+            60,
+        )
+    finally:
+        worker.terminate()
+        await worker.wait()
+        await server.stop()
+    (landed,) = payments.refund_records("o-1")
+    assert landed.amount_cents == 2000
+    (row,) = journal.effects()
+    assert landed.effect_id == row.effect_id  # the server read the gate's _meta effect id
+    assert json.loads(done)["structuredContent"]["refund_id"] == landed.refund_id
+    shown = receipt(row.effect_id, journal=journal)
+    assert (shown.final, shown.principal) == ("COMMITTED", "refund-bot")
+    journal.close()

@@ -77,6 +77,14 @@ PUBLIC = {
         "Found",
     },
     "interlock_temporal.agents": {"effect_as_tool", "refusal_text", "REFUSALS"},
+    "interlock_temporal.mcp": {
+        "META_EFFECT_ID",
+        "GatedMCPClient",
+        "McpServer",
+        "McpTool",
+        "McpToolCall",
+        "contradictions",
+    },
     "interlock_temporal.workflow": {
         "act_as",
         "current_principal",
