@@ -104,10 +104,15 @@ class Story:
 
 
 async def make_story(
-    dev_server: DevServer, path: Path, *, dedupe: bool, read_only_hint: bool = False
+    dev_server: DevServer,
+    path: Path,
+    *,
+    dedupe: bool,
+    read_only_hint: bool = False,
+    server: str | None = None,
 ) -> Story:
     suffix = uuid.uuid4().hex[:8]
-    server = "payments" if dedupe else "payments-t3"
+    server = server or ("payments" if dedupe else "payments-t3")
     journal = open_journal(f"sqlite:///{path / 'journal.db'}")
     payments = SimulatedPayments(path / "payments.db", tier=1 if dedupe else 3)
     order_id = payments.open_order(f"o-{suffix}", ORDER_PAID_CENTS)
@@ -222,6 +227,33 @@ async def test_a_crash_after_the_send_sends_once(tier1: Story, client: Client) -
     (answer,) = done.results
     assert answer["structuredContent"]["refund_id"] == landed.refund_id
     assert answer["structuredContent"]["replayed"] is True  # the server's dedupe answered
+
+
+async def test_a_crash_after_the_send_is_settled_by_the_query_tool(
+    dev_server: DevServer, tmp_path: Path, client: Client
+) -> None:
+    """Tier 2 (declared ``query_tool``): after the same crash the fresh worker does not resend;
+    it asks the server's ``find_refund`` with the effect id, finds the refund and records it
+    (``recovery-query``). One refund in the file; the model reads the query's answer."""
+    story = await make_story(dev_server, tmp_path, dedupe=True, server="payments-t2")
+    doomed, fresh = await crash_once(story)
+    try:
+        handle = await story.start(client, REFUND_20)
+        await asyncio.wait_for(doomed.wait(), 60)
+        assert doomed.killed, doomed.log
+        await fresh.start()
+        done = await asyncio.wait_for(handle.result(), 60)
+    finally:
+        await doomed.stop()
+        await fresh.stop()
+        await story.mcp.stop()
+    (landed,) = story.payments.refund_records(story.order_id)
+    assert landed.amount_cents == 2000
+    shown = receipt(story.effect_id(), journal=story.journal)
+    assert (shown.final, shown.via, shown.dispatches) == ("COMMITTED", "recovery-query", 1)
+    (answer,) = done.results
+    assert answer["structuredContent"] == {"found": True, "refund_id": landed.refund_id}
+    story.journal.close()
 
 
 async def review_open(client: Client, eid: str) -> bool:
