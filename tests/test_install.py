@@ -438,3 +438,61 @@ def test_the_app_runs_at_the_declared_lower_bounds(
         f"lower bounds {sorted(pins.values())}: installed in {installed - started:.1f} s, "
         f"ran in {time.monotonic() - installed:.1f} s"
     )
+
+
+# -- each agent integration at its declared lower bound ---------------------------------------
+
+#: what each agent extra's check runs in its venv: the integration imports and makes a tool of
+#: a gated activity (argv: the distributions whose versions it prints)
+AGENT_CHECKS: dict[str, str] = {
+    "agents": """
+import importlib.metadata, json, sys
+from pydantic import BaseModel
+from temporalio import activity
+from interlock_temporal import gated
+from interlock_temporal.agents import effect_as_tool
+
+class Refund(BaseModel):
+    case_id: str
+    amount_cents: int
+
+@activity.defn
+@gated(key=lambda r: {"case": r.case_id})
+async def refund(r: Refund) -> str:
+    return "sent"
+
+tool = effect_as_tool(refund, context={"case_id": "4471"})
+print(json.dumps({
+    "versions": {n: importlib.metadata.version(n) for n in sys.argv[1:]},
+    "tool": tool.name,
+    "arguments": sorted(tool.params_json_schema["properties"]),
+}))
+""",
+}
+
+
+@pytest.mark.faults
+@pytest.mark.parametrize("extra", sorted(AGENT_CHECKS))
+def test_an_agent_extra_installs_at_its_lower_bound(dist: Dist, tmp_path: Path, extra: str) -> None:
+    """An agent framework's extra, its integration at the lowest version ``pyproject.toml``
+    declares, in a fresh venv of its own with the base package: it imports and makes a tool."""
+    declared = [
+        r
+        for r in dist.requires
+        if r.marker is not None
+        and r.marker.evaluate({"extra": extra})
+        and r.name.lower() != "interlock-temporal"
+    ]
+    assert declared, f"the {extra} extra declares nothing"
+    lows = {r.name.lower(): _lower_bound(r) for r in declared}
+    assert all(lows.values()), f"the {extra} extra has a requirement with no lower bound"
+    python = _venv(
+        tmp_path / "venv", f"{dist.wheel}[{extra}]", *(f"{n}=={v}" for n, v in lows.items())
+    )
+    checked = _run([str(python), "-E", "-s", "-c", AGENT_CHECKS[extra], *lows], cwd=tmp_path)
+    assert checked.returncode == 0, checked.stderr[-3000:]
+    out = json.loads(checked.stdout)
+    assert {n: Version(v) for n, v in out["versions"].items()} == {
+        n: Version(str(v)) for n, v in lows.items()
+    }
+    assert out["tool"] == "refund" and out["arguments"] == ["amount_cents"]

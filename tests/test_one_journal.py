@@ -371,8 +371,8 @@ async def test_reviews_list_shows_its_own_journals_reviews(
     another journal does not show it unless asked (``--all-journals``)."""
     from interlock_temporal.core.review import review_id
 
-    from .test_cli_reviews import effect_of, interlock, opened_with_one_waiting
-    from .test_cli_reviews import rig as cli_rig
+    from .review_rig import effect_of, interlock, opened_with_one_waiting
+    from .review_rig import rig as cli_rig
 
     async with cli_rig(dev_server, tmp_path, tier=3) as r:
         r.payments.arm("after_commit", "reset")

@@ -46,8 +46,8 @@ from interlock_temporal.targets.payments import RefundResult, SimulatedPayments
 from interlock_temporal.testing import DevServer, temporal_cli
 from workers.scenarios import ORDER
 
+from .review_rig import interlock
 from .server_workflows import ApprovedCall, CallActivity, RunCalls
-from .test_cli_reviews import interlock
 from .test_policy_file import NO_ANCHORS, alias_bomb
 from .test_reviews import until
 from .test_server import Rig, cause_of, rig

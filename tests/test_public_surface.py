@@ -68,6 +68,10 @@ PUBLIC = {
         "Reconciler",
         "ReconcileRequest",
         "ReconcileReport",
+        "ReviewClient",
+        "Waiting",
+        "Decided",
+        "NotDecided",
     },
     "interlock_temporal.targets": {
         "BaseTarget",

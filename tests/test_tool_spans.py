@@ -49,8 +49,8 @@ SPANS = InMemorySpanExporter()
 # the global provider can be set once per process: another test module may have set it. Ours
 # is a plain SDK provider, not Temporal's replay-safe one (which drops spans ended during a
 # replay by itself): so what keeps a replay from making spans here is the gate's own check
-_GLOBAL = trace.get_tracer_provider()
-if not isinstance(_GLOBAL, TracerProvider):
+_GLOBAL: Any = trace.get_tracer_provider()
+if not callable(getattr(_GLOBAL, "add_span_processor", None)):  # none set yet
     _GLOBAL = TracerProvider()
     trace.set_tracer_provider(_GLOBAL)
 _GLOBAL.add_span_processor(SimpleSpanProcessor(SPANS))
@@ -237,6 +237,11 @@ def test_register_refuses_what_cannot_be_gated_honestly(tmp_path: Path) -> None:
         register(refund, context={"case": "c"})
     with pytest.raises(TypeError, match="context of 'refund' must name the fields"):
         register(refund, context={})
+    with pytest.raises(
+        TypeError, match=r"not fit RefundRequest: context.case_id: string_type"
+    ) as bad:
+        register(refund, context={"case_id": 12345, "order_id": "o"})
+    assert "12345" not in str(bad.value)  # the field named, never its value
     keyed = gated(plain, target=payments, key=lambda r: {"case": r.case_id})
     with pytest.raises(TypeError, match=r"declares tier=1, but .* declares tier 3"):
         register(keyed, context=context, tier=1)

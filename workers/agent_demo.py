@@ -1,9 +1,12 @@
 """``make demo DEMO_ARGS=--agent``: the support case decided by an agent (OpenAI Agents SDK on
 Temporal), its refund tool the gated activity (``effect_as_tool``). The model is a script: no
-key, no network, tracing export off. Four stories on one dev server, each checked against the
+key, no network, tracing export off. Five stories on one dev server, each checked against the
 money the payments service holds on its order, what the agent was told and what the journal
 recorded (``demo_check.AGENT_EXPECTED``):
 
+0. agent-naive: the same agent with the tool temporalio's ``activity_as_tool`` makes of an
+   ungated refund; the worker is SIGKILLed right after the refund landed; Temporal runs the
+   activity again: $40 in two refunds.
 1. agent-t2: the worker is SIGKILLed right after the refund was sent; a fresh worker asks the
    service (tier 2), finds it: $20 once, and the agent is told the refund.
 2. agent-redecide: the refund lands and its answer is lost at a tier-3 service; the agent is
@@ -114,16 +117,34 @@ class Act:
         self.payments.close()
 
 
-async def killed_after_send(act: Act) -> AgentCaseOutcome:
+def _story_worker(act: Act, *extra: str) -> WorkerProcess:
     args = ["-m", "workers.agent_story", "--target", act.target, "--task-queue", act.task_queue]
     args += ["--journal", act.journal_url, "--payments", str(act.workdir / "payments.db")]
+    return WorkerProcess([*args, *extra], cwd=ROOT)
+
+
+async def naive_killed_after_send(act: Act) -> AgentCaseOutcome:
+    act.payments.arm("after_commit", "kill")  # whichever worker process lands the refund dies
+    doomed = await _story_worker(act, "--script", "naive").start()
+    handle = await act.start(act.client, gated=False, start_to_close_s=5.0)
+    await asyncio.wait_for(doomed.wait(), 60)
+    act.kills += int(doomed.killed)
+    say("  the refund landed and the worker was SIGKILLed before Temporal heard of it")
+    fresh = await _story_worker(act, "--script", "naive").start()
+    try:
+        return await asyncio.wait_for(handle.result(), 60)  # type: ignore[no-any-return]
+    finally:
+        await fresh.stop()
+
+
+async def killed_after_send(act: Act) -> AgentCaseOutcome:
     kill = ["--kill-at", "after_send", "--kill-marker", str(act.workdir / "killed")]
-    doomed = await WorkerProcess([*args, *kill], cwd=ROOT).start()
+    doomed = await _story_worker(act, *kill).start()
     handle = await act.start(act.client)
     await asyncio.wait_for(doomed.wait(), 60)
     act.kills += int(doomed.killed)
     say("  the worker sent the refund and was SIGKILLed before the gate recorded its result")
-    fresh = await WorkerProcess(args, cwd=ROOT).start()
+    fresh = await _story_worker(act).start()
     try:
         return await asyncio.wait_for(handle.result(), 60)  # type: ignore[no-any-return]
     finally:
@@ -179,6 +200,12 @@ async def _review_opened(act: Act, client: Client, timeout: float = 60) -> str:
 
 Story = Callable[[Act], Coroutine[Any, Any, AgentCaseOutcome]]
 AGENT_ACTS: list[tuple[str, int, str, Story]] = [
+    (
+        "agent-naive",
+        2,
+        "naive: the agent's refund tool without the gate, the worker SIGKILLed after the send",
+        naive_killed_after_send,
+    ),
     (
         "agent-t2",
         2,

@@ -51,7 +51,9 @@ from interlock_temporal.policy import Policy
 from interlock_temporal.targets.payments import SimulatedPayments
 from interlock_temporal.testing import kill_at
 from workflows.agent_case import AgentCase
-from workflows.agent_refund import SERVICES, refund
+from workflows.agent_refund import SERVICES, refund, refund_unguarded
+
+from .world import CASE, ORDER
 
 set_tracing_disabled(True)
 
@@ -78,6 +80,21 @@ Step = Call | Say
 SCRIPTS: dict[str, tuple[Step, ...]] = {
     "refund": (
         Call("refund", {"amount_cents": 2000, "reason": "overcharged"}),
+        Say("Your refund is on its way."),
+    ),
+    #: the naive baseline's model: the unguarded tool takes the whole request
+    "naive": (
+        Call(
+            "refund_unguarded",
+            {
+                "r": {
+                    "case_id": f"{CASE}-agent-naive",
+                    "order_id": ORDER,
+                    "amount_cents": 2000,
+                    "reason": "overcharged",
+                }
+            },
+        ),
         Say("Your refund is on its way."),
     ),
     "redecide": (
@@ -180,7 +197,7 @@ async def agent_worker(
         client,
         task_queue=task_queue,
         workflows=[AgentCase],
-        activities=[refund],
+        activities=[refund, refund_unguarded],
         sticky_queue_schedule_to_start_timeout=timedelta(seconds=1),
     )
     try:

@@ -15,7 +15,8 @@ both variants and fails with them.
 
     python -m workers.demo                 (what `make demo` runs)
     python -m workers.demo --stripe        the same crash, refunds on a Stripe fake (real SDK)
-    python -m workers.demo --agent         an agent (OpenAI Agents SDK) whose refund tool is gated
+    python -m workers.demo --agent=openai  an agent (OpenAI Agents SDK) whose refund tool is gated
+                                           (--agent alone: the same)
     STRIPE_API_KEY=sk_test_... python -m workers.demo --stripe-live
                                            the gate against real Stripe test mode
 """
@@ -163,7 +164,7 @@ async def wait_for_enter() -> None:
 
 async def story(*, stripe_fake: bool = False, agent: bool = False) -> int:
     """The crash-before-ack story: three acts on the simulated service, or two on Stripe's fake;
-    or the agent's four (``workers.agent_demo``)."""
+    or the agent's five (``workers.agent_demo``)."""
     shutil.rmtree(DEMO, ignore_errors=True)
     DEMO.mkdir()
     server = await DevServer(db_file=DEMO / "temporal.db").start()
@@ -411,6 +412,10 @@ async def live(key: str) -> int:
         await server.stop()
 
 
+#: the agent frameworks ``--agent`` runs the story on
+AGENTS = ("openai",)
+
+
 def parse(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(
         prog="python -m workers.demo",
@@ -425,9 +430,12 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     )
     which.add_argument(
         "--agent",
-        action="store_true",
-        help="an agent (OpenAI Agents SDK, scripted model, offline) whose refund tool is the "
-        "gated activity: a SIGKILL, a re-decided amount, a policy denial, a person's review",
+        nargs="?",
+        const="openai",
+        choices=AGENTS,
+        help="an agent (scripted model, offline) whose refund tool is the gated activity: "
+        "naive and gated after a SIGKILL, a re-decided amount, a policy denial, a person's "
+        "review. openai (the default): the OpenAI Agents SDK on Temporal",
     )
     which.add_argument(
         "--stripe-live",
@@ -452,7 +460,7 @@ def main(argv: list[str] | None = None) -> int:
             )
             return 2
         return asyncio.run(live(key))
-    return asyncio.run(story(stripe_fake=args.stripe, agent=args.agent))
+    return asyncio.run(story(stripe_fake=args.stripe, agent=args.agent is not None))
 
 
 if __name__ == "__main__":

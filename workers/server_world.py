@@ -20,6 +20,7 @@ from interlock_temporal.targets.payments import SimulatedPayments
 from interlock_temporal.testing import WorkerProcess
 from workflows.support_case import CaseFile, CaseOutcome, Mode
 
+from .attempts import FAILED_ATTEMPT
 from .world import (
     CASE,
     Observed,
@@ -194,25 +195,38 @@ class ServerWorld(World):
 
         await self._until(dispatched, 30)
         other = await self.spawn()
-        seen: dict[str, Any] = {"in_flight_seen": False}
-        workers_by_attempt: dict[int, str] = {}
-        in_flight_attempts: set[int] = set()
-        result_task = asyncio.ensure_future(self.result(handle))
-        while not result_task.done():
-            description = await handle.describe()
-            for pending in description.raw_description.pending_activities:
-                workers_by_attempt.update(_attempt_worker(pending))
-                if pending.last_failure.application_failure_info.type == "EffectInFlight":
-                    seen["in_flight_seen"] = True
-                    in_flight_attempts.add(pending.attempt - 1)
-                    seen["max_attempt"] = pending.attempt
-            await asyncio.wait([result_task], timeout=0.2)
-        seen["in_flight_workers"] = sorted(
-            {workers_by_attempt[a] for a in in_flight_attempts if a in workers_by_attempt}
-        )
+        outcome = await self.result(handle)
+        # each worker prints a line per failed attempt (workers.worker.AttemptFailures): read
+        # after the run, they miss no attempt however loaded the machine is
+        in_flight = await self._failed_attempts("EffectInFlight")
+        seen: dict[str, Any] = {
+            "in_flight_seen": bool(in_flight),
+            "in_flight_workers": sorted({name for name, _ in in_flight}),
+        }
+        if in_flight:
+            seen["max_attempt"] = max(attempt for _, attempt in in_flight) + 1
         seen["stalled_worker"] = "worker-1" if stalled is self.workers[0] else "?"
         seen["other_worker"] = f"worker-{self.workers.index(other) + 1}"
-        return Observed(await result_task, seen)
+        return Observed(outcome, seen)
+
+    async def _failed_attempts(self, kind: str, wait_s: float = 5.0) -> list[tuple[str, int]]:
+        """(worker, attempt) of every attempt a worker of this world failed with ``kind``, from
+        the workers' own output. A line is printed before its failure reaches the server, so
+        it is there before the run's result; the wait covers only the output's reader lagging
+        behind the pipe."""
+        deadline = time.monotonic() + wait_s
+        while True:
+            found = [
+                (f"worker-{n}", int(attempt))
+                for n, w in enumerate(self.workers, start=1)
+                for line in w.output
+                if line.startswith(FAILED_ATTEMPT)
+                and f" type={kind}" in line
+                and (attempt := line.partition(" attempt=")[2].split(" ")[0]).isdigit()
+            ]
+            if found or time.monotonic() > deadline:
+                return found
+            await asyncio.sleep(0.1)
 
     async def _ungated_race(self, handle: WorkflowHandle[Any, CaseOutcome]) -> Observed:
         """The race without the gate (no journal to watch): once attempt 1 has started on the
@@ -265,17 +279,3 @@ class ServerWorld(World):
         await asyncio.gather(*[w.stop() for w in self.workers])
         self.journal.close()
         self.payments.close()
-
-
-def _attempt_worker(pending: Any) -> dict[int, str]:
-    """Which worker ran which attempt, as far as one description tells. ``last_failure`` is
-    always the previous attempt's; ``last_worker_identity`` is the running attempt's while it
-    runs (STARTED) and the previous attempt's while the retry waits (SCHEDULED). Pairing the
-    failure with the identity regardless of state blames the next attempt's worker."""
-    if not pending.last_worker_identity:
-        return {}
-    if pending.state == PendingActivityState.PENDING_ACTIVITY_STATE_STARTED:
-        return {pending.attempt: pending.last_worker_identity}
-    if pending.state == PendingActivityState.PENDING_ACTIVITY_STATE_SCHEDULED:
-        return {pending.attempt - 1: pending.last_worker_identity}
-    return {}

@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import importlib
+import logging
 import os
 import signal
 import socket
@@ -28,6 +29,7 @@ from interlock_temporal.testing import kill_at
 from workflows.activities import support_activities
 from workflows.support_case import SupportCase
 
+from .attempts import AttemptFailures
 from .health import HEALTH_FILE_ENV, heartbeat
 
 T = TypeVar("T")
@@ -186,6 +188,7 @@ async def main(argv: list[str] | None = None) -> None:
     from datetime import timedelta
 
     args = parse(argv)
+    logging.getLogger("temporalio.activity").addFilter(AttemptFailures())
     if args.stripe_api:
         from .stripe_harness import worker_parts
 

@@ -9,6 +9,7 @@ so whatever it re-decides names the same effect. The model is whatever the worke
 from __future__ import annotations
 
 from datetime import timedelta
+from typing import Any
 
 from pydantic import BaseModel
 from temporalio import workflow
@@ -17,11 +18,12 @@ from temporalio.common import RetryPolicy
 with workflow.unsafe.imports_passed_through():
     from agents import Agent, ItemHelpers, Runner
     from agents.items import ToolCallOutputItem
+    from temporalio.contrib.openai_agents.workflow import activity_as_tool
 
     from interlock_temporal.agents import effect_as_tool
     from interlock_temporal.workflow import act_as
 
-    from .agent_refund import refund
+    from .agent_refund import refund, refund_unguarded
 
 #: who refunds: fixed in workflow code, never taken from the input or the model
 PRINCIPAL = "refund-bot"
@@ -43,6 +45,9 @@ class AgentCaseFile(BaseModel):
     start_to_close_s: float = 10.0
     heartbeat_s: float | None = 2.0
     maximum_attempts: int = 0
+    #: False: the refund tool is ``activity_as_tool`` over the same send with no gate (the
+    #: naive baseline: the model fills in the whole request, case and order included)
+    gated: bool = True
 
 
 class AgentCaseOutcome(BaseModel):
@@ -57,17 +62,24 @@ class AgentCaseOutcome(BaseModel):
 class AgentCase:
     @workflow.run
     async def run(self, case: AgentCaseFile) -> AgentCaseOutcome:
-        refund_tool = effect_as_tool(
-            refund,
-            context={"case_id": case.case_id, "order_id": case.order_id, "premises": None},
-            wait_for_review=case.wait_for_review,
-            start_to_close_timeout=timedelta(seconds=case.start_to_close_s),
-            heartbeat_timeout=timedelta(seconds=case.heartbeat_s) if case.heartbeat_s else None,
-            retry_policy=RetryPolicy(
+        timeouts: dict[str, Any] = {
+            "start_to_close_timeout": timedelta(seconds=case.start_to_close_s),
+            "heartbeat_timeout": timedelta(seconds=case.heartbeat_s) if case.heartbeat_s else None,
+            "retry_policy": RetryPolicy(
                 initial_interval=timedelta(seconds=0.5),
                 maximum_interval=timedelta(seconds=2),
                 maximum_attempts=case.maximum_attempts,
             ),
+        }
+        refund_tool = (
+            effect_as_tool(
+                refund,
+                context={"case_id": case.case_id, "order_id": case.order_id, "premises": None},
+                wait_for_review=case.wait_for_review,
+                **timeouts,
+            )
+            if case.gated
+            else activity_as_tool(refund_unguarded, **timeouts)
         )
         agent = Agent(name="support", instructions=INSTRUCTIONS, tools=[refund_tool])
         with act_as(PRINCIPAL, lease=case.lease_id):

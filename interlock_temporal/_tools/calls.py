@@ -162,6 +162,14 @@ def _context_of(
             f"context of {label!r} must name the fields the workflow decides (what key= reads): "
             "without them the model's arguments would name the effect"
         )
+    fields: dict[str, Any] = {n: (input_model.model_fields[n].annotation, ...) for n in given}
+    try:  # each value as its field declares it, so a bad one is refused here, not per call
+        create_model(f"{input_model.__name__}Context", **fields).model_validate(given)
+    except ValidationError as err:
+        raise TypeError(
+            f"context of {label!r} does not fit {input_model.__name__}: "
+            f"{describe_invalid(err, 'context')}"
+        ) from None
     return given
 
 

@@ -14,6 +14,9 @@ import re
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING
 
+# where a review's client and the commands tell RPC and workflow failures apart
+from .._reviews.deciding import failure_message as failure_message
+from .._reviews.deciding import is_not_found as is_not_found
 from ._shared import (
     DEFAULT_ADDRESS,
     DEFAULT_NAMESPACE,
@@ -95,21 +98,6 @@ def _server_error(err: RPCError, args: argparse.Namespace) -> CliError:
             EXIT_SERVER, f"namespace {temporal_namespace(args)} not found on Temporal at {address}"
         )
     return CliError(EXIT_FAILED, f"Temporal at {address}: {err.message or err.status.name}")
-
-
-def is_not_found(err: RPCError) -> bool:
-    """The workflow does not exist (or has ended), as opposed to the namespace."""
-    from temporalio.service import RPCStatusCode
-
-    return err.status == RPCStatusCode.NOT_FOUND and "namespace" not in err.message.lower()
-
-
-def failure_message(err: BaseException) -> str:
-    """The message a workflow, an Update handler or its validator failed with, on one line."""
-    from temporalio.exceptions import FailureError
-
-    text = err.message if isinstance(err, FailureError) else str(err)
-    return " ".join((text or type(err).__name__).split())
 
 
 ServerCommand = Callable[[argparse.Namespace, "Client"], Awaitable[int]]

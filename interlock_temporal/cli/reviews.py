@@ -6,7 +6,6 @@ import argparse
 import asyncio
 import json
 import re
-import time
 from datetime import timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -38,12 +37,13 @@ from ._shared import (
     try_open,
     warn,
 )
-from ._temporal import failure_message, is_not_found, on_server, temporal_namespace
+from ._temporal import is_not_found, on_server
 
 if TYPE_CHECKING:
-    from temporalio.client import Client, WorkflowExecution, WorkflowHandle
+    from temporalio.client import Client, WorkflowExecution
 
     from .._reviews.workflow import ReviewStatus
+    from ..core.journal.signing import Ed25519Key
 
 #: a full effect id: 256 bits, hex
 _FULL_ID = re.compile(r"[0-9a-f]{64}")
@@ -274,54 +274,9 @@ def _effect_for_review(args: argparse.Namespace) -> str:
         return resolve_effect(journal, text)
 
 
-async def _no_open_review(
-    client: Client, args: argparse.Namespace, workflow_id: str, effect_id: str
-) -> CliError:
-    """Why an Update found no review: none was ever started (2), or it has ended (1)."""
-    from temporalio.client import WorkflowExecutionStatus
-    from temporalio.exceptions import TemporalError
-    from temporalio.service import RPCError
-
-    from .._reviews.workflow import ReviewStatus
-
-    handle = client.get_workflow_handle(workflow_id, result_type=ReviewStatus)
-    try:
-        description = await handle.describe()
-    except RPCError as err:
-        if not is_not_found(err):
-            raise
-        return CliError(
-            EXIT_USAGE,
-            f"no open review for effect {effect_id} (no workflow {workflow_id} in namespace "
-            f"{temporal_namespace(args)})",
-        )
-    ended = description.status.name.lower() if description.status else "ended"
-    if description.status == WorkflowExecutionStatus.COMPLETED:
-        try:
-            status = await handle.result(follow_runs=False)
-        except (TemporalError, ValueError):
-            pass
-        else:
-            ended = status.state
-            if status.decision:
-                ended += f": {status.decision} by {', '.join(status.operators)}"
-    return CliError(
-        EXIT_FAILED, f"no open review for effect {effect_id[:16]}: its review is already {ended}"
-    )
-
-
-async def _signed(
-    handle: WorkflowHandle[Any, Any], payload: dict[str, Any], key_file: str, expires: timedelta
-) -> dict[str, Any]:
-    """``payload`` with its proof: the review's ballot (from its status) and the vote, signed
-    with the operator's key. The worker checks the signature against the ballot it builds from
-    the journal, so a review that shows a false ballot gets a vote that counts nowhere."""
-    from temporalio.service import RPCError
-
-    from .._reviews.workflow import ReviewStatus
+def _operator_key(key_file: str) -> Ed25519Key:
+    """The operator's private key in ``key_file`` (``interlock operators keygen``)."""
     from ..core.journal.signing import Ed25519Key, parse_key
-    from ..core.review_rules import Vote
-    from ..core.vote_proofs import sign_vote
 
     try:
         key = parse_key(Path(key_file).read_text())
@@ -331,59 +286,26 @@ async def _signed(
         raise CliError(
             EXIT_USAGE, "--key: not an operator's private key (`interlock operators keygen`)"
         )
-    try:
-        status = await handle.query("status", result_type=ReviewStatus)
-    except RPCError as err:
-        raise CliError(EXIT_FAILED, f"the review did not show its ballot: {err.message}") from None
-    if status.ballot is None:
-        raise CliError(
-            EXIT_FAILED,
-            "the review shows no ballot to sign: the journal has no operator roster, or the "
-            "review was opened before it had one (decide without --key)",
-        )
-    vote = Vote.model_validate(payload)
-    until = int(time.time() + expires.total_seconds())
-    return sign_vote(status.ballot, vote, key, until).model_dump(mode="json", exclude_none=True)
+    return key
 
 
 async def reviews_resolve(args: argparse.Namespace, client: Client) -> int:
-    from temporalio.client import WorkflowUpdateFailedError
-    from temporalio.service import RPCError
-
-    from .._reviews.workflow import ReviewStatus
+    from .._reviews.deciding import NotDecided, send_vote
+    from ..core.review_rules import Vote
 
     effect_id = _effect_for_review(args)
     workflow_id = review_id(args.kind, effect_id)
-    payload: dict[str, Any] = {
-        "decision": args.decision,
-        "operator": args.operator,
-        "note": args.note,
-    }
-    if args.result is not None:
-        payload["result"] = args.result
-    handle = client.get_workflow_handle(workflow_id)
-    timeout: timedelta = args.timeout
-    if args.key is not None:
-        payload = await _signed(handle, payload, args.key, args.expires)
+    vote = Vote(decision=args.decision, operator=args.operator, note=args.note, result=args.result)
+    key = None if args.key is None else _operator_key(args.key)
     try:
-        status = await asyncio.wait_for(
-            handle.execute_update("decide", payload, result_type=ReviewStatus),
-            timeout.total_seconds(),
+        status = await send_vote(
+            client, args.kind, effect_id, vote, key=key, expires=args.expires, timeout=args.timeout
         )
-    except WorkflowUpdateFailedError as err:
-        # the validator's refusal (or a decision the journal would not record): the reason
-        raise CliError(EXIT_FAILED, f"refused: {failure_message(err.cause)}") from None
-    except RPCError as err:
-        if is_not_found(err):
-            raise await _no_open_review(client, args, workflow_id, effect_id) from None
-        raise
-    except TimeoutError:
-        raise CliError(
-            EXIT_FAILED,
-            f"review {workflow_id} did not answer within {timeout}: is a worker with "
-            "InterlockPlugin polling its task queue? The decision may still be applied when one "
-            "does",
-        ) from None
+    except NotDecided as err:
+        message = str(err)
+        if err.code == "no_ballot":
+            message += " (decide without --key)"
+        raise CliError(EXIT_USAGE if err.code == "no_review" else EXIT_FAILED, message) from None
     if args.json:
         emit_json({"workflow_id": workflow_id, **status.model_dump(mode="json")})
     else:
