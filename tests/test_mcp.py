@@ -110,6 +110,7 @@ async def make_story(
     dedupe: bool,
     read_only_hint: bool = False,
     server: str | None = None,
+    start: bool = True,
 ) -> Story:
     suffix = uuid.uuid4().hex[:8]
     server = server or ("payments" if dedupe else "payments-t3")
@@ -122,8 +123,10 @@ async def make_story(
     port = free_port()
     args = ["-m", "workers.mcp_server", "--payments", str(path / "payments.db")]
     args += ["--port", str(port)] + ["--dedupe"] * dedupe + ["--read-only-hint"] * read_only_hint
-    mcp = await WorkerProcess(args, cwd=ROOT).start()
-    await _listening(port)
+    mcp = WorkerProcess(args, cwd=ROOT)
+    if start:
+        await mcp.start()
+        await _listening(port)
     return Story(
         dev_server,
         path,
@@ -253,6 +256,41 @@ async def test_a_crash_after_the_send_is_settled_by_the_query_tool(
     assert (shown.final, shown.via, shown.dispatches) == ("COMMITTED", "recovery-query", 1)
     (answer,) = done.results
     assert answer["structuredContent"] == {"found": True, "refund_id": landed.refund_id}
+    story.journal.close()
+
+
+async def test_a_server_that_cannot_be_reached_is_not_sent_and_the_retry_lands_once(
+    dev_server: DevServer, tmp_path: Path
+) -> None:
+    """Tier 3, the MCP server not up yet: the connection fails before any call left, so the
+    effect is NOT_SENT (not AMBIGUOUS) and Temporal's retry sends it once the server is up:
+    one refund, a dispatch per attempt, committed. (The model is not shown the tools first: that
+    would be MCPPlugin's list-tools activity, retrying until the server is up.)"""
+    story = await make_story(dev_server, tmp_path, dedupe=False, start=False)
+    port = int(story.mcp_url.split(":")[-1].split("/")[0])
+    try:
+        async with story.worker() as client:
+            handle = await story.start(client, REFUND_20, list_tools=False)
+
+            def not_sent() -> bool:
+                rows = story.journal.effects()
+                return bool(rows) and any(
+                    e.kind is Kind.NOT_SENT for e in story.journal.read(rows[0].effect_id)
+                )
+
+            await until(not_sent, "the refund recorded as not sent")
+            await story.mcp.start()
+            await _listening(port)
+            done = await asyncio.wait_for(handle.result(), 60)
+    finally:
+        await story.mcp.stop()
+    assert story.refunds() == [2000]
+    shown = receipt(story.effect_id(), journal=story.journal)
+    assert shown.final == "COMMITTED" and shown.dispatches >= 2  # each failed one: NOT_SENT
+    unsent = [e for e in story.journal.read(story.effect_id()) if e.kind is Kind.NOT_SENT]
+    assert len(unsent) == shown.dispatches - 1
+    (answer,) = done.results
+    assert answer.get("isError") is not True
     story.journal.close()
 
 

@@ -37,6 +37,8 @@ class McpCaseFile(BaseModel):
     lease_id: str | None = None
     server: str = "payments"
     steps: list[McpStep]
+    #: show the model the tools first (MCPPlugin's list-tools activity, ungated)
+    list_tools: bool = True
     wait_for_review: bool = True
     start_to_close_s: float = 10.0
     heartbeat_s: float | None = 2.0
@@ -70,10 +72,12 @@ class McpCase:
         )
         results = []
         with act_as(PRINCIPAL, lease=case.lease_id):
-            listed = await client.list_tools()
+            listed = await client.list_tools() if case.list_tools else None
             for step in case.steps:
                 answer = await client.call_tool(step.tool, step.arguments)
                 results.append(answer.model_dump(mode="json", by_alias=True, exclude_none=True))
         return McpCaseOutcome(
-            case_id=case.case_id, tools=[t.name for t in listed.tools], results=results
+            case_id=case.case_id,
+            tools=[t.name for t in listed.tools] if listed else [],
+            results=results,
         )
