@@ -17,6 +17,8 @@ both variants and fails with them.
     python -m workers.demo --stripe        the same crash, refunds on a Stripe fake (real SDK)
     python -m workers.demo --agent=openai  an agent (OpenAI Agents SDK) whose refund tool is gated
                                            (--agent alone: the same)
+    python -m workers.demo --agent=mcp     the refund as an MCP server's tool (temporalio-mcp),
+                                           gated
     STRIPE_API_KEY=sk_test_... python -m workers.demo --stripe-live
                                            the gate against real Stripe test mode
 """
@@ -48,7 +50,7 @@ from interlock_temporal.testing import DevServer
 from workflows.activities import support_activities
 from workflows.support_case import PRINCIPAL, CaseFile, CaseOutcome, SupportCase
 
-from . import agent_demo
+from . import agent_demo, mcp_demo
 from .demo_check import Found, check, observe_world, verdict
 from .scenarios import run_in
 from .server_world import ServerWorld
@@ -162,7 +164,7 @@ async def wait_for_enter() -> None:
         await asyncio.get_running_loop().run_in_executor(None, sys.stdin.readline)
 
 
-async def story(*, stripe_fake: bool = False, agent: bool = False) -> int:
+async def story(*, stripe_fake: bool = False, agent: str | None = None) -> int:
     """The crash-before-ack story: three acts on the simulated service, or two on Stripe's fake;
     or the agent's five (``workers.agent_demo``)."""
     shutil.rmtree(DEMO, ignore_errors=True)
@@ -170,7 +172,8 @@ async def story(*, stripe_fake: bool = False, agent: bool = False) -> int:
     server = await DevServer(db_file=DEMO / "temporal.db").start()
     say(f"Temporal dev server at {server.target}; Web UI at {server.ui_url}")
     if agent:
-        say(agent_demo.__doc__.split("\n\n", 1)[0] if agent_demo.__doc__ else "")
+        told = mcp_demo if agent == "mcp" else agent_demo
+        say(told.__doc__.split("\n\n", 1)[0] if told.__doc__ else "")
     elif stripe_fake:
         say(STRIPE_STORY)
     else:
@@ -180,7 +183,7 @@ async def story(*, stripe_fake: bool = False, agent: bool = False) -> int:
         client = await Client.connect(server.target, data_converter=pydantic_data_converter)
         try:
             if agent:
-                checked = await agent_stories(client, server.target)
+                checked = await agent_stories(client, server.target, agent)
             else:
                 results = await (stripe_acts(client) if stripe_fake else simulated_acts(client))
                 checked = [(name, r["problems"]) for name, r in results]
@@ -201,8 +204,12 @@ async def story(*, stripe_fake: bool = False, agent: bool = False) -> int:
         await server.stop()
 
 
-async def agent_stories(client: Client, target: str) -> list[tuple[str, list[str]]]:
+async def agent_stories(
+    client: Client, target: str, agent: str = "openai"
+) -> list[tuple[str, list[str]]]:
     try:
+        if agent == "mcp":
+            return await mcp_demo.mcp_acts(client, target, DEMO)
         return await agent_demo.agent_acts(client, target, DEMO)
     except Exception as err:
         why = f"{type(err).__name__}: {err}"
@@ -413,7 +420,7 @@ async def live(key: str) -> int:
 
 
 #: the agent frameworks ``--agent`` runs the story on
-AGENTS = ("openai",)
+AGENTS = ("openai", "mcp")
 
 
 def parse(argv: list[str] | None = None) -> argparse.Namespace:
@@ -435,7 +442,8 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
         choices=AGENTS,
         help="an agent (scripted model, offline) whose refund tool is the gated activity: "
         "naive and gated after a SIGKILL, a re-decided amount, a policy denial, a person's "
-        "review. openai (the default): the OpenAI Agents SDK on Temporal",
+        "review. openai (the default): the OpenAI Agents SDK on Temporal; mcp: an MCP "
+        "server's refund tool through temporalio-mcp",
     )
     which.add_argument(
         "--stripe-live",
@@ -460,7 +468,7 @@ def main(argv: list[str] | None = None) -> int:
             )
             return 2
         return asyncio.run(live(key))
-    return asyncio.run(story(stripe_fake=args.stripe, agent=args.agent is not None))
+    return asyncio.run(story(stripe_fake=args.stripe, agent=args.agent))
 
 
 if __name__ == "__main__":

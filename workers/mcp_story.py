@@ -76,6 +76,7 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--mcp-url", required=True, help="the MCP server: http://HOST:PORT/mcp")
     p.add_argument("--kill-at", action="append", default=[], help="gate point to SIGKILL at")
     p.add_argument("--kill-marker", type=Path, help="fire --kill-at once across processes")
+    p.add_argument("--pid-file", type=Path, help="write this process's pid there once ready")
     return p.parse_args(argv)
 
 
@@ -87,6 +88,8 @@ async def main(argv: list[str] | None = None) -> None:
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
     async with mcp_worker(args.target, args.task_queue, args.journal, args.mcp_url, on_point=hook):
+        if args.pid_file is not None:
+            args.pid_file.write_text(str(os.getpid()))
         print(f"READY pid={os.getpid()} host={socket.gethostname()}", flush=True)
         await stop.wait()
 

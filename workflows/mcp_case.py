@@ -15,6 +15,9 @@ from temporalio import workflow
 from temporalio.common import RetryPolicy
 
 with workflow.unsafe.imports_passed_through():
+    from temporalio.mcp import TemporalMCPClient
+    from temporalio.workflow import ActivityConfig
+
     from interlock_temporal.mcp import GatedMCPClient
     from interlock_temporal.workflow import act_as
 
@@ -39,6 +42,9 @@ class McpCaseFile(BaseModel):
     steps: list[McpStep]
     #: show the model the tools first (MCPPlugin's list-tools activity, ungated)
     list_tools: bool = True
+    #: False: the naive workflow, TemporalMCPClient's call-tool activity with no gate (the
+    #: order set in the arguments by the workflow)
+    gated: bool = True
     wait_for_review: bool = True
     start_to_close_s: float = 10.0
     heartbeat_s: float | None = 2.0
@@ -57,6 +63,8 @@ class McpCaseOutcome(BaseModel):
 class McpCase:
     @workflow.run
     async def run(self, case: McpCaseFile) -> McpCaseOutcome:
+        if not case.gated:
+            return await self.naive(case)
         client = GatedMCPClient(
             SERVERS[case.server],
             context={"order_id": case.order_id},
@@ -81,3 +89,21 @@ class McpCase:
             tools=[t.name for t in listed.tools] if listed else [],
             results=results,
         )
+
+    async def naive(self, case: McpCaseFile) -> McpCaseOutcome:
+        """The same calls through temporalio-mcp alone: one call-tool activity, retried by
+        Temporal after a crash as if it had never run."""
+        client = TemporalMCPClient(
+            case.server,
+            activity_config=ActivityConfig(
+                start_to_close_timeout=timedelta(seconds=case.start_to_close_s),
+                retry_policy=RetryPolicy(initial_interval=timedelta(seconds=0.5)),
+            ),
+        )
+        results = []
+        for step in case.steps:
+            answer = await client.call_tool(
+                step.tool, {**step.arguments, "order_id": case.order_id}
+            )
+            results.append(answer.model_dump(mode="json", by_alias=True, exclude_none=True))
+        return McpCaseOutcome(case_id=case.case_id, tools=[], results=results)
