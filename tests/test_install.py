@@ -468,6 +468,26 @@ print(json.dumps({
     "arguments": sorted(tool.params_json_schema["properties"]),
 }))
 """,
+    "mcp": """
+import importlib.metadata, json, sys
+from mcp import Client
+from temporalio.activity import _Definition
+from interlock_temporal.mcp import GatedMCPClient, McpServer, McpTool
+
+server = McpServer("payments", {"refund": McpTool(key=("order_id",), amount="amount_cents")})
+(made,) = server.activities(lambda: Client("http://127.0.0.1:1/mcp"))
+GatedMCPClient(server, context={"order_id": "881"})  # each declared tool through register
+print(json.dumps({
+    "versions": {n: importlib.metadata.version(n) for n in sys.argv[1:]},
+    "tool": _Definition.must_from_callable(made).name,
+    "arguments": list(server.tools["refund"].key),
+}))
+""",
+}
+#: what each check makes: the tool's name, and the arguments it names
+MADE: dict[str, tuple[str, list[str]]] = {
+    "agents": ("refund", ["amount_cents"]),
+    "mcp": ("interlock.mcp.payments.refund", ["order_id"]),
 }
 
 
@@ -495,4 +515,4 @@ def test_an_agent_extra_installs_at_its_lower_bound(dist: Dist, tmp_path: Path, 
     assert {n: Version(v) for n, v in out["versions"].items()} == {
         n: Version(str(v)) for n, v in lows.items()
     }
-    assert out["tool"] == "refund" and out["arguments"] == ["amount_cents"]
+    assert (out["tool"], out["arguments"]) == MADE[extra]
