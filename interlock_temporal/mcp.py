@@ -11,10 +11,10 @@ The mechanism: declare the tools that have effects, per server, with ``McpServer
 declared tool becomes a gated activity of its own, ``interlock.mcp.<server>.<tool>`` (effect
 type ``mcp:<server>/<tool>``), which the worker registers (``server.activities(connect)``)
 beside ``MCPPlugin``. In the workflow, ``GatedMCPClient`` stands where ``TemporalMCPClient``
-stood: a declared tool's ``call_tool`` goes through the core path every framework's tool call
-takes (``interlock_temporal._tools.calls.register``: the effect id from the declared key, the
-workflow's ``act_as``, the durable DISPATCHED entry before the send, AMBIGUOUS and a person's
-review waited for in the workflow). The activity sends the call with the effect id in the
+stood: a declared tool's ``call_tool`` goes through the one path every framework's tool call
+takes (docs/agents.md: the effect id from the declared key, the workflow's ``act_as``, the
+durable DISPATCHED entry before the send, AMBIGUOUS and a person's review waited for in the
+workflow). The activity sends the call with the effect id in the
 request's ``_meta`` (``META_EFFECT_ID``), so a server that dedupes on it can. The tools named in
 ``passthrough`` go to the wrapped ``TemporalMCPClient`` ungated (reads the user vouches for);
 any other tool is refused, as an error result, without a call: an undeclared tool is not
@@ -373,7 +373,8 @@ class GatedMCPClient:
       an ``isError`` result, nothing called.
     - ``list_tools()``: the server's tools that may be called (declared or passthrough), with
       the workflow's ``context`` arguments taken out of their input schemas; a declared tool
-      whose annotations contradict its declaration is logged as a warning.
+      whose annotations contradict its declaration, or that the server does not offer, is
+      logged as a warning.
     - ``wait_for_review`` / ``review_timeout``: as ``execute_effect``'s.
     - ``activity_config``: the wrapped client's (list_tools and passthrough calls);
       ``options``: ``workflow.execute_activity``'s for the gated calls (timeouts, retry policy).
@@ -418,6 +419,12 @@ class GatedMCPClient:
 
     async def list_tools(self) -> ListToolsResult:
         listed = await self.inner.list_tools()
+        offered = {tool.name for tool in listed.tools}
+        for name in sorted(set(self.server.tools) - offered):
+            workflow.logger.warning(
+                f"MCP tool {name!r} is declared for server {self.server.name!r}, which does "
+                "not offer it"
+            )
         shown: list[Tool] = []
         for tool in listed.tools:
             spec = self.server.tools.get(tool.name)
@@ -445,7 +452,7 @@ class GatedMCPClient:
         name: str,
         arguments: dict[str, Any] | None = None,
         *,
-        meta: Any = None,
+        meta: RequestParamsMeta | None = None,
     ) -> CallToolResult:
         """Call tool ``name``. For a declared tool, ``meta`` is not sent: the gate sends its
         own (``META_EFFECT_ID``)."""

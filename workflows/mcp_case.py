@@ -53,8 +53,8 @@ class McpCaseFile(BaseModel):
 
 class McpCaseOutcome(BaseModel):
     case_id: str
-    #: the tools the model was shown
-    tools: list[str]
+    #: the tools the model was shown, each with the arguments its schema asks for
+    tools: dict[str, list[str]]
     #: each call's CallToolResult, as the model read it (JSON, by alias: isError, content)
     results: list[dict[str, Any]]
 
@@ -86,7 +86,9 @@ class McpCase:
                 results.append(answer.model_dump(mode="json", by_alias=True, exclude_none=True))
         return McpCaseOutcome(
             case_id=case.case_id,
-            tools=[t.name for t in listed.tools] if listed else [],
+            tools={t.name: sorted(t.input_schema.get("properties", {})) for t in listed.tools}
+            if listed
+            else {},
             results=results,
         )
 
@@ -106,4 +108,4 @@ class McpCase:
                 step.tool, {**step.arguments, "order_id": case.order_id}
             )
             results.append(answer.model_dump(mode="json", by_alias=True, exclude_none=True))
-        return McpCaseOutcome(case_id=case.case_id, tools=[], results=results)
+        return McpCaseOutcome(case_id=case.case_id, tools={}, results=results)
