@@ -32,7 +32,9 @@ import shutil
 import sys
 import textwrap
 import uuid
+from collections.abc import Awaitable, Callable
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 import stripe
@@ -166,14 +168,14 @@ async def wait_for_enter() -> None:
 
 async def story(*, stripe_fake: bool = False, agent: str | None = None) -> int:
     """The crash-before-ack story: three acts on the simulated service, or two on Stripe's fake;
-    or the agent's five (``workers.agent_demo``)."""
+    or an agent framework's (``AGENTS``)."""
     shutil.rmtree(DEMO, ignore_errors=True)
     DEMO.mkdir()
     server = await DevServer(db_file=DEMO / "temporal.db").start()
     say(f"Temporal dev server at {server.target}; Web UI at {server.ui_url}")
     if agent:
-        told = mcp_demo if agent == "mcp" else agent_demo
-        say(told.__doc__.split("\n\n", 1)[0] if told.__doc__ else "")
+        told = AGENTS[agent].__doc__
+        say(told.split("\n\n", 1)[0] if told else "")
     elif stripe_fake:
         say(STRIPE_STORY)
     else:
@@ -183,7 +185,7 @@ async def story(*, stripe_fake: bool = False, agent: str | None = None) -> int:
         client = await Client.connect(server.target, data_converter=pydantic_data_converter)
         try:
             if agent:
-                checked = await agent_stories(client, server.target, agent)
+                checked = await agent_stories(agent, client, server.target)
             else:
                 results = await (stripe_acts(client) if stripe_fake else simulated_acts(client))
                 checked = [(name, r["problems"]) for name, r in results]
@@ -204,13 +206,11 @@ async def story(*, stripe_fake: bool = False, agent: str | None = None) -> int:
         await server.stop()
 
 
-async def agent_stories(
-    client: Client, target: str, agent: str = "openai"
-) -> list[tuple[str, list[str]]]:
+async def agent_stories(agent: str, client: Client, target: str) -> list[tuple[str, list[str]]]:
+    acts: Callable[[Client, str, Path], Awaitable[list[tuple[str, list[str]]]]]
+    acts = AGENTS[agent].agent_acts
     try:
-        if agent == "mcp":
-            return await mcp_demo.mcp_acts(client, target, DEMO)
-        return await agent_demo.agent_acts(client, target, DEMO)
+        return await acts(client, target, DEMO)
     except Exception as err:
         why = f"{type(err).__name__}: {err}"
         raise StoryFailed(f"the agent's story did not run to its end: {why}") from err
@@ -419,8 +419,9 @@ async def live(key: str) -> int:
         await server.stop()
 
 
-#: the agent frameworks ``--agent`` runs the story on
-AGENTS = ("openai", "mcp")
+#: the agent frameworks ``--agent`` tells the story with: each module's docstring opens the
+#: story and its ``agent_acts(client, target, workdir)`` runs and checks it
+AGENTS: dict[str, ModuleType] = {"openai": agent_demo, "mcp": mcp_demo}
 
 
 def parse(argv: list[str] | None = None) -> argparse.Namespace:
@@ -439,7 +440,7 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
         "--agent",
         nargs="?",
         const="openai",
-        choices=AGENTS,
+        choices=sorted(AGENTS),
         help="an agent (scripted model, offline) whose refund tool is the gated activity: "
         "naive and gated after a SIGKILL, a re-decided amount, a policy denial, a person's "
         "review. openai (the default): the OpenAI Agents SDK on Temporal; mcp: an MCP "

@@ -247,7 +247,7 @@ MCP_ACTS: list[tuple[str, bool, str, Story]] = [
 ]
 
 
-async def mcp_acts(client: Client, target: str, workdir: Path) -> list[tuple[str, list[str]]]:
+async def agent_acts(client: Client, target: str, workdir: Path) -> list[tuple[str, list[str]]]:
     """Every story, each checked as it ends: (story, what it did not show of what it must)."""
     checked = []
     # a lost answer is the story: the worker's warning and traceback for it would only be noise
