@@ -15,7 +15,7 @@ import json
 import os
 import sys
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -23,14 +23,27 @@ from typing import Any
 import pytest
 import pytest_asyncio
 from mcp.types import ToolAnnotations
+from opentelemetry import trace
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from temporalio.client import Client, WorkflowExecutionStatus
 from temporalio.service import RPCError
 
 from interlock_temporal import receipt
+from interlock_temporal._tools.spans import (
+    OPERATION,
+    OPT_IN_VALUE,
+    OPT_IN_VARIABLE,
+    STATE,
+    TOOL_CALL_ID,
+    TOOL_NAME,
+    TOOLSET,
+)
 from interlock_temporal.core.journal import Journal, open_journal
 from interlock_temporal.core.models import Kind
 from interlock_temporal.mcp import GatedMCPClient, McpServer, McpTool, contradictions
-from interlock_temporal.policy import Policy, deny_activity
+from interlock_temporal.policy import CallEvent, Policy, deny_activity, deny_when
 from interlock_temporal.review import review_id
 from interlock_temporal.targets.payments import SimulatedPayments
 from interlock_temporal.testing import DevServer, WorkerProcess, free_port
@@ -521,3 +534,46 @@ async def test_the_docs_wiring_runs_as_written(
     shown = receipt(row.effect_id, journal=journal)
     assert (shown.final, shown.principal) == ("COMMITTED", "refund-bot")
     journal.close()
+
+
+@pytest.fixture
+def spans(monkeypatch: pytest.MonkeyPatch) -> Iterator[InMemorySpanExporter]:
+    """The spans the gate makes, opted in to the GenAI conventions, exported here (a provider
+    of this test's own, not the process's global one)."""
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+
+    def get_tracer(name: str, version: str | None = None, **options: Any) -> Any:
+        options.pop("tracer_provider", None)
+        return provider.get_tracer(name, version, **options)
+
+    monkeypatch.setattr(trace, "get_tracer", get_tracer)
+    monkeypatch.setenv(OPT_IN_VARIABLE, OPT_IN_VALUE)
+    yield exporter
+
+
+async def test_each_gated_call_is_one_execute_tool_span_without_a_call_id(
+    tier1: Story, spans: InMemorySpanExporter
+) -> None:
+    """MCP has no call id: the span carries none (never the effect id in its place). A denied
+    call and a sent one are a span each; the passthrough read is no gated call, and none."""
+    policy = Policy(rules=[deny_when(over_25_dollars, code="OVER_LIMIT", reason="x")])
+    greedy = McpStep(tool="refund", arguments={"amount_cents": 5000, "reason": "more"})
+    status = McpStep(tool="order_status", arguments={"order_id": tier1.order_id})
+    async with tier1.worker(policy=policy) as client:
+        handle = await tier1.start(client, greedy, REFUND_20, status)
+        await asyncio.wait_for(handle.result(), 60)
+    made = sorted(
+        (s for s in spans.get_finished_spans() if (s.attributes or {}).get(OPERATION)),
+        key=lambda s: s.start_time or 0,
+    )
+    assert [s.name for s in made] == ["execute_tool refund", "execute_tool refund"]
+    denied, sent = (dict(s.attributes or {}) for s in made)
+    assert all(TOOL_CALL_ID not in a and a[TOOL_NAME] == "refund" for a in (denied, sent))
+    assert (denied[STATE], denied[TOOLSET], sent[STATE]) == ("DENIED", "payments", "DONE")
+    assert tier1.refunds() == [2000]
+
+
+def over_25_dollars(event: CallEvent) -> bool:
+    return bool((event.argument("arguments") or {}).get("amount_cents", 0) > 2500)
