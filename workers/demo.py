@@ -50,7 +50,7 @@ from interlock_temporal.testing import DevServer
 from workflows.activities import support_activities
 from workflows.support_case import PRINCIPAL, CaseFile, CaseOutcome, SupportCase
 
-from . import agent_demo
+from . import agent_demo, pydantic_ai_demo
 from .demo_check import Found, check, observe_world, verdict
 from .scenarios import run_in
 from .server_world import ServerWorld
@@ -419,7 +419,7 @@ async def live(key: str) -> int:
 
 #: the agent frameworks ``--agent`` tells the story with: each module's docstring opens the
 #: story and its ``agent_acts(client, target, workdir)`` runs and checks it
-AGENTS: dict[str, ModuleType] = {"openai": agent_demo}
+AGENTS: dict[str, ModuleType] = {"openai": agent_demo, "pydantic-ai": pydantic_ai_demo}
 
 
 def parse(argv: list[str] | None = None) -> argparse.Namespace:

@@ -153,7 +153,12 @@ NAIVE: Agent[None, str] = Agent(
     instructions=INSTRUCTIONS,
     tools=[refund_unguarded],
     capabilities=[
-        TemporalDurability(models={"naive": MODELS["naive"]}, model_activity_config=MODEL_ACTIVITY)
+        TemporalDurability(
+            models={"naive": MODELS["naive"]},
+            model_activity_config=MODEL_ACTIVITY,
+            # the toolset's activity: a dead worker's attempt times out in seconds, not a minute
+            activity_config=ActivityConfig(start_to_close_timeout=timedelta(seconds=5)),
+        )
     ],
 )
 
