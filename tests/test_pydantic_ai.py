@@ -9,6 +9,9 @@ the money from the payments service; the effect's record from the journal."""
 from __future__ import annotations
 
 import asyncio
+import os
+import sys
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -17,9 +20,11 @@ import pytest
 from temporalio.client import Client, WorkflowHandle
 
 from interlock_temporal import receipt
+from interlock_temporal.core.journal import open_journal
 from interlock_temporal.core.models import Kind
 from interlock_temporal.policy import Policy, deny_activity
 from interlock_temporal.review import review_id
+from interlock_temporal.targets.payments import SimulatedPayments
 from interlock_temporal.testing import DevServer, WorkerProcess
 from workers.pydantic_ai_story import pydantic_ai_worker
 from workflows.pydantic_ai_case import (
@@ -28,6 +33,7 @@ from workflows.pydantic_ai_case import (
     PydanticAICaseOutcome,
 )
 
+from .doc_snippets import snippet, swap
 from .test_agents import Case, make_case, offline, review_open  # noqa: F401 (a fixture)
 from .test_tool_spans import SPANS, leaked, opted_in, plain_provider, tool_spans  # noqa: F401
 from .waiting import until
@@ -222,3 +228,48 @@ async def test_each_call_is_one_execute_tool_span_with_the_models_call_id(paid2:
     assert (second.attributes or {})["interlock.effect_id"] == eid
     assert (second.attributes or {})["interlock.reason"] == "conflicting_payload"
     assert not leaked(SPANS.get_finished_spans())
+
+
+async def test_the_docs_wiring_runs_as_written(
+    dev_server: DevServer, client: Client, tmp_path: Path
+) -> None:
+    """docs/agents.md's Pydantic AI block, with the README's refunds.py beside it, run as a
+    worker process of its own; the only glue: the server's address, a task queue of this
+    test's own, and the scripted model in place of OpenAI's."""
+    (tmp_path / "refunds.py").write_text(snippet("README.md#bf636f2c37e6"))
+    text = snippet("docs/agents.md#3216aabdaea9")
+    queue = f"pai-docs-{uuid.uuid4().hex[:8]}"
+    text = swap(text, '"localhost:7233"', f'"{dev_server.target}"')
+    text = swap(text, 'task_queue="agents"', f'task_queue="{queue}"')
+    text = swap(text, '"openai:gpt-5"', 'scripted(SCRIPTS["refund"])')
+    glue = "from workflows.pydantic_ai_case import SCRIPTS, scripted\n"
+    (tmp_path / "support_agent.py").write_text(glue + text)
+    journal = open_journal(f"sqlite:///{tmp_path / 'interlock.db'}")
+    payments = SimulatedPayments(tmp_path / "payments.db", tier=2)
+    payments.open_order("o-1", 10_000)
+    lease_id = journal.leases.issue("refund-bot", activities=["refund"], max_amount_cents=5000)
+    env = {"PYTHONPATH": f"{tmp_path}:{ROOT}"}
+    worker = await asyncio.create_subprocess_exec(
+        sys.executable, "support_agent.py", cwd=tmp_path, env={**os.environ, **env}
+    )
+    try:
+        done = await asyncio.wait_for(
+            client.execute_workflow(
+                "SupportAgent",
+                {"case_id": "c-1", "order_id": "o-1", "lease_id": lease_id},
+                id=f"docs-pai-{queue}",
+                task_queue=queue,
+            ),
+            60,
+        )
+    finally:
+        worker.terminate()
+        await worker.wait()
+    assert done == "Your refund is on its way."
+    (landed,) = payments.refund_records("o-1")
+    assert landed.amount_cents == 2000
+    (row,) = journal.effects()
+    assert landed.effect_id == row.effect_id
+    shown = receipt(row.effect_id, journal=journal)
+    assert (shown.final, shown.principal) == ("COMMITTED", "refund-bot")
+    journal.close()
