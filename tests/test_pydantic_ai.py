@@ -12,7 +12,7 @@ import asyncio
 import os
 import sys
 import uuid
-from collections.abc import Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +22,7 @@ from temporalio.client import Client, WorkflowHandle
 from interlock_temporal import receipt
 from interlock_temporal.core.journal import open_journal
 from interlock_temporal.core.models import Kind
-from interlock_temporal.policy import Policy, deny_activity
+from interlock_temporal.policy import CallEvent, Decision, Policy, deny_activity, escalate
 from interlock_temporal.review import review_id
 from interlock_temporal.targets.payments import SimulatedPayments
 from interlock_temporal.testing import DevServer, WorkerProcess
@@ -72,6 +72,15 @@ async def start(
         task_queue=case.task_queue,
         result_type=PydanticAICaseOutcome,
     )
+
+
+def nothing_pending(handle: WorkflowHandle[Any, Any]) -> Callable[[], Awaitable[bool]]:
+    """Whether no activity of the run is pending (only the workflow waits, for a person)."""
+
+    async def check() -> bool:
+        return not (await handle.describe()).raw_description.pending_activities
+
+    return check
 
 
 def worker(case: Case, **options: Any) -> Any:
@@ -148,11 +157,7 @@ async def test_an_effect_in_doubt_is_a_deferred_call_whose_review_reaches_the_ag
         eid = paid3.effect_id()
         assert receipt(eid, journal=paid3.journal).final == "AMBIGUOUS"
 
-        async def only_the_workflow_waits() -> bool:
-            described = await handle.describe()
-            return not described.raw_description.pending_activities
-
-        await until(only_the_workflow_waits, "no activity pending while the review waits")
+        await until(nothing_pending(handle), "no activity pending while the review waits")
         review = client.get_workflow_handle(review_id("ambiguous", eid))
         await review.signal("resolve", {"decision": "happened", "operator": "carol"})
         done = await asyncio.wait_for(handle.result(), 60)
@@ -273,3 +278,47 @@ async def test_the_docs_wiring_runs_as_written(
     shown = receipt(row.effect_id, journal=journal)
     assert (shown.final, shown.principal) == ("COMMITTED", "refund-bot")
     journal.close()
+
+
+def over_25_dollars_asks_a_person(event: CallEvent) -> Decision | None:
+    if event.activity == "refund" and event.argument("amount_cents", 0) > 2500:
+        return escalate("OVER_25", "refunds over $25 need a person")
+    return None
+
+
+async def test_a_call_that_needs_an_approval_is_deferred_until_a_person_approves(
+    paid2: Case,
+) -> None:
+    """A policy rule escalates the $50 refund: the call is deferred (no activity waits); a
+    person approves it on its review; the call runs then, once, and the agent is given its
+    result; its next call ($20, the same case: the same effect) is refused as
+    ``conflicting_payload`` (the $50 was the one sent)."""
+    policy = Policy(rules=[over_25_dollars_asks_a_person])
+    async with worker(paid2, policy=policy) as client:
+        handle = await start(paid2, client, script="greedy")
+
+        async def asked() -> bool:
+            return bool(paid2.journal.policy.approvals())
+
+        await until(asked, "the approval the $50 refund waits for")
+        (pending,) = paid2.journal.policy.approvals()
+        review = client.get_workflow_handle(review_id("approval", pending.binding))
+
+        async def open_() -> bool:
+            try:
+                return bool((await review.query("status"))["state"] == "open")
+            except Exception:
+                return False
+
+        await until(open_, "the approval's review")
+        assert paid2.refunds() == []
+
+        await until(nothing_pending(handle), "no activity pending while the approval waits")
+        await review.signal("resolve", {"decision": "approve", "operator": "carol"})
+        done = await asyncio.wait_for(handle.result(), 60)
+    assert paid2.refunds() == [5000]
+    approved, refused = done.tool_outputs
+    assert '"amount_cents":5000' in approved
+    assert refused.startswith("error: refund refused (conflicting_payload)")
+    assert done.tool_outcomes == ["success", "failed"]
+    assert receipt(paid2.effect_id(), journal=paid2.journal).final == "COMMITTED"
