@@ -18,6 +18,7 @@ from typing import Any
 
 import pytest
 from temporalio.client import Client, WorkflowHandle
+from temporalio.worker import Replayer
 
 from interlock_temporal import receipt
 from interlock_temporal.core.journal import open_journal
@@ -26,7 +27,7 @@ from interlock_temporal.policy import CallEvent, Decision, Policy, deny_activity
 from interlock_temporal.review import review_id
 from interlock_temporal.targets.payments import SimulatedPayments
 from interlock_temporal.testing import DevServer, WorkerProcess
-from workers.pydantic_ai_story import pydantic_ai_worker
+from workers.pydantic_ai_story import pydantic_ai_plugins, pydantic_ai_worker
 from workflows.pydantic_ai_case import (
     PydanticAICase,
     PydanticAICaseFile,
@@ -322,3 +323,30 @@ async def test_a_call_that_needs_an_approval_is_deferred_until_a_person_approves
     assert refused.startswith("error: refund refused (conflicting_payload)")
     assert done.tool_outcomes == ["success", "failed"]
     assert receipt(paid2.effect_id(), journal=paid2.journal).final == "COMMITTED"
+
+
+async def test_a_deferred_call_replays_at_every_step_and_from_its_history(paid3: Case) -> None:
+    """The deferred path is workflow code: on a worker that caches nothing (each workflow task
+    replays the run from its start) the review still reaches the agent, and the finished
+    history replays without a nondeterminism error."""
+    paid3.payments.arm("after_commit", "reset")
+    async with worker(paid3, cached=False) as client:
+        handle = await start(paid3, client)
+
+        async def opened() -> bool:
+            rows = [r for r in paid3.journal.effects() if r.effect_type == "refund"]
+            return bool(rows) and await review_open(client, rows[0].effect_id)
+
+        await until(opened, "the review of the refund in doubt")
+        review = client.get_workflow_handle(review_id("ambiguous", paid3.effect_id()))
+        await review.signal("resolve", {"decision": "happened", "operator": "carol"})
+        done = await asyncio.wait_for(handle.result(), 60)
+    assert done.tool_outputs == [
+        "done: a person attested that it happened (no result was recorded)"
+    ]
+    assert paid3.refunds() == [2000]
+    replayer = Replayer(
+        workflows=[PydanticAICase],
+        plugins=pydantic_ai_plugins(paid3.journal_url, paid3.payments),
+    )
+    await replayer.replay_workflow(await handle.fetch_history())

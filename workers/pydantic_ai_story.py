@@ -54,11 +54,14 @@ async def pydantic_ai_worker(
     task_queue: str,
     journal: str,
     payments: SimulatedPayments,
+    *,
+    cached: bool = True,
     **plugin_options: Any,
 ) -> AsyncIterator[Client]:
     """A worker for ``PydanticAICase`` on ``task_queue``, running while inside; yields its
     client. The agents' activities (model requests, the naive toolset's calls) are registered by
-    ``PydanticAIPlugin`` from the workflow's ``__pydantic_ai_agents__``."""
+    ``PydanticAIPlugin`` from the workflow's ``__pydantic_ai_agents__``. ``cached=False``: a
+    worker that keeps no workflow in its cache, so each workflow task replays the run."""
     client = await Client.connect(
         target, plugins=pydantic_ai_plugins(journal, payments, **plugin_options)
     )
@@ -69,6 +72,7 @@ async def pydantic_ai_worker(
         workflows=[PydanticAICase],
         activities=[refund],
         sticky_queue_schedule_to_start_timeout=timedelta(seconds=1),
+        max_cached_workflows=1000 if cached else 0,
     )
     try:
         async with worker:
