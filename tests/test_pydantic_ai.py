@@ -17,10 +17,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from pydantic_ai import Agent
+from pydantic_ai.models.instrumented import InstrumentationSettings
 from temporalio.client import Client, WorkflowHandle
 from temporalio.worker import Replayer
 
 from interlock_temporal import receipt
+from interlock_temporal._tools.spans import OPERATION
 from interlock_temporal.core.journal import open_journal
 from interlock_temporal.core.models import Kind
 from interlock_temporal.policy import CallEvent, Decision, Policy, deny_activity, escalate
@@ -36,7 +39,7 @@ from workflows.pydantic_ai_case import (
 
 from .doc_snippets import snippet, swap
 from .test_agents import Case, make_case, offline, review_open  # noqa: F401 (a fixture)
-from .test_tool_spans import SPANS, leaked, opted_in, plain_provider, tool_spans  # noqa: F401
+from .test_tool_spans import PLAIN, SPANS, leaked, opted_in, plain_provider, tool_spans  # noqa: F401
 from .waiting import until
 
 pytestmark = [pytest.mark.server, pytest.mark.usefixtures("offline")]
@@ -350,3 +353,38 @@ async def test_a_deferred_call_replays_at_every_step_and_from_its_history(paid3:
         plugins=pydantic_ai_plugins(paid3.journal_url, paid3.payments),
     )
     await replayer.replay_workflow(await handle.fetch_history())
+
+
+@pytest.fixture
+def instrumented() -> Iterator[None]:
+    """Every Pydantic AI agent instrumented (its own ``execute_tool`` span per call), to this
+    module's provider, without message content."""
+    Agent.instrument_all(InstrumentationSettings(tracer_provider=PLAIN, include_content=False))
+    try:
+        yield
+    finally:
+        Agent.instrument_all(False)
+
+
+@pytest.mark.usefixtures("opted_in", "instrumented")
+async def test_where_pydantic_ai_made_the_span_the_gate_adds_to_it(paid2: Case) -> None:
+    """An instrumented agent makes its own ``execute_tool`` span per call: the gate makes no
+    second one, and adds its attributes and event to the framework's."""
+    async with worker(paid2) as client:
+        handle = await start(paid2, client, script="redecide")
+        done = await asyncio.wait_for(handle.result(), 60)
+    assert len(done.tool_outputs) == 2
+    executed = [s for s in tool_spans() if (s.attributes or {})[OPERATION] == "execute_tool"]
+    first, second = executed  # the framework's invoke_agent and chat spans beside them
+    for span, call_id in ((first, "call_0"), (second, "call_1")):
+        attributes = span.attributes or {}
+        assert span.instrumentation_scope is not None
+        assert span.instrumentation_scope.name == "pydantic-ai"  # the framework's span
+        assert attributes["gen_ai.tool.call.id"] == call_id
+        assert attributes["interlock.toolset"] == "refunds"
+    assert (first.attributes or {})["interlock.state"] == "DONE"
+    assert (second.attributes or {})["interlock.state"] == "REFUSED"
+    assert [e.name for e in second.events if e.name.startswith("interlock.")] == [
+        "interlock.REFUSED"
+    ]
+    assert not leaked(SPANS.get_finished_spans())
