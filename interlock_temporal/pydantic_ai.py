@@ -44,6 +44,7 @@ with needs_extra("pydantic-ai", "interlock_temporal.pydantic_ai"):
     from pydantic_ai import RunContext
     from pydantic_ai.agent import AbstractAgent, AgentRunResult
     from pydantic_ai.exceptions import CallDeferred, ToolFailed
+    from pydantic_ai.messages import ToolCallPart
     from pydantic_ai.tools import DeferredToolRequests, DeferredToolResults, ToolDefinition
     from pydantic_ai.toolsets import AbstractToolset, ToolsetTool
     from pydantic_core import SchemaValidator, core_schema
@@ -66,12 +67,17 @@ class GatedToolset(AbstractToolset[Any]):
     effect a person decides defers the call).
 
     - ``id``: the toolset's id (Pydantic AI's; recorded on the spans as the toolset).
+    - ``max_retries``: how often Pydantic AI may ask the model again for arguments it cannot
+      parse as JSON; nothing the gate decides spends them (a refusal is the tool's error).
     """
 
-    def __init__(self, id: str) -> None:
+    def __init__(self, id: str, *, max_retries: int = 1) -> None:
         if not id:
             raise ValueError("GatedToolset: id must be a non-empty string")
+        if max_retries < 0:
+            raise ValueError("GatedToolset: max_retries must be 0 or more")
         self._toolset_id = id
+        self.max_retries = max_retries
         self.tools: dict[str, GatedTool] = {}
 
     @property
@@ -119,7 +125,7 @@ class GatedToolset(AbstractToolset[Any]):
                     description=tool.description,
                     parameters_json_schema=tool.params_json_schema,
                 ),
-                max_retries=0,
+                max_retries=self.max_retries,
                 args_validator=_AS_SENT,
             )
             for name, tool in self.tools.items()
@@ -137,16 +143,23 @@ class GatedToolset(AbstractToolset[Any]):
             )
         return _told(reply)
 
+    def deferred(self, requests: DeferredToolRequests) -> list[ToolCallPart]:
+        """This toolset's calls among ``requests``: those it deferred for a person."""
+        return [
+            call
+            for call in requests.calls
+            if call.tool_name in self.tools
+            and DEFERRED in requests.metadata.get(call.tool_call_id, {})
+        ]
+
     async def settle(self, requests: DeferredToolRequests) -> DeferredToolResults:
         """The results of this toolset's deferred calls in ``requests``: each waits in the
         workflow for its effect's review, then runs again (``GatedTool.settle``): its result,
         or its refusal as ``ToolFailed``. Other toolsets' deferred calls are left out."""
         calls: dict[str, Any] = {}
-        for call in requests.calls:
-            ours = DEFERRED in requests.metadata.get(call.tool_call_id, {})
-            if ours and call.tool_name in self.tools:
-                reply = await self.tools[call.tool_name].settle(call.args_as_dict())
-                calls[call.tool_call_id] = ToolFailed(reply.text) if reply.refused else reply.text
+        for call in self.deferred(requests):
+            reply = await self.tools[call.tool_name].settle(call.args_as_dict())
+            calls[call.tool_call_id] = ToolFailed(reply.text) if reply.refused else reply.text
         return DeferredToolResults(calls=calls)
 
 
@@ -165,22 +178,29 @@ async def run_gated(
 ) -> AgentRunResult[Any]:
     """Run ``agent`` with the gated ``toolsets`` until no gated call waits for a person.
 
-    From workflow code. A run that ends with ``DeferredToolRequests`` holding gated calls waits
-    for their reviews (``GatedToolset.settle``) and runs again from its messages with their
-    results; a run that ends otherwise, or defers only other tools' calls, is returned as it is.
-    ``run_options``: ``agent.run``'s (``deps``, ``model``, ...)."""
-    result = await agent.run(prompt, toolsets=toolsets, **run_options)
-    while isinstance(result.output, DeferredToolRequests):
-        settled = DeferredToolResults()
-        for toolset in toolsets:
-            settled.update(await toolset.settle(result.output))
-        if not settled.calls:
-            return result
+    From workflow code. A run that ends with ``DeferredToolRequests`` holding only gated calls
+    waits for their reviews (``GatedToolset.settle``) and runs again from its messages with
+    their results. A run that ends otherwise is returned; so is one that also defers calls of
+    other tools (approvals, external calls): the caller answers those, with
+    ``GatedToolset.settle``'s results merged in. ``run_options``: ``agent.run``'s (``deps``,
+    ``model``, ``message_history``, ...)."""
+    history = run_options.pop("message_history", None)
+    answers = run_options.pop("deferred_tool_results", None)
+    while True:
         result = await agent.run(
-            None,
-            message_history=result.all_messages(),
-            deferred_tool_results=settled,
+            prompt,
+            message_history=history,
+            deferred_tool_results=answers,
             toolsets=toolsets,
             **run_options,
         )
-    return result
+        requests = result.output
+        if not isinstance(requests, DeferredToolRequests):
+            return result
+        ours = {c.tool_call_id for t in toolsets for c in t.deferred(requests)}
+        if not ours or requests.approvals or {c.tool_call_id for c in requests.calls} - ours:
+            return result
+        answers = DeferredToolResults()
+        for toolset in toolsets:
+            answers.update(await toolset.settle(requests))
+        prompt, history = None, result.all_messages()

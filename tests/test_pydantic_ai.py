@@ -19,18 +19,21 @@ from typing import Any
 import pytest
 from pydantic_ai import Agent
 from pydantic_ai.models.instrumented import InstrumentationSettings
+from temporalio import activity
 from temporalio.client import Client, WorkflowHandle
 from temporalio.worker import Replayer
 
-from interlock_temporal import receipt
+from interlock_temporal import gated, receipt
 from interlock_temporal._tools.spans import OPERATION
 from interlock_temporal.core.journal import open_journal
 from interlock_temporal.core.models import Kind
 from interlock_temporal.policy import CallEvent, Decision, Policy, deny_activity, escalate
+from interlock_temporal.pydantic_ai import GatedToolset
 from interlock_temporal.review import review_id
-from interlock_temporal.targets.payments import SimulatedPayments
+from interlock_temporal.targets.payments import RefundRequest, RefundResult, SimulatedPayments
 from interlock_temporal.testing import DevServer, WorkerProcess
 from workers.pydantic_ai_story import pydantic_ai_plugins, pydantic_ai_worker
+from workflows.agent_refund import refund
 from workflows.pydantic_ai_case import (
     PydanticAICase,
     PydanticAICaseFile,
@@ -205,8 +208,9 @@ async def test_a_re_decided_amount_is_refused_as_conflicting_payload(paid2: Case
 
 
 async def test_a_policy_denial_reaches_the_model_as_the_tools_error(paid2: Case) -> None:
-    """The tool has no retries to spend (``max_retries=0``): a denial raised as ``ModelRetry``
-    would fail the run; as the tool's error the model reads it and the run goes on."""
+    """A denial raised as ``ModelRetry`` would be a retry prompt (and spend the tool's
+    retries); as the tool's error it is a failed tool return the model reads, and the run goes
+    on."""
     policy = Policy(rules=[deny_activity("refund", code="REFUNDS_PAUSED", reason="paused")])
     async with worker(paid2, policy=policy) as client:
         handle = await start(paid2, client)
@@ -388,3 +392,23 @@ async def test_where_pydantic_ai_made_the_span_the_gate_adds_to_it(paid2: Case) 
         "interlock.REFUSED"
     ]
     assert not leaked(SPANS.get_finished_spans())
+
+
+def test_gated_toolset_refuses_what_would_let_the_model_name_the_effect(tmp_path: Path) -> None:
+    @activity.defn
+    async def plain(r: RefundRequest) -> RefundResult:
+        raise AssertionError("never run")
+
+    toolset = GatedToolset("refunds")
+    with pytest.raises(TypeError, match="activity 'plain' is not gated"):
+        toolset.add(plain, context={"case_id": "c"})
+    keyless = gated(plain, target=SimulatedPayments(tmp_path / "payments.db", tier=3))
+    with pytest.raises(TypeError, match="'plain' declares no key="):
+        toolset.add(keyless, context={"case_id": "c"})
+    context = {"case_id": "c", "order_id": "o", "premises": None}
+    tool = toolset.add(refund, context=context)
+    assert set(tool.params_json_schema["properties"]) == {"amount_cents", "reason"}
+    with pytest.raises(ValueError, match="a tool named 'refund' is there"):
+        toolset.add(refund, context=context)
+    with pytest.raises(ValueError, match="id must be a non-empty string"):
+        GatedToolset("")
