@@ -17,6 +17,8 @@ both variants and fails with them.
     python -m workers.demo --stripe        the same crash, refunds on a Stripe fake (real SDK)
     python -m workers.demo --agent=openai  an agent (OpenAI Agents SDK) whose refund tool is gated
                                            (--agent alone: the same)
+    python -m workers.demo --agent=pydantic-ai
+                                           the same with Pydantic AI on Temporal (a GatedToolset)
     STRIPE_API_KEY=sk_test_... python -m workers.demo --stripe-live
                                            the gate against real Stripe test mode
 """
