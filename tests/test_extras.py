@@ -214,7 +214,16 @@ def test_an_unknown_extra_is_a_bug_not_a_missing_package() -> None:
     with pytest.raises(ValueError, match="unknown extra 'stirpe'"), needs_extra("stirpe", "x"):
         pass
     assert install_hint("otlp") == "pip install 'interlock-temporal[otlp]'"
-    assert set(EXTRAS) == {"stripe", "postgres", "otlp", "testing", "http", "agents", "mcp"}
+    assert set(EXTRAS) == {
+        "stripe",
+        "postgres",
+        "otlp",
+        "testing",
+        "http",
+        "agents",
+        "mcp",
+        "pydantic-ai",
+    }
 
 
 def test_the_extras_are_the_ones_pyproject_declares() -> None:

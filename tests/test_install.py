@@ -483,11 +483,37 @@ print(json.dumps({
     "arguments": list(server.tools["refund"].key),
 }))
 """,
+    "pydantic-ai": """
+import asyncio, importlib.metadata, json, sys
+from pydantic import BaseModel
+from temporalio import activity
+from interlock_temporal import gated
+from interlock_temporal.pydantic_ai import GatedToolset
+
+class Refund(BaseModel):
+    case_id: str
+    amount_cents: int
+
+@activity.defn
+@gated(key=lambda r: {"case": r.case_id})
+async def refund(r: Refund) -> str:
+    return "sent"
+
+toolset = GatedToolset("refunds")
+tool = toolset.add(refund, context={"case_id": "4471"})
+(listed,) = asyncio.run(toolset.get_tools(None)).values()
+print(json.dumps({
+    "versions": {n: importlib.metadata.version(n) for n in sys.argv[1:]},
+    "tool": listed.tool_def.name,
+    "arguments": sorted(listed.tool_def.parameters_json_schema["properties"]),
+}))
+""",
 }
 #: what each check makes: the tool's name, and the arguments it names
 MADE: dict[str, tuple[str, list[str]]] = {
     "agents": ("refund", ["amount_cents"]),
     "mcp": ("interlock.mcp.payments.refund", ["order_id"]),
+    "pydantic-ai": ("refund", ["amount_cents"]),
 }
 
 

@@ -89,6 +89,13 @@ PUBLIC = {
         "McpToolCall",
         "contradictions",
     },
+    "interlock_temporal.pydantic_ai": {
+        "GatedToolset",
+        "run_gated",
+        "refusal_text",
+        "REFUSALS",
+        "DEFERRED",
+    },
     "interlock_temporal.workflow": {
         "act_as",
         "current_principal",

@@ -19,6 +19,8 @@ both variants and fails with them.
                                            (--agent alone: the same)
     python -m workers.demo --agent=mcp     the refund as an MCP server's tool (temporalio-mcp),
                                            gated
+    python -m workers.demo --agent=pydantic-ai
+                                           the same with Pydantic AI on Temporal (a GatedToolset)
     STRIPE_API_KEY=sk_test_... python -m workers.demo --stripe-live
                                            the gate against real Stripe test mode
 """
@@ -52,7 +54,7 @@ from interlock_temporal.testing import DevServer
 from workflows.activities import support_activities
 from workflows.support_case import PRINCIPAL, CaseFile, CaseOutcome, SupportCase
 
-from . import agent_demo, mcp_demo
+from . import agent_demo, mcp_demo, pydantic_ai_demo
 from .demo_check import Found, check, observe_world, verdict
 from .scenarios import run_in
 from .server_world import ServerWorld
@@ -421,7 +423,11 @@ async def live(key: str) -> int:
 
 #: the agent frameworks ``--agent`` tells the story with: each module's docstring opens the
 #: story and its ``agent_acts(client, target, workdir)`` runs and checks it
-AGENTS: dict[str, ModuleType] = {"openai": agent_demo, "mcp": mcp_demo}
+AGENTS: dict[str, ModuleType] = {
+    "openai": agent_demo,
+    "mcp": mcp_demo,
+    "pydantic-ai": pydantic_ai_demo,
+}
 
 
 def parse(argv: list[str] | None = None) -> argparse.Namespace:

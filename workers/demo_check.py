@@ -269,6 +269,38 @@ AGENT_EXPECTED: dict[str, AgentExpected] = {
 }
 
 
+#: the Pydantic AI agent's stories (``workers.pydantic_ai_demo.PYDANTIC_AI_ACTS``)
+AGENT_EXPECTED.update(
+    {
+        # no gate: SIGKILLed after the send, Temporal runs the toolset's activity again: $40
+        "pai-naive": AgentExpected((REFUND_CENTS, REFUND_CENTS), ("refund_id",), None, kills=1),
+        # SIGKILLed after the send; a fresh worker asks the service and finds it: $20 once
+        "pai-t2": AgentExpected(
+            (REFUND_CENTS,), ('"refund_id":',), "COMMITTED", "recovery-query", kills=1
+        ),
+        # $20 lands; the agent re-decides $30 for the same case: refused, the tool's error
+        "pai-redecide": AgentExpected(
+            (REFUND_CENTS,),
+            ('"refund_id":', "error: refund refused (conflicting_payload)"),
+            "COMMITTED",
+            "dispatch",
+        ),
+        # $50 denied by the policy rule (the agent is told), then $20 lands
+        "pai-policy": AgentExpected(
+            (REFUND_CENTS,),
+            ("error: refund denied by policy (OVER_LIMIT)", '"refund_id":'),
+            "COMMITTED",
+            "dispatch",
+        ),
+        # the answer lost at tier 3: a deferred call; a person resolves the review, the agent
+        # is given the result
+        "pai-t3": AgentExpected(
+            (REFUND_CENTS,), ("done: a person attested that it happened",), "RESOLVED"
+        ),
+    }
+)
+
+
 @dataclass(frozen=True)
 class AgentFound:
     order_id: str
@@ -338,12 +370,13 @@ def summary(story: str) -> str:
 # -- make faults: the demo as a newcomer runs it --------------------------------------------
 
 #: the variants of ``make demo``: ``make demo``, ``make demo DEMO_ARGS=--stripe`` and
-#: ``make demo DEMO_ARGS=--agent=openai`` and ``--agent=mcp``
+#: ``make demo DEMO_ARGS=--agent=openai``, ``--agent=mcp`` and ``--agent=pydantic-ai``
 VARIANTS: tuple[tuple[str, ...], ...] = (
     (),
     ("--stripe",),
     ("--agent=openai",),
     ("--agent=mcp",),
+    ("--agent=pydantic-ai",),
 )
 #: a demo that has not ended by then has hung (it takes well under a minute)
 DEMO_TIMEOUT_S = 600.0

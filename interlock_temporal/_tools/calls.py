@@ -40,7 +40,7 @@ from temporalio.exceptions import ActivityError, ApplicationError
 from .._worker.errors import describe_invalid, receipt_from
 from .._worker.gated import GateSpec, spec_of
 from ..core.targets import capabilities
-from ..workflow import execute_effect
+from ..workflow import WAIT_FOR, execute_effect, review_awaited
 from .spans import ToolSpan
 
 __all__ = ["REFUSALS", "GatedTool", "ToolReply", "refusal_text", "register"]
@@ -77,6 +77,9 @@ class ToolReply(BaseModel):
 
     text: str
     refused: bool = False
+    #: the effect a person must still decide (the call was AMBIGUOUS, or needs an approval, and
+    #: did not wait): an adapter may defer the call (``GatedTool.settle`` waits for the review)
+    awaiting: str | None = None
 
 
 def _refusal(error: BaseException) -> tuple[ApplicationError, str | None] | None:
@@ -244,6 +247,21 @@ class GatedTool:
         the framework has none). Invalid arguments and refusals come back as a refused reply
         the model reads; any other error fails the run."""
         span = ToolSpan.begin(self.name, call_id=call_id, tier=self.tier, toolset=self.toolset)
+        return await self._run(raw_arguments, span, wait_for_review=self.wait_for_review)
+
+    async def settle(self, raw_arguments: str | Mapping[str, Any]) -> ToolReply:
+        """The outcome of a call a person had to decide (its reply's ``awaiting``), from
+        workflow code: waits in the workflow for the effect's review, as ``execute_effect``
+        does (never in an activity), then answers as ``call`` does. The same arguments name the
+        same effect, so the gate answers from the journal: the attested result, a resend after
+        ``not_happened``, or the refusal. No span: the call's own span ended when it was
+        deferred, naming the state it was left in (one span per call)."""
+        span = ToolSpan(self.name, None, self.tier, self.toolset, enabled=False)
+        return await self._run(raw_arguments, span, wait_for_review=True)
+
+    async def _run(
+        self, raw_arguments: str | Mapping[str, Any], span: ToolSpan, *, wait_for_review: bool
+    ) -> ToolReply:
         with span.current():
             try:
                 arg = self._input(raw_arguments)
@@ -258,7 +276,7 @@ class GatedTool:
                 result = await execute_effect(
                     self.activity,
                     arg,
-                    wait_for_review=self.wait_for_review,
+                    wait_for_review=wait_for_review,
                     review_timeout=self.review_timeout,
                     **self.options,
                 )
@@ -281,7 +299,8 @@ class GatedTool:
         kind = cause.type or ""
         span.end(_STATES[kind], effect_id=effect_id, code=code, refused=True, error=kind)
         text = refusal_text(self.name, err)
-        return ToolReply(text=text or kind, refused=True)
+        awaiting = review_awaited(cause, receipt) if kind in WAIT_FOR else None
+        return ToolReply(text=text or kind, refused=True, awaiting=awaiting)
 
 
 def register(
