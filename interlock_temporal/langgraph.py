@@ -46,6 +46,7 @@ from temporalio import workflow
 
 from ._tools.calls import REFUSALS, GatedTool, ToolReply, refusal_text, register
 from .core.extras import needs_extra
+from .core.review_rules import review_id
 from .workflow import woken_by_review
 
 with needs_extra("langgraph", "interlock_temporal.langgraph"):
@@ -162,12 +163,13 @@ class GatedLangGraphTool(BaseTool):
             reply = await self.gated.call(arguments, call_id=call_id, hold=hold)
             if reply.awaiting is None or self.review != "interrupt":
                 return reply
+            kind = reply.awaiting_kind or "ambiguous"
             request = ReviewRequest(
                 tool=self.name,
                 call_id=call_id,
-                kind=reply.awaiting.kind,
-                effect_id=reply.awaiting.effect_id,
-                review_workflow_id=reply.awaiting.review_workflow_id,
+                kind=kind,
+                effect_id=reply.awaiting,
+                review_workflow_id=review_id(kind, reply.awaiting),
                 text=reply.text,
             )
             answer = ReviewAnswer.model_validate(interrupt(request.model_dump()))

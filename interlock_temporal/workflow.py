@@ -124,7 +124,7 @@ async def execute_effect(
             if refused is not None and workflow.patched(WAKE_PATCH):
                 raise refused from None
             receipt = receipt_from(err)
-            effect_id = awaited_review(cause, receipt)
+            effect_id = review_awaited(cause, receipt)
             if not wait_for_review or effect_id is None:
                 raise
             if workflow.patched(WAKE_PATCH):
@@ -200,7 +200,7 @@ def _rejected(cause: BaseException | None) -> EffectRefused | None:
     return EffectRefused(f"rejected by {', '.join(who) or 'a person'}", None)
 
 
-def awaited_review(cause: BaseException | None, receipt: Receipt | None) -> str | None:
+def review_awaited(cause: BaseException | None, receipt: Receipt | None) -> str | None:
     """The id of the review a failed attempt waits on: the effect in doubt, or what an
     approval binds to. None: not an error a person decides."""
     if not isinstance(cause, ApplicationError) or cause.type not in WAIT_FOR:

@@ -22,7 +22,8 @@ ROOT = Path(__file__).resolve().parent.parent
 #: makes these imports fail as if the packages were not installed
 BLOCKER = """
 import importlib.abc, sys
-BLOCKED = ("stripe", "psycopg", "psycopg_pool", "psycopg_binary", "opentelemetry.exporter", "httpx")
+BLOCKED = ("stripe", "psycopg", "psycopg_pool", "psycopg_binary", "opentelemetry.exporter", "httpx",
+           "mcp", "temporalio.mcp")
 
 class Blocker(importlib.abc.MetaPathFinder):
     def find_spec(self, name, path=None, target=None):
@@ -120,6 +121,17 @@ def test_the_http_target_names_the_http_extra(tmp_path: Path) -> None:
     )
 
 
+def test_the_mcp_tools_name_the_mcp_extra(tmp_path: Path) -> None:
+    ran = run_blocked("import interlock_temporal.mcp", tmp_path)
+    assert ran.returncode == 1
+    last = ran.stderr.strip().splitlines()[-1]
+    assert last == (
+        "interlock_temporal.core.extras.MissingExtra: interlock_temporal.mcp needs the mcp "
+        "extra (temporalio-mcp and the MCP Python SDK): pip install 'interlock-temporal[mcp]' "
+        "(No module named 'mcp')"
+    )
+
+
 OPEN_PG = """
 from interlock_temporal import open_journal
 try:
@@ -202,7 +214,17 @@ def test_an_unknown_extra_is_a_bug_not_a_missing_package() -> None:
     with pytest.raises(ValueError, match="unknown extra 'stirpe'"), needs_extra("stirpe", "x"):
         pass
     assert install_hint("otlp") == "pip install 'interlock-temporal[otlp]'"
-    assert set(EXTRAS) == {"stripe", "postgres", "otlp", "testing", "http", "agents", "langgraph"}
+    assert set(EXTRAS) == {
+        "stripe",
+        "postgres",
+        "otlp",
+        "testing",
+        "http",
+        "agents",
+        "mcp",
+        "pydantic-ai",
+        "langgraph",
+    }
 
 
 def test_the_extras_are_the_ones_pyproject_declares() -> None:

@@ -468,6 +468,46 @@ print(json.dumps({
     "arguments": sorted(tool.params_json_schema["properties"]),
 }))
 """,
+    "mcp": """
+import importlib.metadata, json, sys
+from mcp import Client
+from temporalio.activity import _Definition
+from interlock_temporal.mcp import GatedMCPClient, McpServer, McpTool
+
+server = McpServer("payments", {"refund": McpTool(key=("order_id",), amount="amount_cents")})
+(made,) = server.activities(lambda: Client("http://127.0.0.1:1/mcp"))
+GatedMCPClient(server, context={"order_id": "881"})  # each declared tool through register
+print(json.dumps({
+    "versions": {n: importlib.metadata.version(n) for n in sys.argv[1:]},
+    "tool": _Definition.must_from_callable(made).name,
+    "arguments": list(server.tools["refund"].key),
+}))
+""",
+    "pydantic-ai": """
+import asyncio, importlib.metadata, json, sys
+from pydantic import BaseModel
+from temporalio import activity
+from interlock_temporal import gated
+from interlock_temporal.pydantic_ai import GatedToolset
+
+class Refund(BaseModel):
+    case_id: str
+    amount_cents: int
+
+@activity.defn
+@gated(key=lambda r: {"case": r.case_id})
+async def refund(r: Refund) -> str:
+    return "sent"
+
+toolset = GatedToolset("refunds")
+tool = toolset.add(refund, context={"case_id": "4471"})
+(listed,) = asyncio.run(toolset.get_tools(None)).values()
+print(json.dumps({
+    "versions": {n: importlib.metadata.version(n) for n in sys.argv[1:]},
+    "tool": listed.tool_def.name,
+    "arguments": sorted(listed.tool_def.parameters_json_schema["properties"]),
+}))
+""",
     "langgraph": """
 import importlib.metadata, json, sys
 from pydantic import BaseModel
@@ -495,6 +535,13 @@ print(json.dumps({
 }))
 """,
 }
+#: what each check makes: the tool's name, and the arguments it names
+MADE: dict[str, tuple[str, list[str]]] = {
+    "agents": ("refund", ["amount_cents"]),
+    "mcp": ("interlock.mcp.payments.refund", ["order_id"]),
+    "pydantic-ai": ("refund", ["amount_cents"]),
+    "langgraph": ("refund", ["amount_cents"]),
+}
 
 
 @pytest.mark.faults
@@ -521,4 +568,4 @@ def test_an_agent_extra_installs_at_its_lower_bound(dist: Dist, tmp_path: Path, 
     assert {n: Version(v) for n, v in out["versions"].items()} == {
         n: Version(str(v)) for n, v in lows.items()
     }
-    assert out["tool"] == "refund" and out["arguments"] == ["amount_cents"]
+    assert (out["tool"], out["arguments"]) == MADE[extra]

@@ -91,6 +91,21 @@ PUBLIC = {
         "refusal_text",
         "REFUSALS",
     },
+    "interlock_temporal.mcp": {
+        "META_EFFECT_ID",
+        "GatedMCPClient",
+        "McpServer",
+        "McpTool",
+        "McpToolCall",
+        "contradictions",
+    },
+    "interlock_temporal.pydantic_ai": {
+        "GatedToolset",
+        "run_gated",
+        "refusal_text",
+        "REFUSALS",
+        "DEFERRED",
+    },
     "interlock_temporal.workflow": {
         "act_as",
         "current_principal",

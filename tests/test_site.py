@@ -88,7 +88,7 @@ def test_the_readme_s_extras_table_names_every_extra() -> None:
         "optional-dependencies"
     ]
     readme = (ROOT / "README.md").read_text()
-    named = set(re.findall(r"^\| `\[([a-z]+)\]` \|", readme, re.M))
+    named = set(re.findall(r"^\| `\[([a-z-]+)\]` \|", readme, re.M))
     assert named == set(extras), (
         f"README's extras table: {sorted(named)}, pyproject: {sorted(extras)}"
     )

@@ -21,13 +21,18 @@ from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.worker import Worker
 
 from interlock_temporal import InterlockPlugin, Telemetry
+from interlock_temporal._tools.calls import ToolReply
+from interlock_temporal._tools.spans import EXECUTE_TOOL, OPERATION, OPT_IN_VALUE, OPT_IN_VARIABLE
 from interlock_temporal.core.identity import effect_id
 from interlock_temporal.core.journal import open_journal
 from interlock_temporal.core.policy import Limits, Policy
 from interlock_temporal.testing import DevServer
+from workflows.agent_refund import SERVICES, refund
 
 from . import test_policy_server as policies
 from .server_workflows import ApprovedCall, RunCalls
+from .test_agents import make_case
+from .tool_workflows import ToolCalls, ToolCallsFile
 
 pytestmark = pytest.mark.server
 
@@ -208,3 +213,57 @@ def test_an_untraced_gate_makes_no_span_and_picks_up_a_provider_set_later() -> N
     )
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "ok"
+
+
+async def test_a_tool_calls_span_holds_the_gate_span_that_names_its_effect(
+    dev_server: DevServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A call through the core path that succeeds: its ``execute_tool`` span (made in the
+    workflow) does not carry the effect id, which the workflow cannot know; the gate's
+    ``interlock.effect`` span, which does, is its descendant through Temporal's activity spans,
+    so a trace shows both."""
+    monkeypatch.setenv(OPT_IN_VARIABLE, OPT_IN_VALUE)
+    SPANS.clear()
+    case = make_case(dev_server, tmp_path, 2)
+    client = await Client.connect(
+        dev_server.target,
+        data_converter=pydantic_data_converter,
+        plugins=[
+            OpenTelemetryPlugin(add_temporal_spans=True),
+            InterlockPlugin(case.journal_url, targets={"refund": case.payments}),
+        ],
+    )
+    SERVICES[case.task_queue] = case.payments
+    try:
+        async with Worker(
+            client, task_queue=case.task_queue, workflows=[ToolCalls], activities=[refund]
+        ):
+            (reply,) = await client.execute_workflow(
+                ToolCalls.run,
+                ToolCallsFile(
+                    case_id=case.case_id,
+                    order_id=case.order_id,
+                    lease_id=case.lease_id,
+                    calls=[("call-1", '{"amount_cents": 2000, "reason": "overcharged"}')],
+                ),
+                id=f"tools-{uuid.uuid4().hex[:8]}",
+                task_queue=case.task_queue,
+                result_type=list[ToolReply],
+            )
+        (row,) = [r for r in case.journal.effects() if r.effect_type == "refund"]
+    finally:
+        SERVICES.pop(case.task_queue, None)
+        case.journal.close()
+    assert not reply.refused
+    spans = SPANS.get_finished_spans()
+    by_id = {s.context.span_id: s for s in spans}
+    (tool,) = [s for s in spans if (s.attributes or {}).get(OPERATION) == EXECUTE_TOOL]
+    (gate,) = [s for s in spans if s.name == "interlock.effect refund"]
+    assert "interlock.effect_id" not in (tool.attributes or {})
+    assert (gate.attributes or {})["interlock.effect_id"] == row.effect_id
+    chain, at = [], gate
+    while at.parent is not None and at.parent.span_id in by_id:
+        at = by_id[at.parent.span_id]
+        chain.append(at.name)
+    assert tool.name in chain, chain
+    assert chain.index(tool.name) > chain.index("RunActivity:refund"), chain

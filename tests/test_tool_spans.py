@@ -60,6 +60,8 @@ def plain_provider(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
         return PLAIN.get_tracer(name, version, **options)
 
     monkeypatch.setattr(trace, "get_tracer", get_tracer)
+    # and the process has a provider: the gate makes its own spans only where one is set
+    monkeypatch.setattr(trace, "get_tracer_provider", lambda: PLAIN)
     SPANS.clear()
     yield
 

@@ -24,9 +24,9 @@ import asyncio
 import json
 import logging
 import uuid
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Coroutine, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from temporalio.client import Client, WorkflowExecutionStatus, WorkflowHandle
 from temporalio.service import RPCError
@@ -111,7 +111,7 @@ class Act:
         rows = [r.effect_id for r in self.journal.effects() if r.effect_type == "refund"]
         return rows[0] if rows else None
 
-    def found(self, done: AgentCaseOutcome) -> AgentFound:
+    def found(self, done: Told) -> AgentFound:
         return observe_agent(
             self.payments, self.journal, ORDER, self.effect_id(), done.tool_outputs, self.kills
         )
@@ -176,7 +176,7 @@ async def resolved_by_a_person(act: Act) -> AgentCaseOutcome:
     act.payments.arm("after_commit", "reset")
     async with act.worker(ScriptedModel(SCRIPTS["refund"])) as client:
         handle = await act.start(client)
-        eid = await _review_opened(act, client)
+        eid = await review_opened(act, client)
         resolution = {"decision": "happened", "operator": "carol", "note": "seen in the ledger"}
         say("  the refund is AMBIGUOUS; the agent's tool waits for a person, who runs:")
         say(
@@ -187,7 +187,7 @@ async def resolved_by_a_person(act: Act) -> AgentCaseOutcome:
         return await asyncio.wait_for(handle.result(), 60)  # type: ignore[no-any-return]
 
 
-async def _review_opened(act: Act, client: Client, timeout: float = 60) -> str:
+async def review_opened(act: Act, client: Client, timeout: float = 60) -> str:
     deadline = asyncio.get_running_loop().time() + timeout
     while asyncio.get_running_loop().time() < deadline:
         eid = act.effect_id()
@@ -222,17 +222,33 @@ AGENT_ACTS: list[tuple[str, int, str, Story]] = [
 ]
 
 
-async def agent_acts(
-    client: Client, target: str, workdir: Path, act_type: type[Act] = Act
+class Told(Protocol):
+    """What a story's workflow ends with, whichever framework's agent ran it."""
+
+    final_output: str
+    tool_outputs: list[str]
+
+
+async def agent_acts(client: Client, target: str, workdir: Path) -> list[tuple[str, list[str]]]:
+    """Every story, each checked as it ends: (story, what it did not show of what it must)."""
+    return await tell(AGENT_ACTS, Act, client, target, workdir)
+
+
+async def tell(
+    acts: Sequence[tuple[str, int, str, Callable[[Any], Coroutine[Any, Any, Told]]]],
+    make: Callable[[Client, str, Path, str, int], Act],
+    client: Client,
+    target: str,
+    workdir: Path,
 ) -> list[tuple[str, list[str]]]:
-    """Every story, each checked as it ends: (story, what it did not show of what it must);
-    ``act_type``: the framework's ``Act``."""
+    """Run ``acts`` (name, tier, title, story), each in a world ``make`` builds, and check each
+    as it ends: (story, what it did not show of what it must)."""
     checked = []
     # a lost answer is the story: the worker's warning and traceback for it would only be noise
     logging.getLogger("temporalio.activity").setLevel(logging.ERROR)
-    for name, tier, title, story in AGENT_ACTS:
+    for name, tier, title, story in acts:
         say(f"== {title} ==")
-        act = act_type(client, target, workdir, name, tier)
+        act = make(client, target, workdir, name, tier)
         try:
             done = await story(act)
             found = act.found(done)

@@ -17,6 +17,10 @@ both variants and fails with them.
     python -m workers.demo --stripe        the same crash, refunds on a Stripe fake (real SDK)
     python -m workers.demo --agent=openai  an agent (OpenAI Agents SDK) whose refund tool is gated
                                            (--agent alone: the same)
+    python -m workers.demo --agent=mcp     the refund as an MCP server's tool (temporalio-mcp),
+                                           gated
+    python -m workers.demo --agent=pydantic-ai
+                                           the same with Pydantic AI on Temporal (a GatedToolset)
     python -m workers.demo --agent=langgraph  the same stories told by a LangGraph agent
     STRIPE_API_KEY=sk_test_... python -m workers.demo --stripe-live
                                            the gate against real Stripe test mode
@@ -51,7 +55,7 @@ from interlock_temporal.testing import DevServer
 from workflows.activities import support_activities
 from workflows.support_case import PRINCIPAL, CaseFile, CaseOutcome, SupportCase
 
-from . import agent_demo, langgraph_demo
+from . import agent_demo, langgraph_demo, mcp_demo, pydantic_ai_demo
 from .demo_check import Found, check, observe_world, verdict
 from .scenarios import run_in
 from .server_world import ServerWorld
@@ -420,7 +424,12 @@ async def live(key: str) -> int:
 
 #: the agent frameworks ``--agent`` tells the story with: each module's docstring opens the
 #: story and its ``agent_acts(client, target, workdir)`` runs and checks it
-AGENTS: dict[str, ModuleType] = {"openai": agent_demo, "langgraph": langgraph_demo}
+AGENTS: dict[str, ModuleType] = {
+    "openai": agent_demo,
+    "mcp": mcp_demo,
+    "pydantic-ai": pydantic_ai_demo,
+    "langgraph": langgraph_demo,
+}
 
 
 def parse(argv: list[str] | None = None) -> argparse.Namespace:
@@ -442,8 +451,9 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
         choices=sorted(AGENTS),
         help="an agent (scripted model, offline) whose refund tool is the gated activity: "
         "naive and gated after a SIGKILL, a re-decided amount, a policy denial, a person's "
-        "review. openai (the default): the OpenAI Agents SDK on Temporal; langgraph: LangGraph "
-        "on Temporal (temporalio-langgraph)",
+        "review. openai (the default): the OpenAI Agents SDK on Temporal; mcp: an MCP "
+        "server's refund tool through temporalio-mcp; langgraph: LangGraph on "
+        "Temporal (temporalio-langgraph)",
     )
     which.add_argument(
         "--stripe-live",

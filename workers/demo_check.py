@@ -216,7 +216,7 @@ class AgentExpected:
     kills: int = 0
 
 
-#: every story of ``workers.agent_demo.AGENT_ACTS``
+#: every story of ``workers.agent_demo.AGENT_ACTS`` and ``workers.mcp_demo.MCP_ACTS``
 AGENT_EXPECTED: dict[str, AgentExpected] = {
     # no gate: SIGKILLed after the send, Temporal runs the tool's activity again: $40 in two
     "agent-naive": AgentExpected((REFUND_CENTS, REFUND_CENTS), ("refund_id",), None, kills=1),
@@ -241,7 +241,64 @@ AGENT_EXPECTED: dict[str, AgentExpected] = {
     "agent-t3": AgentExpected(
         (REFUND_CENTS,), ("done: a person attested that it happened",), "RESOLVED"
     ),
+    # --agent=mcp (workers.mcp_demo): the MCP server SIGKILLs its caller after the refund
+    # temporalio-mcp alone: its call-tool activity runs again: $40 in two
+    "mcp-naive": AgentExpected((REFUND_CENTS, REFUND_CENTS), ('"refund_id"',), None, kills=1),
+    # gated, the server dedupes by the _meta effect id: the resend is answered with the first
+    "mcp-t1": AgentExpected(
+        (REFUND_CENTS,), ('"refund_id"',), "COMMITTED", "retry-idempotent", kills=1
+    ),
+    # tier 3, the model re-decides $30: unknown, then refused
+    "mcp-redecide": AgentExpected(
+        (REFUND_CENTS,),
+        ("error: refund outcome unknown", "error: refund refused (conflicting_payload)"),
+        "AMBIGUOUS",
+        kills=1,
+    ),
+    # $50 denied by the policy rule (an isError result), then $20 lands
+    "mcp-policy": AgentExpected(
+        (REFUND_CENTS,),
+        ("error: refund denied by policy (OVER_LIMIT)", '"refund_id"'),
+        "COMMITTED",
+        "dispatch",
+    ),
+    # tier 3: a person resolves the review, the workflow goes on
+    "mcp-t3": AgentExpected(
+        (REFUND_CENTS,), ("done: a person attested that it happened",), "RESOLVED", kills=1
+    ),
 }
+
+
+#: the Pydantic AI agent's stories (``workers.pydantic_ai_demo.PYDANTIC_AI_ACTS``)
+AGENT_EXPECTED.update(
+    {
+        # no gate: SIGKILLed after the send, Temporal runs the toolset's activity again: $40
+        "pai-naive": AgentExpected((REFUND_CENTS, REFUND_CENTS), ("refund_id",), None, kills=1),
+        # SIGKILLed after the send; a fresh worker asks the service and finds it: $20 once
+        "pai-t2": AgentExpected(
+            (REFUND_CENTS,), ('"refund_id":',), "COMMITTED", "recovery-query", kills=1
+        ),
+        # $20 lands; the agent re-decides $30 for the same case: refused, the tool's error
+        "pai-redecide": AgentExpected(
+            (REFUND_CENTS,),
+            ('"refund_id":', "error: refund refused (conflicting_payload)"),
+            "COMMITTED",
+            "dispatch",
+        ),
+        # $50 denied by the policy rule (the agent is told), then $20 lands
+        "pai-policy": AgentExpected(
+            (REFUND_CENTS,),
+            ("error: refund denied by policy (OVER_LIMIT)", '"refund_id":'),
+            "COMMITTED",
+            "dispatch",
+        ),
+        # the answer lost at tier 3: a deferred call; a person resolves the review, the agent
+        # is given the result
+        "pai-t3": AgentExpected(
+            (REFUND_CENTS,), ("done: a person attested that it happened",), "RESOLVED"
+        ),
+    }
+)
 
 
 @dataclass(frozen=True)
@@ -313,11 +370,14 @@ def summary(story: str) -> str:
 # -- make faults: the demo as a newcomer runs it --------------------------------------------
 
 #: the variants of ``make demo``: ``make demo``, ``make demo DEMO_ARGS=--stripe`` and
-#: ``make demo DEMO_ARGS=--agent=openai``
+#: ``make demo DEMO_ARGS=--agent=openai``, ``--agent=mcp``, ``--agent=pydantic-ai`` and
+#: ``--agent=langgraph``
 VARIANTS: tuple[tuple[str, ...], ...] = (
     (),
     ("--stripe",),
     ("--agent=openai",),
+    ("--agent=mcp",),
+    ("--agent=pydantic-ai",),
     ("--agent=langgraph",),
 )
 #: a demo that has not ended by then has hung (it takes well under a minute)

@@ -63,4 +63,4 @@ class GraphAct(agent_demo.Act):
 
 async def agent_acts(client: Client, target: str, workdir: Path) -> list[tuple[str, list[str]]]:
     """Every story, told by the LangGraph agent, each checked as it ends."""
-    return await agent_demo.agent_acts(client, target, workdir, GraphAct)
+    return await agent_demo.tell(agent_demo.AGENT_ACTS, GraphAct, client, target, workdir)

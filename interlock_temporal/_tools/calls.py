@@ -39,12 +39,11 @@ from temporalio.exceptions import ActivityError, ApplicationError
 
 from .._worker.errors import describe_invalid, receipt_from
 from .._worker.gated import GateSpec, spec_of
-from ..core.review_rules import review_id
 from ..core.targets import capabilities
-from ..workflow import awaited_review, execute_effect
+from ..workflow import WAIT_FOR, execute_effect, review_awaited
 from .spans import ToolSpan
 
-__all__ = ["REFUSALS", "Awaiting", "GatedTool", "ToolReply", "refusal_text", "register"]
+__all__ = ["REFUSALS", "GatedTool", "ToolReply", "refusal_text", "register"]
 
 #: the errors a tool call returns to the model as its error text (anything else fails the run):
 #: what the gate or the policy decided, and an effect a person must still decide (when the
@@ -69,34 +68,22 @@ _STATES = {
 }
 
 
-class Awaiting(BaseModel):
-    """The review a refused call waits on: a person must decide (``AmbiguousEffect``,
-    ``ApprovalRequired``) before the call can end otherwise. ``effect_id`` is what the review's
-    resolution names (the effect in doubt, or what an approval binds to)."""
-
-    model_config = ConfigDict(frozen=True)
-
-    kind: Literal["ambiguous", "approval"]
-    effect_id: str
-
-    @property
-    def review_workflow_id(self) -> str:
-        """The ``EffectReview`` workflow a person decides it in."""
-        return review_id(self.kind, self.effect_id)
-
-
 class ToolReply(BaseModel):
     """What a tool call answers the model: ``text`` (the result, or the refusal it reads),
     whether the call was refused (an adapter sets its framework's error flag from it, e.g.
     MCP's ``isError``), and, for a refusal a person must still decide, the review it waits on
-    (an adapter that pauses its framework for the person reads it, e.g. LangGraph's
+    (an adapter defers the call, or pauses its framework for the person: LangGraph's
     ``interrupt()``)."""
 
     model_config = ConfigDict(frozen=True)
 
     text: str
     refused: bool = False
-    awaiting: Awaiting | None = None
+    #: the effect a person must still decide (the call was AMBIGUOUS, or needs an approval, and
+    #: did not wait): an adapter may defer the call (``GatedTool.settle`` waits for the review)
+    awaiting: str | None = None
+    #: the kind of that effect's review (its workflow: ``review_id(awaiting_kind, awaiting)``)
+    awaiting_kind: Literal["ambiguous", "approval"] | None = None
 
 
 def _refusal(error: BaseException) -> tuple[ApplicationError, str | None] | None:
@@ -278,6 +265,31 @@ class GatedTool:
         span = held or ToolSpan.begin(
             self.name, call_id=call_id, tier=self.tier, toolset=self.toolset
         )
+        return await self._run(
+            raw_arguments,
+            span,
+            wait_for_review=self.wait_for_review,
+            hold=call_id if hold else None,
+        )
+
+    async def settle(self, raw_arguments: str | Mapping[str, Any]) -> ToolReply:
+        """The outcome of a call a person had to decide (its reply's ``awaiting``), from
+        workflow code: waits in the workflow for the effect's review, as ``execute_effect``
+        does (never in an activity), then answers as ``call`` does. The same arguments name the
+        same effect, so the gate answers from the journal: the attested result, a resend after
+        ``not_happened``, or the refusal. No span: the call's own span ended when it was
+        deferred, naming the state it was left in (one span per call)."""
+        span = ToolSpan(self.name, None, self.tier, self.toolset, enabled=False)
+        return await self._run(raw_arguments, span, wait_for_review=True)
+
+    async def _run(
+        self,
+        raw_arguments: str | Mapping[str, Any],
+        span: ToolSpan,
+        *,
+        wait_for_review: bool,
+        hold: str | None = None,
+    ) -> ToolReply:
         with span.current():
             try:
                 arg = self._input(raw_arguments)
@@ -292,12 +304,12 @@ class GatedTool:
                 result = await execute_effect(
                     self.activity,
                     arg,
-                    wait_for_review=self.wait_for_review,
+                    wait_for_review=wait_for_review,
                     review_timeout=self.review_timeout,
                     **self.options,
                 )
             except BaseException as err:
-                return self._refused(span, err, call_id if hold else None)
+                return self._refused(span, err, hold)
             span.end("DONE")
             return ToolReply(text=as_output(result))
 
@@ -314,20 +326,18 @@ class GatedTool:
             raise err
         cause, code = refused
         kind = cause.type or ""
-        awaited = awaited_review(cause, receipt)
-        awaiting = (
-            Awaiting(
-                kind="ambiguous" if kind == "AmbiguousEffect" else "approval", effect_id=awaited
-            )
-            if awaited is not None
-            else None
-        )
+        awaiting = review_awaited(cause, receipt) if kind in WAIT_FOR else None
         if hold is not None and awaiting is not None:
             self._held[hold] = span  # ended by the call that goes on after the review
         else:
             span.end(_STATES[kind], effect_id=effect_id, code=code, refused=True, error=kind)
         text = refusal_text(self.name, err)
-        return ToolReply(text=text or kind, refused=True, awaiting=awaiting)
+        awaiting_kind: Literal["ambiguous", "approval"] | None = None
+        if awaiting is not None:
+            awaiting_kind = "ambiguous" if kind == "AmbiguousEffect" else "approval"
+        return ToolReply(
+            text=text or kind, refused=True, awaiting=awaiting, awaiting_kind=awaiting_kind
+        )
 
 
 def register(

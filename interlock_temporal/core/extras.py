@@ -11,6 +11,8 @@ journal, the policy and the CLI. The rest comes with an extra:
     pip install 'interlock-temporal[http]'       interlock_temporal.targets.http
     pip install 'interlock-temporal[agents]'     interlock_temporal.agents (OpenAI Agents SDK)
     pip install 'interlock-temporal[langgraph]'  interlock_temporal.langgraph (LangGraph)
+    pip install 'interlock-temporal[mcp]'        interlock_temporal.mcp (temporalio-mcp)
+    pip install 'interlock-temporal[pydantic-ai]' interlock_temporal.pydantic_ai (Pydantic AI)
     pip install 'interlock-temporal[all]'        all of them
 
 A module that needs one imports its packages inside ``needs_extra``::
@@ -37,6 +39,8 @@ EXTRAS: dict[str, str] = {
     "http": "httpx",
     "agents": "temporalio-openai-agents and the OpenAI Agents SDK",
     "langgraph": "temporalio-langgraph, LangGraph and langchain-core",
+    "mcp": "temporalio-mcp and the MCP Python SDK",
+    "pydantic-ai": "pydantic-ai-slim with its Temporal integration",
 }
 
 
