@@ -230,7 +230,8 @@ class GatedToolNode(ToolNode):
     workflow, each gated tool's call an activity of its own. Add it with
     ``metadata={"execute_in": "workflow"}``. ``LangGraphPlugin`` runs a node's synchronous
     function when it has one (on threads, for ``ToolNode``); this node has only its
-    asynchronous one."""
+    asynchronous one. Every tool in it runs in workflow code: a tool of yours beside the gated
+    ones must be ``async`` and deterministic (or run an activity of its own)."""
 
     def __init__(self, tools: Sequence[BaseTool | Any], **kwargs: Any) -> None:
         super().__init__(tools, **kwargs)
