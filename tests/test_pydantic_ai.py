@@ -332,6 +332,42 @@ async def test_a_call_that_needs_an_approval_is_deferred_until_a_person_approves
     assert receipt(paid2.effect_id(), journal=paid2.journal).final == "COMMITTED"
 
 
+async def test_a_deferred_call_a_person_rejects_sends_nothing_and_the_model_reads_why(
+    paid2: Case,
+) -> None:
+    """The same $50 refund, rejected on its review: nothing is sent, and the deferred call's
+    result is the refusal the model reads (a failed tool return, not a retry). A rejection
+    answers the call a person was asked about, not the effect (no effect was recorded: the
+    policy stopped it before the journal's first entry), so the agent's next call, $20, which
+    the policy lets through without a person, is sent once."""
+    policy = Policy(rules=[over_25_dollars_asks_a_person])
+    async with worker(paid2, policy=policy) as client:
+        handle = await start(paid2, client, script="greedy")
+
+        async def asked() -> bool:
+            return bool(paid2.journal.policy.approvals())
+
+        await until(asked, "the approval the $50 refund waits for")
+        (pending,) = paid2.journal.policy.approvals()
+        review = client.get_workflow_handle(review_id("approval", pending.binding))
+
+        async def open_() -> bool:
+            try:
+                return bool((await review.query("status"))["state"] == "open")
+            except Exception:
+                return False
+
+        await until(open_, "the approval's review")
+        await review.signal("resolve", {"decision": "reject", "operator": "carol"})
+        done = await asyncio.wait_for(handle.result(), 60)
+    assert paid2.refunds() == [2000]  # the $50 was never sent
+    rejected, sent = done.tool_outputs
+    assert rejected.startswith("error: refund refused"), rejected
+    assert "rejected by carol" in rejected
+    assert '"amount_cents":2000' in sent
+    assert done.tool_outcomes == ["failed", "success"]
+
+
 async def test_a_deferred_call_replays_at_every_step_and_from_its_history(paid3: Case) -> None:
     """The deferred path is workflow code: on a worker that caches nothing (each workflow task
     replays the run from its start) the review still reaches the agent, and the finished
