@@ -10,9 +10,7 @@ input); the money is read from the payments service; the effect's record from th
 from __future__ import annotations
 
 import asyncio
-import os
 import socket
-import sys
 import threading
 import uuid
 from collections.abc import AsyncIterator, Iterator
@@ -38,6 +36,7 @@ from workers.agent_story import SCRIPTS, ScriptedModel, agent_worker
 from workflows.agent_case import PRINCIPAL, AgentCase, AgentCaseFile, AgentCaseOutcome
 from workflows.agent_refund import refund
 
+from .agent_docs import refunds_once
 from .doc_snippets import snippet, swap
 from .waiting import until
 
@@ -352,35 +351,7 @@ async def test_the_docs_wiring_runs_as_written(
         "from workers.agent_story import SCRIPTS, ScriptedModel\n"
     )
     (tmp_path / "agent_case.py").write_text(glue + text)
-    journal = open_journal(f"sqlite:///{tmp_path / 'interlock.db'}")
-    payments = SimulatedPayments(tmp_path / "payments.db", tier=2)
-    payments.open_order("o-1", ORDER_PAID_CENTS)
-    lease_id = journal.leases.issue("refund-bot", activities=["refund"], max_amount_cents=5000)
-    env = {"PYTHONPATH": f"{tmp_path}:{ROOT}"}
-    worker = await asyncio.create_subprocess_exec(
-        sys.executable, "agent_case.py", cwd=tmp_path, env={**os.environ, **env}
-    )
-    try:
-        done = await asyncio.wait_for(
-            client.execute_workflow(
-                "AgentCase",
-                {"case_id": "c-1", "order_id": "o-1", "lease_id": lease_id},
-                id=f"docs-agent-{queue}",
-                task_queue=queue,
-            ),
-            60,
-        )
-    finally:
-        worker.terminate()
-        await worker.wait()
-    assert done == "Your refund is on its way."
-    (landed,) = payments.refund_records("o-1")
-    assert landed.amount_cents == 2000
-    (row,) = journal.effects()
-    assert landed.effect_id == row.effect_id
-    shown = receipt(row.effect_id, journal=journal)
-    assert (shown.final, shown.principal) == ("COMMITTED", "refund-bot")
-    journal.close()
+    await refunds_once(client, tmp_path, program="agent_case.py", workflow="AgentCase", queue=queue)
 
 
 def test_the_trap_sees_a_client_that_honours_the_proxy_variables(

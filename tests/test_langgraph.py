@@ -12,8 +12,6 @@ journal.
 from __future__ import annotations
 
 import asyncio
-import os
-import sys
 import uuid
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -24,11 +22,9 @@ import pytest_asyncio
 from temporalio.client import Client, WorkflowExecutionStatus
 
 from interlock_temporal import receipt
-from interlock_temporal.core.journal import open_journal
 from interlock_temporal.core.models import Kind
 from interlock_temporal.policy import Limits, Policy, deny_activity
 from interlock_temporal.review import review_id
-from interlock_temporal.targets.payments import SimulatedPayments
 from interlock_temporal.testing import DevServer, WorkerProcess
 from workers.agent_story import SCRIPTS, Call, Say
 from workers.langgraph_story import ScriptedChatModel, langgraph_worker
@@ -43,6 +39,7 @@ from workflows.langgraph_case import (
     LoopOutcome,
 )
 
+from .agent_docs import refunds_once
 from .doc_snippets import snippet, swap
 from .test_agents import Case, Trap, make_case, offline, review_open
 from .test_tool_spans import SPANS, leaked, opted_in, plain_provider, tool_spans
@@ -384,35 +381,7 @@ async def test_the_docs_graph_runs_as_written(
     worker_text = swap(worker_text, '"localhost:7233"', f'"{dev_server.target}"')
     worker_text = swap(worker_text, 'task_queue="graphs"', f'task_queue="{queue}"')
     (tmp_path / "worker.py").write_text(worker_text)
-    journal = open_journal(f"sqlite:///{tmp_path / 'interlock.db'}")
-    payments = SimulatedPayments(tmp_path / "payments.db", tier=2)
-    payments.open_order("o-1", 10_000)
-    lease_id = journal.leases.issue("refund-bot", activities=["refund"], max_amount_cents=5000)
-    env = {"PYTHONPATH": f"{tmp_path}:{ROOT}"}
-    worker = await asyncio.create_subprocess_exec(
-        sys.executable, "worker.py", cwd=tmp_path, env={**os.environ, **env}
-    )
-    try:
-        done = await asyncio.wait_for(
-            client.execute_workflow(
-                "SupportGraph",
-                {"case_id": "c-1", "order_id": "o-1", "lease_id": lease_id},
-                id=f"docs-graph-{queue}",
-                task_queue=queue,
-            ),
-            60,
-        )
-    finally:
-        worker.terminate()
-        await worker.wait()
-    assert done == "Your refund is on its way."
-    (landed,) = payments.refund_records("o-1")
-    assert landed.amount_cents == 2000
-    (row,) = journal.effects()
-    assert landed.effect_id == row.effect_id
-    shown = receipt(row.effect_id, journal=journal)
-    assert (shown.final, shown.principal) == ("COMMITTED", "refund-bot")
-    journal.close()
+    await refunds_once(client, tmp_path, program="worker.py", workflow="SupportGraph", queue=queue)
 
 
 async def test_a_call_that_needs_approval_pauses_the_graph_until_a_person_approves(

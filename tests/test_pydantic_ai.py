@@ -9,8 +9,6 @@ the money from the payments service; the effect's record from the journal."""
 from __future__ import annotations
 
 import asyncio
-import os
-import sys
 import uuid
 from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
@@ -25,7 +23,6 @@ from temporalio.worker import Replayer
 
 from interlock_temporal import gated, receipt
 from interlock_temporal._tools.spans import OPERATION
-from interlock_temporal.core.journal import open_journal
 from interlock_temporal.core.models import Kind
 from interlock_temporal.policy import CallEvent, Decision, Policy, deny_activity, escalate
 from interlock_temporal.pydantic_ai import GatedToolset
@@ -40,6 +37,7 @@ from workflows.pydantic_ai_case import (
     PydanticAICaseOutcome,
 )
 
+from .agent_docs import refunds_once
 from .doc_snippets import snippet, swap
 from .test_agents import Case, make_case, offline, review_open  # noqa: F401 (a fixture)
 from .test_tool_spans import PLAIN, SPANS, leaked, opted_in, plain_provider, tool_spans  # noqa: F401
@@ -257,35 +255,9 @@ async def test_the_docs_wiring_runs_as_written(
     text = swap(text, '"openai:gpt-5"', 'scripted(SCRIPTS["refund"])')
     glue = "from workflows.pydantic_ai_case import SCRIPTS, scripted\n"
     (tmp_path / "support_agent.py").write_text(glue + text)
-    journal = open_journal(f"sqlite:///{tmp_path / 'interlock.db'}")
-    payments = SimulatedPayments(tmp_path / "payments.db", tier=2)
-    payments.open_order("o-1", 10_000)
-    lease_id = journal.leases.issue("refund-bot", activities=["refund"], max_amount_cents=5000)
-    env = {"PYTHONPATH": f"{tmp_path}:{ROOT}"}
-    worker = await asyncio.create_subprocess_exec(
-        sys.executable, "support_agent.py", cwd=tmp_path, env={**os.environ, **env}
+    await refunds_once(
+        client, tmp_path, program="support_agent.py", workflow="SupportAgent", queue=queue
     )
-    try:
-        done = await asyncio.wait_for(
-            client.execute_workflow(
-                "SupportAgent",
-                {"case_id": "c-1", "order_id": "o-1", "lease_id": lease_id},
-                id=f"docs-pai-{queue}",
-                task_queue=queue,
-            ),
-            60,
-        )
-    finally:
-        worker.terminate()
-        await worker.wait()
-    assert done == "Your refund is on its way."
-    (landed,) = payments.refund_records("o-1")
-    assert landed.amount_cents == 2000
-    (row,) = journal.effects()
-    assert landed.effect_id == row.effect_id
-    shown = receipt(row.effect_id, journal=journal)
-    assert (shown.final, shown.principal) == ("COMMITTED", "refund-bot")
-    journal.close()
 
 
 def over_25_dollars_asks_a_person(event: CallEvent) -> Decision | None:
