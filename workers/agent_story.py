@@ -8,12 +8,9 @@ runs a worker process (it prints ``READY``); the tests start, SIGKILL and restar
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import json
 import os
-import signal
-import socket
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
@@ -49,10 +46,10 @@ from temporalio.worker import Worker
 from interlock_temporal import InterlockPlugin
 from interlock_temporal.policy import Policy
 from interlock_temporal.targets.payments import SimulatedPayments
-from interlock_temporal.testing import kill_at
 from workflows.agent_case import AgentCase
 from workflows.agent_refund import SERVICES, refund, refund_unguarded
 
+from .story_worker import serve, story_parser, story_parts
 from .world import CASE, ORDER
 
 set_tracing_disabled(True)
@@ -207,33 +204,13 @@ async def agent_worker(
         SERVICES.pop(task_queue, None)
 
 
-def parse(argv: list[str] | None = None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(description=__doc__)
-    p.add_argument("--target", required=True, help="Temporal frontend, HOST:PORT")
-    p.add_argument("--task-queue", required=True)
-    p.add_argument("--journal", required=True, help="journal URL: sqlite:///interlock.db")
-    p.add_argument("--payments", type=Path, required=True, help="the simulated service's file")
-    p.add_argument("--tier", type=int, default=2, choices=(1, 2, 3))
-    p.add_argument("--script", choices=sorted(SCRIPTS), default="refund")
-    p.add_argument("--kill-at", action="append", default=[], help="gate point to SIGKILL at")
-    p.add_argument("--kill-marker", type=Path, help="fire --kill-at once across processes")
-    return p.parse_args(argv)
-
-
 async def main(argv: list[str] | None = None) -> None:
-    args = parse(argv)
-    payments = SimulatedPayments(args.payments, tier=args.tier)
-    hook = kill_at(*args.kill_at, marker=args.kill_marker) if args.kill_at else None
+    args = story_parser(__doc__, SCRIPTS).parse_args(argv)
+    payments, hook = story_parts(args)
     model = ScriptedModel(SCRIPTS[args.script])
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
-    async with agent_worker(
-        args.target, args.task_queue, model, args.journal, payments, on_point=hook
-    ):
-        print(f"READY pid={os.getpid()} host={socket.gethostname()}", flush=True)
-        await stop.wait()
+    await serve(
+        agent_worker(args.target, args.task_queue, model, args.journal, payments, on_point=hook)
+    )
 
 
 if __name__ == "__main__":
