@@ -26,7 +26,7 @@ from interlock_temporal.core.models import Kind
 from interlock_temporal.policy import Limits, Policy, deny_activity
 from interlock_temporal.review import review_id
 from interlock_temporal.testing import DevServer, WorkerProcess
-from workers.agent_story import SCRIPTS, Call, Say
+from workers.agent_story import SCRIPTS
 from workers.langgraph_story import ScriptedChatModel, langgraph_worker
 from workers.world import ORDER
 from workflows.agent_case import PRINCIPAL
@@ -38,6 +38,7 @@ from workflows.langgraph_case import (
     LoopCaseFile,
     LoopOutcome,
 )
+from workflows.scripts import Call, Say
 
 from .agent_docs import refunds_once
 from .doc_snippets import snippet, swap

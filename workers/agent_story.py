@@ -48,6 +48,7 @@ from interlock_temporal.policy import Policy
 from interlock_temporal.targets.payments import SimulatedPayments
 from workflows.agent_case import AgentCase
 from workflows.agent_refund import SERVICES, refund, refund_unguarded
+from workflows.scripts import SHARED_SCRIPTS, Call, Say, Step
 
 from .story_worker import serve, story_parser, story_parts
 from .world import CASE, ORDER
@@ -55,30 +56,8 @@ from .world import CASE, ORDER
 set_tracing_disabled(True)
 
 
-@dataclass(frozen=True)
-class Call:
-    """The model calls ``tool`` with these arguments."""
-
-    tool: str
-    arguments: dict[str, Any]
-
-
-@dataclass(frozen=True)
-class Say:
-    """The model's final message."""
-
-    text: str
-
-
-Step = Call | Say
-
-#: the scripts the stories use: the model asks for $20; re-deciding, it asks again for $30;
-#: greedy, it asks for $50 first, then $20
 SCRIPTS: dict[str, tuple[Step, ...]] = {
-    "refund": (
-        Call("refund", {"amount_cents": 2000, "reason": "overcharged"}),
-        Say("Your refund is on its way."),
-    ),
+    **SHARED_SCRIPTS,
     #: the naive baseline's model: the unguarded tool takes the whole request
     "naive": (
         Call(
@@ -93,16 +72,6 @@ SCRIPTS: dict[str, tuple[Step, ...]] = {
             },
         ),
         Say("Your refund is on its way."),
-    ),
-    "redecide": (
-        Call("refund", {"amount_cents": 2000, "reason": "overcharged"}),
-        Call("refund", {"amount_cents": 3000, "reason": "overcharged, and for the trouble"}),
-        Say("I could not refund more; a colleague will follow up."),
-    ),
-    "greedy": (
-        Call("refund", {"amount_cents": 5000, "reason": "overcharged, and for the trouble"}),
-        Call("refund", {"amount_cents": 2000, "reason": "overcharged"}),
-        Say("Your refund of $20 is on its way."),
     ),
 }
 

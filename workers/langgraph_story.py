@@ -28,8 +28,9 @@ from interlock_temporal.policy import Policy
 from interlock_temporal.targets.payments import SimulatedPayments
 from workflows.agent_refund import SERVICES, refund, refund_unguarded
 from workflows.langgraph_case import MODELS, LangGraphCase, LoopCase, graphs
+from workflows.scripts import Call, Say, Step
 
-from .agent_story import SCRIPTS, Call, Say, Step
+from .agent_story import SCRIPTS
 from .story_worker import serve, story_parser, story_parts
 
 

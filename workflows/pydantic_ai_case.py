@@ -15,7 +15,6 @@ Temporal runs the activity again).
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
@@ -43,6 +42,7 @@ with workflow.unsafe.imports_passed_through():
     from interlock_temporal.workflow import act_as
 
     from .agent_refund import SERVICES, refund
+    from .scripts import SHARED_SCRIPTS, Call, Say, Step
 
 #: who refunds: fixed in workflow code, never taken from the input or the model
 PRINCIPAL = "refund-bot"
@@ -54,38 +54,8 @@ INSTRUCTIONS = (
 NAIVE_ORDER = "881"
 
 
-@dataclass(frozen=True)
-class Call:
-    """The model calls ``tool`` with these arguments."""
-
-    tool: str
-    arguments: dict[str, Any]
-
-
-@dataclass(frozen=True)
-class Say:
-    """The model's final message."""
-
-    text: str
-
-
-Step = Call | Say
-
 SCRIPTS: dict[str, tuple[Step, ...]] = {
-    "refund": (
-        Call("refund", {"amount_cents": 2000, "reason": "overcharged"}),
-        Say("Your refund is on its way."),
-    ),
-    "redecide": (
-        Call("refund", {"amount_cents": 2000, "reason": "overcharged"}),
-        Call("refund", {"amount_cents": 3000, "reason": "overcharged, and for the trouble"}),
-        Say("I could not refund more; a colleague will follow up."),
-    ),
-    "greedy": (
-        Call("refund", {"amount_cents": 5000, "reason": "overcharged, and for the trouble"}),
-        Call("refund", {"amount_cents": 2000, "reason": "overcharged"}),
-        Say("Your refund of $20 is on its way."),
-    ),
+    **SHARED_SCRIPTS,
     "naive": (
         Call(
             "refund_unguarded",
