@@ -45,21 +45,32 @@ from .world import CASE, LEASE_MAX_CENTS, ORDER, PAID_CENTS
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def over_25_dollars(event: CallEvent) -> bool:
-    return bool(event.argument("amount_cents", 0) > 2500)
+def amount_cents(event: CallEvent) -> int:
+    """The amount a refund call asks for: its input's ``amount_cents``."""
+    return int(event.argument("amount_cents", 0))
 
 
-#: refunds over $25 are denied (the agent is told which argument, never its value)
-OVER_LIMIT = Policy(
-    rules=[
-        deny_when(
-            over_25_dollars,
-            code="OVER_LIMIT",
-            reason="refunds over $25 need a person",
-            argument="amount_cents",
-        )
-    ]
-)
+def over_limit_policy(amount: Callable[[CallEvent], int] = amount_cents) -> Policy:
+    """Refunds over $25 are denied (the model is told which argument, never its value);
+    ``amount`` reads a call's amount from its input, in the framework's shape."""
+
+    def over_25_dollars(event: CallEvent) -> bool:
+        return amount(event) > 2500
+
+    return Policy(
+        rules=[
+            deny_when(
+                over_25_dollars,
+                code="OVER_LIMIT",
+                reason="refunds over $25 need a person",
+                argument="amount_cents",
+            )
+        ]
+    )
+
+
+#: the agent stories' policy
+OVER_LIMIT = over_limit_policy()
 
 
 def say(text: str = "") -> None:

@@ -31,12 +31,13 @@ from temporalio.client import Client, WorkflowExecutionStatus, WorkflowHandle
 from temporalio.service import RPCError
 
 from interlock_temporal.core.journal import open_journal
-from interlock_temporal.policy import CallEvent, Policy, deny_when
+from interlock_temporal.policy import CallEvent
 from interlock_temporal.review import review_id
 from interlock_temporal.targets.payments import SimulatedPayments
 from interlock_temporal.testing import WorkerProcess, free_port
 from workflows.mcp_case import PRINCIPAL, McpCase, McpCaseFile, McpCaseOutcome, McpStep
 
+from .agent_demo import over_limit_policy, say
 from .demo_check import AgentFound, check_agent, observe_agent
 from .mcp_story import mcp_worker
 from .world import CASE, LEASE_MAX_CENTS, ORDER, PAID_CENTS, REFUND_CENTS
@@ -48,27 +49,14 @@ REDECIDED = McpStep(tool="refund", arguments={"amount_cents": 3000, "reason": "a
 GREEDY = McpStep(tool="refund", arguments={"amount_cents": 5000, "reason": "and the trouble"})
 
 
-def over_25_dollars(event: CallEvent) -> bool:
+def mcp_amount(event: CallEvent) -> int:
     """An MCP call's input is ``McpToolCall``: the model's arguments under ``arguments``."""
     arguments = event.argument("arguments") or {}
-    return bool(arguments.get("amount_cents", 0) > 2500)
+    return int(arguments.get("amount_cents", 0))
 
 
 #: refunds over $25 are denied (the model is told which argument, never its value)
-OVER_LIMIT = Policy(
-    rules=[
-        deny_when(
-            over_25_dollars,
-            code="OVER_LIMIT",
-            reason="refunds over $25 need a person",
-            argument="amount_cents",
-        )
-    ]
-)
-
-
-def say(text: str = "") -> None:
-    print(text, flush=True)
+OVER_LIMIT = over_limit_policy(mcp_amount)
 
 
 def told(result: dict[str, Any]) -> str:
