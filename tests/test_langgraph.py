@@ -364,7 +364,7 @@ async def test_the_docs_graph_runs_as_written(
     test's own, and the scripted chat model in place of OpenAI's (shown the tool's schema the
     workflow put in the state: a call of a tool it was not shown would fail)."""
     (tmp_path / "refunds.py").write_text(snippet("README.md#bf636f2c37e6"))
-    graph_text = snippet("docs/agents.md#ad1f1c9f39e8")
+    graph_text = snippet("docs/agents.md#7eaa9c4f4f60")
     graph_text = swap(
         graph_text,
         "from langchain_openai import ChatOpenAI",
