@@ -18,6 +18,7 @@ from .core.deprecated import install_moved_modules
 from .core.exports import lender
 
 if TYPE_CHECKING:
+    from ._worker.coverage import no_effects
     from ._worker.errors import (
         AmbiguousEffect,
         ApprovalRequired,
@@ -62,6 +63,7 @@ __all__ = [
     "Telemetry",
     "current_effect",
     "gated",
+    "no_effects",
     "open_journal",
     "receipt",
     "report_cost",
@@ -86,6 +88,7 @@ __getattr__ = lender(
         **dict.fromkeys(
             ("EffectContext", "current_effect", "gated", "report_cost"), "._worker.gated"
         ),
+        "no_effects": "._worker.coverage",
         "InterlockInterceptor": "._worker.interceptor",
         "InterlockPlugin": "._worker.plugin",
         "run_worker": "._worker.running",

@@ -36,7 +36,8 @@ from ..core.journal_identity import identity_with_journal
 from ..core.operators import roster_of
 from ..core.policy import Policy
 from ..core.policy.file import PolicySource, check_activities, check_arguments
-from .gated import argument_names, spec_of
+from .coverage import classify
+from .gated import GateSpec, argument_names, spec_of
 from .journal_check import QueueJournalCheck
 from .runtime import WorkerSetupError
 
@@ -182,21 +183,27 @@ def install(config: Any, interceptor: Installable) -> None:
     not its first activity), the interceptor, and the review and reconciler activities."""
     runtime = interceptor.runtime
     arguments: dict[str, frozenset[str] | None] = {}
+    user: list[tuple[str, Callable[..., Any]]] = []
+    bound: dict[str, GateSpec] = {}
     for fn in config.get("activities") or []:
         # _Definition is private to the SDK: the Worker reads an activity's registered name
         # through it, and no public API gives it (see the note in workflow.py)
         name = _Definition.must_from_callable(fn).name or ""
         arguments[name] = argument_names(fn)
+        user.append((name, fn))
         spec = spec_of(fn)
         if spec is not None:
-            runtime.runs(name, spec)
+            bound[name] = runtime.runs(name, spec)
     # a rule naming an argument no activity has is a typo: refuse it now (and on reload); a
     # rule naming no activity of this worker is warned of (or refused, if the file says so)
     policy = runtime.source.policy
+    # what escapes the gate (the start line, `interlock doctor`): again with each policy loaded
+    runtime.coverage = classify(user, bound, None)
 
     def check(p: Policy) -> None:
         check_arguments(p, arguments)
         check_activities(p, arguments)
+        runtime.coverage = classify(user, bound, p)
 
     if isinstance(policy, PolicySource):
         policy.on_load(check)
@@ -286,4 +293,5 @@ def worker_options(
     config["workflows"] = [*(config.get("workflows") or []), *WORKFLOWS]
     config["workflow_runner"] = runner(config.get("workflow_runner") or SandboxedWorkflowRunner())
     interceptor.runtime.source.announce()
+    log.info("%s", interceptor.runtime.coverage.line())
     return config

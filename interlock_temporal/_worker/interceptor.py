@@ -645,3 +645,12 @@ class _WorkflowOutbound(temporalio.worker.WorkflowOutboundInterceptor):
         )
         input.headers = self._sign(input.headers, binding)
         super().continue_as_new(input)
+
+
+def runtime_of(worker: temporalio.worker.Worker) -> WorkerRuntime | None:
+    """The runtime of the gate installed on ``worker`` (by ``InterlockPlugin`` or
+    ``worker_options``), or None when it runs no gate."""
+    for interceptor in worker.config(active_config=True).get("interceptors") or []:
+        if isinstance(interceptor, InterlockInterceptor):
+            return interceptor.runtime
+    return None

@@ -131,7 +131,7 @@ class QueueJournalCheck:
         keys = [p.key for p in listed.activity_task_queue_partitions if p.key]
         return keys or [self.task_queue]
 
-    async def _identities(self) -> list[str]:
+    async def poller_identities(self) -> list[str]:
         """The identities of the task queue's activity pollers, from every partition: a
         ``DescribeTaskQueue`` describes one partition, and a worker's pollers may all sit on
         others (a second worker's, while the first one's hold the root)."""
@@ -151,7 +151,7 @@ class QueueJournalCheck:
     async def check(self) -> None:
         """Ask the server once; on failure keep the last answer (see the module's docstring)."""
         try:
-            identities = await self._identities()
+            identities = await self.poller_identities()
         except Exception as err:
             if not self._failing:
                 self._failing = True

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 from temporalio import activity
 
 from ..core.authority import AuthorityKeys
+from ..core.coverage import WorkerCoverage
 from ..core.errors import JournalConfigError
 from ..core.journal import Journal, KeyLike, keyring_for, open_journal, parse_journal_url
 from ..core.journal.interface import database_of, redacted
@@ -253,6 +254,9 @@ class WorkerRuntime:
         self.review_rules = review_rules or ReviewRules()
         #: the names of the gate's own activities (``install``): the policy does not decide them
         self.own_activities: frozenset[str] = frozenset()
+        #: the user's activities, gated, policed only or neither (``install``, again at each
+        #: policy reload); the worker's start line and ``interlock doctor`` say it
+        self.coverage = WorkerCoverage()
         #: where reviews run (None: the task queue of the activity that opens one)
         self.review_task_queue = review_task_queue
         #: who is told when a review opens, nears its deadline, expires, escalates, ends

@@ -11,7 +11,7 @@ from collections.abc import Sequence
 
 from ..core.errors import InterlockError, JournalConfigError, JournalCorrupt, JournalUnavailable
 from ..core.extras import DISTRIBUTION
-from . import circuit, effects, journal, leases, operators, reconcile, report, reviews
+from . import circuit, doctor, effects, journal, leases, operators, reconcile, report, reviews
 from ._args import Parser, journal_options
 from ._shared import (
     EPILOG,
@@ -26,7 +26,7 @@ from ._shared import (
 )
 
 #: the nouns, in the order ``interlock --help`` lists them
-NOUNS = (journal, effects, leases, report, circuit, reviews, operators, reconcile)
+NOUNS = (journal, effects, leases, report, circuit, reviews, operators, reconcile, doctor)
 
 
 def version() -> str:

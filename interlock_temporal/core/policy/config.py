@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import fnmatch
 import hashlib
 import logging
 from collections.abc import Iterable, Sequence
@@ -14,6 +15,8 @@ from .rules import Rule, rule_name
 log = logging.getLogger("interlock_temporal.policy")
 
 Mode = Literal["enforce", "monitor"]
+#: the glob that matches every activity: a rule or limit under it names none of them in particular
+CATCH_ALL = "*"
 
 
 class Policy:
@@ -51,6 +54,28 @@ class Policy:
         #: ``file.check_activities``)
         self.unknown_activities = unknown_activities
         self.epoch = epoch or self._epoch()
+
+    def naming(self, activity: str) -> list[str]:
+        """What in this policy names ``activity`` (for the worker's start line and ``interlock
+        doctor``): each rule whose ``activities`` (a declarative rule's ``activity``, a
+        ``deny_activity``'s names, or an ``activities`` attribute any rule may carry) match it,
+        and each ``limits.costs`` and ``limits.hitl_activities`` glob that does.
+
+        Every activity passes the policy, so the question is which ones somebody thought
+        about: a glob that is the catch-all ``*`` names none, and a Python rule that declares
+        no ``activities`` cannot be read (its body decides), so neither counts here."""
+
+        def named(globs: Iterable[str]) -> list[str]:
+            return [g for g in globs if g != CATCH_ALL and fnmatch.fnmatchcase(activity, g)]
+
+        found = [
+            f"rule {rule_name(rule)}"
+            for rule in (*self.rules, *self.result_rules)
+            if named(getattr(rule, "activities", ()))
+        ]
+        found += [f"limits.costs[{g!r}]" for g in named(self.limits.costs)]
+        found += [f"limits.hitl_activities[{g!r}]" for g in named(self.limits.hitl_activities)]
+        return found
 
     def _epoch(self) -> str:
         # a setting added later is left out while unset, so an upgrade keeps a policy's epoch

@@ -233,6 +233,11 @@ class FileRule:
     def __name__(self) -> str:  # rule_name() and logs read it
         return self.spec.id
 
+    @property
+    def activities(self) -> tuple[str, ...]:
+        """The activities the rule is for (a glob), as ``Policy.naming`` reads them."""
+        return (self.spec.activity,)
+
     def __call__(self, event: CallEvent) -> Decision | None:
         spec = self.spec
         if not fnmatch.fnmatchcase(event.activity, spec.activity):

@@ -55,6 +55,8 @@ def deny_activity(*names: str, code: str = "ACTIVITY_DENIED", reason: str = "") 
         return None
 
     rule.__name__ = f"deny_activity({', '.join(names)})"
+    # what the rule names, for the worker's start line and `interlock doctor` (Policy.naming)
+    rule.activities = names  # type: ignore[attr-defined]
     return rule
 
 
