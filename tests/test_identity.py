@@ -24,6 +24,8 @@ from interlock_temporal.core.identity import (
     canonical_json,
     digest,
     effect_id,
+    equal_meaning,
+    jsonable,
     unstable_part,
 )
 
@@ -214,11 +216,24 @@ def test_canonical_json_equals_rfc8785(data: object) -> None:
 def test_an_effect_id_from_the_keys_canonical_bytes_is_the_same(
     effect_type: str, key: object
 ) -> None:
+    """``key_json`` is the key's canonical JSON as ``equal_meaning`` spells it (what the gate
+    passes: ``Named.key``); the raw spelling of a string NFC changes (U+F900 is U+8C48) names
+    the effect of another key, so it is no stand-in."""
     try:
-        key_json = canonical_json(key)
+        key_json = canonical_json(equal_meaning(key, jsonable(key, "key"), "key"))
     except UnserializableInput:
         return
     assert effect_id(effect_type, key, key_json=key_json) == effect_id(effect_type, key)
+
+
+def test_a_key_nfc_respells_names_one_effect_and_its_raw_bytes_another() -> None:
+    """What hypothesis found at full counts: the raw canonical bytes of a key that NFC
+    respells are not its spelled bytes, and only the spelled ones name its effect."""
+    key = "\uf900"  # a CJK compatibility ideograph; NFC: U+8C48
+    assert effect_id("0", key) == effect_id("0", "\u8c48")
+    spelled = canonical_json(equal_meaning(key, jsonable(key, "key"), "key"))
+    assert effect_id("0", key, key_json=spelled) == effect_id("0", key)
+    assert effect_id("0", key, key_json=canonical_json(key)) != effect_id("0", key)
 
 
 @pytest.mark.parametrize(
