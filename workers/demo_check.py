@@ -431,11 +431,15 @@ def run_demos(variants: Sequence[Sequence[str]] = VARIANTS) -> list[DemoRun]:
 
 def demo_section(runs: Sequence[DemoRun]) -> list[str]:
     """The fault table's note on the demo runs."""
+    typed = [
+        "`make demo" + (f" DEMO_ARGS={' '.join(run.args)}" if run.args else "") + "`"
+        for run in runs
+    ]
+    named = ", ".join(typed[:-1]) + f" and {typed[-1]}" if len(typed) > 1 else "".join(typed)
     lines = [
         "## make demo",
         "",
-        "`make demo`, `make demo DEMO_ARGS=--stripe` and `make demo DEMO_ARGS=--agent=openai`, run "
-        "as a newcomer types them (each "
+        f"{named}, run as a newcomer types them (each "
         "starts its own dev server): every story is checked against the money the payments "
         "service holds on its order (the count and amount of the refunds that landed), how "
         "its workflow ended and what the journal recorded (`workers/demo_check.py`); a story "

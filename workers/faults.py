@@ -3,8 +3,9 @@ real worker processes and real SIGKILLs, and beside it the same rows without the
 baselines). Prints the table, writes ``docs/fault-table.md``, and exits non-zero if any cell
 contradicts the expected outcome: a gated cell the table's, a baseline the harm written down
 for it in ``Scenario.baselines`` (a baseline that must show harm and comes out clean fails).
-Last, ``make demo`` and ``make demo DEMO_ARGS=--stripe`` as a newcomer types them: either
-exiting non-zero (a story that did not show the money it must, ``demo_check``) fails the run.
+Last, every variant of ``make demo`` (``demo_check.VARIANTS``: the simulated service, the Stripe
+fake, each agent framework) as a newcomer types it: one exiting non-zero (a story that did not
+show the money it must, ``demo_check``) fails the run.
 
     python -m workers.faults [--jobs 3] [--rows 2,3] [--tiers 1,2,3] [--out docs/fault-table.md]
                              [--no-demo]
