@@ -22,7 +22,6 @@ import pytest
 import pytest_asyncio
 from temporalio import activity
 from temporalio.client import Client, WorkflowExecutionStatus
-from temporalio.service import RPCError
 
 from interlock_temporal import gated, receipt
 from interlock_temporal.agents import effect_as_tool
@@ -38,7 +37,7 @@ from workflows.agent_refund import refund
 
 from .agent_docs import refunds_once
 from .doc_snippets import snippet, swap
-from .waiting import until
+from .waiting import review_open, until
 
 pytestmark = pytest.mark.server
 
@@ -185,14 +184,6 @@ async def test_the_agent_refunds_once_through_the_gate(tier2: Case, offline: Tra
     assert f'"refund_id":"{landed.refund_id}"' in told
     assert model.seen[-1] == [told]  # the model was given the refund's result
     assert done.final_output == "Your refund is on its way."
-
-
-async def review_open(client: Client, eid: str) -> bool:
-    try:
-        handle = client.get_workflow_handle(review_id("ambiguous", eid))
-        return (await handle.describe()).status == WorkflowExecutionStatus.RUNNING
-    except RPCError:
-        return False
 
 
 async def test_a_re_decided_amount_after_an_error_is_refused_and_the_agent_is_told(

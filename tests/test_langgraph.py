@@ -42,9 +42,9 @@ from workflows.scripts import Call, Say
 
 from .agent_docs import refunds_once
 from .doc_snippets import snippet, swap
-from .test_agents import Case, Trap, make_case, offline, review_open
+from .test_agents import Case, Trap, make_case, offline
 from .test_tool_spans import SPANS, leaked, opted_in, plain_provider, tool_spans
-from .waiting import until
+from .waiting import review_open, until
 
 pytestmark = pytest.mark.server
 

@@ -28,7 +28,6 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from temporalio.client import Client, WorkflowExecutionStatus
-from temporalio.service import RPCError
 
 from interlock_temporal import receipt
 from interlock_temporal._tools.spans import (
@@ -51,7 +50,7 @@ from workers.mcp_story import mcp_worker
 from workflows.mcp_case import PRINCIPAL, McpCase, McpCaseFile, McpCaseOutcome, McpStep
 
 from .doc_snippets import snippet, swap
-from .waiting import until
+from .waiting import review_open, until
 
 pytestmark = pytest.mark.server
 
@@ -309,14 +308,6 @@ async def test_a_server_that_cannot_be_reached_is_not_sent_and_the_retry_lands_o
     (answer,) = done.results
     assert answer.get("isError") is not True
     story.journal.close()
-
-
-async def review_open(client: Client, eid: str) -> bool:
-    try:
-        handle = client.get_workflow_handle(review_id("ambiguous", eid))
-        return (await handle.describe()).status == WorkflowExecutionStatus.RUNNING
-    except RPCError:
-        return False
 
 
 async def test_an_ambiguous_call_opens_a_review_whose_decision_reaches_the_workflow(

@@ -39,9 +39,9 @@ from workflows.pydantic_ai_case import (
 
 from .agent_docs import refunds_once
 from .doc_snippets import snippet, swap
-from .test_agents import Case, make_case, offline, review_open  # noqa: F401 (a fixture)
+from .test_agents import Case, make_case, offline  # noqa: F401 (a fixture)
 from .test_tool_spans import PLAIN, SPANS, leaked, opted_in, plain_provider, tool_spans  # noqa: F401
-from .waiting import until
+from .waiting import review_open, until
 
 pytestmark = [pytest.mark.server, pytest.mark.usefixtures("offline")]
 

@@ -8,6 +8,11 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from temporalio.client import Client, WorkflowExecutionStatus
+from temporalio.service import RPCError
+
+from interlock_temporal.core.review import review_id
+
 
 async def until(
     check: Callable[[], Any],
@@ -30,3 +35,12 @@ async def until(
             more = "" if detail is None else f":\n{detail()}"
             raise TimeoutError(f"{what} not reached within {timeout:g} s{more}")
         await asyncio.sleep(0.1)
+
+
+async def review_open(client: Client, effect_id: str) -> bool:
+    """Whether the review of the effect in doubt runs (a check for ``until``)."""
+    try:
+        handle = client.get_workflow_handle(review_id("ambiguous", effect_id))
+        return (await handle.describe()).status == WorkflowExecutionStatus.RUNNING
+    except RPCError:
+        return False
