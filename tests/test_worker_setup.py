@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import signal
 import subprocess
 import sys
 import uuid
@@ -436,8 +437,15 @@ async def test_a_refusal_logs_no_traceback_and_ambiguous_logs_one_line_with_its_
 
 #: the SDK's own crash at interpreter exit, now and then, when its Rust runtime's threads outlive
 #: the interpreter (temporalio/sdk-python#300): a process that died of it did not finish its
-#: exit, so it tells nothing about what that exit prints; such a run is made again
+#: exit, so it tells nothing about what that exit prints; such a run is made again. It shows as
+#: an abort naming the GIL, or (seen once in CI, stderr empty) as a segmentation fault.
 KNOWN_ABORT = "Fatal Python error: PyGILState_Release"
+
+
+def died_of_the_sdk_exit_crash(done: subprocess.CompletedProcess[str]) -> bool:
+    """True if a worker that printed STOPPED was killed on its way out by the SDK's exit crash."""
+    aborted = done.returncode == -signal.SIGABRT and KNOWN_ABORT in done.stderr
+    return aborted or done.returncode == -signal.SIGSEGV
 
 
 def run_exit_worker(dev_server: DevServer, tmp_path: Path, *flags: str) -> str:
@@ -461,7 +469,7 @@ def run_exit_worker(dev_server: DevServer, tmp_path: Path, *flags: str) -> str:
         assert "STOPPED" in done.stdout, done.stderr
         if done.returncode == 0:
             return done.stderr
-        assert done.returncode == -6 and KNOWN_ABORT in done.stderr, done.stderr
+        assert died_of_the_sdk_exit_crash(done), (done.returncode, done.stderr)
     raise AssertionError("the worker process never exited all the way")
 
 
