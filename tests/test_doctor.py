@@ -9,12 +9,20 @@ from __future__ import annotations
 import logging
 import re
 import uuid
+import warnings
 from pathlib import Path
 from typing import Any
 
 import pytest
 from pydantic import BaseModel
+from pydantic_ai import Agent
+from pydantic_ai.durable_exec.temporal import TemporalAgent
+from pydantic_ai.models.test import TestModel
+from temporalio import activity
+from temporalio.activity import _Definition
+from temporalio.mcp import MCPPlugin
 
+from interlock_temporal._worker.coverage import classify
 from interlock_temporal.cli.doctor import DoctorReport, JournalHealth, PolicySummary, Poller
 from interlock_temporal.core import open_journal
 from interlock_temporal.core.coverage import ActivityCoverage
@@ -93,6 +101,52 @@ async def test_the_start_line_counts_each_class_and_names_the_ungated_activity(
     ), line
     # the gate's own activities (review desk, reconciler, notifier) are not the user's
     assert "record_decision" not in line and "reconcile" not in line
+
+
+def _named(functions: list[Any]) -> list[tuple[str, Any]]:
+    return [(_Definition.must_from_callable(fn).name or "", fn) for fn in functions]
+
+
+def test_agent_integrations_model_calls_and_listings_are_policed_their_tool_calls_not() -> None:
+    """The activities Pydantic AI's and temporalio-mcp's integrations register, built for real:
+    a model request or a listing sends nothing a person gates (policed, saying by whom), a tool
+    call is what sends (neither, until it is gated); Pydantic AI's event-stream activity counts
+    only without a handler; a function of the user's with the integration's name does not."""
+
+    def lookup_order(order_id: str) -> str:
+        return order_id
+
+    async def handler(ctx: Any, events: Any) -> None:
+        async for _ in events:
+            pass
+
+    with warnings.catch_warnings():  # TemporalAgent: the older wrapper, the same activities
+        warnings.simplefilter("ignore")
+        plain = TemporalAgent(Agent(TestModel(), name="plain", tools=[lookup_order]))
+        handled = TemporalAgent(Agent(TestModel(), name="handled"), event_stream_handler=handler)
+    mcp = MCPPlugin({"files": lambda: None})  # the factory is called only when a call runs
+
+    async def request_activity() -> None:  # the integration's function name, the user's code
+        return None
+
+    functions = [
+        *plain.temporal_activities,
+        *handled.temporal_activities,
+        *mcp.activities,
+        activity.defn(name="request_activity")(request_activity),
+    ]
+    found = {a.name: a for a in classify(_named(functions), {}, None).activities}
+    assert found["agent__plain__model_request"].coverage == "policed"
+    assert found["agent__plain__model_request"].integration == "Pydantic AI's model call"
+    assert found["agent__plain__event_stream_handler"].coverage == "policed"
+    assert found["agent__handled__event_stream_handler"].coverage == "neither"
+    tool_calls = [n for n in found if n.endswith("call_tool") or n.endswith("call-tool")]
+    assert tool_calls and all(found[n].coverage == "neither" for n in tool_calls), tool_calls
+    assert (
+        found["temporalio.mcp.files.list-tools"].integration == "temporalio-mcp's listing or read"
+    )
+    assert found["request_activity"].coverage == "neither"
+    assert {a.integration for a in found.values() if a.coverage == "neither"} == {None}
 
 
 # -- interlock doctor --worker ---------------------------------------------------------------

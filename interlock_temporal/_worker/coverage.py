@@ -12,7 +12,9 @@ The three classes, for each activity the user registered on the worker:
 - **policed**: not gated, and either the worker's policy names it (``Policy.naming``: a rule
   whose ``activity`` glob, or a ``deny_activity`` name, matches it, or a ``limits.costs`` or
   ``limits.hitl_activities`` glob does; the catch-all ``*`` names nothing), or it is declared
-  to have no side effects with ``no_effects(activity)``;
+  to have no side effects with ``no_effects(activity)``, or it is one of the activities a
+  Temporal agent integration registers to ask a model or to list a server's tools
+  (``INTEGRATION_READS``);
 - **neither**: the rest: an activity that may have side effects nobody guards.
 
 The gate's own activities (the review desk's, the reconciler's, the notifier's) are not the
@@ -24,6 +26,7 @@ send something is believed, and a Python rule that decides on an activity withou
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any, TypeVar
 
@@ -52,6 +55,80 @@ def declared_no_effects(fn: object) -> bool:
     return getattr(fn, NO_EFFECTS_ATTR, False) is True
 
 
+#: the functions Temporal's agent integrations register as activities that ask a model, or read
+#: a server's listings, and send nothing a person would gate: by module, their function names.
+#: Known by where the function was defined (its ``__module__``), not by the activity's name,
+#: which anyone can choose. Their tool-call activities are not here: a tool is what sends.
+INTEGRATION_READS: Mapping[str, tuple[str, frozenset[str]]] = {
+    "temporalio.openai_agents._invoke_model_activity": (
+        "the OpenAI Agents integration's model call",
+        frozenset({"invoke_model_activity", "invoke_model_activity_streaming"}),
+    ),
+    "temporalio.openai_agents._mcp": (
+        "the OpenAI Agents integration's MCP listing",
+        frozenset({"list_tools", "list_prompts", "get_prompt", "get_prompt_deprecated"}),
+    ),
+    "temporalio.mcp._activities": (
+        "temporalio-mcp's listing or read",
+        frozenset(
+            {
+                "list_tools",
+                "list_prompts",
+                "get_prompt",
+                "list_resources",
+                "list_resource_templates",
+                "read_resource",
+            }
+        ),
+    ),
+    "pydantic_ai.durable_exec.temporal._model": (
+        "Pydantic AI's model call",
+        frozenset(
+            {"request_activity", "request_stream_activity", "cancel_suspended_response_activity"}
+        ),
+    ),
+    "pydantic_ai.durable_exec.temporal._function_toolset": (
+        "Pydantic AI's tool listing",
+        frozenset({"get_tools_activity"}),
+    ),
+    "pydantic_ai.durable_exec.temporal._dynamic_toolset": (
+        "Pydantic AI's tool listing",
+        frozenset({"get_tools_activity"}),
+    ),
+    "pydantic_ai.durable_exec.temporal._mcp_toolset": (
+        "Pydantic AI's MCP listing",
+        frozenset({"get_tools_activity", "get_instructions_activity"}),
+    ),
+}
+
+
+def integration_read(fn: Callable[..., Any]) -> str | None:
+    """What ``fn`` is if a Temporal agent integration registered it to ask a model or read a
+    listing (``INTEGRATION_READS``); else None. Pydantic AI's event-stream activity counts only
+    when its agent has no handler (then it never runs user code); with one, it runs the user's
+    handler, which may send anything."""
+    fn = inspect.unwrap(getattr(fn, "__func__", fn))
+    module, name = getattr(fn, "__module__", None), getattr(fn, "__name__", None)
+    if module == "pydantic_ai.durable_exec.temporal._agent" and (
+        name == "event_stream_handler_activity"
+    ):
+        owners = [c.cell_contents for c in fn.__closure__ or () if _filled(c)]
+        handled = [o for o in owners if hasattr(o, "event_stream_handler")]
+        if handled and all(o.event_stream_handler is None for o in handled):
+            return "Pydantic AI's event stream (no handler set)"
+        return None
+    known = INTEGRATION_READS.get(module or "")
+    return known[0] if known is not None and name in known[1] else None
+
+
+def _filled(cell: Any) -> bool:
+    try:
+        cell.cell_contents  # noqa: B018
+    except ValueError:  # an empty cell
+        return False
+    return True
+
+
 def classify(
     activities: Iterable[tuple[str, Callable[..., Any]]],
     specs: Mapping[str, GateSpec],
@@ -75,12 +152,14 @@ def classify(
             continue
         named = policy.naming(name) if policy is not None else []
         quiet = declared_no_effects(fn)
+        reads = integration_read(fn)
         found.append(
             ActivityCoverage(
                 name=name,
-                coverage="policed" if named or quiet else "neither",
+                coverage="policed" if named or quiet or reads else "neither",
                 named_by=named,
                 no_effects=quiet,
+                integration=reads,
             )
         )
     return WorkerCoverage(activities=sorted(found, key=lambda a: a.name))

@@ -31,6 +31,7 @@ from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner
 from .._reviews.notifying import NotifyDesk
 from .._reviews.reconciler import ReconcileActivity, Reconciler
 from .._reviews.workflow import EffectReview
+from ..core.coverage import START_LINE
 from ..core.journal import Journal, redacted
 from ..core.journal_identity import identity_with_journal
 from ..core.operators import roster_of
@@ -293,5 +294,6 @@ def worker_options(
     config["workflows"] = [*(config.get("workflows") or []), *WORKFLOWS]
     config["workflow_runner"] = runner(config.get("workflow_runner") or SandboxedWorkflowRunner())
     interceptor.runtime.source.announce()
-    log.info("%s", interceptor.runtime.coverage.line())
+    coverage = interceptor.runtime.coverage
+    log.log(coverage.level, "%s", coverage.line(), extra=START_LINE)
     return config

@@ -16,6 +16,7 @@ from temporalio.plugin import SimplePlugin
 
 from .._reviews.notifying import review_settings
 from .._reviews.reconciler import Reconciler, ReconcileRequest
+from ..core.coverage import START_LINE
 from ..core.journal import KeyLike
 from ..core.policy import Policy
 from ..core.policy.file import PolicySource
@@ -172,7 +173,8 @@ class InterlockPlugin(SimplePlugin):
         runtime = self._runtime(worker)
         check = None if runtime is None else runtime.queue_check
         if runtime is not None:  # what escapes the gate, in one line (coverage.py)
-            log.info("%s", runtime.coverage.line())
+            coverage = runtime.coverage
+            log.log(coverage.level, "%s", coverage.line(), extra=START_LINE)
         try:
             if check is not None:  # one task queue, one journal: before the worker polls
                 await check.start()

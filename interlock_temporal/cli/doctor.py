@@ -125,7 +125,8 @@ class _Collect(logging.Handler):
         self.lines: list[str] = []
 
     def emit(self, record: logging.LogRecord) -> None:
-        self.lines.append(record.getMessage())
+        if not getattr(record, "interlock_coverage", False):  # the start line: reported apart
+            self.lines.append(record.getMessage())
 
 
 @contextmanager

@@ -5,12 +5,17 @@ it without loading the SDK before it needs to."""
 
 from __future__ import annotations
 
+import logging
 from collections import Counter
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
 Coverage = Literal["gated", "policed", "neither"]
+
+#: the ``extra`` the start line is logged with, so a reader of the log (``interlock doctor``, which
+#: reports the same facts itself) can tell it apart from a warning about something else
+START_LINE = {"interlock_coverage": True}
 
 
 class ActivityCoverage(BaseModel):
@@ -30,6 +35,9 @@ class ActivityCoverage(BaseModel):
     named_by: list[str] = Field(default_factory=list)
     #: declared with ``no_effects``
     no_effects: bool = False
+    #: registered by a Temporal agent integration to ask a model or read a listing (what it is:
+    #: ``Pydantic AI's model call``); None otherwise
+    integration: str | None = None
 
 
 class WorkerCoverage(BaseModel):
@@ -58,6 +66,12 @@ class WorkerCoverage(BaseModel):
     def tiers(self) -> dict[int, int]:
         """How many gated activities are at each tier, by tier."""
         return dict(sorted(Counter(a.tier for a in self.activities if a.tier is not None).items()))
+
+    @property
+    def level(self) -> int:
+        """The start line's logging level: WARNING when an activity is neither (a guard is
+        missing and nobody said so), else INFO."""
+        return logging.WARNING if self.neither else logging.INFO
 
     def line(self) -> str:
         """The start line: ``2 gated (tier 1: 1, tier 2: 1), 1 policed only, 1 neither
