@@ -93,6 +93,23 @@ class DevServer:
         return None if self.ui_port is None else f"http://127.0.0.1:{self.ui_port}"
 
     async def start(self, timeout: float = 30.0) -> DevServer:
+        """Start the server and wait until a client can connect. A port taken between choosing
+        it and the server binding it (another process on the machine chose it too) is chosen
+        again, up to three times; any other exit at start raises with what the server said."""
+        said = ""
+        for _ in range(3):
+            outcome = await self._start(timeout)
+            if outcome is None:
+                return self
+            said = outcome
+            if "address already in use" not in said:
+                break
+            self.port, self.ui_port = free_port(), None if self.ui_port is None else free_port()
+        raise RuntimeError(f"the Temporal dev server exited at start: {said.strip()[-2000:]}")
+
+    async def _start(self, timeout: float) -> str | None:
+        """One start: None once a client connects, else what the server wrote before it
+        exited."""
         args = [
             temporal_cli(),
             "server",
@@ -112,24 +129,26 @@ class DevServer:
             args += ["--headless"]
         else:
             args += ["--ui-port", str(self.ui_port)]
-        self.process = await asyncio.create_subprocess_exec(
-            *args,
-            stdout=asyncio.subprocess.DEVNULL,
-            stderr=asyncio.subprocess.DEVNULL,
-            start_new_session=True,
-        )
-        deadline = asyncio.get_running_loop().time() + timeout
-        while True:
-            # the port opens before the frontend is healthy: wait until a client can connect
-            try:
-                await Client.connect(self.target)
-                return self
-            except Exception:
-                if self.process.returncode is not None:
-                    raise RuntimeError("the Temporal dev server exited at start") from None
-                if asyncio.get_running_loop().time() > deadline:
-                    raise TimeoutError("the Temporal dev server did not start") from None
-                await asyncio.sleep(0.1)
+        with tempfile.TemporaryFile() as errors:
+            self.process = await asyncio.create_subprocess_exec(
+                *args,
+                stdout=asyncio.subprocess.DEVNULL,
+                stderr=errors,
+                start_new_session=True,
+            )
+            deadline = asyncio.get_running_loop().time() + timeout
+            while True:
+                # the port opens before the frontend is healthy: wait until a client can connect
+                try:
+                    await Client.connect(self.target)
+                    return None
+                except Exception:
+                    if self.process.returncode is not None:
+                        errors.seek(0)
+                        return errors.read().decode(errors="replace")
+                    if asyncio.get_running_loop().time() > deadline:
+                        raise TimeoutError("the Temporal dev server did not start") from None
+                    await asyncio.sleep(0.1)
 
     async def stop(self) -> None:
         if self.process is not None and self.process.returncode is None:
