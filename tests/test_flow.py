@@ -26,6 +26,7 @@ from interlock_temporal.core.policy.flow import (
     sink_matches,
 )
 
+from .doc_snippets import load, snippet
 from .test_policy_store import new_store  # noqa: F401 (a fixture)
 from .test_protocol import KEY
 
@@ -274,3 +275,8 @@ def test_a_store_that_cannot_be_read_refuses_the_call(tmp_path: Path) -> None:
             _accounts(CallEvent("send_email", (), session="s")),
         )
     journal.close()
+
+
+def test_the_policy_page_s_flow_example_runs(tmp_path: Path) -> None:
+    example = load(snippet("docs/policies.md#40345506bd2c"), tmp_path / "flow_rule.py")
+    assert example.policy.flow_rules == (example.no_fetched_refund_destination,)
