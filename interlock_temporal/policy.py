@@ -35,6 +35,7 @@ if TYPE_CHECKING:
         modify,
     )
     from .core.policy.file import PolicyError, load_policy, parse_policy
+    from .core.policy.flow import flow_matches
 
 __all__ = [
     "CallEvent",
@@ -49,6 +50,7 @@ __all__ = [
     "deny_activity",
     "deny_when",
     "escalate",
+    "flow_matches",
     "load_policy",
     "modify",
     "parse_policy",
@@ -77,5 +79,6 @@ __getattr__ = lender(
             ".core.policy",
         ),
         **dict.fromkeys(("PolicyError", "load_policy", "parse_policy"), ".core.policy.file"),
+        "flow_matches": ".core.policy.flow",
     },
 )

@@ -251,7 +251,7 @@ async def test_a_journal_the_previous_release_wrote_opens_verifies_and_recovers(
     shutil.copyfile(release.TARGET, path)
     before = json.loads(release.READ.read_text())
     with open_journal(f"sqlite:///{path}", signing_key=release.KEY, create=False) as journal:
-        assert journal.schema_version() == SCHEMA_VERSION == 11
+        assert journal.schema_version() == SCHEMA_VERSION == 12
         report = journal.verify()
         assert report.ok, report
         # the upgrade to schema 10 signed each lease as it stood: one entry, one chain each

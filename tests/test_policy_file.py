@@ -44,7 +44,7 @@ from interlock_temporal.core.policy.file import (
 #: what a misspelled ``mode`` at the top of a file reads
 TOP_KEYS = (
     "unknown key (did you mean 'mode'?); the keys there are policy_id, mode, limits, "
-    "cost_field, secret_arguments, unknown_activities, rules"
+    "cost_field, secret_arguments, unknown_activities, flow_scope, rules"
 )
 
 GOOD = """\

@@ -55,6 +55,7 @@ PUBLIC = {
         "escalate",
         "deny_activity",
         "deny_when",
+        "flow_matches",
         "load_policy",
         "parse_policy",
         "PolicyError",

@@ -363,7 +363,15 @@ class _ActivityInbound(temporalio.worker.ActivityInboundInterceptor):
         step = await self._begin(gate, call, target, info)
         traced.began(call, step)
         if isinstance(step, Done) and not sent_in_begin(call, step):
-            return step.result  # done before: replayed from the journal, or resolved by a person
+            # done before: replayed from the journal, or resolved by a person. Its flow marks
+            # are recorded again for this caller (an attempt that sent it may have failed to)
+            guard = gate.policy
+            if guard is not None:
+                with as_temporal_errors():
+                    guard.remember(
+                        self._result_event(call, info, step.effect_id, call.args), step.result
+                    )
+            return step.result
         if isinstance(step, Done):  # tier 0: begin sent and committed it, in one transaction
             args, result = call.args, step.result
         else:
@@ -461,6 +469,7 @@ class _ActivityInbound(temporalio.worker.ActivityInboundInterceptor):
             attempt=info.attempt,
             workflow_id=info.workflow_id,
             param_names=parameter_names(input.fn),
+            run_id=info.workflow_run_id,
         )
         digest = input_digest(event.args)
         accounts = Accounts.of(event, f"{info.workflow_run_id}/{info.activity_id}")
@@ -493,7 +502,16 @@ class _ActivityInbound(temporalio.worker.ActivityInboundInterceptor):
         guard = gate.policy
         if guard is None:
             return result
-        event = CallEvent(
+        event = self._result_event(call, info, effect_id, args)
+        self._record_cost(guard, Accounts.of(event, f"effect:{effect_id}"), spent, result)
+        return self._after_result(guard, event, result, return_type)
+
+    @staticmethod
+    def _result_event(
+        call: Call, info: temporalio.activity.Info, effect_id: str, args: Sequence[Any]
+    ) -> CallEvent:
+        """The call a gated activity's result answers, as the result rules see it."""
+        return CallEvent(
             activity=call.activity,
             args=tuple(args),
             principal=call.principal,
@@ -502,9 +520,8 @@ class _ActivityInbound(temporalio.worker.ActivityInboundInterceptor):
             attempt=info.attempt,
             workflow_id=info.workflow_id,
             effect_id=effect_id,
+            run_id=info.workflow_run_id,
         )
-        self._record_cost(guard, Accounts.of(event, f"effect:{effect_id}"), spent, result)
-        return self._after_result(guard, event, result, return_type)
 
     @staticmethod
     def _record_cost(
@@ -526,19 +543,22 @@ class _ActivityInbound(temporalio.worker.ActivityInboundInterceptor):
         ``return_type``, as a call's rewrite is into the body's parameter types; unchecked
         where it is unknown: no annotation, or ``Any``), or ``InterlockDenied`` (a deny, or a
         rewrite the activity does not return, naming the rule). The effect, if any, is
-        already committed: a denial withholds its result, never undoes it."""
-        if not guard.policy.result_rules:
-            return result
-        decision = guard.check_result(
-            dataclasses.replace(event, phase="result", result=result),
-            result_check=result_check(return_type),
-        )
-        if decision.verdict is Verdict.DENY:
-            raise InterlockDenied(
-                Denied(decision.code, decision.reason, decision.policy_id, decision.argument)
+        already committed: a denial withholds its result, never undoes it. What the caller
+        receives is then recorded as flow marks (``PolicyGuard.remember``; a denied result is
+        not: nobody sees it); a store that cannot record them withholds the result too."""
+        if guard.policy.result_rules:
+            decision = guard.check_result(
+                dataclasses.replace(event, phase="result", result=result),
+                result_check=result_check(return_type),
             )
-        if decision.verdict is Verdict.MODIFY and decision.args:
-            return decision.args[0]
+            if decision.verdict is Verdict.DENY:
+                raise InterlockDenied(
+                    Denied(decision.code, decision.reason, decision.policy_id, decision.argument)
+                )
+            if decision.verdict is Verdict.MODIFY and decision.args:
+                result = decision.args[0]
+        with as_temporal_errors():
+            guard.remember(event, result)
         return result
 
     # -- a person in the loop ----------------------------------------------------------------

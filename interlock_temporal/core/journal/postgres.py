@@ -237,6 +237,17 @@ _MIGRATIONS: list[str] = [
     ALTER TABLE policy_admissions ADD COLUMN seal TEXT;
     ALTER TABLE policy_approvals ADD COLUMN seal TEXT;
     """,
+    # 12: flow marks (as in the embedded journal)
+    """
+    CREATE TABLE IF NOT EXISTS flow_marks (
+        scope TEXT NOT NULL,
+        fp    TEXT NOT NULL,
+        label TEXT NOT NULL,
+        ts    DOUBLE PRECISION NOT NULL,
+        PRIMARY KEY (scope, fp, label)
+    );
+    CREATE INDEX IF NOT EXISTS flow_marks_age ON flow_marks (scope, ts);
+    """,
 ]
 assert len(_MIGRATIONS) == SCHEMA_VERSION
 
@@ -395,6 +406,7 @@ def _store_sql(entries: int) -> str:
 class PostgresJournal(SqlJournal):
     GREATEST = "GREATEST"
     FOR_UPDATE = " FOR UPDATE"
+    JSON_TEXTS = "jsonb_array_elements_text(?::jsonb) AS {0}(value)"
     MIGRATIONS = _MIGRATIONS
     PIPELINES = True
     _pool: ConnectionPool[Any]

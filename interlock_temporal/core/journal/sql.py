@@ -134,6 +134,9 @@ class SqlJournal(Journal):
     #: the suffix that locks the rows a transaction read (none where the transaction holds
     #: the whole database, as SQLite's ``BEGIN IMMEDIATE`` does)
     FOR_UPDATE = ""
+    #: the texts of a JSON array given as one parameter, as a table ``{0}`` of one column
+    #: ``value`` (formatted with the table's name)
+    JSON_TEXTS = "json_each(?) AS {0}"
     #: the schema's migrations in the backend's dialect: the n-th brings schema n to n + 1
     MIGRATIONS: ClassVar[Sequence[str]] = ()
     #: whether appends pipeline their statements (``_write_appends``)
@@ -143,6 +146,7 @@ class SqlJournal(Journal):
         #: the dialect's words, as ``SqlAccess`` gives them to the stores
         self.for_update = self.FOR_UPDATE
         self.greatest = self.GREATEST
+        self.json_texts = self.JSON_TEXTS
         #: the thread that writes ``append_async``'s batches, and each event loop's queue
         self._writer: ThreadPoolExecutor | None = None
         self._writer_lock = threading.Lock()

@@ -39,6 +39,13 @@ class SqlAccess(Protocol):
         """The two-argument maximum."""
         ...
 
+    @property
+    def json_texts(self) -> str:
+        """The texts of a JSON array given as one parameter, as a table of one column
+        ``value``, named by formatting it (``json_texts.format("f")``): one statement and one
+        parameter, however many values."""
+        ...
+
     def reading(self, fn: Callable[[Any], T]) -> T:
         """Run ``fn(connection)`` for reads."""
         ...

@@ -17,10 +17,12 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import json
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import Any
 
+from ..derived_keys import DerivedKeys
 from ..errors import JournalConfigError, RowCorrupt
 from ..models import Draft, Entry, Kind
 from ..policy import (
@@ -59,6 +61,8 @@ def _usd(value: float | None) -> str | None:
 
 #: an admission's columns after its execution, in the order its seal covers them
 _ADMISSION = "session, principal, namespace, estimate_usd, actual_usd, ts, seal"
+#: the label of the key flow fingerprints are made with (``flow_key``)
+FLOW_LABEL = b"interlock-flow-fingerprint-v1"
 #: a fresh session's document
 _FRESH = dump_session(SessionState()).decode()
 
@@ -560,6 +564,89 @@ class SqlPolicy(PolicyStore):
                 "UPDATE policy_approvals SET seal = ? WHERE binding = ?",
                 (self.seals.seal("policy_approvals", binding, doc), binding),
             )
+
+    # -- flow marks -----------------------------------------------------------------------------
+
+    @functools.cached_property
+    def flow_key(self) -> bytes:
+        """The fingerprints' key: HKDF of the journal's signing key under its own label, so it
+        fingerprints nothing else and a fingerprint is worthless without the keyring. A rotated
+        journal key makes a new one: the marks made under the old key are no longer found (the
+        flow rules forget what was fetched before the rotation)."""
+        signing = DerivedKeys.of(self._access.keyring, FLOW_LABEL, "flow").signing
+        if signing is None:
+            raise JournalConfigError("flow provenance needs the journal's signing key")
+        return signing.secret
+
+    def flow_marks(self, scope: str, fingerprints: Collection[str]) -> dict[str, frozenset[str]]:
+        """The marks of ``scope`` among ``fingerprints``: one statement through the primary key,
+        the fingerprints as one JSON parameter."""
+        if not fingerprints:
+            return {}
+        access = self._access
+        rows = access.reading(
+            lambda db: access.execute(
+                db,
+                "SELECT fp, label FROM flow_marks WHERE scope = ? AND fp IN "
+                f"(SELECT f.value FROM {access.json_texts.format('f')})",
+                (scope, json.dumps(sorted(fingerprints))),
+            ).fetchall()
+        )
+        found: dict[str, set[str]] = {}
+        for fp, label in rows:
+            found.setdefault(str(fp), set()).add(str(label))
+        return {fp: frozenset(labels) for fp, labels in found.items()}
+
+    def mark_flow(
+        self,
+        scope: str,
+        fingerprints: Sequence[str],
+        labels: Sequence[str],
+        *,
+        now: float,
+        cap: int,
+    ) -> int:
+        """Unsealed, unlike the policy's other rows, because of whom a seal would stop: a mark
+        only ever adds an origin, so a forged one can only make a flow rule refuse, and a mark
+        deleted (which no seal shows) makes it allow what it would have refused. Whoever can
+        write the database can do the second whatever is sealed: provenance trusts the
+        database's writers, as the journal's readers trust its disk. Cost: one upsert of every
+        mark (fingerprints x labels, as two JSON parameters), a count through the scope's
+        index and at most one delete."""
+        if not fingerprints or not labels:
+            return 0
+        access = self._access
+
+        def run(db: Any) -> int:
+            texts = access.json_texts
+            access.execute(
+                db,
+                "INSERT INTO flow_marks (scope, fp, label, ts) "
+                f"SELECT ?, f.value, l.value, ? FROM {texts.format('f')}, {texts.format('l')} "
+                "WHERE true ON CONFLICT (scope, fp, label) DO UPDATE SET ts = excluded.ts",
+                (
+                    scope,
+                    now,
+                    json.dumps(list(dict.fromkeys(fingerprints))),
+                    json.dumps(list(dict.fromkeys(labels))),
+                ),
+            )
+            (count,) = access.execute(
+                db, "SELECT COUNT(*) FROM flow_marks WHERE scope = ?", (scope,)
+            ).fetchone()
+            excess = int(count) - cap
+            if excess <= 0:
+                return 0
+            access.execute(
+                db,
+                "DELETE FROM flow_marks WHERE scope = ? AND (fp, label) IN ("
+                "SELECT fp, label FROM flow_marks WHERE scope = ? "
+                "ORDER BY ts, fp, label LIMIT ?)",
+                (scope, scope, excess),
+            )
+            return excess
+
+        return access.writing(run)
 
     def events(self, since: float | None = None) -> list[Entry]:
         rows = self._access.reading(

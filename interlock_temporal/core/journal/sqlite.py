@@ -209,6 +209,20 @@ _MIGRATIONS: list[str] = [
     ALTER TABLE policy_admissions ADD COLUMN seal TEXT;
     ALTER TABLE policy_approvals ADD COLUMN seal TEXT;
     """,
+    # 12: flow marks (``core.policy.flow``): the keyed fingerprints of fragments of what
+    # policed and gated activities returned, with their origin labels, per scope (a session or
+    # a workflow run); never text. Unsealed: a forged mark can only make the policy refuse
+    # (``SqlPolicy.mark_flow``). The oldest of a scope are evicted first, through its index
+    """
+    CREATE TABLE IF NOT EXISTS flow_marks (
+        scope TEXT NOT NULL,
+        fp    TEXT NOT NULL,
+        label TEXT NOT NULL,
+        ts    REAL NOT NULL,
+        PRIMARY KEY (scope, fp, label)
+    ) WITHOUT ROWID;
+    CREATE INDEX IF NOT EXISTS flow_marks_age ON flow_marks (scope, ts);
+    """,
 ]
 assert len(_MIGRATIONS) == SCHEMA_VERSION
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 import hashlib
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from ..identity import UnserializableInput, canonical_json, jsonable
@@ -32,6 +32,12 @@ class CallEvent:
     result: Any = None
     #: the activity's parameter names, when known
     param_names: tuple[str, ...] = ()
+    #: where the text of each argument came from (argument path -> origin labels such as
+    #: ``activity:fetch_page``), found in the policy store's flow marks (``flow``); empty
+    #: unless the policy has a flow rule for this activity
+    origins: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    #: the workflow run the call belongs to (a ``flow_scope: run`` policy's scope)
+    run_id: str | None = None
 
     @property
     def input(self) -> Any:

@@ -15,6 +15,8 @@ from .rules import Rule, rule_name
 log = logging.getLogger("interlock_temporal.policy")
 
 Mode = Literal["enforce", "monitor"]
+#: where a policy keeps the flow marks of a call's results: its session, or its workflow run
+FlowScope = Literal["session", "run"]
 #: the glob that matches every activity: a rule or limit under it names none of them in particular
 CATCH_ALL = "*"
 
@@ -40,6 +42,7 @@ class Policy:
         secret_arguments: Iterable[str] = (),
         epoch: str | None = None,
         unknown_activities: Literal["warn", "refuse"] = "warn",
+        flow_scope: FlowScope = "session",
     ) -> None:
         self.limits = limits or Limits()
         self.rules = tuple(rules)
@@ -53,6 +56,15 @@ class Policy:
         #: a policy file's rule that names no activity of the worker: warned, or refused (see
         #: ``file.check_activities``)
         self.unknown_activities = unknown_activities
+        if flow_scope not in ("session", "run"):
+            raise ValueError("Policy: flow_scope is 'session' or 'run'")
+        #: where flow marks are kept and looked up (``flow``): the call's session (its workflow
+        #: id unless ``act_as`` names one), or its workflow run
+        self.flow_scope: FlowScope = flow_scope
+        #: the rules that read ``CallEvent.origins``: a declarative ``flow`` condition, or a
+        #: Python rule that says which origins it looks for (``flow_sources``). While there is
+        #: none, no result is fingerprinted and no call looked up.
+        self.flow_rules = tuple(r for r in self.rules if getattr(r, "flow_sources", ()))
         self.epoch = epoch or self._epoch()
 
     def naming(self, activity: str) -> list[str]:
@@ -77,6 +89,14 @@ class Policy:
         found += [f"limits.hitl_activities[{g!r}]" for g in named(self.limits.hitl_activities)]
         return found
 
+    def looks_up_flow(self, activity: str) -> bool:
+        """Whether a flow rule may fire on ``activity`` (its ``activities``, default all), so
+        its call's arguments are looked up in the flow marks first."""
+        return any(
+            any(fnmatch.fnmatchcase(activity, g) for g in getattr(r, "activities", (CATCH_ALL,)))
+            for r in self.flow_rules
+        )
+
     def _epoch(self) -> str:
         # a setting added later is left out while unset, so an upgrade keeps a policy's epoch
         # (and the approvals granted under it)
@@ -90,6 +110,8 @@ class Policy:
             "cost_field": self.cost_field,
             "secret_arguments": sorted(self.secret_arguments),
         }
+        if self.flow_scope != "session":
+            doc["flow_scope"] = self.flow_scope
         return hashlib.sha256(canonical_json(doc)).hexdigest()[:16]
 
 

@@ -51,13 +51,14 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from ..errors import InterlockError
 from ..identity import UnserializableInput, canonical_json
 from .breaker import Limits
 from .call import CallEvent
-from .config import Policy
+from .config import FlowScope, Policy
+from .flow import flow_matches
 from .verdicts import Decision, Verdict
 
 log = logging.getLogger("interlock_temporal.policy")
@@ -153,6 +154,29 @@ _OPS: dict[str, Callable[[Any, Any], bool]] = {
 }
 
 
+class FlowCondition(BaseModel):
+    """``when: {flow: {source: ..., sink: ...}}``: an origin matching ``source`` on an argument
+    under ``sink`` (each a glob or a list of them), as ``flow.flow_matches`` decides."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    source: str | list[str]
+    sink: str | list[str]
+
+    @field_validator("source", "sink")
+    @classmethod
+    def _not_empty(cls, value: str | list[str]) -> str | list[str]:
+        if not value or (isinstance(value, list) and not all(value)):
+            raise ValueError("give a glob, or a list of globs, none of them empty")
+        return value
+
+
+#: the key of ``when`` that is the flow condition, not an argument's name
+FLOW_KEY = "flow"
+#: where ``RuleSpec`` keeps ``when.flow`` (an error there is reported at ``when.flow``)
+_FLOW_FIELD = "when_flow"
+
+
 class RuleSpec(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -160,11 +184,24 @@ class RuleSpec(BaseModel):
     activity: str = "*"
     principals: list[str] | None = None
     when: dict[str, Condition] = Field(default_factory=dict)
+    #: ``when.flow``, taken out of ``when`` (whose other keys name arguments)
+    when_flow: FlowCondition | None = None
     verdict: Literal["block", "escalate", "allow"]
     code: str | None = None
     reason: str = ""
     #: the argument a block names (default: the first condition's)
     argument: str | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _flow_out_of_when(cls, data: Any) -> Any:
+        if isinstance(data, Mapping) and _FLOW_FIELD in data:
+            raise ValueError(f"{_FLOW_FIELD}: unknown key; the flow condition is when.flow")
+        when = data.get("when") if isinstance(data, Mapping) else None
+        if isinstance(when, Mapping) and FLOW_KEY in when:
+            rest = {k: v for k, v in when.items() if k != FLOW_KEY}
+            return {**data, "when": rest, _FLOW_FIELD: when[FLOW_KEY]}
+        return data
 
     @field_validator("when", mode="before")
     @classmethod
@@ -186,6 +223,9 @@ class PolicyDoc(BaseModel):
     #: warning in its log (``warn``, the default: one file may serve workers with different
     #: activities), or the worker refuses the file (``refuse``)
     unknown_activities: Literal["warn", "refuse"] = "warn"
+    #: where the flow marks of results are kept and looked up: the call's session (its
+    #: workflow id unless ``act_as`` names one) or its workflow run
+    flow_scope: FlowScope = "session"
     rules: list[RuleSpec] = Field(default_factory=list)
 
 
@@ -198,6 +238,10 @@ def _suggestion(given: str, known: Iterable[str]) -> str:
 def _unknown_key(loc: Sequence[Any]) -> str:
     """What an unknown key at ``loc`` is, the keys there are, and the closest of them."""
     path = tuple(loc)
+    if len(path) == 5 and path[0] == "rules" and path[2:4] == ("when", FLOW_KEY):
+        known_flow = FlowCondition.model_fields
+        hint = _suggestion(str(path[4]), known_flow)
+        return f"unknown key{hint}; the keys of a flow condition are {', '.join(known_flow)}"
     if len(path) == 5 and path[0] == "rules" and path[2] == "when":
         op = str(path[4])
         near = _OPERATOR_SPELLINGS.get(op.lower())
@@ -207,7 +251,10 @@ def _unknown_key(loc: Sequence[Any]) -> str:
     if len(path) == 1:
         known = PolicyDoc.model_fields
     elif len(path) == 3 and path[0] == "rules":
-        known = RuleSpec.model_fields
+        known = [k for k in RuleSpec.model_fields if k != _FLOW_FIELD]
+        if path[-1] == FLOW_KEY:
+            where = "a flow condition goes under when: when.flow"
+            return f"unknown key ({where}); the keys there are {', '.join(known)}"
     elif len(path) == 2 and path[0] == "limits":
         known = Limits.model_fields
     else:
@@ -238,6 +285,15 @@ class FileRule:
         """The activities the rule is for (a glob), as ``Policy.naming`` reads them."""
         return (self.spec.activity,)
 
+    @property
+    def flow_sources(self) -> tuple[str, ...]:
+        """The origins its flow condition looks for (none: it has none): ``Policy`` records
+        results and looks calls up only while some rule has them."""
+        flow = self.spec.when_flow
+        if flow is None:
+            return ()
+        return (flow.source,) if isinstance(flow.source, str) else tuple(flow.source)
+
     def __call__(self, event: CallEvent) -> Decision | None:
         spec = self.spec
         if not fnmatch.fnmatchcase(event.activity, spec.activity):
@@ -251,14 +307,20 @@ class FileRule:
             value = event.argument(name, missing)
             if not condition.holds(None if value is missing else value, value is missing):
                 return None
+        reason, argument = spec.reason, spec.argument or next(iter(spec.when), None)
+        if spec.when_flow is not None:
+            found = flow_matches(event, spec.when_flow.source, spec.when_flow.sink)
+            if found is None:
+                return None
+            argument = spec.argument or found[0]
+            reason = reason or f"text from {found[1]} reached {found[0]}"
         if spec.verdict == "allow":
             return None
-        argument = spec.argument or next(iter(spec.when), None)
         if spec.verdict == "block":
             code = spec.code or "POLICY_BLOCK"
-            return Decision(Verdict.DENY, code, spec.reason, policy_id=spec.id, argument=argument)
+            return Decision(Verdict.DENY, code, reason, policy_id=spec.id, argument=argument)
         code = spec.code or "POLICY_ESCALATE"
-        return Decision(Verdict.ESCALATE, code, spec.reason, policy_id=spec.id, argument=argument)
+        return Decision(Verdict.ESCALATE, code, reason, policy_id=spec.id, argument=argument)
 
 
 # -- loading with line numbers ------------------------------------------------------------------
@@ -396,6 +458,8 @@ def parse_policy(text: str, source: str = "<policy>") -> Policy:
         problems = []
         for e in err.errors(include_url=False, include_input=False, include_context=False):
             loc = list(e["loc"])
+            if len(loc) >= 3 and loc[0] == "rules" and loc[2] == _FLOW_FIELD:
+                loc[2:3] = ["when", FLOW_KEY]  # where the file wrote it
             line = _line_of(loc, lines)
             where = f"{source}:{line}" if line else source
             what = _unknown_key(loc) if e["type"] == "extra_forbidden" else e["msg"]
@@ -428,6 +492,7 @@ def parse_policy(text: str, source: str = "<policy>") -> Policy:
         secret_arguments=doc.secret_arguments,
         epoch=epoch,
         unknown_activities=doc.unknown_activities,
+        flow_scope=doc.flow_scope,
     )
 
 

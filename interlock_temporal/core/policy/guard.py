@@ -9,8 +9,10 @@ read, the approval that covers the call, what to write and journal). In monitor 
 from __future__ import annotations
 
 import dataclasses
+import logging
 import random
 import time
+import types
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -20,10 +22,13 @@ from .approvals import Approval, call_binding
 from .breaker import CallFacts, admit, decide, has_error_signal
 from .call import CallEvent, cost_in, input_digest, redact
 from .config import Policy, PolicyFollower
+from .flow import MAX_PER_SCOPE, candidates, fingerprint, fragments, labels_of, origins_for
 from .rules import evaluate_rules
 from .state import PolicyState
 from .store import Accounts, Evaluation, PolicyStore
 from .verdicts import Decision, Reason, Verdict
+
+log = logging.getLogger("interlock_temporal.policy")
 
 
 def shown(event: CallEvent, secret: frozenset[str]) -> Any:
@@ -292,6 +297,7 @@ class PolicyGuard:
         """The policy's decision on a call about to run (or an effect about to be sent). One
         decision uses one policy from start to end, even if the file changes meanwhile."""
         policy = self.policy
+        event = self.with_origins(event, policy)
         ruled, rewritten = evaluate_rules(policy.rules, event)
         facts = self.facts(event, digest=digest, policy=policy)
         if ruled.verdict is Verdict.ESCALATE:
@@ -305,6 +311,61 @@ class PolicyGuard:
         if self.on_decision is not None:
             self.on_decision(decision, event.activity)
         return decision
+
+    # -- flow provenance (``flow``) -------------------------------------------------------------
+
+    @staticmethod
+    def flow_scope(event: CallEvent, policy: Policy) -> str:
+        """Where ``event``'s flow marks are kept: ``run:<run id>`` under ``flow_scope: run``
+        (the session's when the run is unknown), else ``session:<session>`` (as ``Accounts``
+        names it: the workflow id unless ``act_as`` names one)."""
+        if policy.flow_scope == "run" and event.run_id:
+            return f"run:{event.run_id}"
+        return f"session:{event.session or event.workflow_id or '-'}"
+
+    def with_origins(self, event: CallEvent, policy: Policy | None = None) -> CallEvent:
+        """``event`` with ``origins``: its argument strings looked up in its scope's flow
+        marks, when a flow rule of ``policy`` may fire on it (else ``event`` as it is, at no
+        cost). A store that cannot be read raises: the call is refused, never let through
+        unlabelled."""
+        policy = policy or self.policy
+        if not policy.looks_up_flow(event.activity):
+            return event
+        found = candidates(self.store.flow_key, event)
+        marks = self.store.flow_marks(self.flow_scope(event, policy), found)
+        origins = types.MappingProxyType(origins_for(found, marks))
+        return dataclasses.replace(event, origins=origins)
+
+    def remember(self, event: CallEvent, result: Any) -> int:
+        """Record what ``event``'s activity returned (``result``, as its caller receives it) as
+        flow marks of its scope, under ``activity:<name>`` and ``principal:<id>``, when the
+        policy has a flow rule; returns the number of fragments recorded. The oldest marks of
+        the scope beyond ``MAX_PER_SCOPE`` are evicted, and the eviction is logged: a tool that
+        floods the store pushes out what it fetched before."""
+        policy = self.policy
+        if not policy.flow_rules:
+            return 0
+        found = fragments(result)
+        if not found:
+            return 0
+        key = self.store.flow_key
+        scope = self.flow_scope(event, policy)
+        evicted = self.store.mark_flow(
+            scope,
+            [fingerprint(key, f) for f in found],
+            labels_of(event.activity, event.principal),
+            now=self.clock(),
+            cap=MAX_PER_SCOPE,
+        )
+        if evicted:
+            log.warning(
+                "flow marks of %s: %d oldest evicted (at most %d kept), after a result of %s",
+                scope,
+                evicted,
+                MAX_PER_SCOPE,
+                event.activity,
+            )
+        return len(found)
 
     def shown(self, event: CallEvent, policy: Policy | None = None) -> Any:
         """The call's input as a person deciding sees it: secrets masked."""

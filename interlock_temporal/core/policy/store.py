@@ -5,7 +5,7 @@ processes share one view."""
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -142,3 +142,30 @@ class PolicyStore(ABC):
     def events(self, since: float | None = None) -> list[Any]:
         """The signed policy entries (denials, escalations, observed verdicts, resets), in
         journal order."""
+
+    # -- flow marks (``flow``) ------------------------------------------------------------------
+
+    @property
+    @abstractmethod
+    def flow_key(self) -> bytes:
+        """The key flow fingerprints are made with, derived from the journal's keyring (raises
+        when the keyring cannot sign: nothing is fingerprinted under no key)."""
+
+    @abstractmethod
+    def flow_marks(self, scope: str, fingerprints: Collection[str]) -> dict[str, frozenset[str]]:
+        """Fingerprint -> labels, of the marks of ``scope`` among ``fingerprints``: one indexed
+        query, never the whole scope."""
+
+    @abstractmethod
+    def mark_flow(
+        self,
+        scope: str,
+        fingerprints: Sequence[str],
+        labels: Sequence[str],
+        *,
+        now: float,
+        cap: int,
+    ) -> int:
+        """Keep each fingerprint under each label for ``scope`` (one that is there already is
+        renewed), then evict the oldest marks of ``scope`` beyond ``cap``; returns how many were
+        evicted. One transaction."""

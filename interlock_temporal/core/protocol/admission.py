@@ -50,6 +50,7 @@ class Admission:
                 workflow_id=d.workflow_id,
                 effect_id=eid,
                 param_names=call.param_names,
+                run_id=d.run_id or None,
             )
             decision = self.policy.check(
                 event,
