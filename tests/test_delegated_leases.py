@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 
 from interlock_temporal import receipt
+from interlock_temporal.cli._render import render_receipt
 from interlock_temporal.core.errors import DelegationTooDeep, LeaseOverGrant, Refused, RowCorrupt
 from interlock_temporal.core.journal import Journal
 from interlock_temporal.core.leases import MAX_DELEGATION_DEPTH, covers, delegated
@@ -198,6 +199,7 @@ async def test_a_childs_refund_over_its_parents_remaining_budget_is_refused_at_d
     assert [reserved(journal, x) for x in (parent, first, second)] == [5_000, 3_000, 2_000]
     shown = receipt(fits.effect_id, journal=journal)
     assert shown.lease_chain == [parent, second]
+    assert f"{second} (delegated: {parent} > {second})" in render_receipt(shown)
     (note,) = [e.data["budget"] for e in journal.read(fits.effect_id) if e.kind is Kind.DISPATCHED]
     assert note["ancestors"] == [
         {"lease_id": parent, "cents": 2_000, "budget_cents": 5_000, "reserved_cents": 5_000}
