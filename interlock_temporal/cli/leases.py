@@ -35,10 +35,9 @@ def cmd_leases_issue(args: argparse.Namespace) -> int:
 
 
 def _lease_doc(lease: Lease, now: float) -> dict[str, Any]:
-    """A lease as ``--json`` prints it: its fields, the lease it was issued from and its state
-    now."""
-    doc = lease.model_dump(mode="json")
-    return {**doc, "parent": lease.parent, "state": lease_state(lease, now)}
+    """A lease as ``--json`` prints it: its fields (a delegated lease's ``ancestors``, its
+    parent first) and its state now."""
+    return {**lease.model_dump(mode="json"), "state": lease_state(lease, now)}
 
 
 def cmd_leases_revoke(args: argparse.Namespace) -> int:
