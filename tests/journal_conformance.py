@@ -861,6 +861,41 @@ class JournalConformance(EffectIdsConformance):
         assert self._reserved(journal, lease_id) == 5_000
         assert journal.verify().ok
 
+    def test_a_delegated_leases_budget_moves_on_every_budgeted_ancestor(
+        self, journal: Journal
+    ) -> None:
+        """A reservation under a lease issued from another moves each budgeted ancestor's
+        total by the same cents, in the same transaction (read or not by it), and
+        ``journal verify`` derives the same totals from the signed entries."""
+        root = self._budget_lease(journal)
+        middle = journal.leases.issue("agent-2", budget_cents=6_000, parent=root)
+        leaf = journal.leases.issue("agent-3", budget_cents=3_000, parent=middle)
+        free = journal.leases.issue("agent-4", activities=["refund"])  # no budget
+        capped = journal.leases.issue("agent-5", budget_cents=1_000, parent=free)
+
+        def totals() -> list[int | None]:
+            return [self._reserved(journal, x) for x in (root, middle, leaf)]
+
+        first = self._dispatch(journal, A, leaf, 2_000)
+        self._dispatch(journal, B, root, 1_000)
+        self._dispatch(journal, C, capped, 500)
+        assert totals() == [3_000, 2_000, 2_000]
+        assert self._reserved(journal, capped) == 500
+        # the leaf as a dispatch of A reads it: each ancestor with what A's others hold
+        seen: list[Lease | None] = []
+        journal.append(A, first.hash, lambda lease: seen.append(lease) or [], lease_id=leaf)
+        (read,) = seen
+        assert read is not None and read.ancestors == [middle, root]
+        assert [(a.lease_id, a.reserved_cents) for a in read.delegators or []] == [
+            (middle, 0),
+            (root, 1_000),
+        ]
+        (refused,) = journal.append(A, first.hash, [draft(Kind.REFUSED)])
+        assert totals() == [1_000, 0, 0]
+        journal.append(A, refused.hash, [draft(Kind.COMMITTED, after=Kind.REFUSED.value)])
+        assert totals() == [3_000, 2_000, 2_000]
+        assert journal.verify().ok
+
     def test_a_given_back_reservation_is_taken_again_by_a_later_dispatch(
         self, journal: Journal
     ) -> None:

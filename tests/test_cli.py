@@ -575,6 +575,30 @@ def test_leases_with_a_budget_show_what_is_reserved(world: World, cli: Any) -> N
     assert bad.code == 2
 
 
+def test_leases_issue_from_a_parent_only_narrows_it(world: World, cli: Any) -> None:
+    """``leases issue --from``: an over-grant exits 2 naming the field (not its value), and
+    nothing is issued; a narrower child is issued, and ``leases list`` names its parent."""
+    flags = ("--journal", world.url, "leases")
+    issued = cli(*flags, "issue", "planner", "--activity", "refund", "--budget-cents", "3000")
+    assert issued.code == 0, issued.err
+    parent = issued.out.strip()
+    wide = cli(*flags, "issue", "sub-bot", "--from", parent, "--budget-cents", "3001")
+    assert wide.code == 2 and "budget_cents" in wide.err and "3001" not in wide.err, wide.err
+    outside = cli(*flags, "issue", "sub-bot", "--from", parent, "--activity", "wire")
+    assert outside.code == 2 and "activities" in outside.err, outside.err
+    listed = cli(*flags, "list", "--json").json()
+    assert not [d for d in listed if d["principal"] == "sub-bot"]
+    child = cli(*flags, "issue", "sub-bot", "--from", parent, "--budget-cents", "1000", "--json")
+    assert child.code == 0, child.err
+    doc = child.json()
+    assert doc["ancestors"] == [parent]
+    assert (doc["activities"], doc["budget_cents"]) == (["refund"], 1000)
+    table = cli(*flags, "list").out
+    row = next(line for line in table.splitlines() if line.startswith(doc["lease_id"]))
+    assert row.split()[-1] == parent
+    assert "FROM" in table.splitlines()[0]
+
+
 def test_leases_revoke_expired_is_nothing_to_do(world: World, cli: Any) -> None:
     with world.open() as journal:
         lease_id = journal.leases.issue("bot", ttl=timedelta(milliseconds=1))

@@ -218,12 +218,14 @@ def test_schema_version_is_recorded_and_a_newer_one_is_refused(
     assert "upgrade" in str(caught.value)
 
 
-#: fields the receipts and approvals gained since that release, with what they read as for
-#: everything it wrote (nothing): the client identity Temporal recorded for a person's vote,
-#: the journal's id (none until a worker of this release uses the journal)
+#: fields the receipts, approvals and leases gained since that release, with what they read
+#: as for everything it wrote (nothing): the client identity Temporal recorded for a person's
+#: vote, the journal's id (none until a worker of this release uses the journal), a lease's
+#: ancestors (every lease it wrote is a root lease)
 ADDED_SINCE: dict[str, dict[str, Any]] = {
     "receipts": {"sent_by": {}, "journal_id": None},
     "approvals": {"sent_by": {}},
+    "leases": {"ancestors": None},
 }
 
 
@@ -232,10 +234,17 @@ def as_that_release_read(read: dict[str, Any]) -> dict[str, Any]:
     lease's head, which the upgrade signs, as the head of its chain)."""
     read = copy.deepcopy(read)
     receipts, approvals = read["receipts"].values(), read["approvals"]
-    for group, docs in (("receipts", receipts), ("approvals", approvals)):
+    for group, docs in (
+        ("receipts", receipts),
+        ("approvals", approvals),
+        ("leases", read["leases"]),
+    ):
         for doc in docs:
             for name, empty in ADDED_SINCE[group].items():
                 assert doc.pop(name) == empty, (group, name)
+    for doc in receipts:
+        # a receipt's lease chain: a root lease's is its own id alone
+        assert doc.pop("lease_chain") == ([doc["lease_id"]] if doc["lease_id"] else []), doc
     for lease in read["leases"]:
         assert re.fullmatch(r"[0-9]+:[0-9a-f]{64}", lease.pop("head")), lease
     return read

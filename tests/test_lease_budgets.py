@@ -172,14 +172,15 @@ AMOUNT = 2_000
 def _contend(
     url: str,
     payments_path: str,
-    lease: str,
-    cases: list[str],
+    leases: dict[str, str],
     barrier: Any,
     outcomes: Any,
+    amount: int,
 ) -> None:
-    """One process: each case's first attempt on its own thread and its own journal
-    connection (as separate activities of a worker), held at the barrier after capturing its
-    facts, so that all 16 reach their dispatch transactions together."""
+    """One process: each case's first attempt of ``amount`` (``leases``: each case's lease)
+    on its own thread and its own journal connection (as separate activities of a worker),
+    held at the barrier after capturing its facts, so that all 16 reach their dispatch
+    transactions together."""
 
     class AtTheBarrier(SimulatedPayments):
         def capture(self, args: Any, effect_id: str) -> Any:
@@ -190,7 +191,7 @@ def _contend(
     def attempt(case: str) -> None:
         service = AtTheBarrier(payments_path, tier=2)
         with open_journal(url, signing_key=KEY) as journal:
-            refund = Refund(journal, service, AMOUNT, case_id=case, lease=lease)
+            refund = Refund(journal, service, amount, case_id=case, lease=leases[case])
             try:
                 asyncio.run(refund.run())
                 outcomes.put((case, "committed"))
@@ -199,7 +200,7 @@ def _contend(
             except BaseException as err:  # reported, so the test shows it
                 outcomes.put((case, f"error {type(err).__name__}: {err}"))
 
-    threads = [threading.Thread(target=attempt, args=(c,)) for c in cases]
+    threads = [threading.Thread(target=attempt, args=(c,)) for c in leases]
     for t in threads:
         t.start()
     for t in threads:
@@ -217,7 +218,14 @@ def test_sixteen_attempts_at_once_across_two_processes_never_exceed_the_budget(
     processes = [
         context.Process(
             target=_contend,
-            args=(store.url, str(payments.path), lease, cases[i::2], barrier, outcomes),
+            args=(
+                store.url,
+                str(payments.path),
+                {c: lease for c in cases[i::2]},
+                barrier,
+                outcomes,
+                AMOUNT,
+            ),
         )
         for i in range(2)
     ]

@@ -490,7 +490,14 @@ async def _run_case(case: str, target: _Store, journal: Journal, lease: str) -> 
         outcomes.append(await _attempt(Gate(journal), call, target))
     eid = Gate.identify(call)[0]
     r = receipt(eid, journal=journal)
-    volatile = {"lease_id", "authority_at_send", "proposed_at", "finished_at", "journal_hash"}
+    volatile = {
+        "lease_id",
+        "lease_chain",
+        "authority_at_send",
+        "proposed_at",
+        "finished_at",
+        "journal_hash",
+    }
     return {
         "outcomes": outcomes,
         "receipt": r.model_dump(exclude=volatile),

@@ -124,6 +124,14 @@ def _authority(authority: Mapping[str, Any] | None) -> str:
     return parts[0] + (" (" + ", ".join(parts[1:]) + ")" if len(parts) > 1 else "")
 
 
+def _lease_line(receipt: Receipt) -> str:
+    """The effect's lease; a delegated one with its chain, root first."""
+    chain = receipt.lease_chain
+    if len(chain) > 1:
+        return f"{receipt.lease_id} (delegated: {' > '.join(chain)})"
+    return _text(receipt.lease_id)
+
+
 def render_receipt(receipt: Receipt) -> str:
     """A receipt as aligned ``key: value`` lines, in the order an auditor asks."""
     executed = receipt.executed if receipt.executed == "unknown" else _text(receipt.executed)
@@ -144,7 +152,7 @@ def render_receipt(receipt: Receipt) -> str:
         ("changed facts", _text(receipt.changed_facts)),
         ("premises held", _text(receipt.premises_held)),
         ("principal", _text(receipt.principal)),
-        ("lease", _text(receipt.lease_id)),
+        ("lease", _lease_line(receipt)),
         ("authority at send", _authority(receipt.authority_at_send)),
         ("decided by", _text(receipt.decided_by)),
         ("operator", _text(receipt.operator)),
@@ -302,6 +310,7 @@ def render_leases(leases: Sequence[Lease], now: float) -> str:
             "*" if lease.resources is None else _text(lease.resources),
             fmt_time(lease.issued_at),
             "never" if lease.expires_at is None else fmt_time(lease.expires_at),
+            lease.parent or _NONE,
         ]
         for lease in leases
     ]
@@ -315,7 +324,7 @@ def render_leases(leases: Sequence[Lease], now: float) -> str:
         "RESOURCES",
         "ISSUED",
     ]
-    return render_table([*headers, "EXPIRES"], rows)
+    return render_table([*headers, "EXPIRES", "FROM"], rows)
 
 
 # -- verification -----------------------------------------------------------------------------

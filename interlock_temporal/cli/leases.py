@@ -22,6 +22,7 @@ def cmd_leases_issue(args: argparse.Namespace) -> int:
                 budget_cents=args.budget_cents,
                 resources=args.resource,
                 ttl=args.ttl,
+                parent=args.parent,
             )
         except ValueError as err:
             raise CliError(EXIT_USAGE, f"cannot issue the lease: {err}") from None
@@ -34,7 +35,8 @@ def cmd_leases_issue(args: argparse.Namespace) -> int:
 
 
 def _lease_doc(lease: Lease, now: float) -> dict[str, Any]:
-    """A lease as ``--json`` prints it: its fields and its state now."""
+    """A lease as ``--json`` prints it: its fields (a delegated lease's ``ancestors``, its
+    parent first) and its state now."""
     return {**lease.model_dump(mode="json"), "state": lease_state(lease, now)}
 
 
@@ -79,6 +81,8 @@ def register(groups: Groups) -> None:
         example=[
             "interlock leases issue refund-bot --activity refund --max-amount-cents 5000 --ttl 8h",
             "interlock leases issue refund-bot --budget-cents 20000 --ttl 1d --json",
+            "interlock leases issue sub-bot --from lease_5b0c2e7d9a41f6e3b8c1d2a4 "
+            "--budget-cents 3000 --ttl 1h",
         ],
     )
     issue.add_argument("principal", metavar="PRINCIPAL", help="who may act under the lease")
@@ -112,6 +116,13 @@ def register(groups: Groups) -> None:
         type=parse_duration,
         metavar="AGE",
         help="how long the lease lives, with a unit: 90s, 30m, 1h, 2d (default: until revoked)",
+    )
+    issue.add_argument(
+        "--from",
+        dest="parent",
+        metavar="LEASE",
+        help="issue it from this live lease, which it may only narrow: each option left out "
+        "is the parent's, and one wider than the parent's is refused, naming it",
     )
     json_flag(issue)
     revoke = command(

@@ -54,6 +54,22 @@ class RowCorrupt(JournalCorrupt):
         return err
 
 
+class LeaseOverGrant(InterlockError, ValueError):
+    """A lease asked of another (``leases.issue(..., parent=...)``) would grant more than its
+    parent: ``field`` names the argument that asks too much (``activities``, ``resources``,
+    ``max_amount_cents``, ``budget_cents``, ``ttl``) or ``parent`` when the parent itself
+    cannot delegate (unknown, revoked, expired). Nothing was issued. The message names the
+    field, never its value. A ``ValueError``, as every other refusal of ``issue`` is."""
+
+    def __init__(self, field: str, problem: str) -> None:
+        super().__init__(f"{field}: {problem}")
+        self.field = field
+
+
+class DelegationTooDeep(LeaseOverGrant):
+    """A lease asked of a parent that already has ``MAX_DELEGATION_DEPTH`` ancestors."""
+
+
 class JournalUnavailable(InterlockError):
     """The journal cannot be written right now: nothing was sent; retry later."""
 

@@ -126,7 +126,13 @@ class Lease(BaseModel):
     when it was read (not stored in the lease itself).
 
     A lease is kept as a chain of signed entries (``lease_chain``: issued, revoked), and its
-    row is their product, sealed (``row_seals``)."""
+    row is their product, sealed (``row_seals``).
+
+    A lease issued from another (``LeaseStore.issue(..., parent=...)``) is *delegated*: its
+    ``ancestors`` (its parent first, its root last) are fixed when it is issued and signed with
+    it in its ``issued`` entry, and it can only narrow each of them (``leases.narrowed``). A
+    dispatch under it checks every ancestor too, and reserves on each budgeted one
+    (``delegators``: the ancestors as the dispatch transaction read them)."""
 
     model_config = ConfigDict(frozen=True)
 
@@ -144,18 +150,45 @@ class Lease(BaseModel):
     #: stored in the lease itself): every DISPATCHED signs it with the lease, so ``interlock
     #: journal verify`` can tell a dispatch made against an older document
     head: str | None = None
+    #: the leases this one was delegated from, its parent first, its root last (None: a root
+    #: lease; documents written before delegation read as roots). Fixed at issue, signed.
+    ancestors: list[str] | None = None
+    #: the ancestors as the transaction that read this lease read and checked them, in the
+    #: order of ``ancestors``, each with what its budget has reserved (not stored: a dispatch's
+    #: read only)
+    delegators: list[Lease] | None = Field(default=None, exclude=True)
+
+    @property
+    def parent(self) -> str | None:
+        """The lease this one was issued from (None: a root lease)."""
+        return self.ancestors[0] if self.ancestors else None
+
+    def dumped_without(self) -> set[str]:
+        """What the lease's dumps leave out besides what a read adds: a root lease's empty
+        ``ancestors``, so a root lease's stored document, its chain's entries and its
+        snapshots keep the bytes they had before delegation."""
+        return {"ancestors"} if self.ancestors is None else set()
+
+    def chain(self) -> list[str]:
+        """The lease ids from the root down to this lease (just this one for a root lease)."""
+        return [*reversed(self.ancestors or []), self.lease_id]
 
     def snapshot(self) -> dict[str, Any]:
-        """The lease as JSON data (``model_dump(mode="json")``), recorded in every AUTHORIZED.
-        Its fields are JSON data as they stand (strings, whole numbers, floats, lists of
-        strings, None), so they are copied as they are; anything else takes the serializer."""
+        """The lease as JSON data (``model_dump(mode="json")``, less ``dumped_without``),
+        recorded in every AUTHORIZED. Its fields are JSON data as they stand (strings, whole
+        numbers, floats, lists of strings, None), so they are copied as they are; anything else
+        takes the serializer."""
         out: dict[str, Any] = {}
         for name, value in self.__dict__.items():
+            if value is None and name == "ancestors":
+                continue  # a root lease's snapshot is the one it was before delegation
+            if name == "delegators":
+                continue  # never dumped: the ancestors' ids are in ``ancestors``
             t = type(value)
             if t is list:
                 value = list(value)
             elif not (t is str or t is int or value is None or t is float):
-                return self.model_dump(mode="json")
+                return self.model_dump(mode="json", exclude=self.dumped_without())
             out[name] = value
         return out
 
@@ -256,6 +289,9 @@ class Receipt(BaseModel):
     premises_held: bool | None = None
     principal: str | None = None
     lease_id: str | None = None
+    #: the leases the effect acted under, its root lease first and ``lease_id`` last (a root
+    #: lease: just its id; a delegated one: its ancestors as its signed document names them)
+    lease_chain: list[str] = Field(default_factory=list)
     authority_at_send: dict[str, Any] | None = None
     decided_by: list[str] = Field(default_factory=list)
     payload_digest: str | None = None

@@ -271,6 +271,7 @@ def receipt_of(v: EffectView) -> Receipt:
         else not (v.status in (Kind.REFUSED, Kind.AMBIGUOUS) and bool(v.changed_facts)),
         principal=v.principal,
         lease_id=v.lease_id,
+        lease_chain=_lease_chain(v),
         authority_at_send=v.authority,
         decided_by=v.decided_by + ([f"operator:{v.operator}"] if v.operator else []),
         payload_digest=v.payload_digest,
@@ -292,6 +293,15 @@ def receipt_of(v: EffectView) -> Receipt:
         journal_seq=v.head_seq,
         journal_hash=v.head,
     )
+
+
+def _lease_chain(v: Any) -> list[str]:
+    """The lease ids the effect acted under, root first: the ancestors its lease's signed
+    snapshot names (in its AUTHORIZED, or a resend's DISPATCHED), then the lease."""
+    if v.lease_id is None:
+        return []
+    ancestors = (v.authority or {}).get("ancestors") or []
+    return [*reversed([str(a) for a in ancestors]), str(v.lease_id)]
 
 
 def receipt(effect_id: str, *, journal: Journal | str | None = None) -> Receipt:

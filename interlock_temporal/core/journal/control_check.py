@@ -83,9 +83,30 @@ class _Budgets:
     held: dict[str, tuple[str, int, bool]] = field(default_factory=dict)
     totals: dict[str, int] = field(default_factory=dict)
     decided: dict[str, str] = field(default_factory=dict)
+    #: each lease's chain (by lease id), for the ancestors its ``issued`` entry signs
+    chains: Mapping[str, list[Entry]] = field(default_factory=dict)
+    #: each lease's budgeted ancestors, as its chain and theirs sign them
+    above: dict[str, list[str]] = field(default_factory=dict)
 
     def move(self, lease_id: str, cents: int) -> None:
-        self.totals[lease_id] = self.totals.get(lease_id, 0) + cents
+        """A move of ``lease_id``'s budget, and of each budgeted ancestor's by the same cents,
+        as the gate moves them (``sql_leases._Budget``)."""
+        for each in (lease_id, *self.budgeted_above(lease_id)):
+            self.totals[each] = self.totals.get(each, 0) + cents
+
+    def budgeted_above(self, lease_id: str) -> list[str]:
+        found = self.above.get(lease_id)
+        if found is None:
+            ancestors = [str(a) for a in self._signed(lease_id).get("ancestors") or []]
+            found = [a for a in ancestors if self._signed(a).get("budget_cents") is not None]
+            self.above[lease_id] = found
+        return found
+
+    def _signed(self, lease_id: str) -> dict[str, Any]:
+        """The lease as the latest entry of its chain signs it ({}: no chain)."""
+        chain = self.chains.get(lease_id)
+        signed = chain[-1].data.get("lease") if chain else None
+        return signed if isinstance(signed, dict) else {}
 
 
 def check_control_plane(
@@ -199,7 +220,7 @@ def _fold_charges(
     archived effect left only its tombstone (``ARCHIVED``: its lease, its reserved cents and
     how it ended), after the dispatches that followed its own: its charge is added at the end,
     and the dispatches' notes are judged only in a journal that never archived."""
-    budgets = _Budgets()
+    budgets = _Budgets(chains=chains)
     notes: list[str] = []
     archived = False
     for raw in raws:
@@ -300,17 +321,20 @@ def _check_head(
 
 def _check_charge(raw: RawEntry, note: dict[str, Any], budgets: _Budgets, notes: list[str]) -> None:
     """A DISPATCHED's budget note: its charge folded in, and the total it signs (what the
-    lease's budget held reserved with it) against the charges before it."""
+    lease's budget held reserved with it, and each budgeted ancestor's: its ``ancestors``)
+    against the charges before it."""
     lease_id, cents = str(note.get("lease_id")), int(note.get("cents") or 0)
     held = budgets.held.get(raw.effect_id)
     own = held[1] if held is not None and held[2] else 0
-    derived = budgets.totals.get(lease_id, 0) - own + cents
-    if "reserved_cents" in note and note["reserved_cents"] != derived:
-        notes.append(
-            f"effect {raw.effect_id[:16]} seq {raw.seq}: dispatched against lease {lease_id}'s "
-            f"budget with {note['reserved_cents'] - cents} cents reserved, the signed charges "
-            f"before it come to {derived - cents} (lease_spend was lowered)"
-        )
+    for each in (note, *(note.get("ancestors") or ())):
+        each_id = str(each.get("lease_id"))
+        derived = budgets.totals.get(each_id, 0) - own + cents
+        if "reserved_cents" in each and each["reserved_cents"] != derived:
+            notes.append(
+                f"effect {raw.effect_id[:16]} seq {raw.seq}: dispatched against lease "
+                f"{each_id}'s budget with {each['reserved_cents'] - cents} cents reserved, the "
+                f"signed charges before it come to {derived - cents} (lease_spend was lowered)"
+            )
     if held is None or not held[2]:
         budgets.move(lease_id, cents)
         budgets.held[raw.effect_id] = (lease_id, cents, True)

@@ -44,7 +44,14 @@ from .group_commit import AppendArgs, GroupCommit, no_wakeup_preemption
 from .interface import OWN_CHAIN_TYPES, SCHEMA_VERSION, Build, Journal, JournalTx
 from .sql_codes import SqlCodeUses
 from .sql_ids import EffectIdSetting
-from .sql_leases import RESERVATION_COLUMNS, Held, SqlLeases, held_columns, held_in
+from .sql_leases import (
+    RESERVATION_COLUMNS,
+    Held,
+    SqlLeases,
+    held_columns,
+    held_in,
+    own_cents,
+)
 from .sql_notify import SqlNotifications
 from .sql_policy import SqlPolicy
 
@@ -499,6 +506,10 @@ class SqlJournal(Journal):
         if expected_head is not None and actual != expected_head:
             raise HeadConflict(effect_id, expected_head, actual)
         read = None if lease_of is None else lease_of()
+        if read is not None and read.ancestors:
+            # a delegated lease: its ancestors too, in this transaction (a root reads nothing more)
+            own = own_cents(held_in(row[5:8] if row else None))
+            read = self._leases.delegators_tx(db, read, own)
         drafts = list(build(read)) if callable(build) else list(build)
         if not drafts:
             return []

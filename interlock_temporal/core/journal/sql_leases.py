@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from ..errors import JournalConfigError, RowCorrupt
-from ..leases import LeaseStore, lease_from_doc
+from ..leases import LeaseStore, delegated, lease_from_doc
 from ..models import Draft, Kind, Lease
 from ..row_seals import RowSeals
 from .interface import LEASE_CHAIN_TYPE, lease_chain
@@ -89,15 +89,19 @@ def _as_read(lease: Lease, head: str, reserved: Any, own: Any) -> Lease:
     return lease.model_copy(update=update)
 
 
+#: what a read adds to a lease, never stored: its reservations, its chain's head
+_UNSTORED = frozenset({"reserved_cents", "head"})
+
+
 def _lease_doc(lease: Lease) -> str:
     """A lease as stored: its reservations live in ``lease_spend``, its head in the row's own
     columns, never in the document."""
-    return lease.model_dump_json(exclude={"reserved_cents", "head"})
+    return lease.model_dump_json(exclude={*_UNSTORED, *lease.dumped_without()})
 
 
 def _lease_data(lease: Lease) -> dict[str, Any]:
     """A lease as its chain's entries sign it (what ``journal verify`` derives its row from)."""
-    return lease.model_dump(mode="json", exclude={"reserved_cents", "head"})
+    return lease.model_dump(mode="json", exclude={*_UNSTORED, *lease.dumped_without()})
 
 
 class SqlLeases(LeaseStore):
@@ -118,10 +122,22 @@ class SqlLeases(LeaseStore):
 
     # -- issuing and revoking: a signed entry, and the row that is its product ---------------
 
-    def _insert(self, lease: Lease) -> None:
+    def _insert(self, lease: Lease, parent: str | None = None) -> None:
         access = self._access
 
         def run(db: Any) -> None:
+            nonlocal lease
+            if parent is not None:
+                # the seq's lock first, as a revoke takes it: the parent cannot change until
+                # the child is written, and the two never wait on each other
+                access.hold_seq(db)
+                row = access.execute(
+                    db,
+                    f"SELECT {_ROW} FROM leases WHERE lease_id = ?{access.for_update}",
+                    (parent,),
+                ).fetchone()
+                read = None if row is None else self._checked(db, parent, row)
+                lease = delegated(read, lease, lease.issued_at)
             found = access.execute(
                 db, "SELECT 1 FROM leases WHERE lease_id = ?", (lease.lease_id,)
             ).fetchone()
@@ -275,10 +291,16 @@ class SqlLeases(LeaseStore):
         return lease
 
     def get(self, lease_id: str) -> Lease | None:
+        """The lease, checked; a delegated one with its ancestors as they are now
+        (``delegators``), so ``check_lease`` can judge it whole."""
+
         def run(db: Any) -> Lease | None:
             sql = f"SELECT {_ROW} FROM leases WHERE lease_id = ?"
             row = self._access.execute(db, sql, (lease_id,)).fetchone()
-            return None if row is None else self._checked(db, lease_id, row)
+            if row is None:
+                return None
+            lease = self._checked(db, lease_id, row)
+            return self.delegators_tx(db, lease, None) if lease.ancestors else lease
 
         return self._access.reading(run)
 
@@ -292,6 +314,54 @@ class SqlLeases(LeaseStore):
         return sorted(leases, key=lambda lease: (lease.issued_at, lease.lease_id))
 
     # -- inside the journal's append transaction ------------------------------------------
+
+    def delegators_tx(self, db: Any, lease: Lease, own: Any) -> Lease:
+        """A delegated ``lease`` with its ancestors (``delegators``), read in one statement and
+        each checked as ``lease_in`` checks a lease (its seals, its chain's head), with what
+        their budgets have reserved less ``own`` (this effect's active reservation, which its
+        moves put on every ancestor too). A root lease never comes here: a dispatch under one
+        reads nothing more. On PostgreSQL the ancestors' rows are held ``FOR SHARE``; their
+        chains and budgets change only in appends, which take turns on the seq's lock this
+        transaction holds. An ancestor not found is left out, and ``check_lease`` refuses."""
+        ancestors = lease.ancestors or []
+        marks = ", ".join("?" for _ in ancestors)
+        lock = " FOR SHARE OF l" if self._access.for_update else ""
+        rows = self._access.execute(
+            db,
+            f"SELECT {LEASE_COLUMNS} FROM leases l "
+            "LEFT JOIN effects c ON c.effect_id = 'lease:' || l.lease_id "
+            "LEFT JOIN lease_spend s ON s.lease_id = l.lease_id "
+            f"WHERE l.lease_id IN ({marks}){lock}",
+            tuple(ancestors),
+        ).fetchall()
+        read = {}
+        for found in rows:
+            above = self.lease_in(found, own)
+            assert above is not None
+            read[above.lease_id] = above
+        delegators = [read[a] for a in ancestors if a in read]
+        return lease.model_copy(update={"delegators": delegators})
+
+    def _above_tx(self, db: Any, lease_id: str) -> tuple[Lease, ...]:
+        """The budgeted ancestors of ``lease_id`` (nearest first), read and checked, for a
+        move of its budget in a transaction that did not read the lease (a REFUSED that gives
+        a reservation back, a late COMMITTED): its document (its seal checked; its ancestors
+        are fixed at issue, so any version of it names the same) and, if delegated, its
+        ancestors' rows. One statement for a root lease."""
+        row = self._access.execute(
+            db, f"SELECT {_ROW} FROM leases WHERE lease_id = ?", (lease_id,)
+        ).fetchone()
+        if row is None:
+            raise RowCorrupt.of("leases", lease_id, "an effect holds a reservation on it")
+        doc, head_seq, head_hash, seal = row
+        self.seals.check_cached("leases", lease_id, seal, doc, head_seq, head_hash)
+        lease = lease_from_doc(doc)
+        if not lease.ancestors:
+            return ()
+        read = self.delegators_tx(db, lease, None).delegators or []
+        if len(read) != len(lease.ancestors):
+            raise RowCorrupt.of("leases", lease_id, "an ancestor of the lease has no row")
+        return tuple(a for a in read if a.budget_cents is not None)
 
     def spend_tx(self, db: Any, lease_id: str, cents: int, known: int | None = None) -> int:
         """Move what ``lease_id``'s budget has reserved by ``cents``, written back with a new
@@ -353,16 +423,34 @@ class SqlLeases(LeaseStore):
 
 
 class _Budget:
-    """One append's moves of a lease's budget: the first move of the lease the transaction
-    read starts from the total it read and checked (``lease_in``); any other reads its row."""
+    """One append's moves of a lease's budget, and of each budgeted ancestor's by the same
+    cents (a delegated lease's spend counts against every ancestor). The first move of a lease
+    the transaction read (the lease and its ``delegators``) starts from the total it read and
+    checked (``lease_in``); any other reads its row. The ancestors of a lease the transaction
+    did not read are read once (``_above_tx``)."""
 
     def __init__(self, leases: SqlLeases, db: Any, read: Lease | None, held: Held) -> None:
         self._leases, self._db = leases, db
         self._totals: dict[str, int] = {}
-        if read is not None and read.budget_cents is not None and read.reserved_cents is not None:
+        self._above: dict[str, list[str]] = {}
+        if read is not None:
             # the lease as read holds its *other* effects' reservations: this one's too
-            self._totals[read.lease_id] = read.reserved_cents + (own_cents(held) or 0)
+            own = own_cents(held) or 0
+            for lease in (read, *(read.delegators or ())):
+                if lease.budget_cents is not None and lease.reserved_cents is not None:
+                    self._totals[lease.lease_id] = lease.reserved_cents + own
+            self._above[read.lease_id] = [
+                a.lease_id for a in read.delegators or () if a.budget_cents is not None
+            ]
 
     def move(self, lease_id: str, cents: int) -> None:
-        known = self._totals.get(lease_id)
-        self._totals[lease_id] = self._leases.spend_tx(self._db, lease_id, cents, known)
+        above = self._above.get(lease_id)
+        if above is None:
+            found = self._leases._above_tx(self._db, lease_id)
+            for a in found:
+                assert a.reserved_cents is not None
+                self._totals.setdefault(a.lease_id, a.reserved_cents)
+            above = self._above[lease_id] = [a.lease_id for a in found]
+        for each in (lease_id, *above):
+            known = self._totals.get(each)
+            self._totals[each] = self._leases.spend_tx(self._db, each, cents, known)
