@@ -51,6 +51,22 @@ class ParentActsAs:
 
 
 @workflow.defn
+class PlannerDelegates:
+    """A planner agent under its own lease starts a sub-agent's child workflow, which acts as
+    another principal under a lease delegated from the planner's (``CallActivity`` with the
+    child's ``principal`` and ``lease``)."""
+
+    @workflow.run
+    async def run(self, spec: dict[str, Any]) -> Any:
+        with act_as(spec["planner"], lease=spec["planner_lease"]):
+            return await workflow.execute_child_workflow(
+                CallActivity.run,
+                {**spec, "maximum_attempts": 1},
+                id=f"{workflow.info().workflow_id}-sub-agent",
+            )
+
+
+@workflow.defn
 class ContinuedActsAs:
     """Continues as new under act_as; the next run runs the activity with no act_as of its own,
     so the authority must arrive through the continue-as-new headers."""

@@ -20,7 +20,7 @@ from temporalio.api.common.v1 import Payload
 from temporalio.client import Client, WorkflowFailureError
 from temporalio.contrib.pydantic import PydanticPayloadConverter, pydantic_data_converter
 from temporalio.converter import DataConverter, PayloadCodec
-from temporalio.exceptions import ActivityError, ApplicationError
+from temporalio.exceptions import ActivityError, ApplicationError, ChildWorkflowError
 from temporalio.worker import Worker
 
 from interlock_temporal import (
@@ -31,6 +31,7 @@ from interlock_temporal import (
     receipt,
 )
 from interlock_temporal._worker.plugin import _with_pydantic
+from interlock_temporal.core.errors import LeaseOverGrant
 from interlock_temporal.core.journal import Journal, open_journal
 from interlock_temporal.core.models import Kind
 from interlock_temporal.targets.payments import RefundRequest, RefundResult, SimulatedPayments
@@ -41,7 +42,7 @@ from workers.world import ORDER, the_effect_id
 from workflows.activities import REFUND_EFFECT, support_activities
 from workflows.support_case import CaseFile, CaseOutcome, SupportCase
 
-from .server_workflows import ApprovedCall, CallActivity, ParentActsAs, RunCalls
+from .server_workflows import ApprovedCall, CallActivity, ParentActsAs, PlannerDelegates, RunCalls
 
 pytestmark = pytest.mark.server
 
@@ -147,7 +148,14 @@ async def rig(
         async with Worker(
             client,
             task_queue=queue,
-            workflows=[ApprovedCall, CallActivity, ParentActsAs, RunCalls, SupportCase],
+            workflows=[
+                ApprovedCall,
+                CallActivity,
+                ParentActsAs,
+                PlannerDelegates,
+                RunCalls,
+                SupportCase,
+            ],
             activities=activities,
             activity_executor=executor,
         ):
@@ -157,8 +165,11 @@ async def rig(
 
 
 def cause_of(err: BaseException) -> ApplicationError:
+    """The gate's error a workflow's activity failed with (through a child workflow too)."""
     assert isinstance(err, WorkflowFailureError)
     activity_error = err.cause
+    if isinstance(activity_error, ChildWorkflowError):
+        activity_error = activity_error.cause
     assert isinstance(activity_error, ActivityError), activity_error
     assert isinstance(activity_error.cause, ApplicationError), activity_error.cause
     return activity_error.cause
@@ -295,6 +306,57 @@ async def test_act_as_reaches_activities_of_child_workflows(
         assert proposed.data["lease_id"] == r.lease_id
         assert proposed.data["delivery"]["workflow_id"] == f"{workflow_id}-child"
         assert r.payments.refunded_cents(ORDER) == 2000
+
+
+async def test_a_sub_agent_acts_under_a_lease_delegated_from_its_planners(
+    dev_server: DevServer, tmp_path: Path
+) -> None:
+    """A planner's child workflow acts as its sub-agent under a lease issued from the planner's
+    (narrower: a $30 budget of the planner's $50): its refund is sent and its receipt shows the
+    chain; one over what the planner's budget has left is refused at dispatch; once the
+    planner's lease is revoked, the sub-agent's next refund is refused. Money read from the
+    payments service."""
+    async with rig(dev_server, tmp_path) as r:
+        leases = r.journal.leases
+        planner = leases.issue("planner", activities=["refund"], budget_cents=5000)
+        with pytest.raises(LeaseOverGrant) as wider:
+            leases.issue("sub-agent", parent=planner, budget_cents=6000)
+        assert wider.value.field == "budget_cents" and "6000" not in str(wider.value)
+        sub = leases.issue("sub-agent", parent=planner, budget_cents=3000)
+        other = leases.issue("helper-agent", parent=planner, budget_cents=3000)
+
+        async def sub_agent(lease: str, cents: int, case: str) -> Any:
+            request = r.request(cents).model_copy(update={"case_id": case})
+            return await r.client.execute_workflow(
+                PlannerDelegates.run,
+                {
+                    "planner": "planner",
+                    "planner_lease": planner,
+                    "activity": "refund",
+                    "arg": request,
+                    "principal": "sub-agent" if lease == sub else "helper-agent",
+                    "lease": lease,
+                },
+                id=f"planner-{uuid.uuid4().hex[:8]}",
+                task_queue=r.task_queue,
+            )
+
+        first = await sub_agent(sub, 2500, "c1")
+        assert r.payments.refunded_cents(ORDER) == 2500
+        (row,) = r.journal.effects()
+        assert receipt(row.effect_id, journal=r.journal).lease_chain == [planner, sub]
+        assert first["amount_cents"] == 2500
+        # the helper's own budget ($30) covers $30; the planner's has $25 left: refused
+        with pytest.raises(WorkflowFailureError) as over:
+            await sub_agent(other, 3000, "c2")
+        assert f"the budget of ancestor lease {planner}" in str(cause_of(over.value))
+        assert r.payments.refunded_cents(ORDER) == 2500
+        leases.revoke(planner)
+        with pytest.raises(WorkflowFailureError) as revoked:
+            await sub_agent(sub, 100, "c3")
+        assert f"ancestor lease {planner} revoked" in str(cause_of(revoked.value))
+        assert r.payments.refunded_cents(ORDER) == 2500 and r.payments.calls() == 1
+        assert r.journal.verify().ok
 
 
 async def test_unwritable_journal_sends_nothing_until_it_can_record(
