@@ -597,6 +597,14 @@ def test_leases_issue_from_a_parent_only_narrows_it(world: World, cli: Any) -> N
     row = next(line for line in table.splitlines() if line.startswith(doc["lease_id"]))
     assert row.split()[-1] == parent
     assert "FROM" in table.splitlines()[0]
+    # the parent revoked: the child, live itself, is listed as ended by its ancestor, and can
+    # still be revoked on its own
+    assert cli(*flags, "revoke", parent).code == 0
+    states = {d["lease_id"]: d["state"] for d in cli(*flags, "list", "--json").json()}
+    assert (states[parent], states[doc["lease_id"]]) == ("revoked", "ancestor revoked")
+    assert cli(*flags, "revoke", doc["lease_id"]).code == 0
+    states = {d["lease_id"]: d["state"] for d in cli(*flags, "list", "--json").json()}
+    assert states[doc["lease_id"]] == "revoked"
 
 
 def test_leases_revoke_expired_is_nothing_to_do(world: World, cli: Any) -> None:

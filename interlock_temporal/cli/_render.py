@@ -284,12 +284,25 @@ def render_effects(rows: Sequence[EffectRow], dispatches: Mapping[str, int] | No
 # -- leases -----------------------------------------------------------------------------------
 
 
-def lease_state(lease: Lease, now: float) -> str:
-    """``live``, ``revoked`` or ``expired`` at ``now``."""
+def lease_state(
+    lease: Lease, now: float, others: Sequence[Lease] = (), *, chain: bool = True
+) -> str:
+    """``live``, ``revoked`` or ``expired`` at ``now``; with ``chain``, a delegated lease that
+    is live itself but whose ancestor is not says so (``ancestor revoked``): its next dispatch
+    is refused. Its ancestors are read from ``others`` (the leases listed with it) or its
+    ``delegators``."""
     if lease.revoked_at is not None and lease.revoked_at <= now:
         return "revoked"
     if lease.expires_at is not None and lease.expires_at <= now:
         return "expired"
+    if not chain:
+        return "live"
+    known = {a.lease_id: a for a in (*others, *(lease.delegators or ()))}
+    for lease_id in lease.ancestors or ():
+        above = known.get(lease_id)
+        state = "missing" if above is None else lease_state(above, now, chain=False)
+        if state != "live":
+            return f"ancestor {state}"
     return "live"
 
 
@@ -301,7 +314,7 @@ def render_leases(leases: Sequence[Lease], now: float) -> str:
         [
             lease.lease_id,
             lease.principal,
-            lease_state(lease, now),
+            lease_state(lease, now, leases),
             "*" if lease.activities is None else _text(lease.activities),
             _NONE if lease.max_amount_cents is None else str(lease.max_amount_cents),
             _NONE

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import time
+from collections.abc import Sequence
 from typing import Any
 
 from ..core.models import Lease
@@ -34,10 +35,10 @@ def cmd_leases_issue(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def _lease_doc(lease: Lease, now: float) -> dict[str, Any]:
+def _lease_doc(lease: Lease, now: float, others: Sequence[Lease] = ()) -> dict[str, Any]:
     """A lease as ``--json`` prints it: its fields (a delegated lease's ``ancestors``, its
-    parent first) and its state now."""
-    return {**lease.model_dump(mode="json"), "state": lease_state(lease, now)}
+    parent first) and its state now (``lease_state``: with its ancestors' among ``others``)."""
+    return {**lease.model_dump(mode="json"), "state": lease_state(lease, now, others)}
 
 
 def cmd_leases_revoke(args: argparse.Namespace) -> int:
@@ -45,7 +46,7 @@ def cmd_leases_revoke(args: argparse.Namespace) -> int:
         lease = journal.leases.get(args.lease_id)
         if lease is None:
             raise CliError(EXIT_USAGE, f"no lease {args.lease_id} in {journal.url}")
-        state = lease_state(lease, time.time())
+        state = lease_state(lease, time.time(), chain=False)  # its own: a child can be revoked
         if state != "live":
             warn(f"lease {args.lease_id} was not live ({state}): nothing revoked")
             return EXIT_FAILED
@@ -61,7 +62,7 @@ def cmd_leases_list(args: argparse.Namespace) -> int:
         leases = journal.leases.list()
     now = time.time()
     if args.json:
-        emit_json([_lease_doc(lease, now) for lease in leases])
+        emit_json([_lease_doc(lease, now, leases) for lease in leases])
     elif leases:
         emit(render_leases(leases, now))
     else:
