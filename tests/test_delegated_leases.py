@@ -5,7 +5,6 @@ transaction). Money is read from the payments service; SQLite and PostgreSQL bot
 
 from __future__ import annotations
 
-import multiprocessing
 import time
 from datetime import timedelta
 from typing import Any
@@ -22,7 +21,7 @@ from interlock_temporal.core.protocol import Gate
 from interlock_temporal.targets.payments import SimulatedPayments
 
 from .refund_story import ORDER, Refund, Store, journal, payments, store
-from .test_lease_budgets import _contend, reserved
+from .test_lease_budgets import contend_in_two_processes, reserved
 
 __all__ = ["journal", "payments", "store"]
 
@@ -282,32 +281,9 @@ def test_sixteen_attempts_under_two_children_never_exceed_the_parents_budget(
     store: Store, journal: Journal, payments: SimulatedPayments
 ) -> None:
     parent, first, second = family(journal, PARENT_BUDGET, CHILD_BUDGET)
-    context = multiprocessing.get_context("spawn")
-    barrier = context.Barrier(ATTEMPTS)
-    outcomes = context.Queue()
     # each process runs attempts under both children
     under = {f"c-{n}": (first, second)[(n // 2) % 2] for n in range(ATTEMPTS)}
-    cases = list(under)
-    processes = [
-        context.Process(
-            target=_contend,
-            args=(
-                store.url,
-                str(payments.path),
-                {c: under[c] for c in cases[i::2]},
-                barrier,
-                outcomes,
-                AMOUNT,
-            ),
-        )
-        for i in range(2)
-    ]
-    for p in processes:
-        p.start()
-    for p in processes:
-        p.join(timeout=120)
-        assert p.exitcode == 0
-    seen = dict(outcomes.get(timeout=5) for _ in range(ATTEMPTS))
+    seen = contend_in_two_processes(store, payments, under, AMOUNT)
     fitting = PARENT_BUDGET // AMOUNT
     assert sorted(seen.values()) == ["committed"] * fitting + ["lease_budget"] * (
         ATTEMPTS - fitting

@@ -207,24 +207,25 @@ def _contend(
         t.join()
 
 
-def test_sixteen_attempts_at_once_across_two_processes_never_exceed_the_budget(
-    store: Store, journal: Journal, payments: SimulatedPayments
-) -> None:
-    lease = budget_lease(journal, BUDGET)
+def contend_in_two_processes(
+    store: Store, payments: SimulatedPayments, under: dict[str, str], amount: int
+) -> dict[str, str]:
+    """Each case of ``under`` (case -> the lease it acts under) refunded ``amount`` at once,
+    alternately from two spawned processes (``_contend``); each case's outcome."""
     context = multiprocessing.get_context("spawn")
-    barrier = context.Barrier(ATTEMPTS)
+    barrier = context.Barrier(len(under))
     outcomes = context.Queue()
-    cases = [f"c-{n}" for n in range(ATTEMPTS)]
+    cases = list(under)
     processes = [
         context.Process(
             target=_contend,
             args=(
                 store.url,
                 str(payments.path),
-                {c: lease for c in cases[i::2]},
+                {c: under[c] for c in cases[i::2]},
                 barrier,
                 outcomes,
-                AMOUNT,
+                amount,
             ),
         )
         for i in range(2)
@@ -234,7 +235,16 @@ def test_sixteen_attempts_at_once_across_two_processes_never_exceed_the_budget(
     for p in processes:
         p.join(timeout=120)
         assert p.exitcode == 0
-    seen = dict(outcomes.get(timeout=5) for _ in range(ATTEMPTS))
+    return dict(outcomes.get(timeout=5) for _ in range(len(under)))
+
+
+def test_sixteen_attempts_at_once_across_two_processes_never_exceed_the_budget(
+    store: Store, journal: Journal, payments: SimulatedPayments
+) -> None:
+    lease = budget_lease(journal, BUDGET)
+    seen = contend_in_two_processes(
+        store, payments, {f"c-{n}": lease for n in range(ATTEMPTS)}, AMOUNT
+    )
     fitting = BUDGET // AMOUNT
     assert sorted(seen.values()) == ["committed"] * fitting + ["lease_budget"] * (
         ATTEMPTS - fitting
