@@ -5,8 +5,11 @@ missed, and whether SHACKLE's decide() was measured beside ours."""
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 import threading
 import time
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -334,3 +337,21 @@ def test_the_floor_target_says_what_meeting_it_would_take_only_when_missed() -> 
     assert "The durable part alone is 600 µs, 2.00x the floor's 300 µs" in line
     assert "the CPU part under 150 µs." in line
     assert _floor_target_lines(440.0, 200.0, 300.0) == []
+
+
+def test_the_gate_figure_runs_end_to_end(tmp_path: Path) -> None:
+    """``python -m benchmarks --quick --only gate`` (figure 1: a prefilled journal of 10,000
+    effects, verified, then the interleaved series) runs to its report, so ``make bench`` is
+    not found broken only when issue 39 needs its figures (its prefill's effect count missed
+    the benchmarked lease's own chain once the leases were signed)."""
+    root = Path(__file__).resolve().parents[1]
+    out = tmp_path / "bench.md"
+    done = subprocess.run(
+        [sys.executable, "-m", "benchmarks", "--quick", "--only", "gate", "--out", str(out)],
+        cwd=root,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
+    assert "gate cost per new effect" in done.stdout and out.exists()
