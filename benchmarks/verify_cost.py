@@ -31,7 +31,7 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
-from interlock_temporal.core.journal import encode_entry, open_journal
+from interlock_temporal.core.journal import Journal, encode_entry, open_journal
 from interlock_temporal.core.journal.signing import Ed25519Key, HmacKey
 from interlock_temporal.core.models import Kind
 from interlock_temporal.core.protocol import Call, Gate, Measure
@@ -85,10 +85,11 @@ class _Target:
         return {"order_paid_cents": 10_000, "refunded_cents": 0, "eligible": True}
 
 
-def _template(directory: Path) -> list[tuple[Kind, dict[str, Any], str | None]]:
-    """The entries the gate writes for one committed refund, as (kind, data, the values
+def _template(journal: Journal) -> list[tuple[Kind, dict[str, Any], str | None]]:
+    """The entries the gate writes for one committed refund in ``journal`` (its lease issued
+    first: a DISPATCHED signs the head of its lease's chain, which ``verify`` checks against
+    that chain, so the lease lives in the journal being built), as (kind, data, the values
     stored beside it as the journal stores them)."""
-    journal = open_journal(f"sqlite:///{directory / 'template.db'}", signing_key=HMAC_KEY)
     lease = journal.leases.issue("bench-bot", activities=["refund"], max_amount_cents=5_000)
     payload = {"case_id": "4471", "order_id": "A-1001", "amount_cents": 2_000}
     call = Call(
@@ -110,23 +111,25 @@ def _template(directory: Path) -> list[tuple[Kind, dict[str, Any], str | None]]:
     asyncio.run(gate.run(call, _Target(), send))
     (row,) = journal.effects()
     stored = {r.seq: r.vals for r in journal.iter_raw()}
-    out = [(e.kind, e.data, stored[e.seq]) for e in journal.read(row.effect_id)]
-    journal.close()
-    return out
+    return [(e.kind, e.data, stored[e.seq]) for e in journal.read(row.effect_id)]
 
 
-def _build(path: Path, key: HmacKey | Ed25519Key, entries: int, template: Any) -> float:
-    """Write ``entries`` signed entries (whole effects) straight into a journal's tables."""
-    journal = open_journal(f"sqlite:///{path}", signing_key=HMAC_KEY)  # creates the schema
+def _build(path: Path, signing_key: str, key: HmacKey | Ed25519Key, entries: int) -> float:
+    """A journal of about ``entries`` signed entries: its lease and one effect the gate writes
+    (``_template``), then that effect's entries re-encoded for new effect ids and signed with
+    ``key``, written straight into the journal's tables."""
+    journal = open_journal(f"sqlite:///{path}", signing_key=signing_key)  # creates the schema
+    template = _template(journal)
+    seq = max(r.seq for r in journal.iter_raw())
     journal.close()
     db = sqlite3.connect(path, isolation_level=None)
     db.execute("PRAGMA synchronous=OFF")
-    seq = 0
+    written = seq
     size = 0
     now = time.time()
     batch: list[tuple[Any, ...]] = []
     rows: list[tuple[Any, ...]] = []
-    effects = entries // len(template)
+    effects = (entries - written) // len(template)
     for n in range(effects):
         eid = hashlib.sha256(f"bench effect {n}".encode()).hexdigest()
         prev = ""
@@ -156,7 +159,7 @@ def _build(path: Path, key: HmacKey | Ed25519Key, entries: int, template: Any) -
             _flush(db, batch, rows)
     _flush(db, batch, rows)
     db.close()
-    return size / max(seq, 1)
+    return size / max(seq - written, 1)
 
 
 def _flush(db: sqlite3.Connection, batch: list[Any], rows: list[Any]) -> None:
@@ -286,13 +289,12 @@ def run(entries: int, ed25519_entries: int, repeats: int = 3) -> VerifyCost:
         flush=True,
     )
     directory = bench_dir("verify")
-    template = _template(directory)
     started = time.perf_counter()
     hmac_path = directory / "hmac.db"
-    per_entry = _build(hmac_path, HmacKey(bytes.fromhex(HMAC_KEY)), entries, template)
+    per_entry = _build(hmac_path, HMAC_KEY, HmacKey(bytes.fromhex(HMAC_KEY)), entries)
     ed = Ed25519Key(bytes.fromhex(ED25519_SEED))
     ed_path = directory / "ed25519.db"
-    _build(ed_path, ed, ed25519_entries, template)
+    _build(ed_path, f"ed25519:{ED25519_SEED}", ed, ed25519_entries)
     build = time.perf_counter() - started
     print(f"   built in {build:.0f} s; verifying ...", flush=True)
     hmac_seconds, hmac_count = _time_verify(hmac_path, repeats, signing_key=HMAC_KEY)
