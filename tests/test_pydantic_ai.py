@@ -266,6 +266,26 @@ def over_25_dollars_asks_a_person(event: CallEvent) -> Decision | None:
     return None
 
 
+async def approval_review(case: Case, client: Client) -> WorkflowHandle[Any, Any]:
+    """The review of the one approval the case's policy asked for, once it is open."""
+
+    async def asked() -> bool:
+        return bool(case.journal.policy.approvals())
+
+    await until(asked, "the approval the $50 refund waits for")
+    (pending,) = case.journal.policy.approvals()
+    review = client.get_workflow_handle(review_id("approval", pending.binding))
+
+    async def open_() -> bool:
+        try:
+            return bool((await review.query("status"))["state"] == "open")
+        except Exception:
+            return False
+
+    await until(open_, "the approval's review")
+    return review
+
+
 async def test_a_call_that_needs_an_approval_is_deferred_until_a_person_approves(
     paid2: Case,
 ) -> None:
@@ -277,20 +297,7 @@ async def test_a_call_that_needs_an_approval_is_deferred_until_a_person_approves
     async with worker(paid2, policy=policy) as client:
         handle = await start(paid2, client, script="greedy")
 
-        async def asked() -> bool:
-            return bool(paid2.journal.policy.approvals())
-
-        await until(asked, "the approval the $50 refund waits for")
-        (pending,) = paid2.journal.policy.approvals()
-        review = client.get_workflow_handle(review_id("approval", pending.binding))
-
-        async def open_() -> bool:
-            try:
-                return bool((await review.query("status"))["state"] == "open")
-            except Exception:
-                return False
-
-        await until(open_, "the approval's review")
+        review = await approval_review(paid2, client)
         assert paid2.refunds() == []
 
         await until(nothing_pending(handle), "no activity pending while the approval waits")
@@ -316,20 +323,7 @@ async def test_a_deferred_call_a_person_rejects_sends_nothing_and_the_model_read
     async with worker(paid2, policy=policy) as client:
         handle = await start(paid2, client, script="greedy")
 
-        async def asked() -> bool:
-            return bool(paid2.journal.policy.approvals())
-
-        await until(asked, "the approval the $50 refund waits for")
-        (pending,) = paid2.journal.policy.approvals()
-        review = client.get_workflow_handle(review_id("approval", pending.binding))
-
-        async def open_() -> bool:
-            try:
-                return bool((await review.query("status"))["state"] == "open")
-            except Exception:
-                return False
-
-        await until(open_, "the approval's review")
+        review = await approval_review(paid2, client)
         await review.signal("resolve", {"decision": "reject", "operator": "carol"})
         done = await asyncio.wait_for(handle.result(), 60)
     assert paid2.refunds() == [2000]  # the $50 was never sent
