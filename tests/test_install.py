@@ -442,15 +442,11 @@ def test_the_app_runs_at_the_declared_lower_bounds(
 
 # -- each agent integration at its declared lower bound ---------------------------------------
 
-#: what each agent extra's check runs in its venv: the integration imports and makes a tool of
-#: a gated activity (argv: the distributions whose versions it prints)
-AGENT_CHECKS: dict[str, str] = {
-    "agents": """
-import importlib.metadata, json, sys
+#: the gated activity each agent extra's check makes a tool of
+REFUND = """
 from pydantic import BaseModel
 from temporalio import activity
 from interlock_temporal import gated
-from interlock_temporal.agents import effect_as_tool
 
 class Refund(BaseModel):
     case_id: str
@@ -460,7 +456,17 @@ class Refund(BaseModel):
 @gated(key=lambda r: {"case": r.case_id})
 async def refund(r: Refund) -> str:
     return "sent"
+"""
 
+#: what each agent extra's check runs in its venv: the integration imports and makes a tool of
+#: a gated activity (argv: the distributions whose versions it prints)
+AGENT_CHECKS: dict[str, str] = {
+    "agents": """
+import importlib.metadata, json, sys
+from interlock_temporal.agents import effect_as_tool
+"""
+    + REFUND
+    + """
 tool = effect_as_tool(refund, context={"case_id": "4471"})
 print(json.dumps({
     "versions": {n: importlib.metadata.version(n) for n in sys.argv[1:]},
@@ -485,20 +491,10 @@ print(json.dumps({
 """,
     "pydantic-ai": """
 import asyncio, importlib.metadata, json, sys
-from pydantic import BaseModel
-from temporalio import activity
-from interlock_temporal import gated
 from interlock_temporal.pydantic_ai import GatedToolset
-
-class Refund(BaseModel):
-    case_id: str
-    amount_cents: int
-
-@activity.defn
-@gated(key=lambda r: {"case": r.case_id})
-async def refund(r: Refund) -> str:
-    return "sent"
-
+"""
+    + REFUND
+    + """
 toolset = GatedToolset("refunds")
 tool = toolset.add(refund, context={"case_id": "4471"})
 (listed,) = asyncio.run(toolset.get_tools(None)).values()
@@ -510,21 +506,11 @@ print(json.dumps({
 """,
     "langgraph": """
 import importlib.metadata, json, sys
-from pydantic import BaseModel
-from temporalio import activity
 from temporalio.langgraph import LangGraphPlugin
-from interlock_temporal import gated
 from interlock_temporal.langgraph import GatedToolNode, effect_as_tool
-
-class Refund(BaseModel):
-    case_id: str
-    amount_cents: int
-
-@activity.defn
-@gated(key=lambda r: {"case": r.case_id})
-async def refund(r: Refund) -> str:
-    return "sent"
-
+"""
+    + REFUND
+    + """
 tool = effect_as_tool(refund, context={"case_id": "4471"})
 node = GatedToolNode([tool])
 assert node.func is None and node.tools_by_name == {"refund": tool}
