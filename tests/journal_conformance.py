@@ -27,6 +27,7 @@ import re
 import sqlite3
 import threading
 import time
+import unittest.mock
 import uuid
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator, Sequence
@@ -51,6 +52,7 @@ from interlock_temporal.core.journal import (
     RawEntry,
     as_key,
     encode_entry,
+    verify_jobs,
 )
 from interlock_temporal.core.journal.archiving import verify_archive
 from interlock_temporal.core.journal.signing import Ed25519Key
@@ -130,6 +132,22 @@ def holding_claims(journal: Journal, n: int = 2) -> Iterator[None]:
     for claim in claims:
         assert claim is not None
         claim.release()
+
+
+def verified(journal: Journal, head: JournalHead | str | None = None) -> VerifyReport:
+    """``journal.verify(head)``, which ``verify(head, jobs=2)`` must report exactly, in ranges
+    of a few entries (``verify_jobs``; every chain here spans ranges): ok only where one pass is
+    ok, and ok from the ranges themselves, not from a pass that checked them again; any
+    failure as one pass names it."""
+    one = journal.verify(head)
+    with unittest.mock.patch.object(verify_jobs, "MIN_PER_JOB", 1):
+        several = journal.verify(head, jobs=2)
+    assert several.model_copy(update={"jobs": 1}) == one
+    if one.ok and one.entries >= 3:
+        assert several.jobs == 2, several
+    else:
+        assert several.jobs == 1, several
+    return one
 
 
 def draft(kind: Kind, **data: Any) -> Draft:
@@ -1615,7 +1633,7 @@ class JournalConformance(EffectIdsConformance):
 
     def test_verify_passes_on_a_good_journal(self, journal: Journal) -> None:
         entries = populate(journal)
-        report = journal.verify()
+        report = verified(journal)
         assert report.ok, report
         assert report.entries == len(LAYOUT)
         assert report.effects == 3
@@ -1626,7 +1644,7 @@ class JournalConformance(EffectIdsConformance):
         assert str(report).startswith("ok")
 
     def test_verify_passes_on_an_empty_journal(self, journal: Journal) -> None:
-        report = journal.verify()
+        report = verified(journal)
         assert report.ok
         assert report.entries == 0
         assert journal.head() is None
@@ -1636,7 +1654,7 @@ class JournalConformance(EffectIdsConformance):
         doc = json.loads(entries[5].body)
         doc["data"] = {"n": 5, "amount_cents": 999999}
         tamper.edit_body(5, rfc8785.dumps(doc))
-        report = journal.verify()
+        report = verified(journal)
         assert not report.ok
         assert report.first_bad_seq == 5
         assert report.entries == 4
@@ -1651,7 +1669,7 @@ class JournalConformance(EffectIdsConformance):
         body = rfc8785.dumps(doc)
         tamper.edit_body(4, body)
         tamper.edit_column(4, "hash", hashlib.sha256(body).hexdigest())
-        report = journal.verify()
+        report = verified(journal)
         assert not report.ok
         assert report.first_bad_seq == 4
         assert report.problem is not None
@@ -1672,7 +1690,7 @@ class JournalConformance(EffectIdsConformance):
     ) -> None:
         populate(journal)
         tamper.edit_column(seq, column, value)
-        report = journal.verify()
+        report = verified(journal)
         assert not report.ok
         assert report.first_bad_seq == seq
         assert report.entries == seq - 1
@@ -1699,8 +1717,9 @@ class JournalConformance(EffectIdsConformance):
         row = journal.row(D)
         assert row is not None and row.origin is not None
 
-        def verified() -> VerifyReport:
-            fast = journal.verify()
+        def checked(in_ranges: bool = False) -> VerifyReport:
+            # each kind of edit also in ranges (``verified``), on one entry and one row
+            fast = verified(journal) if in_ranges else journal.verify()
             full = verify_stored(
                 journal.iter_raw_batches(),
                 journal.keyring,
@@ -1713,7 +1732,7 @@ class JournalConformance(EffectIdsConformance):
             assert fast.model_copy(update={"control": None}) == full
             return fast
 
-        assert verified().ok
+        assert checked(in_ranges=True).ok
         raws = list(journal.iter_raw())
         # an effect's first entry, one between two of its effect's, D's first (an origin), D's
         # DISPATCHED (values beside it) and the last entry (the journal's head)
@@ -1745,9 +1764,9 @@ class JournalConformance(EffectIdsConformance):
                     else:
                         tamper.edit_column(raw.seq, column, edited)
                     if edited is value:
-                        report = verified()
+                        report = checked(in_ranges=raw is raws[3])
                         assert not report.ok and report.first_bad_seq == raw.seq, (column, report)
-        assert verified().ok
+        assert checked().ok
         rows = {r.effect_id: r for r in journal.iter_rows()}
         for eid, row in ((B, rows[B]), (D, rows[D])):
             for column, value in [
@@ -1761,11 +1780,11 @@ class JournalConformance(EffectIdsConformance):
                 ("origin", "f" * 64),
             ]:
                 tamper.edit_row(eid, column, value)
-                report = verified()
+                report = checked(in_ranges=eid == B)
                 assert not report.ok and report.first_bad_seq == row.head_seq, (column, report)
                 stored = getattr(row, column)
                 tamper.edit_row(eid, column, stored.value if column == "status" else stored)
-        assert verified().ok
+        assert checked().ok
 
     @pytest.mark.parametrize("dropped", [1, 4, 7])
     def test_verify_detects_a_dropped_entry(
@@ -1773,7 +1792,7 @@ class JournalConformance(EffectIdsConformance):
     ) -> None:
         populate(journal)
         tamper.delete(dropped)
-        report = journal.verify()
+        report = verified(journal)
         assert not report.ok
         # the gap is found at the entry after it, and the report names the missing seq
         assert report.first_bad_seq == dropped + 1
@@ -1788,7 +1807,7 @@ class JournalConformance(EffectIdsConformance):
         tamper.swap(a, b)
         stored = {r.seq: r for r in journal.iter_raw()}
         assert stored[a].hash == entries[b].hash  # the swap really happened
-        report = journal.verify()
+        report = verified(journal)
         assert not report.ok
         assert report.first_bad_seq == a
 
@@ -1807,7 +1826,7 @@ class JournalConformance(EffectIdsConformance):
         )
         tamper.insert_raw(raw_of(forged))
         assert entry_count(journal) == len(LAYOUT) + 1
-        report = journal.verify()
+        report = verified(journal)
         assert not report.ok
         assert report.first_bad_seq == 4
         assert report.problem is not None
@@ -1828,7 +1847,7 @@ class JournalConformance(EffectIdsConformance):
             data={},
         )
         tamper.insert_raw(raw_of(forged))
-        report = journal.verify()
+        report = verified(journal)
         assert not report.ok
         assert report.first_bad_seq == len(LAYOUT) + 1
         assert report.entries == len(LAYOUT)
@@ -1842,17 +1861,17 @@ class JournalConformance(EffectIdsConformance):
 
         # rotation: the new key signs, the old one still verifies
         rotated = open_store(OTHER_KEY, older_keys=[KEY])
-        assert rotated.verify().ok
+        assert verified(rotated).ok
         row = rotated.row(A)
         assert row is not None
         (newer,) = rotated.append(A, row.head, [draft(Kind.CONFIRMED)])
         assert newer.key_id == key_id(OTHER_KEY)
-        assert rotated.verify().ok
+        assert verified(rotated).ok
         rotated.close()
 
         # without the old key, the first entry it signed is named, with its key
         other_only = open_store(OTHER_KEY)
-        report = other_only.verify()
+        report = verified(other_only)
         assert not report.ok
         assert report.first_bad_seq == 1
         assert report.problem is not None
@@ -1875,12 +1894,12 @@ class JournalConformance(EffectIdsConformance):
         recorded = journal.head()
         assert recorded is not None
         assert recorded.seq == len(LAYOUT)
-        assert journal.verify(recorded).ok
-        assert journal.verify(str(recorded)).ok
+        assert verified(journal, recorded).ok
+        assert verified(journal, str(recorded)).ok
 
         tamper.truncate_after(6)
         # the effects table still names the cut entries as heads
-        cut = journal.verify()
+        cut = verified(journal)
         assert not cut.ok and cut.first_bad_seq == 7, cut
         # a cut that rewrites the effects table to match is invisible without the head
         tamper.edit_row(A, "head", journal_hash(tamper, 4))
@@ -1891,12 +1910,12 @@ class JournalConformance(EffectIdsConformance):
         tamper.edit_row(C, "head_seq", 6)
         tamper.edit_row(C, "status", "PROPOSED")
         tamper.edit_row(C, "updated_ts", signed_ts(tamper, 6))
-        cut = journal.verify()
+        cut = verified(journal)
         assert cut.ok, cut
         assert cut.entries == 6
 
         for head in (recorded, str(recorded)):
-            report = journal.verify(head)
+            report = verified(journal, head)
             assert not report.ok
             assert report.first_bad_seq == 7
             assert report.problem is not None
@@ -1909,10 +1928,10 @@ class JournalConformance(EffectIdsConformance):
         row = journal.row(B)
         assert row is not None
         journal.append(B, row.head, [draft(Kind.COMMITTED)])
-        assert journal.verify(recorded).ok
+        assert verified(journal, recorded).ok
         # a head that names a real seq with another hash is not this journal's
         wrong = JournalHead(seq=recorded.seq, hash=entries[1].hash)
-        report = journal.verify(wrong)
+        report = verified(journal, wrong)
         assert not report.ok
         assert report.first_bad_seq == recorded.seq
 
@@ -2150,7 +2169,7 @@ class JournalConformance(EffectIdsConformance):
         for eid in settled:
             (tomb,) = journal.read(eid)
             assert tomb.kind is Kind.ARCHIVED and tomb.data["archive_id"] == run.archive_id
-        report = journal.verify()
+        report = verified(journal)
         assert report.ok, report
         anchor = journal.read(f"archive:{run.archive_id}")[0].data
         with open(story.file, encoding="utf-8") as lines:
@@ -2166,9 +2185,9 @@ class JournalConformance(EffectIdsConformance):
 
         after = await story.probe()
         assert after == before
-        assert journal.verify().ok
+        assert verified(journal).ok
         await story.recover_and_resolve()
-        report = journal.verify()
+        report = verified(journal)
         assert report.ok, report
 
     async def test_archive_tampering_is_caught(
@@ -2182,7 +2201,7 @@ class JournalConformance(EffectIdsConformance):
             min_age=timedelta(0),
             allow_short_min_age=True,
         )
-        assert run.anchor is not None and journal.verify().ok
+        assert run.anchor is not None and verified(journal).ok
         lines = story.file.read_text(encoding="utf-8").splitlines(keepends=True)
         keyring = journal.keyring
         anchor = journal.read(f"archive:{run.archive_id}")[0].data
@@ -2222,15 +2241,15 @@ class JournalConformance(EffectIdsConformance):
         stored = {r.seq: r for r in journal.iter_raw()}
         for seq in (tomb.head_seq, run.anchor.seq):
             tamper.delete(seq)
-            report = journal.verify()
+            report = verified(journal)
             assert not report.ok and "missing" in str(report.problem), report
             tamper.put_back(stored[seq])
-            assert journal.verify().ok
+            assert verified(journal).ok
         # entries of a settled effect deleted with no archive at all
         chain = journal.read(story.eids["c-2"])
         for entry in chain[:2]:
             tamper.delete(entry.seq)
-        report = journal.verify()
+        report = verified(journal)
         assert not report.ok and "missing" in str(report.problem), report
 
     def test_archive_refuses_what_it_must(self, journal: Journal, tmp_path: Path) -> None:

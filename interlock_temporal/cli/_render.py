@@ -363,6 +363,8 @@ def render_verify(report: VerifyReport, journal: str | None = None) -> str:
             ("chains", str(report.effects)),
             ("head", str(report.head) if report.head else "(empty journal)"),
         ]
+        if report.jobs > 1:
+            pairs.append(("processes", str(report.jobs)))
         if control is not None:
             checked = f"{control.leases} lease(s), {control.budgets} budget(s), "
             checked += f"{control.dispatches} dispatch(es), {control.policy} policy row(s)"

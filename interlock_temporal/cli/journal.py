@@ -13,6 +13,7 @@ from ..core.errors import JournalConfigError, JournalCorrupt
 from ..core.journal import export_line, keyring_for, read_export, verify_entries
 from ..core.journal.archiving import archive_chain, read_archive, verify_archive
 from ..core.journal.signing import ED25519_PREFIX, ED25519_PUBLIC_PREFIX, Ed25519Key, Keyring
+from ..core.journal.verify_jobs import MIN_PER_JOB, default_jobs
 from ..core.journal_identity import journal_id_of
 from ..core.models import JournalHead, Kind
 from ..core.vote_proofs import ProofCheck, recheck
@@ -30,6 +31,16 @@ from ._shared import (
     open_for_verify,
     warn,
 )
+
+
+def _jobs(text: str) -> int:
+    try:
+        jobs = int(text)
+    except ValueError:
+        jobs = 0
+    if jobs < 1:
+        raise argparse.ArgumentTypeError(f"invalid --jobs {text!r}: use a whole number, 1 or more")
+    return jobs
 
 
 def _head(text: str) -> JournalHead:
@@ -79,7 +90,7 @@ def cmd_journal_verify(args: argparse.Namespace) -> int:
         where = str(args.export)
     else:
         with open_for_verify(args, public_keys=public) as journal:
-            report = journal.verify(args.head)
+            report = journal.verify(args.head, jobs=args.jobs)
             where = journal.url
             # the proofs recorded with people's decisions, against the roster of their time
             proofs = recheck(journal) if report.ok and args.head is None else None
@@ -310,6 +321,14 @@ def register(groups: Groups) -> None:
         metavar="FILE",
         help="verify an archive file (`journal archive`); with --journal, also against the "
         "anchor the journal keeps of it",
+    )
+    verify.add_argument(
+        "--jobs",
+        type=_jobs,
+        default=default_jobs(),
+        metavar="N",
+        help="check the entries on N processes (default: the cores this process may use); "
+        f"a journal under {MIN_PER_JOB:,} entries per process is checked by fewer",
     )
     json_flag(verify)
     _register_archive(journal_sub)

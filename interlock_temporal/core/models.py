@@ -256,6 +256,8 @@ class VerifyReport(BaseModel):
     #: the rows the gate reads to allow something, checked against the entries (None: not
     #: checked, the entries did not verify)
     control: ControlCheck | None = None
+    #: how many processes checked the entries (``verify(jobs=...)``; 1: one pass)
+    jobs: int = 1
 
     def __str__(self) -> str:
         if self.ok:

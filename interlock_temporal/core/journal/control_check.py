@@ -23,9 +23,10 @@ entries, and compares:
 Whatever the gate reads only to refuse (a replay's nonce, a one-time code's failures) is not
 checked here: the operator guide lists each table and why.
 
-Cost: one read of each lease's chain, one more pass over the journal's entries that reads a
-dispatch's lease and budget from its bytes (and parses only the policy's notes on approvals),
-and one read of each table.
+Cost: one read of each lease's chain and of each table, and no pass of its own: the verify
+pass hands it every entry of the kinds it folds (``ChargeFold``), whose lease and budget it
+reads from a dispatch's bytes by pattern (and parses only the policy's notes on approvals and
+the tombstones). It was a second pass over the journal, a third of a verify's time.
 """
 
 from __future__ import annotations
@@ -109,26 +110,21 @@ class _Budgets:
         return signed if isinstance(signed, dict) else {}
 
 
-def check_control_plane(
-    rows: ControlRows,
-    chains: Mapping[str, list[Entry]],
-    raws: Iterable[RawEntry],
-    seals: RowSeals,
-) -> ControlCheck:
+def check_control_plane(rows: ControlRows, fold: ChargeFold, seals: RowSeals) -> ControlCheck:
     """Compare the rows the gate reads to allow something (``rows``) with what the signed
-    entries make of them: each lease's chain (``chains``, by lease id, read and checked), and
-    every entry as stored (``raws``, in seq order, already verified). ``seals`` checks the
-    rows' seals where the keyring can (an auditor's public key cannot: the derivation is what
-    holds then)."""
+    entries make of them: each lease's chain (``fold.chains``, by lease id, read and checked),
+    and the charges ``fold`` was fed, in seq order, from entries already verified. ``seals``
+    checks the rows' seals where the keyring can (an auditor's public key cannot: the
+    derivation is what holds then)."""
     found = ControlCheck()
     for lease_id, doc, head_seq, head_hash, seal in rows.leases:
         found.leases += 1
-        problem = _lease_problem(doc, head_seq, head_hash, chains.get(lease_id, []))
+        problem = _lease_problem(doc, head_seq, head_hash, fold.chains.get(lease_id, []))
         if problem is None and seals.can_check:
             problem = seals.problem("leases", lease_id, seal, doc, head_seq, head_hash)
         if problem is not None:
             found.problems.append(f"leases[{lease_id}]: {problem}")
-    budgets = _fold_charges(raws, chains, found)
+    budgets = fold.finish(found)
     _check_policy(rows, budgets.decided, seals, found)
     for lease_id, reserved, seal in rows.spends:
         found.budgets += 1
@@ -213,49 +209,118 @@ def _lease_problem(doc: str, head_seq: Any, head_hash: Any, chain: list[Entry]) 
     return None
 
 
-def _fold_charges(
-    raws: Iterable[RawEntry], chains: Mapping[str, list[Entry]], found: ControlCheck
-) -> _Budgets:
-    """The charges in seq order, checking each DISPATCHED's note against them as it goes. An
-    archived effect left only its tombstone (``ARCHIVED``: its lease, its reserved cents and
-    how it ended), after the dispatches that followed its own: its charge is added at the end,
-    and the dispatches' notes are judged only in a journal that never archived."""
-    budgets = _Budgets(chains=chains)
-    notes: list[str] = []
-    archived = False
-    for raw in raws:
-        kind = raw.kind
+#: what one entry adds to the fold (``ChargeFold.scan``): its seq, its effect, its kind, and
+#: what the kind carries (a dispatch's lease and budget note; a policy note's binding and event;
+#: a tombstone's lease, cents and end). Plain values, so a pass in another process can send it.
+Charge = tuple[int, str, str, Any, Any]
+_FOLDED = frozenset({_DISPATCHED, _AUTHORIZED, _REFUSED, _COMMITTED, _POLICY, _ARCHIVED})
+
+
+class ChargeFold:
+    """The charges the entries sign, folded in seq order as a verify pass meets them, checking
+    each DISPATCHED's note against the charges before it. An archived effect left only its
+    tombstone (``ARCHIVED``: its lease, its reserved cents and how it ended), after the
+    dispatches that followed its own: its charge is added at the end, and the dispatches' notes
+    are judged only in a journal that never archived.
+
+    Split in two so a pass over part of the journal in another process (``verify --jobs``)
+    can do the reading: ``scan`` reads what an entry charges from its bytes (no state), and
+    ``apply`` folds it, in seq order, in the process that holds the totals. Cost: one
+    membership test per entry, a pattern search of each dispatch's bytes, a JSON parse of
+    each tombstone and approval note."""
+
+    kinds = _FOLDED
+
+    def __init__(self, chains: Mapping[str, list[Entry]]) -> None:
+        #: each lease's chain (by lease id), read and checked before the pass
+        self.chains = chains
+        self.budgets = _Budgets(chains=chains)
+        self._notes: list[str] = []
+        self._archived = False
+        self._checks = ControlCheck()
+
+    @staticmethod
+    def scan(seq: int, effect_id: str, kind: str, body: bytes) -> Charge | None:
+        """What the entry at ``seq`` (of a kind in ``kinds``) adds to the fold, or None."""
         if kind in (_DISPATCHED, _AUTHORIZED):
             # a first dispatch's lease (and its head) is in the AUTHORIZED of its transaction;
             # a resend's in its DISPATCHED, with the budget's charge
-            lease, note = _scanned(raw.body)
-            if lease is not None:
-                _check_head(raw, lease, chains, found)
-            if note is not None and kind == _DISPATCHED:
-                _check_charge(raw, note, budgets, notes)
+            lease, note = _scanned(body)
+            if kind == _AUTHORIZED:
+                note = None
+            return None if lease is None and note is None else (seq, effect_id, kind, lease, note)
+        if kind == _REFUSED:
+            return seq, effect_id, kind, None, None
+        if kind == _COMMITTED:
+            return (seq, effect_id, kind, None, None) if b'"after":"REFUSED"' in body else None
+        if kind == _POLICY:
+            if b'"binding":"' not in body or not _APPROVAL_EVENT.search(body):
+                return None
+            data = json.loads(body)["data"]
+            binding = data.get("binding")
+            return (seq, effect_id, kind, str(binding), str(data.get("event"))) if binding else None
+        if kind == _ARCHIVED:
+            tomb = json.loads(body)["data"]
+            cents = tomb.get("amount_cents")
+            return (
+                seq,
+                effect_id,
+                kind,
+                str(tomb["lease_id"]) if tomb.get("lease_id") else None,
+                (None if cents is None else int(cents), tomb.get("final")),
+            )
+        return None
+
+    def apply(self, charge: Charge) -> None:
+        """Fold one entry's charge in (in seq order)."""
+        seq, effect_id, kind, first, second = charge
+        budgets = self.budgets
+        if kind in (_DISPATCHED, _AUTHORIZED):
+            if first is not None:
+                _check_head(seq, effect_id, first, self.chains, self._checks)
+            if second is not None:
+                _check_charge(seq, effect_id, second, budgets, self._notes)
         elif kind == _REFUSED:
-            held = budgets.held.get(raw.effect_id)
+            held = budgets.held.get(effect_id)
             if held is not None and held[2]:
                 budgets.move(held[0], -held[1])
-                budgets.held[raw.effect_id] = (held[0], held[1], False)
-        elif kind == _COMMITTED and b'"after":"REFUSED"' in raw.body:
-            held = budgets.held.get(raw.effect_id)
+                budgets.held[effect_id] = (held[0], held[1], False)
+        elif kind == _COMMITTED:
+            held = budgets.held.get(effect_id)
             if held is not None and not held[2]:
                 budgets.move(held[0], held[1])
-                budgets.held[raw.effect_id] = (held[0], held[1], True)
-        elif kind == _POLICY and b'"binding":"' in raw.body and _APPROVAL_EVENT.search(raw.body):
-            data = json.loads(raw.body)["data"]
-            if data.get("binding"):
-                budgets.decided[str(data["binding"])] = str(data.get("event"))
+                budgets.held[effect_id] = (held[0], held[1], True)
+        elif kind == _POLICY:
+            budgets.decided[first] = second
         elif kind == _ARCHIVED:
-            archived = True
-            tomb = json.loads(raw.body)["data"]
-            cents = tomb.get("amount_cents")
-            if tomb.get("lease_id") and cents is not None and tomb.get("final") != _REFUSED:
-                budgets.move(str(tomb["lease_id"]), int(cents))
-    if not archived:
-        found.problems.extend(notes)
-    return budgets
+            self._archived = True
+            cents, final = second
+            if first is not None and cents is not None and final != _REFUSED:
+                budgets.move(first, cents)
+
+    def feed(self, seq: int, effect_id: str, kind: str, body: bytes) -> None:
+        """``apply(scan(...))``: the entry at ``seq``, read in this process."""
+        charge = self.scan(seq, effect_id, kind, body)
+        if charge is not None:
+            self.apply(charge)
+
+    def finish(self, found: ControlCheck) -> _Budgets:
+        """The totals once every entry was fed; the dispatches compared and what is wrong
+        with them added to ``found``."""
+        found.dispatches += self._checks.dispatches
+        found.problems.extend(self._checks.problems)
+        if not self._archived:
+            found.problems.extend(self._notes)
+        return self.budgets
+
+
+def fold_entries(raws: Iterable[RawEntry], chains: Mapping[str, list[Entry]]) -> ChargeFold:
+    """A ``ChargeFold`` fed every entry of ``raws`` (in seq order)."""
+    fold = ChargeFold(chains)
+    for raw in raws:
+        if raw.kind in _FOLDED:
+            fold.feed(raw.seq, raw.effect_id, raw.kind, raw.body)
+    return fold
 
 
 #: in an entry's canonical JSON (keys sorted), a lease's head and id, as every lease snapshot
@@ -303,38 +368,44 @@ def _text(escaped: bytes) -> str:
 
 
 def _check_head(
-    raw: RawEntry, lease: tuple[str, str], chains: Mapping[str, list[Entry]], found: ControlCheck
+    seq: int,
+    effect_id: str,
+    lease: tuple[str, str],
+    chains: Mapping[str, list[Entry]],
+    found: ControlCheck,
 ) -> None:
     """The lease head a dispatch transaction signs (with the lease, in its AUTHORIZED or a
     resend's DISPATCHED) against the lease's chain as it stood at that seq."""
     lease_id, head = lease
     found.dispatches += 1
-    before = [e for e in chains.get(lease_id, []) if e.seq < raw.seq]
+    before = [e for e in chains.get(lease_id, []) if e.seq < seq]
     then = f"{before[-1].seq}:{before[-1].hash}" if before else None
     if head != then:
         found.problems.append(
-            f"effect {raw.effect_id[:16]} seq {raw.seq}: dispatched against lease {lease_id}'s "
+            f"effect {effect_id[:16]} seq {seq}: dispatched against lease {lease_id}'s "
             f"entry {head.partition(':')[0]}, and its chain's latest then was "
             f"{then.partition(':')[0] if then else 'none'} (an older lease row put back)"
         )
 
 
-def _check_charge(raw: RawEntry, note: dict[str, Any], budgets: _Budgets, notes: list[str]) -> None:
+def _check_charge(
+    seq: int, effect_id: str, note: dict[str, Any], budgets: _Budgets, notes: list[str]
+) -> None:
     """A DISPATCHED's budget note: its charge folded in, and the total it signs (what the
     lease's budget held reserved with it, and each budgeted ancestor's: its ``ancestors``)
     against the charges before it."""
     lease_id, cents = str(note.get("lease_id")), int(note.get("cents") or 0)
-    held = budgets.held.get(raw.effect_id)
+    held = budgets.held.get(effect_id)
     own = held[1] if held is not None and held[2] else 0
     for each in (note, *(note.get("ancestors") or ())):
         each_id = str(each.get("lease_id"))
         derived = budgets.totals.get(each_id, 0) - own + cents
         if "reserved_cents" in each and each["reserved_cents"] != derived:
             notes.append(
-                f"effect {raw.effect_id[:16]} seq {raw.seq}: dispatched against lease "
+                f"effect {effect_id[:16]} seq {seq}: dispatched against lease "
                 f"{each_id}'s budget with {each['reserved_cents'] - cents} cents reserved, the "
                 f"signed charges before it come to {derived - cents} (lease_spend was lowered)"
             )
     if held is None or not held[2]:
         budgets.move(lease_id, cents)
-        budgets.held[raw.effect_id] = (lease_id, cents, True)
+        budgets.held[effect_id] = (lease_id, cents, True)

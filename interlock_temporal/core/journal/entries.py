@@ -348,10 +348,15 @@ class ChainSummary:
     quoted_id: str = ""
     #: format-1 entries' values (seq -> digest) no VALUES_BOUND entry has bound yet
     unbound: dict[int, str] | None = None
+    #: when the head was written, where its bytes are not kept (a chain joined from the
+    #: ranges of ``verify_jobs``)
+    updated_ts: float | None = None
 
     @property
     def updated(self) -> float | None:
-        return None if self.head_body is None else signed_ts(self.head_body, self.head_ts_at)
+        if self.head_body is None:
+            return self.updated_ts
+        return signed_ts(self.head_body, self.head_ts_at)
 
 
 _ANNOTATION_KINDS = frozenset(k.value for k in ANNOTATIONS)

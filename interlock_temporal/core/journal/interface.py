@@ -22,9 +22,10 @@ from ..policy import PolicyStore
 from ..row_seals import RowSeals
 from ..vote_codes import CodeUses
 from .claims import Claim
-from .control_check import ControlRows, check_control_plane
+from .control_check import ChargeFold, ControlRows, check_control_plane, fold_entries
 from .entries import RawEntry, check_entry
 from .signing import Keyring
+from .verify_jobs import EntrySource, verify_in_jobs
 from .verifying import verify_stored
 
 SCHEMA_VERSION = 12
@@ -361,14 +362,29 @@ class Journal(ABC):
     @abstractmethod
     def close(self) -> None: ...
 
-    def verify(self, head: JournalHead | str | None = None) -> VerifyReport:
+    def verify(self, head: JournalHead | str | None = None, *, jobs: int = 1) -> VerifyReport:
         """Check every entry's hash, signature, place in its chain and in the sequence, the
-        values stored beside it, and every effect's index row against its entries."""
+        values stored beside it, and every effect's index row against its entries; then the
+        rows the gate reads to allow something against the signed entries (``control_check``,
+        fed by the same pass). ``jobs`` > 1: on that many processes (``verify_jobs``), where
+        the journal is large enough to gain from them."""
         if isinstance(head, str):
             head = JournalHead.parse(head)
         anchors = self.anchor_entries()
-        rows = self.row_values()
-        report = verify_stored(self.iter_raw_batches(), self.keyring, head, rows, anchors)
+        stored = self.control_rows()
+        fold = self._charge_fold(stored)
+        source = self.entry_source() if jobs > 1 else None
+        last = self.head() if source is not None else None
+        if source is not None and last is not None:
+            report = verify_in_jobs(
+                source, self.keyring, head, last.seq, self.row_values, anchors, fold, jobs
+            )
+        else:
+            rows = self.row_values()
+            feed = None if fold is None else fold.feed
+            report = verify_stored(
+                self.iter_raw_batches(), self.keyring, head, rows, anchors, feed=feed
+            )
         if report.ok:
             try:
                 self.check_effect_ids()
@@ -376,17 +392,32 @@ class Journal(ABC):
                 update = {"ok": False, "first_bad_seq": err.seq, "problem": err.problem}
                 report = report.model_copy(update=update)
         if report.ok:
-            # the rows the gate reads to allow something, derived again from the entries
-            stored = self.control_rows()
-            chains = {row[0]: self.read(lease_chain(row[0])) for row in stored.leases}
-            seals = RowSeals(self.keyring)
-            control = check_control_plane(stored, chains, self.iter_raw(), seals)
+            if fold is None:  # a lease's chain did not read before the pass: read it now
+                fold = fold_entries(self.iter_raw(), self._lease_chains(stored))
+            control = check_control_plane(stored, fold, RowSeals(self.keyring))
             report = report.model_copy(update={"control": control})
             if control.problems:
                 more = len(control.problems) - 1
                 problem = control.problems[0] + (f" (and {more} more)" if more else "")
                 report = report.model_copy(update={"ok": False, "problem": problem})
         return report
+
+    def _lease_chains(self, stored: ControlRows) -> dict[str, list[Entry]]:
+        """Each lease's chain (read and checked: ``JournalCorrupt`` if one is not sound)."""
+        return {row[0]: self.read(lease_chain(row[0])) for row in stored.leases}
+
+    def _charge_fold(self, stored: ControlRows) -> ChargeFold | None:
+        """The fold the verify pass feeds, its leases' chains read first; None if one of them
+        does not read (the pass names what is wrong)."""
+        try:
+            return ChargeFold(self._lease_chains(stored))
+        except JournalCorrupt:
+            return None
+
+    def entry_source(self) -> EntrySource | None:
+        """Where another process reads this journal's entries from (``verify --jobs``); None:
+        nowhere, it is verified in this process."""
+        return None
 
     @abstractmethod
     def control_rows(self) -> ControlRows:

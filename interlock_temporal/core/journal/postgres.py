@@ -25,6 +25,7 @@ import threading
 import time
 import weakref
 from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import dataclass
 from typing import Any, TypeVar
 from urllib.parse import parse_qs, urlencode, urlparse, urlunparse
 
@@ -46,6 +47,7 @@ from .pg_server import (
 from .signing import Keyring
 from .sql import APPEND_ROW, PUT_ROW, READ_EFFECT_SQL, AppendReads, SqlJournal
 from .sql_leases import LEASE_COLUMNS, LEASE_LATERALS, LEASE_WIDTH, held_in, own_cents
+from .verify_jobs import NO_END, RANGE_ROWS, STRAY_ROWS
 from .verifying import read_ahead
 
 with needs_extra("postgres", "a PostgreSQL journal (postgresql://)"):
@@ -403,6 +405,36 @@ def _store_sql(entries: int) -> str:
     )
 
 
+@dataclass(frozen=True)
+class PgEntries:
+    """Where ``verify`` reads a PostgreSQL journal's entries from (``verify_jobs.EntrySource``):
+    its connection string."""
+
+    conninfo: str
+
+    def batches(self, start: int = 1, stop: int | None = None) -> Iterator[Iterable[Sequence[Any]]]:
+        # the server reads the next batch while this process checks the last one
+        return read_ahead(lambda: self._fetch(start, stop))
+
+    def _fetch(self, start: int, stop: int | None) -> Iterator[Sequence[Sequence[Any]]]:
+        # its own connection and a server-side cursor: a long verify holds no pooled connection
+        with psycopg.connect(self.conninfo) as conn, conn.cursor(name="interlock_verify") as cur:
+            cur.execute(
+                f"SELECT {ENTRY_COLUMNS} FROM entries WHERE seq >= %s AND seq < %s ORDER BY seq",
+                (start, NO_END if stop is None else stop),
+            )
+            while batch := cur.fetchmany(4096):
+                yield batch
+
+    def rows(self, heads: tuple[int, int | None] | None) -> list[tuple[Any, ...]]:
+        with psycopg.connect(self.conninfo) as conn:
+            if heads is None:
+                return conn.execute(STRAY_ROWS.replace("?", "%s"), (NO_END,)).fetchall()
+            start, stop = heads
+            sql = RANGE_ROWS.replace("?", "%s")
+            return conn.execute(sql, (start, NO_END if stop is None else stop)).fetchall()
+
+
 class PostgresJournal(SqlJournal):
     GREATEST = "GREATEST"
     FOR_UPDATE = " FOR UPDATE"
@@ -591,15 +623,10 @@ class PostgresJournal(SqlJournal):
                 yield raw_entry(r)
 
     def iter_raw_batches(self) -> Iterator[Iterable[Sequence[Any]]]:
-        # the server reads the next batch while this process checks the last one
-        return read_ahead(self._fetch_batches)
+        return self.entry_source().batches()
 
-    def _fetch_batches(self) -> Iterator[Sequence[Sequence[Any]]]:
-        # its own connection and a server-side cursor: a long verify holds no pooled connection
-        with psycopg.connect(self._conninfo) as conn, conn.cursor(name="interlock_verify") as cur:
-            cur.execute(f"SELECT {ENTRY_COLUMNS} FROM entries ORDER BY seq")
-            while batch := cur.fetchmany(4096):
-                yield batch
+    def entry_source(self) -> PgEntries:
+        return PgEntries(self._conninfo)
 
     # -- claims ----------------------------------------------------------------------------------
 

@@ -165,7 +165,7 @@ class Ed25519Key:
     def verifier(self) -> Callable[[bytes, str], bool]:
         """``verify`` for many entries in a row (``cryptography`` verifies one signature per
         call: it has no batch verification; it lets other threads run during the call, so a
-        verify checks signatures on several threads, ``verifying._Pass.prechecked``)."""
+        verify checks signatures on several threads, ``verifying.EntryPass.prechecked``)."""
         from cryptography.exceptions import InvalidSignature
 
         check = self._public.verify
@@ -227,6 +227,23 @@ class Keyring:
     @property
     def key_ids(self) -> list[str]:
         return sorted(self._keys)
+
+    def verifying_keys(self) -> list[tuple[str, bytes]]:
+        """What checks this keyring's signatures, as plain values another process can be sent
+        (``verify_jobs``): each HMAC key's secret (it is what checks an HMAC), each Ed25519
+        key's public key alone (never its seed)."""
+        return [
+            ("hmac", key.secret) if isinstance(key, HmacKey) else ("ed25519", key.public_bytes)
+            for key in self._keys.values()
+        ]
+
+    @classmethod
+    def of_verifying_keys(cls, keys: Iterable[tuple[str, bytes]]) -> Keyring:
+        """A keyring that verifies with ``keys`` (``verifying_keys``) and signs nothing."""
+        return cls(
+            None,
+            [HmacKey(raw) if kind == "hmac" else Ed25519Key(public=raw) for kind, raw in keys],
+        )
 
 
 def parse_secret(text: str) -> bytes:

@@ -29,6 +29,7 @@ from json.encoder import encode_basestring  # type: ignore[attr-defined]
 from typing import Any, TypeVar
 
 from ..models import ANNOTATIONS, EffectRow, JournalHead, Kind, VerifyReport
+from .control_check import ChargeFold
 from .entries import (
     UNBOUND,
     ChainCheck,
@@ -52,6 +53,9 @@ _ANNOTATIONS = frozenset(k.value for k in ANNOTATIONS)
 _KINDS = {k.value: encode_basestring(k.value) for k in Kind if k.value not in _SPECIAL}
 _STATUSES = frozenset(k.value for k in Kind)
 _DISPATCHED = Kind.DISPATCHED.value
+_ARCHIVED = Kind.ARCHIVED.value
+#: what a partial pass compares an entry's prev with when it cannot take its effect up
+_NO_CHAIN = ChainSummary(head="\x00")
 _V1_END = b',"v":1}'
 _V2_END = b',"v":2}'
 _V2_VALS = b',"v":2,"vals":"'
@@ -66,9 +70,12 @@ _scan_once: Callable[[str, int], tuple[Any, int]] = json.JSONDecoder().scan_once
 #: (``HmacKey.pads``: the check inlined) or None
 _KeyCheck = tuple[Callable[[bytes, str], bool], str, Any, Any]
 #: entries whose Ed25519 signatures are checked together, ahead of the pass, and on how many
-#: threads (``_Pass.prechecked``)
+#: threads (``EntryPass.prechecked``)
 _PRECHECK = 512
 _PRECHECK_THREADS = os.cpu_count() or 1
+#: what a pass gives each entry it accepts of a kind in ``FED``: seq, effect id, kind, bytes
+Feed = Callable[[int, str, str, bytes], None]
+FED = ChargeFold.kinds
 
 
 def archived_runs(anchors: Iterable[RawEntry]) -> tuple[dict[int, int], tuple[int, str] | None]:
@@ -136,17 +143,20 @@ def verify_stored(
     anchors: Sequence[RawEntry] = (),
     *,
     short: bool = True,
+    feed: Feed | None = None,
 ) -> VerifyReport:
     """``verify_entries`` of entries as stored: ``batches`` of tuples in ``RawEntry``'s field
     order, in seq order; ``rows``, the effects table's rows in ``EffectRow``'s field order.
     ``short=False`` checks every entry and row the full way (what the short path is tested
-    against). The cyclic garbage collector pauses meanwhile (``_collector_paused``)."""
-    with _collector_paused():
-        return _verify_stored(batches, keyring, head, rows, anchors, short)
+    against). ``feed`` is given every entry the pass accepts whose kind is in ``FED`` (the
+    control plane's charges, ``control_check.ChargeFold``), in seq order. The cyclic garbage
+    collector pauses meanwhile (``collector_paused``)."""
+    with collector_paused():
+        return _verify_stored(batches, keyring, head, rows, anchors, short, feed)
 
 
 @contextlib.contextmanager
-def _collector_paused() -> Iterator[None]:
+def collector_paused() -> Iterator[None]:
     """A pass allocates a row, a chain or a parsed first entry per entry and makes no cycles;
     with the collector running, its full collections walk every chain kept so far, again and
     again (measured: 18% of a pass over 200,000 entries, 34% over 1,000,000)."""
@@ -166,8 +176,9 @@ def _verify_stored(
     rows: Iterable[Sequence[Any]] | None,
     anchors: Sequence[RawEntry],
     short: bool,
+    feed: Feed | None,
 ) -> VerifyReport:
-    run = _Pass(keyring, head, anchors)
+    run = EntryPass(keyring, head, anchors, feed)
     if run.wrong is not None:
         return run.failed(*run.wrong)
     found, last = run.entries(batches) if short else run.full(batches)
@@ -182,23 +193,37 @@ def _verify_stored(
             final_head,
         )
     checker = run.checker
-    unbound = checker.unbound() or _anchors_hold(run.runs, run.covered, anchors, checker.anchors)
+    unbound = checker.unbound() or anchors_hold(run.runs, run.covered, anchors, checker.anchors)
     if unbound is not None:
         return run.failed(*unbound, final_head)
-    found = None if rows is None else _rows_problem(checker, rows, short)
+    found = None if rows is None else rows_problem(checker, rows, short)
     if found is not None:
         return run.failed(*found, final_head)
     return VerifyReport(ok=True, entries=run.count, effects=len(checker.chains), head=final_head)
 
 
-class _Pass:
+class EntryPass:
     """One pass over the entries: where the sequence is, and every effect's chain so far."""
 
-    def __init__(self, keyring: Keyring, head: JournalHead | None, anchors: Sequence[RawEntry]):
+    def __init__(
+        self,
+        keyring: Keyring,
+        head: JournalHead | None,
+        anchors: Sequence[RawEntry],
+        feed: Feed | None = None,
+        start: int = 1,
+    ):
         self.keyring = keyring
         self.head = head
+        self.feed = feed
         self.checker = ChainCheck(keyring)
-        self.expected = 1
+        self.expected = start
+        #: a pass over the entries from ``start`` on (> 1: ``verify_jobs``): an effect met
+        #: first by an entry that continues its chain (prev set) is taken up there, its chain
+        #: starting at that prev; here, per such effect, that entry's (seq, prev), which the
+        #: passes before must end the effect's chain with
+        self.partial = start > 1
+        self.links: dict[str, tuple[int, str]] = {}
         self.count = 0
         self.head_seen = head is None
         self.runs, self.wrong = archived_runs(anchors)
@@ -238,9 +263,13 @@ class _Pass:
                     else f"out of order (expected seq {expected})"
                 ),
             )
+        if found is None and self.partial and raw.effect_id not in self.checker.chains:
+            self.continued(raw.effect_id, raw.seq, raw.prev, raw.kind)
         found = found or self.checker.add(raw)
         if found is not None:
             return found
+        if self.feed is not None and raw.kind in FED:
+            self.feed(raw.seq, raw.effect_id, raw.kind, raw.body)
         self.expected = raw.seq + 1
         self.count += 1
         if self.head is not None and raw.seq == self.head.seq:
@@ -248,6 +277,17 @@ class _Pass:
                 return raw.seq, "the recorded head does not match this entry"
             self.head_seen = True
         return None
+
+    def continued(self, effect_id: str, seq: int, prev: str, kind: str) -> ChainSummary | None:
+        """In a partial pass, the chain of an effect first met at ``seq`` by an entry that
+        continues it (a tombstone starts a chain: not one), taken up at ``prev``."""
+        if not prev or kind == _ARCHIVED:
+            return None
+        self.links[effect_id] = (seq, prev)
+        chain = self.checker.chains[effect_id] = ChainSummary(
+            head=prev, quoted_id=encode_basestring(effect_id)
+        )
+        return chain
 
     def key(self, key_id: str) -> _KeyCheck | None:
         if key_id not in self.keys:
@@ -332,6 +372,7 @@ class _Pass:
         chains, keys, first = self.checker.chains, self.keys, self.first
         head_seq = -1 if self.head is None else self.head.seq
         sha256, kinds, annotations, compare = hashlib.sha256, _KINDS, _ANNOTATIONS, compare_digest
+        feed, fed, partial = self.feed, FED, self.partial
         last: Sequence[Any] | None = None
         expected, count = self.expected, self.count
         for batch in batches:
@@ -349,11 +390,14 @@ class _Pass:
                     and type(body) is bytes
                 ):
                     pass
-                elif chain is None:
+                elif chain is None and (prev == "" or not partial):
                     if prev == "" and first(values, key, quoted_kind):
+                        if feed is not None and kind in fed:
+                            feed(seq, eid, kind, body)
                         expected, count = seq + 1, count + 1
                         continue
-                elif prev == chain.head:
+                elif prev == (chain or self.continued(eid, seq, prev, kind) or _NO_CHAIN).head:
+                    chain = chains[eid]
                     digest = sha256(body).digest()
                     if digest.hex() != digest_hex:  # the hash first, as the full check
                         signed = False
@@ -388,6 +432,8 @@ class _Pass:
                                 if chain.first_dispatch is None:
                                     chain.first_dispatch = ts
                                 chain.last_dispatch = ts
+                        if feed is not None and kind in fed:
+                            feed(seq, eid, kind, body)
                         expected, count = seq + 1, count + 1
                         continue
                 # the full check names what is wrong, or accepts what the short path did not
@@ -471,7 +517,7 @@ def _first_data(body: bytes) -> tuple[str | None, str | None]:
     return (effect_type if isinstance(effect_type, str) else None), origin_in(data)
 
 
-def _rows_problem(
+def rows_problem(
     checker: ChainCheck, rows: Iterable[Sequence[Any]], short: bool = True
 ) -> tuple[int, str] | None:
     """The first row of the effects table (by seq) that its entries do not add up to: a row
@@ -480,26 +526,18 @@ def _rows_problem(
     problems = []
     listed = set()
     for values in rows:
-        eid, effect_type, status, head, head_seq, updated, first, last, origin = values
+        eid = values[0]
         listed.add(eid)
         chain = chains.get(eid)
-        if (
-            short
-            and chain is not None
-            and head == chain.head
-            and head_seq == chain.head_seq
-            and status == chain.status
-            and status in _STATUSES
-            and type(effect_type) is str
-            and (chain.effect_type is None or effect_type == chain.effect_type)
-            and origin == chain.origin
-            and first == chain.first_dispatch
-            and last == chain.last_dispatch
-            and chain.head_body is not None
-            and updated == signed_ts(chain.head_body, chain.head_ts_at)
-        ):
+        if short and chain is not None and row_matches(values, chain):
             continue
-        found = checker.against(eid, effect_row(values))
+        try:
+            row = effect_row(values)
+        except ValueError:  # a value its column cannot hold (SQLite keeps what it is given)
+            seq = 0 if chain is None else chain.head_seq
+            problems.append((seq, f"the effects table's row of {str(eid)[:16]} does not parse"))
+            continue
+        found = checker.against(eid, row)
         if found is not None:
             problems.append(found)
     problems += [
@@ -508,7 +546,26 @@ def _rows_problem(
     return min(problems) if problems else None
 
 
-def _anchors_hold(
+def row_matches(values: Sequence[Any], chain: ChainSummary) -> bool:
+    """The effects row ``values`` says exactly what ``chain`` adds up to (the common case,
+    compared without building the row; anything else goes to ``ChainCheck.against``)."""
+    _, effect_type, status, head, head_seq, updated, first, last, origin = values
+    return (
+        head == chain.head
+        and head_seq == chain.head_seq
+        and status == chain.status
+        and status in _STATUSES
+        and type(effect_type) is str
+        and (chain.effect_type is None or effect_type == chain.effect_type)
+        and origin == chain.origin
+        and first == chain.first_dispatch
+        and last == chain.last_dispatch
+        and updated is not None
+        and updated == chain.updated
+    )
+
+
+def anchors_hold(
     runs: Mapping[int, int],
     covered: set[int],
     given: Sequence[RawEntry],
