@@ -33,6 +33,7 @@ from typing import Any
 
 from interlock_temporal.core.journal import Journal, encode_entry, open_journal
 from interlock_temporal.core.journal.signing import Ed25519Key, HmacKey
+from interlock_temporal.core.journal.verify_jobs import default_jobs
 from interlock_temporal.core.models import Kind
 from interlock_temporal.core.protocol import Call, Gate, Measure
 
@@ -40,7 +41,7 @@ from . import bench_dir
 
 HMAC_KEY = "42" * 32
 ED25519_SEED = "43" * 32
-#: issue 22: one process, HMAC
+#: issue 39: HMAC, with ``--jobs`` on every core of the machine (2 in CI)
 TARGET_PER_S = 250_000
 #: rows held in memory to time hashing, signatures and JSON alone
 SAMPLE = 50_000
@@ -52,6 +53,9 @@ class VerifyRun:
     entries: int
     seconds: list[float]
     cli_seconds: float | None
+    #: ``verify(jobs=...)``: the processes asked for (and ``used``, as the report says)
+    jobs: int = 1
+    used: int = 1
 
     @property
     def best_per_s(self) -> float:
@@ -179,19 +183,40 @@ def _flush(db: sqlite3.Connection, batch: list[Any], rows: list[Any]) -> None:
     rows.clear()
 
 
-def _time_verify(path: Path, repeats: int, **keys: Any) -> tuple[list[float], int]:
+def _time_verify(
+    path: Path, repeats: int, jobs: int = 1, **keys: Any
+) -> tuple[list[float], int, int]:
+    """Each run's seconds, the entries, and how many processes checked them."""
     seconds = []
-    count = 0
+    count = used = 0
     for _ in range(repeats):
         journal = open_journal(f"sqlite:///{path}", create=False, check_tail=False, **keys)
         started = time.perf_counter()
-        report = journal.verify()
+        report = journal.verify(jobs=jobs)
         seconds.append(time.perf_counter() - started)
         journal.close()
         if not report.ok:
             raise RuntimeError(f"the benchmark journal does not verify: {report}")
-        count = report.entries
-    return seconds, count
+        count, used = report.entries, report.jobs
+    return seconds, count, used
+
+
+def _runs(
+    scheme: str, path: Path, repeats: int, jobs: list[int], cli: float, **keys: Any
+) -> list[VerifyRun]:
+    """One run per number of processes, in turns (1, 2, ..., 1, 2, ...) so that each sees the
+    same machine; the command's time beside the one that uses every core."""
+    times: dict[int, list[float]] = {n: [] for n in jobs}
+    counts: dict[int, tuple[int, int]] = {}
+    for _ in range(repeats):
+        for n in jobs:
+            seconds, count, used = _time_verify(path, 1, n, **keys)
+            times[n] += seconds
+            counts[n] = (count, used)
+    return [
+        VerifyRun(scheme, counts[n][0], times[n], cli if n == max(jobs) else None, n, counts[n][1])
+        for n in jobs
+    ]
 
 
 def _bounds(path: Path, verify_seconds: float, entries: int) -> dict[str, float]:
@@ -297,20 +322,25 @@ def run(entries: int, ed25519_entries: int, repeats: int = 3) -> VerifyCost:
     _build(ed_path, f"ed25519:{ED25519_SEED}", ed, ed25519_entries)
     build = time.perf_counter() - started
     print(f"   built in {build:.0f} s; verifying ...", flush=True)
-    hmac_seconds, hmac_count = _time_verify(hmac_path, repeats, signing_key=HMAC_KEY)
+    jobs = sorted({1, 2, default_jobs()})
     cli_hmac = _time_cli(
         hmac_path, env={"PATH": "/usr/bin:/bin", "INTERLOCK_SIGNING_KEY": HMAC_KEY}
     )
-    hmac_median = sorted(hmac_seconds)[len(hmac_seconds) // 2]
+    hmac_runs = _runs("HMAC-SHA256", hmac_path, repeats, jobs, cli_hmac, signing_key=HMAC_KEY)
+    one = hmac_runs[0]
     print("   measuring what bounds it ...", flush=True)
-    bounds = _bounds(hmac_path, hmac_median, hmac_count)
-    ed_seconds, ed_count = _time_verify(ed_path, repeats, public_keys=[ed.public_text])
+    bounds = _bounds(hmac_path, sorted(one.seconds)[len(one.seconds) // 2], one.entries)
     cli_ed = _time_cli(ed_path, "--public-key", ed.public_text, env={"PATH": "/usr/bin:/bin"})
+    ed_runs = _runs(
+        "Ed25519 (public key only)",
+        ed_path,
+        repeats,
+        [1, max(jobs)],
+        cli_ed,
+        public_keys=[ed.public_text],
+    )
     return VerifyCost(
-        runs=[
-            VerifyRun("HMAC-SHA256", hmac_count, hmac_seconds, cli_hmac),
-            VerifyRun("Ed25519 (public key only)", ed_count, ed_seconds, cli_ed),
-        ],
+        runs=[*hmac_runs, *ed_runs],
         bytes_per_entry=per_entry,
         build_seconds=build,
         bounds=bounds,

@@ -31,6 +31,7 @@ the tombstones). It was a second pass over the journal, a third of a verify's ti
 
 from __future__ import annotations
 
+import bisect
 import json
 import re
 from collections.abc import Iterable, Mapping, Sequence
@@ -233,7 +234,7 @@ class ChargeFold:
 
     def __init__(self, chains: Mapping[str, list[Entry]]) -> None:
         #: each lease's chain (by lease id), read and checked before the pass
-        self.chains = chains
+        self.chains: Mapping[str, list[Entry]] = _LeaseChains(chains)
         self.budgets = _Budgets(chains=chains)
         self._notes: list[str] = []
         self._archived = False
@@ -342,9 +343,19 @@ def _scanned(body: bytes) -> tuple[tuple[str, str] | None, dict[str, Any] | None
     anything else (an older note, a premise that happens to be named like them) by parsing."""
     lease: tuple[str, str] | None = None
     note: dict[str, Any] | None = None
-    has_head, has_budget = b'"head":"' in body, b'"budget":{' in body
-    found_head = _LEASE_HEAD.search(body) if has_head else None
-    found_budget = _BUDGET.search(body) if has_budget else None
+    # each pattern starts with its key: tried where the key first is, searched on from there
+    at_head, at_budget = body.find(b'"head":"'), body.find(b'"budget":{')
+    has_head, has_budget = at_head >= 0, at_budget >= 0
+    found_head = (
+        _LEASE_HEAD.match(body, at_head) or _LEASE_HEAD.search(body, at_head + 1)
+        if has_head
+        else None
+    )
+    found_budget = (
+        _BUDGET.match(body, at_budget) or _BUDGET.search(body, at_budget + 1)
+        if has_budget
+        else None
+    )
     if (has_head and found_head is None) or (has_budget and found_budget is None):
         data = json.loads(body)["data"]
         snapshot, budget = data.get("lease"), data.get("budget")
@@ -378,14 +389,36 @@ def _check_head(
     resend's DISPATCHED) against the lease's chain as it stood at that seq."""
     lease_id, head = lease
     found.dispatches += 1
-    before = [e for e in chains.get(lease_id, []) if e.seq < seq]
-    then = f"{before[-1].seq}:{before[-1].hash}" if before else None
+    seqs, heads = _heads_of(chains, lease_id)
+    at = bisect.bisect_left(seqs, seq)  # the entries of the chain before ``seq``
+    then = heads[at - 1] if at else None
     if head != then:
         found.problems.append(
             f"effect {effect_id[:16]} seq {seq}: dispatched against lease {lease_id}'s "
             f"entry {head.partition(':')[0]}, and its chain's latest then was "
             f"{then.partition(':')[0] if then else 'none'} (an older lease row put back)"
         )
+
+
+def _heads_of(chains: Mapping[str, list[Entry]], lease_id: str) -> tuple[list[int], list[str]]:
+    """A lease chain's seqs and its heads as a dispatch signs them (``SEQ:HASH``), each in seq
+    order; worked out once per chain (``chains`` is a ``_LeaseChains``) or every time."""
+    cache = getattr(chains, "heads", None)
+    found = None if cache is None else cache.get(lease_id)
+    if found is None:
+        chain = chains.get(lease_id, [])
+        found = [e.seq for e in chain], [f"{e.seq}:{e.hash}" for e in chain]
+        if cache is not None:
+            cache[lease_id] = found
+    return found
+
+
+class _LeaseChains(dict[str, list[Entry]]):
+    """Each lease's chain by lease id, with ``_heads_of``'s work kept per chain."""
+
+    def __init__(self, chains: Mapping[str, list[Entry]]) -> None:
+        super().__init__(chains)
+        self.heads: dict[str, tuple[list[int], list[str]]] = {}
 
 
 def _check_charge(
