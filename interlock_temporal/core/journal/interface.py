@@ -27,7 +27,7 @@ from .entries import RawEntry, check_entry
 from .signing import Keyring
 from .verifying import verify_stored
 
-SCHEMA_VERSION = 12
+SCHEMA_VERSION = 13
 #: the effect type of policy chains (``policy:<session>``)
 POLICY_CHAIN_TYPE = "interlock.policy"
 #: the effect type of archive anchors' chains (``archive:<archive id>``)
