@@ -341,6 +341,17 @@ def test_lookups_by_effect_and_the_in_doubt_list_use_indexes(journal: Journal) -
         "SCAN c",
         "SCAN c LEFT-JOIN",
     ], by_effect
+    # the unstable-key check's lookup by origin, through its (narrow) index
+    by_origin = journal.by_origin  # its statement, as it runs it
+    traced: list[str] = []
+    db.set_trace_callback(traced.append)
+    try:
+        by_origin("ab" * 32)
+    finally:
+        db.set_trace_callback(None)
+    (sql,) = [t for t in traced if "origin" in t]
+    origin = plan(sql.replace("'" + "ab" * 32 + "'", "?"))
+    assert "USING INDEX effects_origin" in origin, origin
     indexes = {r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type = 'index'")}
     assert not any(i.startswith("entries_") and i != "entries_anchors" for i in indexes), indexes
     in_doubt = plan(IN_DOUBT_SQL)

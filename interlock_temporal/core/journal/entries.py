@@ -4,7 +4,8 @@ Each entry's signed bytes are the RFC 8785 canonical JSON of
 ``{v, seq, ts, effect_id, kind, prev, key_id, data[, vals]}``; ``hash`` is sha256 of those bytes
 and ``sig`` signs the hash. The bytes are stored as written, so verification hashes what was
 signed instead of canonicalising again. ``prev`` is the hash of the previous entry *of the same
-effect* (empty for the first), and appends are conditional on it, so no chain can fork.
+effect* (empty for the first), and appends are conditional on the effect's head (its row in the
+effects table, moved on only from the head an append read), so no chain can fork.
 ``seq`` is dense and signed, so a dropped entry leaves a gap.
 
 The values an append stores beside its last entry (the approved input, the result) are bound to

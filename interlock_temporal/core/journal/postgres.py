@@ -249,7 +249,8 @@ _MIGRATIONS: list[str] = [
     CREATE INDEX IF NOT EXISTS flow_marks_age ON flow_marks (scope, ts);
     """,
     # 13: reads walk an effect's chain back from its row's head along each entry's
-    # ``prev_seq``, and the index of entries by (effect, prev) goes (as in the embedded journal)
+    # ``prev_seq``, the index of entries by (effect, prev) goes, and the index of origins keeps
+    # 16 hex digits of each (as in the embedded journal)
     """
     ALTER TABLE entries ADD COLUMN prev_seq BIGINT;
     UPDATE entries SET prev_seq = l.p
@@ -259,6 +260,8 @@ _MIGRATIONS: list[str] = [
     ) l
     WHERE l.seq = entries.seq AND l.p IS NOT NULL;
     DROP INDEX IF EXISTS entries_chain;
+    DROP INDEX IF EXISTS effects_origin;
+    CREATE INDEX effects_origin ON effects (substr(origin, 1, 16)) WHERE origin IS NOT NULL;
     """,
 ]
 assert len(_MIGRATIONS) == SCHEMA_VERSION

@@ -712,9 +712,15 @@ class SqlJournal(Journal):
         return value_of(self.read(effect_id), name)
 
     def by_origin(self, origin: str) -> list[str]:
+        """Found through ``effects_origin``, which indexes an origin's first 16 hex digits
+        (schema 13: narrower entries, fewer pages per new effect); the whole origin is then
+        compared in the row."""
         rows = self.reading(
             lambda db: self.execute(
-                db, "SELECT effect_id FROM effects WHERE origin = ?", (origin,)
+                db,
+                "SELECT effect_id FROM effects WHERE substr(origin, 1, 16) = substr(?, 1, 16) "
+                "AND origin = ?",
+                (origin, origin),
             ).fetchall()
         )
         return [r[0] for r in rows]
