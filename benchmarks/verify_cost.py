@@ -136,7 +136,7 @@ def _build(path: Path, signing_key: str, key: HmacKey | Ed25519Key, entries: int
     effects = (entries - written) // len(template)
     for n in range(effects):
         eid = hashlib.sha256(f"bench effect {n}".encode()).hexdigest()
-        prev = ""
+        prev, prev_seq = "", None
         # as the gate writes them: PROPOSED, AUTHORIZED and DISPATCHED in one transaction,
         # COMMITTED in the next; the index row says what the entries add up to
         dispatched = now + n * 1e-3
@@ -154,10 +154,9 @@ def _build(path: Path, signing_key: str, key: HmacKey | Ed25519Key, entries: int
                 vals=vals,
             )
             size += len(e.body)
-            batch.append(
-                (e.seq, e.effect_id, e.kind.value, e.prev, e.hash, e.key_id, e.sig, e.body, vals)
-            )
-            prev = e.hash
+            columns = (e.seq, e.effect_id, e.kind.value, e.prev, e.hash, e.key_id, e.sig)
+            batch.append((*columns, e.body, vals, prev_seq))
+            prev, prev_seq = e.hash, e.seq
         rows.append((eid, "refund", "COMMITTED", prev, seq, committed, dispatched, dispatched))
         if len(batch) >= 20_000:
             _flush(db, batch, rows)
@@ -169,8 +168,8 @@ def _build(path: Path, signing_key: str, key: HmacKey | Ed25519Key, entries: int
 def _flush(db: sqlite3.Connection, batch: list[Any], rows: list[Any]) -> None:
     db.execute("BEGIN")
     db.executemany(
-        "INSERT INTO entries (seq, effect_id, kind, prev, hash, key_id, sig, body, vals) "
-        "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+        "INSERT INTO entries (seq, effect_id, kind, prev, hash, key_id, sig, body, vals, "
+        "prev_seq) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
         batch,
     )
     db.executemany(

@@ -55,7 +55,9 @@ from interlock_temporal.core.journal import (
     verify_jobs,
 )
 from interlock_temporal.core.journal.archiving import verify_archive
+from interlock_temporal.core.journal.entries import ENTRY_COLUMNS
 from interlock_temporal.core.journal.signing import Ed25519Key
+from interlock_temporal.core.journal.sql import PUT_ROW, SqlJournal
 from interlock_temporal.core.journal.verifying import verify_stored
 from interlock_temporal.core.leases import Demand, check_lease
 from interlock_temporal.core.models import Draft, Entry, JournalHead, Kind, Lease, VerifyReport
@@ -391,15 +393,20 @@ class SqlTamper(ABC):
                     "policy_approvals",
                 )
             ),
+            # nor schema 13's chain links, and with the index of chains it replaced
+            ("ALTER TABLE entries DROP COLUMN prev_seq", ()),
+            ("CREATE UNIQUE INDEX entries_chain ON entries (effect_id, substr(prev, 1, 16))", ()),
             ("UPDATE meta SET value = '7' WHERE key = 'schema_version'", ()),
         )
 
     def put_back(self, raw: RawEntry) -> None:
-        """Store ``raw`` (as ``iter_raw`` read it, with its values) again at its seq."""
+        """Store ``raw`` (as ``iter_raw`` read it, with its values) again at its seq, linked
+        to the entry its prev names (``prev_seq``), as the journal wrote it."""
         self._run(
             (
-                "INSERT INTO entries (seq, effect_id, kind, prev, hash, key_id, sig, body, vals) "
-                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                "INSERT INTO entries (seq, effect_id, kind, prev, hash, key_id, sig, body, vals, "
+                "prev_seq) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, "
+                "(SELECT p.seq FROM entries p WHERE p.effect_id = ? AND p.hash = ?))",
                 (
                     raw.seq,
                     raw.effect_id,
@@ -410,6 +417,8 @@ class SqlTamper(ABC):
                     raw.sig,
                     raw.body,
                     raw.vals,
+                    raw.effect_id,
+                    raw.prev,
                 ),
             )
         )
@@ -1215,19 +1224,20 @@ class JournalConformance(EffectIdsConformance):
         assert journal.read(A) == winners[0]
 
     @pytest.mark.parametrize("position", ["middle", "last"])
-    async def test_an_append_the_chain_index_refuses_fails_alone_in_its_batch(
+    async def test_an_append_after_a_row_that_lags_its_chain_fails_alone_in_its_batch(
         self, journal: Journal, tamper: SqlTamper, in_flight: None, position: str
     ) -> None:
-        """The UNIQUE (effect, prev) backstop: an index row that lags its chain lets an append
-        past the head check, and its INSERT is refused. That append alone gets HeadConflict,
-        wherever it stands in its batch (a backend that pipelines learns of the last append's
-        refusal from the COMMIT)."""
+        """An index row whose head is not the entry its ``head_seq`` names (it lags its chain
+        by one entry) lets an append past the head check; the append reads the entry at
+        ``head_seq`` with the row and refuses to write after it (its chain would fork). That
+        append alone fails, wherever it stands in its batch."""
         first, second = journal.append(
             A, "", [draft(Kind.PROPOSED), draft(Kind.AUTHORIZED)], effect_type="refund"
         )
         tamper.edit_row(A, "head", first.hash)  # the index row lags its chain by one entry
-        with pytest.raises(HeadConflict):
+        with pytest.raises(JournalCorrupt) as caught:
             journal.append(A, first.hash, [draft(Kind.DISPATCHED)])
+        assert (caught.value.effect_id, caught.value.seq) == (A, second.seq)
         ids = [effect_id("conformance.backstop", (position, n)) for n in range(4)]
         calls = [
             journal.append_async(eid, "", [draft(Kind.PROPOSED, n=n)], effect_type="batch")
@@ -1237,7 +1247,7 @@ class JournalConformance(EffectIdsConformance):
         calls.insert(at, journal.append_async(A, first.hash, [draft(Kind.DISPATCHED)]))
         outcomes = await asyncio.gather(*calls, return_exceptions=True)
 
-        assert isinstance(outcomes.pop(at), HeadConflict), outcomes
+        assert isinstance(outcomes.pop(at), JournalCorrupt), outcomes
         for n, (eid, written) in enumerate(zip(ids, outcomes, strict=True)):
             assert isinstance(written, list), written
             assert [e.data["n"] for e in written] == [n]
@@ -1497,7 +1507,124 @@ class JournalConformance(EffectIdsConformance):
         assert report.problem is not None and column in report.problem
         with pytest.raises(JournalCorrupt) as caught:
             journal.read(B)
-        assert (caught.value.effect_id, caught.value.seq) == (B, 5)
+        # a read walks the chain back from the row's head_seq: an edited one names another
+        # effect's entry (A's), where it finds none of B's
+        named = value if column == "head_seq" else 5
+        assert (caught.value.effect_id, caught.value.seq) == (B, named)
+
+    @pytest.mark.parametrize(
+        ("seq", "prev_seq"),
+        [
+            (7, None),  # A's last entry: the walk stops there
+            (7, 2),  # ... skips A's DISPATCHED
+            (7, 6),  # ... goes to C's PROPOSED
+            (7, 8),  # ... points forward (never followed)
+            (7, 7),  # ... at itself
+            (4, 1),  # A's DISPATCHED skips its AUTHORIZED
+            (4, 3),  # ... goes to B's PROPOSED, a first entry
+            (2, None),  # A's AUTHORIZED: the walk stops before its first entry
+            (5, None),  # B's last
+            (1, 3),  # A's first entry points back at B's (a walk that went on would read it)
+        ],
+    )
+    def test_an_edited_prev_seq_never_makes_a_read_accept_a_wrong_chain(
+        self, journal: Journal, tamper: SqlTamper, seq: int, prev_seq: int | None
+    ) -> None:
+        """Reads walk an effect's chain back along ``prev_seq``, which is not signed. Whatever
+        it is edited to, the read either returns the effect's whole chain or raises
+        ``JournalCorrupt`` naming the entry the walk went wrong at; it never returns a part of
+        the chain, nor another effect's entry. Verify does not read ``prev_seq`` at all."""
+        entries = populate(journal)
+        chains = {eid: [e for e in entries.values() if e.effect_id == eid] for eid in (A, B, C)}
+        tamper._run(("UPDATE entries SET prev_seq = ? WHERE seq = ?", (prev_seq, seq)))
+        for eid, chain in chains.items():
+            try:
+                assert journal.read(eid) == chain
+            except JournalCorrupt as caught:
+                assert caught.effect_id == eid == entries[seq].effect_id
+                assert caught.seq == seq, (caught.seq, str(caught))
+        assert journal.verify().ok
+        if seq != 1:  # the first entry's prev_seq is never followed: nothing to refuse
+            with pytest.raises(JournalCorrupt):
+                journal.read(entries[seq].effect_id)
+
+    def test_verify_names_an_entry_forked_from_its_chain(
+        self, journal: Journal, tamper: SqlTamper
+    ) -> None:
+        """No index refuses two entries of one effect after one predecessor (the row's head is
+        the append's backstop): a fork written beside the journal, signed with its key, is an
+        entry whose prev is not its effect's previous entry, which verify names."""
+        entries = populate(journal)
+        fork = encode_entry(
+            seq=len(LAYOUT) + 1,
+            ts=time.time(),
+            effect_id=A,
+            kind=Kind.DISPATCHED,
+            prev=entries[2].hash,  # A's AUTHORIZED, which A's DISPATCHED (seq 4) follows
+            key=journal.keyring.signing,
+            data={"n": "fork"},
+        )
+        tamper._run(
+            (
+                "INSERT INTO entries (seq, effect_id, kind, prev, hash, key_id, sig, body, "
+                "prev_seq) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                (
+                    fork.seq,
+                    A,
+                    fork.kind.value,
+                    fork.prev,
+                    fork.hash,
+                    fork.key_id,
+                    fork.sig,
+                    fork.body,
+                    2,
+                ),
+            )
+        )
+        report = journal.verify()
+        assert not report.ok and report.first_bad_seq == fork.seq, report
+        assert report.problem is not None and "forked" in report.problem
+        # moved onto the fork, the effect's row reads a sound chain; verify still names it
+        tamper.edit_row(A, "head", fork.hash)
+        tamper.edit_row(A, "head_seq", fork.seq)
+        tamper.edit_row(A, "status", "DISPATCHED")
+        for column in ("updated_ts", "first_dispatch_ts", "last_dispatch_ts"):
+            tamper.edit_row(A, column, fork.ts)
+        assert [e.seq for e in journal.read(A)] == [1, 2, fork.seq]
+        again = journal.verify()
+        assert not again.ok and again.first_bad_seq == fork.seq, again
+
+    def test_the_rows_head_is_the_appends_fork_backstop(self, journal: Journal) -> None:
+        """An append's row write (``PUT_ROW``) moves an existing row on only from the head the
+        append read, and never writes a new effect's row over an existing one: a writer that
+        read a head another has moved on from, or no row where another has written one, has
+        its transaction refused (``refused``: ``HeadConflict``), entries and all."""
+        assert isinstance(journal, SqlJournal)
+        (first,) = journal.append(A, "", [draft(Kind.PROPOSED)], effect_type="refund")
+        (second,) = journal.append(A, first.hash, [draft(Kind.AUTHORIZED)])
+        row = journal.row(A)
+        assert row is not None
+        kept = (row.effect_id, row.effect_type, row.status.value)
+        times = (row.updated_ts, row.first_dispatch_ts, row.last_dispatch_ts, row.origin)
+
+        def put(read: str, head: str, head_seq: int) -> None:
+            def run(db: Any) -> None:
+                journal.execute(
+                    db,
+                    f"INSERT INTO entries ({ENTRY_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                    (head_seq, A, "CONFIRMED", second.hash, head, "k", "s", b"{}", None),
+                )
+                journal.execute(db, PUT_ROW, (*kept, head, head_seq, *times, None, 0, 0, read))
+
+            journal.writing(run)
+
+        for read in (first.hash, ""):  # a head moved on from since; no row at all
+            with pytest.raises(Exception) as caught:
+                put(read, "e" * 64, second.seq + 1)
+            assert journal.refused(caught.value), caught.value
+            assert journal.row(A) == row
+            assert journal.read(A) == [first, second]
+            assert journal.head() == JournalHead(seq=second.seq, hash=second.hash)
 
     def test_a_blob_that_cannot_be_stored_rolls_back_the_entries(self, journal: Journal) -> None:
         with pytest.raises(UnserializableInput):

@@ -27,7 +27,7 @@ from interlock_temporal.targets.payments import RefundRequest, SimulatedCrash, S
 
 from .fixtures import make_release_journal as release
 from .test_cli import cli
-from .test_policy_store import new_store
+from .test_policy_store import BEFORE_SCHEMA_13, new_store
 
 __all__ = ["cli", "new_store"]
 
@@ -236,6 +236,7 @@ def test_the_upgrade_signs_the_leases_as_they_stand_and_needs_the_signing_key(
                 "policy_approvals",
             )
         ),
+        *BEFORE_SCHEMA_13,
     ):
         run_sql(url, statement)
     with pytest.raises(JournalConfigError, match="open it once with its signing key"):
@@ -389,6 +390,7 @@ SCHEMA_9 = (
         f"ALTER TABLE {table} DROP COLUMN seal"
         for table in ("policy_sessions", "policy_spend", "policy_admissions", "policy_approvals")
     ),
+    *BEFORE_SCHEMA_13,
 )
 
 

@@ -30,6 +30,7 @@ from interlock_temporal.core.journal import (
     open_journal,
 )
 from interlock_temporal.core.journal.signing import HmacKey, parse_secret
+from interlock_temporal.core.journal.sql import READ_EFFECT_SQL
 from interlock_temporal.core.journal.sqlite import IN_DOUBT_SQL
 from interlock_temporal.core.models import Kind, Lease
 from interlock_temporal.core.protocol import Gate, Ticket
@@ -260,7 +261,23 @@ async def test_a_journal_the_previous_release_wrote_opens_verifies_and_recovers(
     shutil.copyfile(release.TARGET, path)
     before = json.loads(release.READ.read_text())
     with open_journal(f"sqlite:///{path}", signing_key=release.KEY, create=False) as journal:
-        assert journal.schema_version() == SCHEMA_VERSION == 12
+        assert journal.schema_version() == SCHEMA_VERSION == 13
+        # schema 13 linked each entry to its effect's previous one, and dropped the index of
+        # chains: every entry that is not its effect's first names its predecessor
+        db = journal.connection  # type: ignore[attr-defined]
+        links = db.execute(
+            "SELECT COUNT(*), COUNT(prev_seq), SUM(prev = '') FROM entries"
+        ).fetchone()
+        assert links[0] - links[2] == links[1] > 0, links
+        unlinked = db.execute(
+            "SELECT COUNT(*) FROM entries e JOIN entries p ON p.seq = e.prev_seq "
+            "WHERE p.effect_id <> e.effect_id OR p.hash <> e.prev"
+        ).fetchone()
+        assert unlinked == (0,)
+        assert (
+            db.execute("SELECT name FROM sqlite_master WHERE name = 'entries_chain'").fetchall()
+            == []
+        )
         report = journal.verify()
         assert report.ok, report
         # the upgrade to schema 10 signed each lease as it stood: one entry, one chain each
@@ -307,10 +324,36 @@ def test_lookups_by_effect_and_the_in_doubt_list_use_indexes(journal: Journal) -
     db = journal.connection  # type: ignore[attr-defined]
 
     def plan(sql: str) -> str:
-        return " ".join(r[-1] for r in db.execute("EXPLAIN QUERY PLAN " + sql, ("x",)))
+        params = ("x",) * sql.count("?")
+        return " | ".join(r[-1] for r in db.execute("EXPLAIN QUERY PLAN " + sql, params))
 
-    by_effect = plan("SELECT * FROM entries WHERE effect_id = ? ORDER BY seq")
-    assert "USING INDEX" in by_effect, by_effect
+    # an effect's entries: walked back from its row by the primary keys, no index of entries
+    # by effect (none is left for a scan to hide behind), nothing scanned but the walk itself
+    by_effect = plan(READ_EFFECT_SQL)
+    searches = [step for step in by_effect.split(" | ") if step.startswith("SEARCH")]
+    assert searches == [
+        "SEARCH r USING PRIMARY KEY (effect_id=?)",
+        "SEARCH e USING INTEGER PRIMARY KEY (rowid=?)",
+        "SEARCH e USING INTEGER PRIMARY KEY (rowid=?)",
+        "SEARCH f USING PRIMARY KEY (effect_id=?)",
+    ], by_effect
+    assert [s for s in by_effect.split(" | ") if s.startswith("SCAN")] == [
+        "SCAN c",
+        "SCAN c LEFT-JOIN",
+    ], by_effect
+    # the unstable-key check's lookup by origin, through its (narrow) index
+    by_origin = journal.by_origin  # its statement, as it runs it
+    traced: list[str] = []
+    db.set_trace_callback(traced.append)
+    try:
+        by_origin("ab" * 32)
+    finally:
+        db.set_trace_callback(None)
+    (sql,) = [t for t in traced if "origin" in t]
+    origin = plan(sql.replace("'" + "ab" * 32 + "'", "?"))
+    assert "USING INDEX effects_origin" in origin, origin
+    indexes = {r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type = 'index'")}
+    assert not any(i.startswith("entries_") and i != "entries_anchors" for i in indexes), indexes
     in_doubt = plan(IN_DOUBT_SQL)
     assert "USING INDEX effects_in_doubt" in in_doubt, in_doubt
     row = plan("SELECT * FROM effects WHERE effect_id = ?")

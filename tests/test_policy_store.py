@@ -47,6 +47,17 @@ from interlock_temporal.testing import PostgresServer
 from .refund_story import Store, store  # noqa: F401 (a fixture)
 from .test_protocol import KEY, NOTE, MemTarget, make_call, payload
 
+#: what takes a store of schema 13 back to the entries and indexes of schema 12: no chain links
+#: (``prev_seq``), the index of chains (by effect and prev), and the index of whole origins.
+#: A test that rewrites a store as an older schema runs these too, so that the upgrade from it
+#: fills the links again
+BEFORE_SCHEMA_13 = (
+    "ALTER TABLE entries DROP COLUMN prev_seq",
+    "CREATE UNIQUE INDEX entries_chain ON entries (effect_id, substr(prev, 1, 16))",
+    "DROP INDEX effects_origin",
+    "CREATE INDEX effects_origin ON effects (origin) WHERE origin IS NOT NULL",
+)
+
 
 @pytest.fixture(params=["sqlite", "postgres"])
 def new_store(request: pytest.FixtureRequest, tmp_path: Path) -> Callable[[], str]:
@@ -234,6 +245,8 @@ def test_a_store_of_the_previous_schema_keeps_its_sessions_and_their_deliveries(
     store.sql("ALTER TABLE policy_sessions DROP COLUMN head")
     for table in ("policy_sessions", "policy_spend", "policy_admissions", "policy_approvals"):
         store.sql(f"ALTER TABLE {table} DROP COLUMN seal")
+    for statement in BEFORE_SCHEMA_13:
+        store.sql(statement)
     store.sql("UPDATE policy_sessions SET doc = ? WHERE session = ?", old_doc, "wf-1")
     store.sql("UPDATE meta SET value = '4' WHERE key = 'schema_version'")
     with open_journal(store.url, signing_key=KEY) as j:

@@ -4,7 +4,8 @@ Each entry's signed bytes are the RFC 8785 canonical JSON of
 ``{v, seq, ts, effect_id, kind, prev, key_id, data[, vals]}``; ``hash`` is sha256 of those bytes
 and ``sig`` signs the hash. The bytes are stored as written, so verification hashes what was
 signed instead of canonicalising again. ``prev`` is the hash of the previous entry *of the same
-effect* (empty for the first), and appends are conditional on it, so no chain can fork.
+effect* (empty for the first), and appends are conditional on the effect's head (its row in the
+effects table, moved on only from the head an append read), so no chain can fork.
 ``seq`` is dense and signed, so a dropped entry leaves a gap.
 
 The values an append stores beside its last entry (the approved input, the result) are bound to
@@ -77,6 +78,27 @@ def effect_row(values: Sequence[Any]) -> EffectRow:
 
 #: the columns of a stored entry, in the order ``raw_entry`` reads them
 ENTRY_COLUMNS = "seq, effect_id, kind, prev, hash, key_id, sig, body, vals"
+
+
+_E_COLUMNS = ", ".join("e." + c.strip() for c in ENTRY_COLUMNS.split(","))
+#: an effect's chain as a table ``chain`` (``ENTRY_COLUMNS`` and ``prev_seq``), for a statement
+#: that follows it; its parameter is the effect id. Entries have no index by effect (every
+#: append would write a page at a random place of it): the chain is walked back from its index
+#: row's ``head_seq`` along each entry's ``prev_seq`` (the seq of the previous entry of its
+#: effect, NULL for the first and for an archive's tombstone), one primary-key lookup per
+#: entry, however large the journal. ``prev_seq`` is not signed, so the walk trusts nothing of
+#: it: it stays within the effect and goes strictly back (an edited ``prev_seq`` can neither
+#: loop nor fetch another effect's entry), and where it stops early or skips, the entry it
+#: stopped at or skipped to is not the first of a sound chain, which the read's chain check,
+#: from ``prev = ''``, refuses (``check_chain``: ``JournalCorrupt`` naming that entry).
+CHAIN_WALK = (
+    "WITH RECURSIVE chain AS ("
+    f"SELECT {_E_COLUMNS}, e.prev_seq FROM effects r JOIN entries e ON e.seq = r.head_seq "
+    "AND e.effect_id = r.effect_id WHERE r.effect_id = ? "
+    "UNION ALL "
+    f"SELECT {_E_COLUMNS}, e.prev_seq FROM chain c JOIN entries e ON e.seq = c.prev_seq "
+    "AND e.effect_id = c.effect_id WHERE c.prev_seq < c.seq) "
+)
 
 
 def raw_entry(values: Sequence[Any]) -> RawEntry:
@@ -403,7 +425,7 @@ class ChainCheck:
         # stands for, which its archive holds
         if raw.prev != chain.head and not tombstone:
             return raw.seq, (
-                "its prev is not the previous entry of its effect (reordered or inserted)"
+                "its prev is not the previous entry of its effect (reordered, inserted or forked)"
             )
         if not chain.head:
             data = json.loads(raw.body).get("data")

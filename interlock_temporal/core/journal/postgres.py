@@ -45,7 +45,7 @@ from .pg_server import (
     warn_async_standbys,
 )
 from .signing import Keyring
-from .sql import APPEND_ROW, PUT_ROW, READ_EFFECT_SQL, AppendReads, SqlJournal
+from .sql import APPEND_ROW, HEAD_ENTRY, PUT_ROW, READ_EFFECT_SQL, AppendReads, SqlJournal
 from .sql_leases import LEASE_COLUMNS, LEASE_LATERALS, LEASE_WIDTH, held_in, own_cents
 from .verify_jobs import NO_END, RANGE_ROWS, STRAY_ROWS
 from .verifying import read_ahead
@@ -250,6 +250,21 @@ _MIGRATIONS: list[str] = [
     );
     CREATE INDEX IF NOT EXISTS flow_marks_age ON flow_marks (scope, ts);
     """,
+    # 13: reads walk an effect's chain back from its row's head along each entry's
+    # ``prev_seq``, the index of entries by (effect, prev) goes, and the index of origins keeps
+    # 16 hex digits of each (as in the embedded journal)
+    """
+    ALTER TABLE entries ADD COLUMN prev_seq BIGINT;
+    UPDATE entries SET prev_seq = l.p
+    FROM (
+        SELECT seq, CASE WHEN prev = LAG(hash) OVER w THEN LAG(seq) OVER w END AS p
+        FROM entries WINDOW w AS (PARTITION BY effect_id ORDER BY seq)
+    ) l
+    WHERE l.seq = entries.seq AND l.p IS NOT NULL;
+    DROP INDEX IF EXISTS entries_chain;
+    DROP INDEX IF EXISTS effects_origin;
+    CREATE INDEX effects_origin ON effects (substr(origin, 1, 16)) WHERE origin IS NOT NULL;
+    """,
 ]
 assert len(_MIGRATIONS) == SCHEMA_VERSION
 
@@ -386,19 +401,22 @@ def _failed_on_the_server(conn: psycopg.Connection[Any], err: BaseException) -> 
 _ROW_AND_LEASE = (
     "SELECT "
     + ", ".join(f"f.{c.strip()}" for c in APPEND_ROW.split(","))
-    + f", {LEASE_COLUMNS} FROM (SELECT 1) one LEFT JOIN LATERAL "
+    + f", {HEAD_ENTRY.format('f')}, {LEASE_COLUMNS} FROM (SELECT 1) one LEFT JOIN LATERAL "
     f"(SELECT {APPEND_ROW} FROM effects WHERE effect_id = ? FOR UPDATE) f ON true" + LEASE_LATERALS
 ).replace("?", "%s")
-_ROW = f"SELECT {APPEND_ROW} FROM effects WHERE effect_id = %s FOR UPDATE"
+_ROW = (
+    f"SELECT {APPEND_ROW}, {HEAD_ENTRY.format('effects')} FROM effects "
+    "WHERE effect_id = %s FOR UPDATE"
+)
 
 
 @functools.lru_cache(maxsize=16)
 def _store_sql(entries: int) -> str:
     """``PostgresJournal._store``'s statement for an append of ``entries`` entries."""
-    one = "(" + ", ".join(["%s"] * len(ENTRY_COLUMNS.split(","))) + ")"
+    one = "(" + ", ".join(["%s"] * (len(ENTRY_COLUMNS.split(",")) + 1)) + ")"
     return (
         "WITH advanced AS (UPDATE journal_seq SET seq = %s WHERE id = 1), "
-        f"appended AS (INSERT INTO entries ({ENTRY_COLUMNS}) VALUES "
+        f"appended AS (INSERT INTO entries ({ENTRY_COLUMNS}, prev_seq) VALUES "
         + ", ".join([one] * entries)
         + ") "
         + PUT_ROW.replace("?", "%s")
@@ -590,8 +608,8 @@ class PostgresJournal(SqlJournal):
         asked = db.execute(_ROW_AND_LEASE, (effect_id, lease_id, lease_id))
         seq, found = seq_of(), asked.fetchone()
         assert found is not None
-        row = None if found[0] is None else found[:8]
-        lease = self._leases.lease_in(found[8 : 8 + LEASE_WIDTH], own_cents(held_in(found[5:8])))
+        row = None if found[0] is None else found[:10]
+        lease = self._leases.lease_in(found[10 : 10 + LEASE_WIDTH], own_cents(held_in(found[5:8])))
         return seq, row, lambda: lease
 
     def _seq_ask(self, db: psycopg.Connection[Any]) -> Callable[[], int]:
@@ -611,6 +629,9 @@ class PostgresJournal(SqlJournal):
 
     def is_unique_violation(self, err: BaseException) -> bool:
         return isinstance(err, psycopg.errors.UniqueViolation)
+
+    def refused(self, err: BaseException) -> bool:
+        return isinstance(err, psycopg.errors.UniqueViolation | psycopg.errors.NotNullViolation)
 
     def _is_database_error(self, err: BaseException) -> bool:
         return isinstance(err, psycopg.Error | PoolTimeout)
@@ -649,7 +670,7 @@ class PostgresJournal(SqlJournal):
         return self._claim_reading(effect_id)
 
     def _claim_reading(self, effect_id: str) -> tuple[Claim | None, list[Entry] | None]:
-        read = (self._sql(READ_EFFECT_SQL), (effect_id, effect_id, effect_id))
+        read = (self._sql(READ_EFFECT_SQL), (effect_id, effect_id))
         claim, rows = self._claim(effect_id, read)
         if claim is None:
             return None, None

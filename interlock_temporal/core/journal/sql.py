@@ -22,10 +22,11 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import Executor, ThreadPoolExecutor
 from typing import Any, ClassVar, Protocol, TypeVar
 
-from ..errors import HeadConflict, JournalConfigError, JournalUnavailable
+from ..errors import HeadConflict, JournalConfigError, JournalCorrupt, JournalUnavailable
 from ..models import Draft, EffectRow, Entry, JournalHead, Kind, Lease
 from .control_check import ControlRows
 from .entries import (
+    CHAIN_WALK,
     ENTRY_COLUMNS,
     ROW_COLUMNS,
     RawEntry,
@@ -65,30 +66,41 @@ class _Closable(Protocol):
     def close(self) -> None: ...
 
 
-_ENTRY_COLUMNS_E = ", ".join("e." + c.strip() for c in ENTRY_COLUMNS.split(","))
 _ROW_COLUMNS_F = ", ".join("f." + c.strip() for c in ROW_COLUMNS.split(","))
-#: what an append reads of an effect's row, the lease reservation it holds last (``held_in``)
+#: what an append reads of an effect's row: the lease reservation it holds (``held_in``), the
+#: head's seq (the next entry's ``prev_seq``), and the hash of the entry at that seq, which must
+#: be the row's head (``head_entry``)
 APPEND_ROW = (
-    f"effect_type, status, head, first_dispatch_ts, last_dispatch_ts, {RESERVATION_COLUMNS}"
+    f"effect_type, status, head, first_dispatch_ts, last_dispatch_ts, {RESERVATION_COLUMNS}, "
+    "head_seq"
 )
-#: an effect's index row as an append writes it, with its lease reservation (``_put_row``)
+#: the entry the row's ``head_seq`` names (``APPEND_ROW``'s last), read with it by the append
+HEAD_ENTRY = "(SELECT h.hash FROM entries h WHERE h.seq = {0}.head_seq)"
+#: an effect's index row as an append writes it, with its lease reservation (``_put_row``). An
+#: existing row is moved on only from the head the append read: were it any other, ``head_seq``
+#: would be set to NULL, which its NOT NULL refuses, and a new effect's row is only ever
+#: inserted, never overwritten (its ``head`` is not ''). So two writers can never both append
+#: after one head: the row's head is the chain's fork backstop (``refused`` maps the refusal to
+#: ``HeadConflict``). One statement, as before; the parameters are the row's and, last, the
+#: head the append read.
 PUT_ROW = (
     f"INSERT INTO effects ({ROW_COLUMNS}, {RESERVATION_COLUMNS}) VALUES ({', '.join('?' * 12)}) "
     "ON CONFLICT (effect_id) DO UPDATE SET status = excluded.status, "
-    "head = excluded.head, head_seq = excluded.head_seq, "
+    "head = excluded.head, "
+    "head_seq = CASE WHEN effects.head = ? THEN excluded.head_seq END, "
     "updated_ts = excluded.updated_ts, first_dispatch_ts = excluded.first_dispatch_ts, "
     "last_dispatch_ts = excluded.last_dispatch_ts, "
     + ", ".join(f"{c} = excluded.{c}" for c in RESERVATION_COLUMNS.split(", "))
 )
-_INSERT_ENTRY = f"INSERT INTO entries ({ENTRY_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)"
-_NO_ENTRY = ", ".join(["NULL"] * len(ENTRY_COLUMNS.split(",")))
+_INSERT_ENTRY = (
+    f"INSERT INTO entries ({ENTRY_COLUMNS}, prev_seq) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+)
 #: an effect's entries and its index row, in one statement (one snapshot): the entries with the
-#: row beside each, or the row alone when it has no entries
-READ_EFFECT_SQL = (
-    f"SELECT {_ENTRY_COLUMNS_E}, {_ROW_COLUMNS_F} FROM entries e "
-    "LEFT JOIN effects f ON f.effect_id = e.effect_id WHERE e.effect_id = ? "
-    f"UNION ALL SELECT {_NO_ENTRY}, {_ROW_COLUMNS_F} FROM effects f WHERE f.effect_id = ? "
-    "AND NOT EXISTS (SELECT 1 FROM entries WHERE effect_id = ?) ORDER BY 1"
+#: row beside each, or the row alone when it has no entries (``CHAIN_WALK``: no index on entries
+#: by effect)
+READ_EFFECT_SQL = CHAIN_WALK + (
+    f"SELECT {', '.join('c.' + c.strip() for c in ENTRY_COLUMNS.split(','))}, {_ROW_COLUMNS_F} "
+    "FROM effects f LEFT JOIN chain c ON 1 = 1 WHERE f.effect_id = ? ORDER BY 1"
 )
 
 
@@ -440,7 +452,7 @@ class SqlJournal(Journal):
                 outcomes[index] = self._append_error(batch[index], failed.error)
                 continue
             except Exception as err:
-                if self.is_unique_violation(err):
+                if self.refused(err):
                     # raised by the COMMIT: the last append's writes (the others' had drained)
                     index = left.pop()
                     outcomes[index] = self._append_error(batch[index], err)
@@ -452,10 +464,16 @@ class SqlJournal(Journal):
         return [outcomes[i] for i in range(len(batch))]
 
     def _append_error(self, args: AppendArgs, err: Exception) -> Exception:
-        """What a failed append raises: the UNIQUE (effect_id, prev) backstop is a moved head."""
-        if self.is_unique_violation(err):
+        """What a failed append raises: the row's head backstop (``PUT_ROW``) is a moved head."""
+        if self.refused(err):
             return HeadConflict(args[0], args[1], "?")
         return err
+
+    def refused(self, err: BaseException) -> bool:
+        """Whether ``err`` is the database refusing an append's writes: a new effect's row
+        that exists already (a duplicate key), or a row whose head moved (``PUT_ROW``'s NULL
+        ``head_seq``, which SQLite reports as the same integrity error)."""
+        return self.is_unique_violation(err)
 
     def _append_batch(
         self, batch: Sequence[AppendArgs], db: Any, *, drain_each: bool
@@ -472,9 +490,9 @@ class SqlJournal(Journal):
                 if drain_each and index < len(batch) - 1:
                     self._drain(db)
             except Exception as err:
-                if self._is_database_error(err) and not self.is_unique_violation(err):
+                if self._is_database_error(err) and not self.refused(err):
                     raise
-                if not drain_each and self.is_unique_violation(err):
+                if not drain_each and self.refused(err):
                     raise _UnknownRefusal() from err
                 raise _ItemFailed(index, err) from err
         return written
@@ -505,6 +523,12 @@ class SqlJournal(Journal):
         actual = row[2] if row else ""
         if expected_head is not None and actual != expected_head:
             raise HeadConflict(effect_id, expected_head, actual)
+        if row is not None and row[9] != actual:
+            # the next entry would name a head that is not the one its row's seq names: its
+            # chain would fork (or break), and the read of it says so first
+            raise JournalCorrupt.at(
+                effect_id, row[8], "the effects table's head of its effect is not its head_seq's"
+            )
         read = None if lease_of is None else lease_of()
         if read is not None and read.ancestors:
             # a delegated lease: its ancestors too, in this transaction (a root reads nothing more)
@@ -520,16 +544,18 @@ class SqlJournal(Journal):
             drafts[0] = _signing_its_type(drafts[0], etype)
         vals = values_json(blobs) if blobs else None
         now = time.time()
-        written, rows = self._signed(effect_id, seq, actual, drafts, vals, now)
-        held = self._leases.keep_tx(db, held_in(row[5:8] if row else None), drafts, read)
-        self._store(
-            db, rows, self._row_after(effect_id, etype, row, drafts, written[-1], now, held)
+        written, rows = self._signed(
+            effect_id, seq, actual, row[8] if row else None, drafts, vals, now
         )
+        held = self._leases.keep_tx(db, held_in(row[5:8] if row else None), drafts, read)
+        after = self._row_after(effect_id, etype, row, drafts, written[-1], now, held)
+        self._store(db, rows, (*after, actual))
         return written
 
     def _store(self, db: Any, entries: Sequence[Sequence[Any]], row: Sequence[Any]) -> None:
         """An append's writes: its entries (``_INSERT_ENTRY``'s parameters, in seq order), the
-        new last seq (``_seq_advance``) and the effect's index row (``PUT_ROW``'s)."""
+        new last seq (``_seq_advance``) and the effect's index row (``PUT_ROW``'s parameters:
+        the row, and the head it moves on from)."""
         if len(entries) == 1:
             self.execute(db, _INSERT_ENTRY, entries[0])
         else:
@@ -540,7 +566,8 @@ class SqlJournal(Journal):
     @abstractmethod
     def _append_reads(self, db: Any, effect_id: str, lease_id: str | None) -> AppendReads:
         """What an append reads before it writes, locked till the transaction ends: the last
-        seq (``_seq_base``), the effect's index row (``APPEND_ROW``; None: a new effect) and,
+        seq (``_seq_base``), the effect's index row (``APPEND_ROW`` and ``HEAD_ENTRY``; None: a
+        new effect) and,
         with ``lease_id``, the lease as its build checks it (with what its *other* effects hold
         reserved: the row says what this one holds; ``lease_in``)."""
 
@@ -549,12 +576,14 @@ class SqlJournal(Journal):
         effect_id: str,
         seq: int,
         prev: str,
+        prev_seq: int | None,
         drafts: Sequence[Draft],
         vals: str | None,
         now: float,
     ) -> tuple[list[Entry], list[tuple[Any, ...]]]:
-        """``drafts`` signed as the entries after ``seq`` and ``prev``, and their rows as
-        ``_store`` writes them."""
+        """``drafts`` signed as the entries after ``seq`` and ``prev`` (the entry at
+        ``prev_seq``, None for a new effect), and their rows as ``_store`` writes them: each
+        with the seq of its effect's previous entry (``prev_seq``, which reads walk)."""
         written: list[Entry] = []
         last_index = len(drafts) - 1
         for index, draft in enumerate(drafts):
@@ -573,11 +602,13 @@ class SqlJournal(Journal):
             written.append(entry)
             prev = entry.hash
         last = written[-1]
-        rows = [
-            (e.seq, e.effect_id, e.kind.value, e.prev, e.hash, e.key_id, e.sig, e.body)
-            + ((vals,) if e is last else (None,))
-            for e in written
-        ]
+        rows = []
+        for e in written:
+            rows.append(
+                (e.seq, e.effect_id, e.kind.value, e.prev, e.hash, e.key_id, e.sig, e.body)
+                + ((vals, prev_seq) if e is last else (None, prev_seq))
+            )
+            prev_seq = e.seq
         return written, rows
 
     def _row_after(
@@ -624,7 +655,7 @@ class SqlJournal(Journal):
         self._checked(effect_id)
 
     def _checked(self, effect_id: str) -> list[RawEntry]:
-        params = (effect_id, effect_id, effect_id)
+        params = (effect_id, effect_id)
         rows = self.reading(lambda db: self.execute(db, READ_EFFECT_SQL, params).fetchall())
         return self._checked_rows(effect_id, rows)
 
@@ -681,9 +712,15 @@ class SqlJournal(Journal):
         return value_of(self.read(effect_id), name)
 
     def by_origin(self, origin: str) -> list[str]:
+        """Found through ``effects_origin``, which indexes an origin's first 16 hex digits
+        (schema 13: narrower entries, fewer pages per new effect); the whole origin is then
+        compared in the row."""
         rows = self.reading(
             lambda db: self.execute(
-                db, "SELECT effect_id FROM effects WHERE origin = ?", (origin,)
+                db,
+                "SELECT effect_id FROM effects WHERE substr(origin, 1, 16) = substr(?, 1, 16) "
+                "AND origin = ?",
+                (origin, origin),
             ).fetchall()
         )
         return [r[0] for r in rows]

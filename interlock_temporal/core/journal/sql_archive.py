@@ -24,6 +24,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from ..errors import JournalCorrupt
 from ..models import Entry, JournalHead, Kind
 from .archiving import (
     ARCHIVE_FORMAT,
@@ -34,6 +35,7 @@ from .archiving import (
     seq_ranges,
 )
 from .entries import (
+    CHAIN_WALK,
     ENTRY_COLUMNS,
     ROW_COLUMNS,
     RawEntry,
@@ -53,6 +55,8 @@ from .sql_access import JournalAccess
 #: what ``judge`` says of an effect: the tombstone's data, or why it stays (a ``skipped`` key)
 Judge = Callable[[str, list[Entry]], "dict[str, Any] | str"]
 
+#: an entry's columns as ``CHAIN_WALK``'s table ``c`` holds them
+_C_COLUMNS = ", ".join("c." + c.strip() for c in ENTRY_COLUMNS.split(","))
 #: the statuses an effect ends in (a run looks at no other)
 _FINAL = ("COMMITTED", "REFUSED", "RESOLVED")
 
@@ -145,10 +149,9 @@ def _choose(
         if journal.is_claimed(row.effect_id):
             skipped["claimed"] = skipped.get("claimed", 0) + 1
             continue
+        # walked back from its row's head (``CHAIN_WALK``): entries have no index by effect
         stored = journal.execute(
-            db,
-            f"SELECT {ENTRY_COLUMNS} FROM entries WHERE effect_id = ? ORDER BY seq",
-            (row.effect_id,),
+            db, f"{CHAIN_WALK}SELECT {_C_COLUMNS} FROM chain c ORDER BY 1", (row.effect_id,)
         ).fetchall()
         raws = [raw_entry(r) for r in stored]
         check_chain(row.effect_id, raws, journal.keyring, row)  # never archive a broken chain
@@ -204,11 +207,14 @@ def _tombstone(journal: JournalAccess, db: Any, seq: int, c: _Chosen, archive_id
         vals=vals,
     )
     _insert(journal, db, entry, vals)
-    journal.execute(
+    # moved on only from the head the run read (``PUT_ROW``'s backstop: the row's head)
+    moved = journal.execute(
         db,
-        "UPDATE effects SET head = ?, head_seq = ? WHERE effect_id = ?",
-        (entry.hash, entry.seq, row.effect_id),
+        "UPDATE effects SET head = ?, head_seq = ? WHERE effect_id = ? AND head = ?",
+        (entry.hash, entry.seq, row.effect_id, row.head),
     )
+    if moved.rowcount != 1:
+        raise JournalCorrupt.at(row.effect_id, row.head_seq, "its head moved during the run")
     return entry.seq
 
 
@@ -244,8 +250,9 @@ def _anchor(
 
 
 def _insert(journal: JournalAccess, db: Any, e: Entry, vals: str | None) -> None:
+    """A tombstone or an anchor: the first entry of its (live) chain, so no ``prev_seq``."""
     journal.execute(
         db,
-        f"INSERT INTO entries ({ENTRY_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+        f"INSERT INTO entries ({ENTRY_COLUMNS}, prev_seq) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, NULL)",
         (e.seq, e.effect_id, e.kind.value, e.prev, e.hash, e.key_id, e.sig, e.body, vals),
     )
