@@ -394,6 +394,7 @@ class SqlTamper(ABC):
                 )
             ),
             # nor schema 13's chain links, and with the index of chains it replaced
+            ("DROP INDEX entries_next", ()),
             ("ALTER TABLE entries DROP COLUMN prev_seq", ()),
             ("CREATE UNIQUE INDEX entries_chain ON entries (effect_id, substr(prev, 1, 16))", ()),
             ("UPDATE meta SET value = '7' WHERE key = 'schema_version'", ()),
@@ -1533,10 +1534,15 @@ class JournalConformance(EffectIdsConformance):
         """Reads walk an effect's chain back along ``prev_seq``, which is not signed. Whatever
         it is edited to, the read either returns the effect's whole chain or raises
         ``JournalCorrupt`` naming the entry the walk went wrong at; it never returns a part of
-        the chain, nor another effect's entry. Verify does not read ``prev_seq`` at all."""
+        the chain, nor another effect's entry. Verify does not read ``prev_seq`` at all. (The
+        index that allows one successor per entry would refuse some of these edits; its
+        operator drops it first.)"""
         entries = populate(journal)
         chains = {eid: [e for e in entries.values() if e.effect_id == eid] for eid in (A, B, C)}
-        tamper._run(("UPDATE entries SET prev_seq = ? WHERE seq = ?", (prev_seq, seq)))
+        tamper._run(
+            ("DROP INDEX entries_next", ()),
+            ("UPDATE entries SET prev_seq = ? WHERE seq = ?", (prev_seq, seq)),
+        )
         for eid, chain in chains.items():
             try:
                 assert journal.read(eid) == chain
@@ -1551,10 +1557,11 @@ class JournalConformance(EffectIdsConformance):
     def test_verify_names_an_entry_forked_from_its_chain(
         self, journal: Journal, tamper: SqlTamper
     ) -> None:
-        """No index refuses two entries of one effect after one predecessor (the row's head is
-        the append's backstop): a fork written beside the journal, signed with its key, is an
-        entry whose prev is not its effect's previous entry, which verify names."""
+        """A fork written beside the journal, signed with its key, after its operator dropped
+        the index that allows one successor per entry (``entries_next``): verify does not
+        depend on it, and names the entry whose prev is not its effect's previous entry."""
         entries = populate(journal)
+        tamper._run(("DROP INDEX entries_next", ()))
         fork = encode_entry(
             seq=len(LAYOUT) + 1,
             ts=time.time(),
@@ -1593,6 +1600,31 @@ class JournalConformance(EffectIdsConformance):
         assert [e.seq for e in journal.read(A)] == [1, 2, fork.seq]
         again = journal.verify()
         assert not again.ok and again.first_bad_seq == fork.seq, again
+
+    def test_an_older_row_put_back_is_refused_at_the_read(
+        self, journal: Journal, tamper: SqlTamper
+    ) -> None:
+        """The row is where a read starts its walk back, so an older row put back whole (head,
+        seq, status, times) would hide the entries after it: the read also takes the entry
+        after the row's head (``entries_next``), and refuses; no append can fork after it
+        either, whatever the row says (one successor per entry)."""
+        entries = populate(journal)
+        row = journal.row(A)
+        assert row is not None and row.head_seq == 7  # A: 1, 2, 4, 7 (COMMITTED)
+        older = entries[4]
+        tamper.edit_row(A, "head", older.hash)
+        tamper.edit_row(A, "head_seq", older.seq)
+        tamper.edit_row(A, "status", "DISPATCHED")
+        tamper.edit_row(A, "updated_ts", older.ts)
+        with pytest.raises(JournalCorrupt) as caught:
+            journal.read(A)
+        assert caught.value.seq == 7, str(caught.value)
+        # an append after the older head is refused by the index, and adds nothing
+        before = entry_count(journal)
+        with pytest.raises((HeadConflict, JournalCorrupt)):
+            journal.append(A, older.hash, [draft(Kind.COMMITTED)])
+        assert entry_count(journal) == before
+        assert not verified(journal).ok
 
     def test_the_rows_head_is_the_appends_fork_backstop(self, journal: Journal) -> None:
         """An append's row write (``PUT_ROW``) moves an existing row on only from the head the

@@ -41,6 +41,11 @@ def clean(pg_url: str) -> str:
         conn.execute(f"TRUNCATE {TABLES}")  # type: ignore[arg-type]
         conn.execute("DELETE FROM meta WHERE key = 'effect_ids'")
         conn.execute("UPDATE journal_seq SET seq = 0")
+        # a test that plays an operator who dropped it (the index of successors) left it so
+        conn.execute(
+            "CREATE UNIQUE INDEX IF NOT EXISTS entries_next ON entries (prev_seq) "
+            "WHERE prev_seq IS NOT NULL"
+        )
     return pg_url
 
 

@@ -274,10 +274,8 @@ async def test_a_journal_the_previous_release_wrote_opens_verifies_and_recovers(
             "WHERE p.effect_id <> e.effect_id OR p.hash <> e.prev"
         ).fetchone()
         assert unlinked == (0,)
-        assert (
-            db.execute("SELECT name FROM sqlite_master WHERE name = 'entries_chain'").fetchall()
-            == []
-        )
+        indexes = {r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type = 'index'")}
+        assert "entries_chain" not in indexes and "entries_next" in indexes
         report = journal.verify()
         assert report.ok, report
         # the upgrade to schema 10 signed each lease as it stood: one entry, one chain each
@@ -336,6 +334,9 @@ def test_lookups_by_effect_and_the_in_doubt_list_use_indexes(journal: Journal) -
         "SEARCH e USING INTEGER PRIMARY KEY (rowid=?)",
         "SEARCH e USING INTEGER PRIMARY KEY (rowid=?)",
         "SEARCH f USING PRIMARY KEY (effect_id=?)",
+        # the entry after the row's head, if any: found by its predecessor's seq
+        "SEARCH f USING PRIMARY KEY (effect_id=?)",
+        "SEARCH n USING INDEX entries_next (prev_seq=?)",
     ], by_effect
     assert [s for s in by_effect.split(" | ") if s.startswith("SCAN")] == [
         "SCAN c",
@@ -353,7 +354,9 @@ def test_lookups_by_effect_and_the_in_doubt_list_use_indexes(journal: Journal) -
     origin = plan(sql.replace("'" + "ab" * 32 + "'", "?"))
     assert "USING INDEX effects_origin" in origin, origin
     indexes = {r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type = 'index'")}
-    assert not any(i.startswith("entries_") and i != "entries_anchors" for i in indexes), indexes
+    # of entries, only the anchors' (partial) and one successor per entry, by seq: none by effect
+    entry_indexes = {i for i in indexes if i.startswith("entries_")}
+    assert entry_indexes == {"entries_anchors", "entries_next"}, indexes
     in_doubt = plan(IN_DOUBT_SQL)
     assert "USING INDEX effects_in_doubt" in in_doubt, in_doubt
     row = plan("SELECT * FROM effects WHERE effect_id = ?")

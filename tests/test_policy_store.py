@@ -48,10 +48,12 @@ from .refund_story import Store, store  # noqa: F401 (a fixture)
 from .test_protocol import KEY, NOTE, MemTarget, make_call, payload
 
 #: what takes a store of schema 13 back to the entries and indexes of schema 12: no chain links
-#: (``prev_seq``), the index of chains (by effect and prev), and the index of whole origins.
+#: (``prev_seq``, and their index of successors), the index of chains (by effect and prev), and
+#: the index of whole origins.
 #: A test that rewrites a store as an older schema runs these too, so that the upgrade from it
 #: fills the links again
 BEFORE_SCHEMA_13 = (
+    "DROP INDEX entries_next",
     "ALTER TABLE entries DROP COLUMN prev_seq",
     "CREATE UNIQUE INDEX entries_chain ON entries (effect_id, substr(prev, 1, 16))",
     "DROP INDEX effects_origin",

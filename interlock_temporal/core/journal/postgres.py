@@ -45,7 +45,15 @@ from .pg_server import (
     warn_async_standbys,
 )
 from .signing import Keyring
-from .sql import APPEND_ROW, HEAD_ENTRY, PUT_ROW, READ_EFFECT_SQL, AppendReads, SqlJournal
+from .sql import (
+    APPEND_ROW,
+    HEAD_ENTRY,
+    PUT_ROW,
+    READ_EFFECT_PARAMS,
+    READ_EFFECT_SQL,
+    AppendReads,
+    SqlJournal,
+)
 from .sql_leases import LEASE_COLUMNS, LEASE_LATERALS, LEASE_WIDTH, held_in, own_cents
 from .verify_jobs import NO_END, RANGE_ROWS, STRAY_ROWS
 from .verifying import read_ahead
@@ -251,8 +259,9 @@ _MIGRATIONS: list[str] = [
     CREATE INDEX IF NOT EXISTS flow_marks_age ON flow_marks (scope, ts);
     """,
     # 13: reads walk an effect's chain back from its row's head along each entry's
-    # ``prev_seq``, the index of entries by (effect, prev) goes, and the index of origins keeps
-    # 16 hex digits of each (as in the embedded journal)
+    # ``prev_seq``, the index of entries by (effect, prev) goes for one of each entry's
+    # successor by seq, and the index of origins keeps 16 hex digits of each (as in the
+    # embedded journal)
     """
     ALTER TABLE entries ADD COLUMN prev_seq BIGINT;
     UPDATE entries SET prev_seq = l.p
@@ -261,6 +270,7 @@ _MIGRATIONS: list[str] = [
         FROM entries WINDOW w AS (PARTITION BY effect_id ORDER BY seq)
     ) l
     WHERE l.seq = entries.seq AND l.p IS NOT NULL;
+    CREATE UNIQUE INDEX entries_next ON entries (prev_seq) WHERE prev_seq IS NOT NULL;
     DROP INDEX IF EXISTS entries_chain;
     DROP INDEX IF EXISTS effects_origin;
     CREATE INDEX effects_origin ON effects (substr(origin, 1, 16)) WHERE origin IS NOT NULL;
@@ -670,7 +680,7 @@ class PostgresJournal(SqlJournal):
         return self._claim_reading(effect_id)
 
     def _claim_reading(self, effect_id: str) -> tuple[Claim | None, list[Entry] | None]:
-        read = (self._sql(READ_EFFECT_SQL), (effect_id, effect_id))
+        read = (self._sql(READ_EFFECT_SQL), (effect_id,) * READ_EFFECT_PARAMS)
         claim, rows = self._claim(effect_id, read)
         if claim is None:
             return None, None

@@ -67,6 +67,7 @@ class _Closable(Protocol):
 
 
 _ROW_COLUMNS_F = ", ".join("f." + c.strip() for c in ROW_COLUMNS.split(","))
+_ENTRY_COLUMNS_N = ", ".join("n." + c.strip() for c in ENTRY_COLUMNS.split(","))
 #: what an append reads of an effect's row: the lease reservation it holds (``held_in``), the
 #: head's seq (the next entry's ``prev_seq``), and the hash of the entry at that seq, which must
 #: be the row's head (``head_entry``)
@@ -97,11 +98,18 @@ _INSERT_ENTRY = (
 )
 #: an effect's entries and its index row, in one statement (one snapshot): the entries with the
 #: row beside each, or the row alone when it has no entries (``CHAIN_WALK``: no index on entries
-#: by effect)
+#: by effect); and the entry after the row's head, if one is there (``entries_next``), which
+#: the chain's check then refuses: the row is older than its chain (put back, or its entries
+#: edited), and what came after it must not be hidden from the decision
 READ_EFFECT_SQL = CHAIN_WALK + (
     f"SELECT {', '.join('c.' + c.strip() for c in ENTRY_COLUMNS.split(','))}, {_ROW_COLUMNS_F} "
-    "FROM effects f LEFT JOIN chain c ON 1 = 1 WHERE f.effect_id = ? ORDER BY 1"
+    "FROM effects f LEFT JOIN chain c ON 1 = 1 WHERE f.effect_id = ? "
+    f"UNION ALL SELECT {_ENTRY_COLUMNS_N}, {_ROW_COLUMNS_F} FROM effects f "
+    "JOIN entries n ON n.prev_seq = f.head_seq AND n.effect_id = f.effect_id "
+    "WHERE f.effect_id = ? ORDER BY 1"
 )
+#: the parameters of ``READ_EFFECT_SQL`` for one effect
+READ_EFFECT_PARAMS = 3
 
 
 def _signing_its_type(first: Draft, effect_type: str) -> Draft:
@@ -655,7 +663,7 @@ class SqlJournal(Journal):
         self._checked(effect_id)
 
     def _checked(self, effect_id: str) -> list[RawEntry]:
-        params = (effect_id, effect_id)
+        params = (effect_id,) * READ_EFFECT_PARAMS
         rows = self.reading(lambda db: self.execute(db, READ_EFFECT_SQL, params).fetchall())
         return self._checked_rows(effect_id, rows)
 

@@ -225,18 +225,20 @@ _MIGRATIONS: list[str] = [
     ) WITHOUT ROWID;
     CREATE INDEX IF NOT EXISTS flow_marks_age ON flow_marks (scope, ts);
     """,
-    # 13: reads walk an effect's chain back from its row's head (``CHAIN_WALK``) along each
-    # entry's ``prev_seq``, filled here for the entries there are: the seq of the previous
-    # entry of the same effect when the entry's prev is that entry's hash, else NULL (a first
-    # entry, a tombstone, or a broken link, which the read then refuses). The index of entries
-    # by (effect, prev) goes: its random inserts were a quarter of the pages a new effect wrote,
-    # and the row's head, which every append moves on only from the head it read
-    # (``PUT_ROW``), is the chain's fork backstop now. A temporary table keyed by seq, not
-    # UPDATE ... FROM, which needs SQLite 3.33. And the index of origins keeps 16 hex digits
-    # (64 bits) of each, not all 64 (``by_origin`` compares the whole origin in the row): an
-    # entry of it is the origin's prefix and the effect's id, and each new effect writes one
-    # into a random leaf; narrower entries split leaves less often (1.63 pages per new effect
-    # -> 1.24, ``benchmarks.checkout_ab``)
+    # 13: reads walk an effect's chain back from its row's head (``CHAIN_WALK``) along each entry's
+    # ``prev_seq``, filled here for the entries there are: the seq of the previous entry of the same
+    # effect when the entry's prev is that entry's hash, else NULL (a first entry, a tombstone, or a
+    # broken link, which the read then refuses). The index of entries by (effect, prev) goes: its
+    # random inserts were a quarter of the pages a new effect wrote. The row's head, which every
+    # append moves on only from the head it read (``PUT_ROW``), keeps two writers from appending
+    # after one entry, and ``entries_next`` (one successor per entry, by seq: inserted at its right
+    # edge, about one page per transaction) keeps an entry from having two, whatever the row says,
+    # and finds the entry after a row's head (an older row put back is refused at the read,
+    # ``READ_EFFECT_SQL``). A temporary table keyed by seq, not UPDATE ... FROM, which needs SQLite
+    # 3.33. And the index of origins keeps 16 hex digits (64 bits) of each, not all 64
+    # (``by_origin`` compares the whole origin in the row): an entry of it is the origin's prefix
+    # and the effect's id, and each new effect writes one into a random leaf; narrower entries split
+    # leaves less often (1.63 pages per new effect -> 1.24, ``benchmarks.checkout_ab``)
     """
     ALTER TABLE entries ADD COLUMN prev_seq INTEGER;
     CREATE TEMP TABLE entry_links (seq INTEGER PRIMARY KEY, prev_seq INTEGER NOT NULL);
@@ -248,6 +250,7 @@ _MIGRATIONS: list[str] = [
     UPDATE entries SET prev_seq = (SELECT l.prev_seq FROM entry_links l WHERE l.seq = entries.seq)
         WHERE seq IN (SELECT seq FROM entry_links);
     DROP TABLE entry_links;
+    CREATE UNIQUE INDEX entries_next ON entries (prev_seq) WHERE prev_seq IS NOT NULL;
     DROP INDEX IF EXISTS entries_chain;
     DROP INDEX IF EXISTS effects_origin;
     CREATE INDEX effects_origin ON effects (substr(origin, 1, 16)) WHERE origin IS NOT NULL;
