@@ -295,3 +295,17 @@ def test_the_command_verifies_on_the_processes_asked(journal_path: Path, tmp_pat
     )
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout)["jobs"] >= 1
+
+
+def test_processes_that_cannot_start_leave_the_work_to_one_pass(
+    journal_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """No interpreter to start (an embedded Python, a sandbox): the verify is still made, by
+    one pass, and says so in the log; it never fails for want of processes."""
+    monkeypatch.setattr(sys, "executable", str(journal_path.parent / "no-python-here"))
+    with open_journal(
+        f"sqlite:///{journal_path}", create=False, check_tail=False, signing_key=KEY
+    ) as j:
+        report = j.verify(jobs=3)
+    assert report.ok and report.jobs == 1 and report.entries == TOTAL
+    assert "one process checks it all" in caplog.text

@@ -32,6 +32,7 @@ over the cores. A journal under ``MIN_PER_JOB`` entries per range is verified by
 
 from __future__ import annotations
 
+import logging
 import os
 import pickle
 import subprocess
@@ -58,6 +59,8 @@ from .verifying import (
 
 #: below this many entries per range, the processes cost more than they save
 MIN_PER_JOB = 20_000
+
+log = logging.getLogger("interlock_temporal.journal")
 
 
 class EntrySource(Protocol):
@@ -114,9 +117,15 @@ def verify_in_jobs(
     if wrong is None and len(cuts) > 1:
         keys = keyring.verifying_keys()
         bounds = [(start, stop) for start, stop in zip(cuts, [*cuts[1:], None], strict=True)]
-        ranges = _in_processes([(source, keys, head, anchors, each) for each in bounds])
+        try:
+            ranges = _in_processes([(source, keys, head, anchors, each) for each in bounds])
+        except (OSError, JournalUnavailable, pickle.UnpicklingError) as err:
+            # the processes could not run (none started, one died): one pass does the work
+            log.warning("journal verify: one process checks it all (%s)", err)
+            ranges = []
         with collector_paused():
-            joined = _joined(ranges, keyring, head, source.rows(None), anchors, runs, fold)
+            stray = source.rows(None) if ranges else []
+            joined = _joined(ranges, keyring, head, stray, anchors, runs, fold) if ranges else None
         if joined is not None:
             return joined
     # nothing was folded yet: ``_joined`` folds only what joined
