@@ -25,6 +25,8 @@ from interlock_temporal.core.journal.signing import HmacKey
 from interlock_temporal.core.journal.verify_jobs import _cuts
 from interlock_temporal.core.models import Kind, VerifyReport
 
+from .test_verify_stored import write_straight
+
 KEY = "6a" * 32
 EFFECTS = 1_500  # three entries each
 LAG = 7  # an effect's COMMITTED is written after the next LAG effects' first two entries
@@ -74,20 +76,7 @@ def _build(path: Path) -> dict[str, Any]:
         origin = origin_of(f"wf-{n}", "run-1", "1", f"{n:064x}")
         at = dispatched[eid]
         rows.append((eid, "jobs.refund", "COMMITTED", head, head_seq, ts, at, at, origin))
-    db = sqlite3.connect(path, isolation_level=None)
-    db.execute("BEGIN")
-    db.executemany(
-        "INSERT INTO entries (seq, effect_id, kind, prev, hash, key_id, sig, body, vals) "
-        "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
-        entries,
-    )
-    db.executemany(
-        "INSERT INTO effects (effect_id, effect_type, status, head, head_seq, updated_ts, "
-        "first_dispatch_ts, last_dispatch_ts, origin) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
-        rows,
-    )
-    db.execute("COMMIT")
-    db.close()
+    write_straight(path, entries, rows)
     meta["heads"] = {eid: h[1] for eid, h in heads.items()}
     return meta
 
