@@ -1,5 +1,5 @@
 """Measure the gate's cost per effect and the crash-to-completion time; print a summary and
-write ``docs/benchmarks.md``.
+write ``docs/benchmarks.md``, with its plots beside it (``docs/benchmarks/*.svg``: ``plots.py``).
 
     python -m benchmarks            # the full run (make bench), about 4 minutes
     python -m benchmarks --quick    # a smoke run CI can afford, about 30-40 seconds
@@ -90,7 +90,7 @@ def parse(argv: list[str]) -> argparse.Namespace:
         type=Path,
         default=None,
         help="the markdown to write (default docs/benchmarks.md; not written with --only "
-        "unless given)",
+        "unless given); its plots go to the directory of its name without .md",
     )
     p.add_argument(
         "--only",

@@ -387,6 +387,7 @@ async def _sweep(
     }
     order = list(workers)
     rng = random.Random(8)
+    began = time.monotonic()
     async with _all(w for _, w in workers.values()):
         for round_no in range(rounds + 1):  # round 0 warms up (a short run each), not counted
             rng.shuffle(order)
@@ -404,6 +405,7 @@ async def _sweep(
                 assert done == count
                 if round_no:
                     per_s[name][level].append(count / elapsed)
+    print(f"   in-flight sweep: {time.monotonic() - began:.0f} s", flush=True)
     return per_s
 
 
