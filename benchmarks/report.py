@@ -763,7 +763,7 @@ def markdown(r: Report, plots: Mapping[str, str] | None = None) -> str:
         "",
         "## Targets",
         "",
-        "The current targets: issue 39's (the lean journal) and those met before it.",
+        "The current targets: issue 39's (the lean journal), and the earlier ones it kept.",
         "",
         *_target_table(r.targets()),
     ]
@@ -1004,7 +1004,8 @@ def _sweep_lines(t: Throughput, plot: str | None) -> list[str]:
         "",
         f"In flight: after the rounds, on workers of their own (one per configuration and "
         f"level, `max_concurrent_activities` the level, on the same server and journals), "
-        f"{t.sweep_rounds} rounds of the same {t.n}-activity fan-out, each worker once per "
+        f"{t.sweep_rounds} round{'s' if t.sweep_rounds != 1 else ''} of the same "
+        f"{t.n}-activity fan-out, each worker once per "
         "round in a shuffled order, after a short warm-up run each; the median run, "
         f"activities per second ({CONCURRENCY}: the rounds above, the target's).",
         "",
