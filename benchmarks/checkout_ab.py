@@ -5,8 +5,9 @@ checkout, the other (``main``'s worktree, say) named. Each checkout runs in a pr
 file's measuring code, that checkout's journal and gate), and the two take turns:
 
 - statements per new effect (``gate_cost.count_statements``, figure 1's calls under a lease with
-  a cumulative budget) and the WAL frames a new effect writes, by table: the checkpoints stopped,
-  the WAL's frame headers read after the effects, and each page's table from ``dbstat``;
+  a cumulative budget) and the WAL frames a new effect writes, by table (``wal_pages.count``, as
+  figure 1 counts them: the checkpoints stopped, the WAL's frame headers read after the effects,
+  and each page's table from ``dbstat``; that file is this checkout's too);
 - the CPU split (as ``gate_cost.cpu_split``: ``synchronous=OFF``, each new effect timed on the
   thread's CPU clock, the time inside the journal's SQL counted apart), in blocks of new effects,
   one checkout's block after the other's, the order swapped every block, so that both see the
@@ -17,12 +18,9 @@ file's measuring code, that checkout's journal and gate), and the two take turns
 from __future__ import annotations
 
 import argparse
-import collections
 import json
 import os
-import sqlite3
 import statistics
-import struct
 import subprocess
 import sys
 import time
@@ -32,7 +30,7 @@ from typing import Any
 from interlock_temporal.core.journal.sqlite import SqliteJournal
 from interlock_temporal.core.protocol import Gate
 
-from . import ROOT, bench_dir
+from . import ROOT, bench_dir, wal_pages
 from .gate_cost import (
     ROTATE_WARMUP,
     ConstantSend,
@@ -43,40 +41,6 @@ from .gate_cost import (
     make_call,
     open_bench_journal,
 )
-
-
-def wal_pages(path: Path) -> list[int]:
-    """The page number of every frame in ``path``'s WAL, in order."""
-    data = Path(f"{path}-wal").read_bytes()
-    (page_size,) = struct.unpack(">I", data[8:12])
-    pages, offset = [], 32
-    while offset + 24 + page_size <= len(data):
-        pages.append(struct.unpack(">I", data[offset : offset + 4])[0])
-        offset += 24 + page_size
-    return pages
-
-
-# A checkout from before the SQLite journal named these for measurements (``connection``,
-# ``wrap_connections``, ``checkpointer``, ``stop_checkpointer``: issue 31) is driven through its
-# private attributes instead, so that this file still compares against it.
-
-
-def _stop_checkpoints(journal: SqliteJournal) -> None:
-    """Stop the journal's WAL checkpointer once it caught up, and empty the WAL."""
-    if not hasattr(journal, "stop_checkpointer"):
-        old: Any = journal
-        checkpointer = old._checkpointer  # private: a checkout from before issue 31
-        if checkpointer is not None:
-            checkpointer.settle(30.0)
-            checkpointer.close()
-            old._checkpointer = None  # private: as above
-        old._db.execute("PRAGMA wal_checkpoint(TRUNCATE)")  # private: as above
-        return
-    checkpointer = journal.checkpointer
-    if checkpointer is not None:
-        checkpointer.catch_up(30.0)
-        journal.stop_checkpointer()
-    journal.connection.execute("PRAGMA wal_checkpoint(TRUNCATE)")
 
 
 def _time_statements(journal: SqliteJournal, spent: list[int]) -> None:
@@ -97,27 +61,13 @@ async def count(directory: Path, n: int) -> dict[str, Any]:
         await subject.one(record=False)
     statements = await count_statements(subject, n)
     journal.close()
-
-    path = directory / "pages.db"
-    journal = open_bench_journal(path)
-    assert isinstance(journal, SqliteJournal)
-    gate, target, send = Gate(journal), TrivialTarget(), ConstantSend()
-    for i in range(ROTATE_WARMUP):
-        await gate.run(make_call("pages-warm", i), target, send)
-    _stop_checkpoints(journal)  # stopped: the WAL keeps every frame the effects write
-    for i in range(n):
-        await gate.run(make_call("pages", i), target, send)
-    frames = wal_pages(path)
-    with sqlite3.connect(path) as look:
-        table_of = dict(look.execute("SELECT pageno, name FROM dbstat"))
-    journal.close()
-    by_table = collections.Counter(table_of.get(page, "?") for page in frames)
+    pages = await wal_pages.count(directory / "pages.db", n)
     return {
         "statements": statements.statements,
         "inserts": statements.inserts,
         "commits": statements.commits,
-        "wal_pages": len(frames) / n,
-        "wal_pages_by_table": {t: c / n for t, c in sorted(by_table.items())},
+        "wal_pages": pages.per_effect,
+        "wal_pages_by_table": pages.by_table,
     }
 
 
@@ -150,21 +100,27 @@ async def worker() -> None:
 
 
 #: a worker's start: this file's ``worker`` run as a module of the checkout's ``benchmarks``
-#: package (which need not have this file), against the checkout's ``interlock_temporal``
+#: package (which need not have this file, nor ``wal_pages``, loaded from here first), against
+#: the checkout's ``interlock_temporal``
 _BOOT = (
     "import asyncio, importlib.util, sys\n"
-    "spec = importlib.util.spec_from_file_location('benchmarks.checkout_ab', sys.argv[1])\n"
-    "assert spec is not None and spec.loader is not None\n"
-    "module = importlib.util.module_from_spec(spec)\n"
-    "sys.modules[spec.name] = module\n"
-    "spec.loader.exec_module(module)\n"
+    "from pathlib import Path\n"
+    "import benchmarks\n"
+    "for name in ('wal_pages', 'checkout_ab'):\n"
+    "    path = Path(sys.argv[1]) / f'{name}.py'\n"
+    "    spec = importlib.util.spec_from_file_location(f'benchmarks.{name}', path)\n"
+    "    assert spec is not None and spec.loader is not None\n"
+    "    module = importlib.util.module_from_spec(spec)\n"
+    "    sys.modules[spec.name] = module\n"
+    "    setattr(benchmarks, name, module)\n"
+    "    spec.loader.exec_module(module)\n"
     "asyncio.run(module.worker())\n"
 )
 
 
 def _start(checkout: Path) -> subprocess.Popen[str]:
     return subprocess.Popen(
-        [sys.executable, "-c", _BOOT, str(Path(__file__).resolve())],
+        [sys.executable, "-c", _BOOT, str(Path(__file__).resolve().parent)],
         cwd=checkout,
         env={**os.environ, "PYTHONPATH": str(checkout)},
         stdin=subprocess.PIPE,

@@ -8,8 +8,8 @@ with two floors taken in the same directory: a bare SQLite WAL + ``synchronous=F
 insert+commit, and an fsync of a small append. Plus: the durable commits per effect (counted
 from the SQL the journal runs), the gate with ``synchronous=OFF`` (the CPU part), the WAL
 checkpoint's share of the tail (inline, as SQLite runs it by default, against the journal's own
-checkpointer, off the effect's path), and where the time goes (cProfile, and ``rfc8785.dumps``
-timed by wrapping it).
+checkpointer, off the effect's path), the WAL pages a new effect writes, by table
+(``wal_pages``), and where the time goes (cProfile, and ``rfc8785.dumps`` timed by wrapping it).
 """
 
 from __future__ import annotations
@@ -38,9 +38,10 @@ from interlock_temporal.core.journal.sqlite import SqliteJournal
 from interlock_temporal.core.models import VerifyReport
 from interlock_temporal.core.protocol import Call, Delivery, Gate, Measure, Ticket
 
-from . import ROOT, bench_dir
+from . import ROOT, bench_dir, wal_pages
 from .machine import Filesystem, filesystem_of
 from .stats import Dist
+from .wal_pages import WalPages
 
 SIGNING_KEY = "42" * 32
 LEASE_ID = "lease_bench"
@@ -905,6 +906,8 @@ class GateCost:
     cpu: CpuSplit | None = None
     #: every series' tail, sample by sample: the journals', then the nosync gate's and the floors'
     tails: list[TailCauses] = field(default_factory=list)
+    #: the WAL pages a new effect writes, in all and by table (None: not counted)
+    pages: WalPages | None = None
 
     def tail_of(self, label: str) -> TailCauses:
         return next(t for t in self.tails if t.label == label)
@@ -930,6 +933,7 @@ async def measure(
     checkpoint_n: int = 1_500,
     profile_n: int = 500,
     cpu_n: int = 2_000,
+    pages_n: int = 200,
 ) -> GateCost:
     began = time.monotonic()
     directory = bench_dir("gate")
@@ -1058,6 +1062,7 @@ async def measure(
         floor_fsync.close()
     prof = await profile(directory, profile_n)
     split = await cpu_split(directory, cpu_n) if cpu_n > 0 else None
+    pages = await wal_pages.count(directory / "journal-pages.db", pages_n) if pages_n > 0 else None
     return GateCost(
         directory=str(directory.relative_to(ROOT)),
         filesystem=fs,
@@ -1076,6 +1081,7 @@ async def measure(
         seconds=time.monotonic() - began,
         cpu=split,
         tails=tails,
+        pages=pages,
     )
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -12,7 +13,7 @@ from interlock_temporal.core.journal.checkpoints import INTERVAL_S
 
 from . import crash_report, load_report
 from .crash_recovery import CrashRecovery
-from .gate_cost import CAUSES, ENTRIES_PER_EFFECT, GateCost, Series
+from .gate_cost import CAUSES, ENTRIES_PER_EFFECT, ROTATE_WARMUP, GateCost, Series
 from .load import Load
 from .machine import Machine
 from .policy_cost import SHACKLE_RECORDED_P50_US, SHACKLE_SLA_MS, PolicyCost
@@ -21,24 +22,33 @@ from .throughput import (
     CONCURRENCY,
     JOURNAL_ONLY,
     LATENCY_RATIO_MAX,
+    LATER_PG_RATIO_MAX,
+    LATER_RATIO_MAX,
     NO_DELAY,
     PG,
     PG_RATIO_MAX,
     PLUGIN_ONLY,
     RATIO_MAX,
     SETTLE_S,
+    SWEEP_CONFIGS,
     Throughput,
 )
 from .verify_cost import TARGET_PER_S, VerifyCost
+from .wal_pages import WalPages
 
-#: the targets (from the issue); performance targets live here, never in unit tests
-GATE_P50_MAX_US = 1_000.0
+#: the targets (from the issues); performance targets live here, never in unit tests
 #: "flat from empty to 100,000 effects", read as: p50 at the largest size within 20 % of empty
 FLAT_RATIO_MAX = 1.20
-#: issue 22: the gate's p50 over the two-commit floor (2 x the bare SQLite commit's p50, measured
-#: in the same rounds), and its CPU part (the gate with ``synchronous=OFF``), p50
-GATE_FLOOR_RATIO_MAX = 1.5
-GATE_CPU_P50_MAX_US = 120.0
+#: issue 39 (the lean journal): the WAL pages (frames) a new effect writes, checkpoints stopped
+#: (``wal_pages``); the gate's p50 over the two-commit floor (2 x the bare SQLite commit's p50,
+#: measured in the same rounds), and its CPU part (the gate with ``synchronous=OFF``), p50
+WAL_PAGES_PER_EFFECT_MAX = 6.0
+GATE_FLOOR_RATIO_MAX = 2.0
+GATE_CPU_P50_MAX_US = 200.0
+#: later targets: issue 22's, which issue 39's replaced as current (``Report.later_targets``)
+LATER_GATE_P50_MAX_US = 1_000.0
+LATER_GATE_FLOOR_RATIO_MAX = 1.5
+LATER_GATE_CPU_P50_MAX_US = 120.0
 #: issue 22: decide() with SHACKLE's benchmark's configuration, and with every layer (also
 #: after 10,000 deliveries in one session)
 DECIDE_SHACKLE_P50_MAX_US = 0.9
@@ -72,18 +82,13 @@ class Report:
     load: Load | None = None
 
     def targets(self) -> list[Target]:
+        """The current targets (issue 39's, and those met before it), with this run's figures."""
         out: list[Target] = []
         if self.gate is not None:
             empty = self.gate.at(0)
             largest = self.gate.series[-1]
-            out.append(
-                Target(
-                    "Gate cost p50, new effect, empty journal (target call excluded)",
-                    f"≤ {GATE_P50_MAX_US / 1000:g} ms",
-                    f"{ms(empty.net_us.p50)} (p99 {ms(empty.net_us.p99)})",
-                    empty.net_us.p50 <= GATE_P50_MAX_US,
-                )
-            )
+            if self.gate.pages is not None:
+                out.append(_pages_target(self.gate.pages))
             worst = max(self.gate.series, key=lambda s: s.net_us.p99 / s.net_us.p50)
             out.append(
                 Target(
@@ -110,24 +115,8 @@ class Report:
                     self.gate.flat_ratio <= FLAT_RATIO_MAX,
                 )
             )
-            floor2 = 2 * self.gate.floor_sqlite_us.p50
-            out.append(
-                Target(
-                    "Gate p50 ÷ the two-commit floor (2x bare SQLite commit p50, same rounds)",
-                    f"≤ {GATE_FLOOR_RATIO_MAX:g}",
-                    f"{empty.net_us.p50 / floor2:.2f} ({ms(empty.net_us.p50)} / {ms(floor2)})",
-                    empty.net_us.p50 <= GATE_FLOOR_RATIO_MAX * floor2,
-                )
-            )
-            nosync = self.gate.nosync.net_us
-            out.append(
-                Target(
-                    "Gate CPU part: p50 with `synchronous=OFF`",
-                    f"≤ {ms(GATE_CPU_P50_MAX_US)}",
-                    f"{ms(nosync.p50)}" + _cpu_note(self.gate),
-                    nosync.p50 <= GATE_CPU_P50_MAX_US,
-                )
-            )
+            out.append(_floor_target(self.gate, GATE_FLOOR_RATIO_MAX))
+            out.append(_cpu_target(self.gate, GATE_CPU_P50_MAX_US))
         if self.crash is not None:
             out += [Target(*row) for row in crash_report.targets(self.crash)]
         if self.load is not None:
@@ -156,30 +145,7 @@ class Report:
                         flow.latency_ratio("gated, SQLite") <= LATENCY_RATIO_MAX,
                     )
                 )
-            out.append(
-                Target(
-                    f"Throughput with {CONCURRENCY} in flight, ungated ÷ gated (SQLite)",
-                    f"≤ {RATIO_MAX:.2f}",
-                    f"{flow.ratio('gated, SQLite'):.2f} ({flow.median('ungated'):,.0f}/s vs "
-                    f"{flow.median('gated, SQLite'):,.0f}/s)",
-                    flow.ratio("gated, SQLite") <= RATIO_MAX,
-                )
-            )
-            if flow.per_s.get(PG):
-                out.append(
-                    Target(
-                        f"Throughput with {CONCURRENCY} in flight, ungated ÷ gated (PostgreSQL)",
-                        f"≤ {PG_RATIO_MAX:.2f}",
-                        f"{flow.ratio(PG):.2f} ({flow.median('ungated'):,.0f}/s vs "
-                        f"{flow.median(PG):,.0f}/s)"
-                        + (
-                            f"; {flow.pg_round_trips.per_effect:.1f} round trips per new effect"
-                            if flow.pg_round_trips is not None
-                            else ""
-                        ),
-                        flow.ratio(PG) <= PG_RATIO_MAX,
-                    )
-                )
+            out += _in_flight_targets(flow, RATIO_MAX, PG_RATIO_MAX)
         if self.verify is not None:
             hmac_runs = [run for run in self.verify.runs if run.scheme.startswith("HMAC")]
             one, every = hmac_runs[0], hmac_runs[-1]
@@ -196,10 +162,87 @@ class Report:
             )
         return out
 
+    def later_targets(self) -> list[Target]:
+        """The targets issue 39 replaced as current (issue 22's tighter ones), kept for later:
+        judged on this run's figures as the current ones are, listed apart, never failing
+        ``--strict``."""
+        out: list[Target] = []
+        if self.gate is not None:
+            empty = self.gate.at(0)
+            out.append(
+                Target(
+                    "Gate cost p50, new effect, empty journal (target call excluded)",
+                    f"≤ {LATER_GATE_P50_MAX_US / 1000:g} ms",
+                    f"{ms(empty.net_us.p50)} (p99 {ms(empty.net_us.p99)})",
+                    empty.net_us.p50 <= LATER_GATE_P50_MAX_US,
+                )
+            )
+            out.append(_floor_target(self.gate, LATER_GATE_FLOOR_RATIO_MAX))
+            out.append(_cpu_target(self.gate, LATER_GATE_CPU_P50_MAX_US))
+        if self.throughput is not None:
+            out += _in_flight_targets(self.throughput, LATER_RATIO_MAX, LATER_PG_RATIO_MAX)
+        return out
+
     @property
     def correct(self) -> bool:
         """No correctness failure (a failed crash run); targets are judged separately."""
         return self.crash is None or (not self.crash.failed and bool(self.crash.runs))
+
+
+def _pages_target(pages: WalPages) -> Target:
+    top = ", ".join(f"{table} {n:.1f}" for table, n in list(pages.by_table.items())[:4])
+    return Target(
+        "WAL pages per new effect (SQLite, checkpoints stopped: the WAL's frames after "
+        f"{pages.effects:,} new effects)",
+        f"≤ {WAL_PAGES_PER_EFFECT_MAX:g}",
+        f"{pages.per_effect:.1f} ({top}{', ...' if len(pages.by_table) > 4 else ''})",
+        pages.per_effect <= WAL_PAGES_PER_EFFECT_MAX,
+    )
+
+
+def _floor_target(g: GateCost, limit: float) -> Target:
+    empty, floor2 = g.at(0).net_us.p50, 2 * g.floor_sqlite_us.p50
+    return Target(
+        "Gate p50 ÷ the two-commit floor (2x bare SQLite commit p50, same rounds)",
+        f"≤ {limit:.1f}",
+        f"{empty / floor2:.2f} ({ms(empty)} / {ms(floor2)})",
+        empty <= limit * floor2,
+    )
+
+
+def _cpu_target(g: GateCost, limit_us: float) -> Target:
+    nosync = g.nosync.net_us
+    return Target(
+        "Gate CPU part: p50 with `synchronous=OFF`",
+        f"≤ {ms(limit_us)}",
+        f"{ms(nosync.p50)}" + _cpu_note(g),
+        nosync.p50 <= limit_us,
+    )
+
+
+def _in_flight_targets(flow: Throughput, sqlite_max: float, pg_max: float) -> list[Target]:
+    out = [
+        Target(
+            f"Throughput with {CONCURRENCY} in flight, ungated ÷ gated (SQLite)",
+            f"≤ {sqlite_max:.2f}",
+            f"{flow.ratio('gated, SQLite'):.2f} ({flow.median('ungated'):,.0f}/s vs "
+            f"{flow.median('gated, SQLite'):,.0f}/s)",
+            flow.ratio("gated, SQLite") <= sqlite_max,
+        )
+    ]
+    if flow.per_s.get(PG):
+        trips = flow.pg_round_trips
+        out.append(
+            Target(
+                f"Throughput with {CONCURRENCY} in flight, ungated ÷ gated (PostgreSQL)",
+                f"≤ {pg_max:.2f}",
+                f"{flow.ratio(PG):.2f} ({flow.median('ungated'):,.0f}/s vs "
+                f"{flow.median(PG):,.0f}/s)"
+                + ("" if trips is None else f"; {trips.per_effect:.1f} round trips per new effect"),
+                flow.ratio(PG) <= pg_max,
+            )
+        )
+    return out
 
 
 def _versus_shackle(p: PolicyCost) -> str:
@@ -288,7 +331,8 @@ def summary(r: Report) -> str:
             f"   synchronous=OFF (attribution): p50 {ms(g.nosync.net_us.p50)}; "
             f"canonical JSON {usf(g.profile.canonical_json_us)} per effect",
             f"   durable commits per effect: {g.statements.commits:g} "
-            f"({g.statements.statements:g} SQL statements)",
+            f"({g.statements.statements:g} SQL statements)"
+            + ("" if g.pages is None else f"; WAL pages per effect {g.pages.per_effect:.1f}"),
             f"3. throughput, sequential, empty journal: {g.at(0).throughput_per_s:,.0f} effects/s",
         ]
     if r.crash is not None:
@@ -340,9 +384,13 @@ def summary(r: Report) -> str:
             lines.append(f"5. verify HMAC, µs per entry: {bounds}")
     if r.load is not None:
         lines += load_report.summary(r.load)
-    lines.append("targets:")
-    for t in r.targets():
-        lines.append(f"   {'met   ' if t.met else 'MISSED'} {t.figure}: {t.measured} ({t.target})")
+    for heading, targets in (("targets:", r.targets()), ("later targets:", r.later_targets())):
+        if targets:
+            lines.append(heading)
+        lines += [
+            f"   {'met   ' if t.met else 'MISSED'} {t.figure}: {t.measured} ({t.target})"
+            for t in targets
+        ]
     return "\n".join(lines)
 
 
@@ -468,7 +516,28 @@ def _cpu_split_lines(g: GateCost) -> list[str]:
     ]
 
 
-def _gate_section(g: GateCost, command: str) -> list[str]:
+def _pages_lines(pages: WalPages | None) -> list[str]:
+    """The WAL pages a new effect writes, by table: the durable part's size."""
+    if pages is None:
+        return []
+    return [
+        "",
+        f"WAL pages per new effect (`benchmarks/wal_pages.py`, as `checkout_ab` counts them): "
+        f"{pages.effects:,} new effects on a fresh durable journal after {ROTATE_WARMUP} "
+        "untimed ones, its checkpointer stopped once it caught up and the WAL emptied; then "
+        "the WAL's frames (one per page a transaction wrote) read from its frame headers, each "
+        "page named by its table or index through `dbstat`: "
+        f"**{pages.per_effect:.1f} pages per new effect** (target ≤ "
+        f"{WAL_PAGES_PER_EFFECT_MAX:g}). A commit's flush costs about the pages it writes.",
+        "",
+        "| table or index | WAL pages per new effect |",
+        "|---|---|",
+        *(f"| `{table}` | {n:.2f} |" for table, n in pages.by_table.items()),
+        f"| **all** | **{pages.per_effect:.2f}** |",
+    ]
+
+
+def _gate_section(g: GateCost, command: str, plot: str | None = None) -> list[str]:
     empty = g.at(0)
     floor2 = 2 * g.floor_sqlite_us.p50
     durable_part = empty.net_us.p50 - g.nosync.net_us.p50
@@ -527,6 +596,11 @@ def _gate_section(g: GateCost, command: str) -> list[str]:
         f"The gate does two durable commits per new effect, so about 2x the SQLite floor = "
         f"**{ms(floor2)}** is the physical limit here; the gate's p50 is "
         f"{empty.net_us.p50 / floor2:.1f}x that.",
+        *_image(
+            "The gate's p50 and p99 per new effect by journal size, against the two-commit "
+            "floor and the target's multiple of it",
+            plot,
+        ),
         *_tail_section(g),
         "",
         f"Durable commits per effect, counted (every SQL statement on the journal's connection "
@@ -540,6 +614,7 @@ def _gate_section(g: GateCost, command: str) -> list[str]:
         "last seq and the effect's index row in one statement, the dispatch transaction the "
         "lease, its budget's reservations and the effect's own charge in that same statement. "
         "The lease has a cumulative budget, so every figure here includes reserving it.",
+        *_pages_lines(g.pages),
         "",
         "### Where the time goes",
         "",
@@ -630,7 +705,21 @@ def _gate_section(g: GateCost, command: str) -> list[str]:
     return lines
 
 
-def markdown(r: Report) -> str:
+def _target_table(targets: list[Target]) -> list[str]:
+    return [
+        "| figure | target | measured | |",
+        "|---|---|---|---|",
+        *(
+            f"| {t.figure} | {t.target} | {t.measured} | {'met' if t.met else '**missed**'} |"
+            for t in targets
+        ),
+    ]
+
+
+def markdown(r: Report, plots: Mapping[str, str] | None = None) -> str:
+    """The report as markdown; ``plots``: figure (``--only``'s name) → its plot's path relative
+    to the markdown, shown beside the figure's table."""
+    plots = plots or {}
     m = r.machine
     mode = (
         "quick smoke run (`--quick`): few samples, not the figures of record"
@@ -674,15 +763,23 @@ def markdown(r: Report) -> str:
         "",
         "## Targets",
         "",
-        "| figure | target | measured | |",
-        "|---|---|---|---|",
+        "The current targets: issue 39's (the lean journal), and the earlier ones it kept.",
+        "",
+        *_target_table(r.targets()),
     ]
-    for t in r.targets():
-        lines.append(
-            f"| {t.figure} | {t.target} | {t.measured} | {'met' if t.met else '**missed**'} |"
-        )
+    later = r.later_targets()
+    if later:
+        lines += [
+            "",
+            "### Later",
+            "",
+            "Targets for later: the tighter ones issue 39's replaced as current, judged on this "
+            "run's figures (`--strict` fails on the current ones only).",
+            "",
+            *_target_table(later),
+        ]
     if r.gate is not None:
-        lines += ["", *_gate_section(r.gate, r.command)]
+        lines += ["", *_gate_section(r.gate, r.command, plots.get("gate"))]
     if r.crash is not None:
         lines += ["", *crash_report.section(r.crash, r.command)]
     if r.gate is not None:
@@ -699,15 +796,15 @@ def markdown(r: Report) -> str:
     if r.policy is not None:
         lines += ["", *_policy_section(r.policy, r.command)]
     if r.verify is not None:
-        lines += ["", *_verify_section(r.verify, r.command)]
+        lines += ["", *_verify_section(r.verify, r.command, plots.get("verify"))]
     if r.throughput is not None:
-        lines += ["", *_throughput_section(r.throughput, r.command)]
+        lines += ["", *_throughput_section(r.throughput, r.command, plots.get("throughput"))]
     if r.load is not None:
         lines += ["", *load_report.section(r.load, r.command)]
     return "\n".join(lines) + "\n"
 
 
-def _throughput_section(t: Throughput, command: str) -> list[str]:
+def _throughput_section(t: Throughput, command: str, plot: str | None = None) -> list[str]:
     lines = [
         f"## 6. Throughput with {CONCURRENCY} activities in flight",
         "",
@@ -782,6 +879,7 @@ def _throughput_section(t: Throughput, command: str) -> list[str]:
             f"Ungated ÷ gated (PostgreSQL) round by round: "
             f"{', '.join(f'{r:.2f}' for r in pg_rounds)}.",
         ]
+    lines += _sweep_lines(t, plot)
     trips = t.pg_round_trips
     if trips is not None:
         lines += [
@@ -889,6 +987,58 @@ def _throughput_reading(t: Throughput) -> list[str]:
     return lines
 
 
+def _sweep_lines(t: Throughput, plot: str | None) -> list[str]:
+    """The in-flight sweep: each configuration's median by activities in flight."""
+    curves = {name: t.in_flight(name) for name in SWEEP_CONFIGS}
+    curves = {name: runs for name, runs in curves.items() if runs}
+    if not curves:
+        return []
+    gated = [name for name in curves if name != "ungated"]
+    levels = sorted({level for runs in curves.values() for level in runs})
+
+    def median(name: str, level: int) -> float | None:
+        runs = curves.get(name, {}).get(level)
+        return None if not runs else sorted(runs)[len(runs) // 2]
+
+    lines = [
+        "",
+        f"In flight: after the rounds, on workers of their own (one per configuration and "
+        f"level, `max_concurrent_activities` the level, on the same server and journals), "
+        f"{t.sweep_rounds} round{'s' if t.sweep_rounds != 1 else ''} of the same "
+        f"{t.n}-activity fan-out, each worker once per "
+        "round in a shuffled order, after a short warm-up run each; the median run, "
+        f"activities per second ({CONCURRENCY}: the rounds above, the target's).",
+        "",
+        "| activities in flight | "
+        + " | ".join(
+            f"{name} | ungated ÷ {name.removeprefix('gated, ')}"
+            if name in gated and "ungated" in curves
+            else name
+            for name in curves
+        )
+        + " |",
+        "|---|" + "---|" * (len(curves) + (len(gated) if "ungated" in curves else 0)),
+    ]
+    for level in levels:
+        cells = []
+        ungated = median("ungated", level)
+        for name in curves:
+            value = median(name, level)
+            cells.append("-" if value is None else f"{value:,.0f}/s")
+            if name in gated and "ungated" in curves:
+                cells.append("-" if value is None or ungated is None else f"{ungated / value:.2f}")
+        lines.append(f"| {level} | " + " | ".join(cells) + " |")
+    return lines + _image(
+        "Activities per second by activities in flight, ungated and gated (SQLite, PostgreSQL)",
+        plot,
+    )
+
+
+def _image(alt: str, path: str | None) -> list[str]:
+    """A plot beside its table (its path relative to the markdown; nothing without one)."""
+    return [] if path is None else ["", f"![{alt}]({path})"]
+
+
 def _shares(t: Throughput) -> list[tuple[str, float, float, float, float]]:
     """(what, worker ms, server ms, ratio before, ratio after) for each step from ungated to
     gated SQLite through the configurations in between, where all of them ran."""
@@ -908,7 +1058,7 @@ def _shares(t: Throughput) -> list[tuple[str, float, float, float, float]]:
     return out
 
 
-def _verify_section(v: VerifyCost, command: str) -> list[str]:
+def _verify_section(v: VerifyCost, command: str, plot: str | None = None) -> list[str]:
     lines = [
         "## 5. Verifying a journal",
         "",
@@ -935,6 +1085,7 @@ def _verify_section(v: VerifyCost, command: str) -> list[str]:
             f"| {run.scheme} | {run.jobs} ({run.used}) | {run.entries:,} | {runs} | "
             f"{run.median_per_s:,.0f} | {run.best_per_s:,.0f} | {cli} |"
         )
+    lines += _image("journal verify's entries per second by --jobs, against the target", plot)
     lines += [
         "",
         "Most entries take a short path: the next seq, the next entry of a known effect (or the "
