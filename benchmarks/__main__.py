@@ -1,8 +1,8 @@
 """Measure the gate's cost per effect and the crash-to-completion time; print a summary and
 write ``docs/benchmarks.md``, with its plots beside it (``docs/benchmarks/*.svg``: ``plots.py``).
 
-    python -m benchmarks            # the full run (make bench), about 4 minutes
-    python -m benchmarks --quick    # a smoke run CI can afford, about 30-40 seconds
+    python -m benchmarks            # the full run (make bench), about 23 minutes on 2 cores in all
+    python -m benchmarks --quick    # a smoke run, about 2.5 minutes
 
 (Figure 7, load, adds about 7 minutes to the full run and about 1 to the quick one on these
 2-core machines: ``--only load`` runs it alone.)
