@@ -81,8 +81,10 @@ def gate_latency(g: GateCost, path: Path) -> Path:
         ax.set_xlim(-0.5, len(sizes) - 0.5)
         ax.set_xlabel("journal size at start (effects)")
         ax.set_ylabel("ms per new effect")
-        ax.set_ylim(bottom=0)
-        ax.legend(loc="upper left", fontsize=8)
+        # room above the highest line for the legend, so it never covers a point
+        top = max([*(s.net_us.p99 / 1000 for s in g.series), GATE_FLOOR_RATIO_MAX * floor2])
+        ax.set_ylim(0, top * 1.6)
+        ax.legend(loc="upper center", fontsize=8, ncols=2)
     return path
 
 
