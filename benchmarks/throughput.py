@@ -296,16 +296,8 @@ async def _measure(n: int, rounds: int, sequential_n: int, sweep_rounds: int) ->
                 for name in order:
                     queue, _ = workers[name]
                     cpu_before = _cpu_seconds(server)
-                    started = time.perf_counter()
-                    done = await clients[name].execute_workflow(
-                        Fanout.run,
-                        {"n": n, "base": inputs.take(n), "lease": leases[name]},
-                        id=f"fanout-{uuid.uuid4().hex[:8]}",
-                        task_queue=queue,
-                    )
-                    elapsed = time.perf_counter() - started
+                    elapsed = await _fanout(clients[name], queue, n, inputs, leases[name])
                     cpu_after = _cpu_seconds(server)
-                    assert done == n
                     if round_no:
                         per_s[name].append(n / elapsed)
                         for i in (0, 1):
@@ -394,19 +386,28 @@ async def _sweep(
             for name, level in order:
                 queue, _ = workers[name, level]
                 count = n if round_no else 4 * level
-                started = time.perf_counter()
-                done = await clients[name].execute_workflow(
-                    Fanout.run,
-                    {"n": count, "base": inputs.take(count), "lease": leases[name]},
-                    id=f"sweep-{uuid.uuid4().hex[:8]}",
-                    task_queue=queue,
-                )
-                elapsed = time.perf_counter() - started
-                assert done == count
+                elapsed = await _fanout(clients[name], queue, count, inputs, leases[name])
                 if round_no:
                     per_s[name][level].append(count / elapsed)
     print(f"   in-flight sweep: {time.monotonic() - began:.0f} s", flush=True)
     return per_s
+
+
+async def _fanout(
+    client: Client, queue: str, count: int, inputs: _Inputs, lease: str | None
+) -> float:
+    """One ``Fanout`` workflow of ``count`` activities on ``queue``, under ``lease``: its
+    seconds from start to result."""
+    started = time.perf_counter()
+    done = await client.execute_workflow(
+        Fanout.run,
+        {"n": count, "base": inputs.take(count), "lease": lease},
+        id=f"fanout-{uuid.uuid4().hex[:8]}",
+        task_queue=queue,
+    )
+    elapsed = time.perf_counter() - started
+    assert done == count
+    return elapsed
 
 
 class _Inputs:
