@@ -18,8 +18,9 @@ import pytest
 
 from interlock_temporal.core.errors import JournalConfigError, NeedsApproval, Refused, RowCorrupt
 from interlock_temporal.core.journal import SCHEMA_VERSION, lease_chain, open_journal
+from interlock_temporal.core.journal.control_check import ChargeFold
 from interlock_temporal.core.journal.signing import Ed25519Key
-from interlock_temporal.core.models import Kind
+from interlock_temporal.core.models import ControlCheck, Kind
 from interlock_temporal.core.policy import Accounts, CallEvent, Limits, Policy, PolicyGuard, Verdict
 from interlock_temporal.core.protocol import Gate, Ticket
 from interlock_temporal.core.receipts import receipt
@@ -419,3 +420,32 @@ async def test_an_effect_in_doubt_recovers_after_the_upgrade(world: World) -> No
     state = world.journal.policy.session("wf-loop")
     assert state is not None and state.circuit is not None
     assert world.problems() == []
+
+
+def test_each_dispatch_is_judged_against_its_lease_chain_as_it_stood_at_its_seq(
+    tmp_path: Path,
+) -> None:
+    """The fold's check of the lease head a dispatch signs (``ChargeFold``): the chain's latest
+    entry before the dispatch's seq, found by bisection. A dispatch that signs an entry the
+    chain had moved on from (the gate fooled by an older row put back) is named; one that
+    signs the latest of its time is not, on either side of the chain's next entry."""
+    with open_journal(f"sqlite:///{tmp_path / 'j.db'}", signing_key="6b" * 32) as journal:
+        lease = journal.leases.issue("bot", activities=["refund"])
+        journal.leases.revoke(lease)
+        issued, revoked = journal.read(lease_chain(lease))
+    heads = {e.seq: f"{e.seq}:{e.hash}" for e in (issued, revoked)}
+    cases = [
+        (issued.seq + 1, heads[issued.seq], False),  # right after issue: its latest
+        (revoked.seq + 1, heads[revoked.seq], False),  # after the revoke, against it
+        (revoked.seq + 1, heads[issued.seq], True),  # after the revoke, against the issue
+        (issued.seq, heads[issued.seq], True),  # before its own entry existed
+    ]
+    for seq, head, named in cases:
+        fold = ChargeFold({lease: [issued, revoked]})
+        fold.apply((seq, "e" * 64, Kind.AUTHORIZED.value, (lease, head), None))
+        found = ControlCheck()
+        fold.finish(found)
+        assert found.dispatches == 1
+        assert bool(found.problems) is named, (seq, head, found.problems)
+        if named:
+            assert f"dispatched against lease {lease}'s entry" in found.problems[0]

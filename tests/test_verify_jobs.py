@@ -31,6 +31,7 @@ KEY = "6a" * 32
 EFFECTS = 1_500  # three entries each
 LAG = 7  # an effect's COMMITTED is written after the next LAG effects' first two entries
 PER_JOB = 1_000  # ranges of about this many entries in these tests (``MIN_PER_JOB``)
+FORGED_TS = 1_900_000_000.0  # when the entries these tests forge say they were written
 
 
 def _build(path: Path) -> dict[str, Any]:
@@ -127,7 +128,7 @@ def _insert(path: Path, seq: int, eid: str, kind: Kind, prev: str, vals: str | N
     _edit(path, "DROP INDEX IF EXISTS entries_chain")
     e = encode_entry(
         seq=seq,
-        ts=1_900_000_000.0,
+        ts=FORGED_TS,
         effect_id=eid,
         kind=kind,
         prev=prev,
@@ -208,6 +209,38 @@ def test_a_chain_forked_across_a_cut_is_named(journal_path: Path, meta: dict[str
     one, several = _both(journal_path)
     assert not one.ok and one.first_bad_seq == TOTAL + 1, one
     assert "prev" in str(one.problem) and several.jobs == 1
+
+
+def test_a_fork_the_effects_row_was_moved_onto_is_named(
+    journal_path: Path, meta: dict[str, Any]
+) -> None:
+    """The fork's range takes the effect up at the fork's prev, and its row (moved onto the
+    fork, so that it agrees with it) is read there: only the join, where the link must be the
+    head the range before left the chain at, sees that the fork does not continue the chain."""
+    eid = next(
+        e for e, first in meta["first"].items() if CUTS[1] <= first and meta["heads"][e] < CUTS[2]
+    )
+    first = meta["first"][eid]
+    _insert(journal_path, TOTAL + 1, eid, Kind.COMMITTED, meta["entries"][first][3], None)
+    fork = _stored_hash(journal_path, TOTAL + 1)
+    _edit(
+        journal_path,
+        "UPDATE effects SET head = ?, head_seq = ?, updated_ts = ? WHERE effect_id = ?",
+        fork,
+        TOTAL + 1,
+        FORGED_TS,
+        eid,
+    )
+    one, several = _both(journal_path)
+    assert not one.ok and one.first_bad_seq == TOTAL + 1, one
+    assert "prev" in str(one.problem) and several.jobs == 1
+
+
+def _stored_hash(path: Path, seq: int) -> str:
+    db = sqlite3.connect(path)
+    (found,) = db.execute("SELECT hash FROM entries WHERE seq = ?", (seq,)).fetchone()
+    db.close()
+    return str(found)
 
 
 def test_a_chain_started_again_in_a_later_range_is_named(

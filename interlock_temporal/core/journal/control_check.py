@@ -234,7 +234,9 @@ class ChargeFold:
 
     def __init__(self, chains: Mapping[str, list[Entry]]) -> None:
         #: each lease's chain (by lease id), read and checked before the pass
-        self.chains: Mapping[str, list[Entry]] = _LeaseChains(chains)
+        self.chains = chains
+        #: each lease chain's seqs and heads as a dispatch signs them, worked out once
+        self._heads: dict[str, tuple[list[int], list[str]]] = {}
         self.budgets = _Budgets(chains=chains)
         self._notes: list[str] = []
         self._archived = False
@@ -278,7 +280,7 @@ class ChargeFold:
         budgets = self.budgets
         if kind in (_DISPATCHED, _AUTHORIZED):
             if first is not None:
-                _check_head(seq, effect_id, first, self.chains, self._checks)
+                _check_head(seq, effect_id, first, self._heads_of(first[0]), self._checks)
             if second is not None:
                 _check_charge(seq, effect_id, second, budgets, self._notes)
         elif kind == _REFUSED:
@@ -298,6 +300,14 @@ class ChargeFold:
             cents, final = second
             if first is not None and cents is not None and final != _REFUSED:
                 budgets.move(first, cents)
+
+    def _heads_of(self, lease_id: str) -> tuple[list[int], list[str]]:
+        found = self._heads.get(lease_id)
+        if found is None:
+            chain = self.chains.get(lease_id, [])
+            found = [e.seq for e in chain], [f"{e.seq}:{e.hash}" for e in chain]
+            self._heads[lease_id] = found
+        return found
 
     def feed(self, seq: int, effect_id: str, kind: str, body: bytes) -> None:
         """``apply(scan(...))``: the entry at ``seq``, read in this process."""
@@ -382,14 +392,15 @@ def _check_head(
     seq: int,
     effect_id: str,
     lease: tuple[str, str],
-    chains: Mapping[str, list[Entry]],
+    chain: tuple[list[int], list[str]],
     found: ControlCheck,
 ) -> None:
     """The lease head a dispatch transaction signs (with the lease, in its AUTHORIZED or a
-    resend's DISPATCHED) against the lease's chain as it stood at that seq."""
+    resend's DISPATCHED) against the lease's chain as it stood at that seq (``chain``: its
+    entries' seqs and heads, ``SEQ:HASH``, in seq order)."""
     lease_id, head = lease
     found.dispatches += 1
-    seqs, heads = _heads_of(chains, lease_id)
+    seqs, heads = chain
     at = bisect.bisect_left(seqs, seq)  # the entries of the chain before ``seq``
     then = heads[at - 1] if at else None
     if head != then:
@@ -398,27 +409,6 @@ def _check_head(
             f"entry {head.partition(':')[0]}, and its chain's latest then was "
             f"{then.partition(':')[0] if then else 'none'} (an older lease row put back)"
         )
-
-
-def _heads_of(chains: Mapping[str, list[Entry]], lease_id: str) -> tuple[list[int], list[str]]:
-    """A lease chain's seqs and its heads as a dispatch signs them (``SEQ:HASH``), each in seq
-    order; worked out once per chain (``chains`` is a ``_LeaseChains``) or every time."""
-    cache = getattr(chains, "heads", None)
-    found = None if cache is None else cache.get(lease_id)
-    if found is None:
-        chain = chains.get(lease_id, [])
-        found = [e.seq for e in chain], [f"{e.seq}:{e.hash}" for e in chain]
-        if cache is not None:
-            cache[lease_id] = found
-    return found
-
-
-class _LeaseChains(dict[str, list[Entry]]):
-    """Each lease's chain by lease id, with ``_heads_of``'s work kept per chain."""
-
-    def __init__(self, chains: Mapping[str, list[Entry]]) -> None:
-        super().__init__(chains)
-        self.heads: dict[str, tuple[list[int], list[str]]] = {}
 
 
 def _check_charge(

@@ -329,8 +329,8 @@ def _link(found: _Range, chains: dict[str, ChainSummary]) -> bool:
         link = links.get(eid)
         prior = chains.get(eid)
         if link is None:
-            if prior is not None:
-                return False
+            if prior is not None:  # started twice (each has one row, so the rows check would
+                return False  # name one of them too: this says it first)
             chains[eid] = ChainSummary(
                 head=head,
                 head_seq=head_seq,
