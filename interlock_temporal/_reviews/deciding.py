@@ -25,6 +25,8 @@ given, and one describe when the Update finds no review.
 from __future__ import annotations
 
 import asyncio
+import hashlib
+import json
 import time
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any, Literal
@@ -152,18 +154,30 @@ async def send_vote(
     workflow_id = review_id(kind, effect_id)
     handle: WorkflowHandle[Any, Any] = client.get_workflow_handle(workflow_id)
     payload = vote.model_dump(mode="json", exclude_none=True)
+    # one id per vote: sent again (below), the server counts it once
+    sent = json.dumps(payload, sort_keys=True, separators=(",", ":")).encode()
+    update_id = "vote-" + hashlib.sha256(sent).hexdigest()[:32]
     try:
-        return await asyncio.wait_for(
-            handle.execute_update("decide", payload, result_type=ReviewStatus),
-            timeout.total_seconds(),
-        )
+        for attempt in range(NOT_FOUND_RETRIES + 1):
+            try:
+                return await asyncio.wait_for(
+                    handle.execute_update(
+                        "decide", payload, id=update_id, result_type=ReviewStatus
+                    ),
+                    timeout.total_seconds(),
+                )
+            except RPCError as err:
+                if not is_not_found(err):
+                    raise
+                # the server can answer "not found" for an Update to a running workflow it
+                # was reloading (seen under load): the review is open, so the vote goes again
+                if attempt == NOT_FOUND_RETRIES or not await _running(handle):
+                    raise await _no_open_review(client, kind, effect_id) from None
+                await asyncio.sleep(0.2 * (attempt + 1))
+        raise AssertionError("unreachable")  # the loop returns or raises
     except WorkflowUpdateFailedError as err:
         # the validator's refusal, or the recording worker's: its reason
         raise NotDecided("refused", f"refused: {failure_message(err.cause)}") from None
-    except RPCError as err:
-        if is_not_found(err):
-            raise await _no_open_review(client, kind, effect_id) from None
-        raise
     except TimeoutError:
         raise NotDecided(
             "timeout",
@@ -171,6 +185,22 @@ async def send_vote(
             "InterlockPlugin polling its task queue? The decision may still be applied when one "
             "does",
         ) from None
+
+
+#: how many times a vote is sent again to a running review that answered "not found"
+NOT_FOUND_RETRIES = 3
+
+
+async def _running(handle: WorkflowHandle[Any, Any]) -> bool:
+    """Whether the review's workflow is still running (False if it cannot be described)."""
+    from temporalio.client import WorkflowExecutionStatus
+    from temporalio.service import RPCError
+
+    try:
+        description = await handle.describe()
+    except RPCError:
+        return False
+    return description.status == WorkflowExecutionStatus.RUNNING
 
 
 async def _no_open_review(client: Client, kind: ReviewKind, effect_id: str) -> NotDecided:
