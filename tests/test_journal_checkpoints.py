@@ -8,6 +8,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -108,6 +109,46 @@ def test_catch_up_gives_up_after_its_timeout(
         assert checkpointer.catch_up(10.0)
         assert checkpointer.held_passes == 1
     finally:
+        journal.close()
+
+
+def test_a_hold_asked_for_starts_before_the_writes_asked_for_after_it(tmp_path: Path) -> None:
+    # the writers' lock is not fair: a thread writing in a loop, as under steady commits, takes
+    # it again before the checkpointer's thread wakes. The hold is asked for while a write runs;
+    # the same thread's next write, asked for after it, must wait for the hold to end
+    journal = open_journal(tmp_path / "j.db", signing_key=KEY)
+    writing = journal.writing  # type: ignore[attr-defined]
+    inside, go = threading.Event(), threading.Event()
+    order: list[str] = []
+
+    def first(db: object) -> None:
+        inside.set()
+        assert go.wait(10)
+
+    def writer() -> None:
+        writing(first)
+        writing(lambda db: order.append("write"))
+
+    def holder() -> None:
+        with journal.writers_held():  # type: ignore[attr-defined]
+            order.append("hold")
+
+    threads = [threading.Thread(target=writer), threading.Thread(target=holder)]
+    try:
+        threads[0].start()
+        assert inside.wait(10)
+        threads[1].start()
+        deadline = time.monotonic() + 10
+        while not journal.hold_asked and time.monotonic() < deadline:  # type: ignore[attr-defined]
+            time.sleep(0.001)
+        assert journal.hold_asked  # type: ignore[attr-defined]
+        go.set()
+        for thread in threads:
+            thread.join(10)
+        assert order == ["hold", "write"]
+        assert not journal.hold_asked  # type: ignore[attr-defined]
+    finally:
+        go.set()
         journal.close()
 
 
