@@ -3,6 +3,7 @@ CLI, no download), and a client with the pydantic converter."""
 
 from __future__ import annotations
 
+import os
 from collections.abc import AsyncIterator, Iterator
 
 # CPython 3.11.7 can raise "SystemError: AST constructor recursion depth mismatch" from
@@ -15,7 +16,14 @@ import pytest_asyncio
 from temporalio.client import Client
 from temporalio.contrib.pydantic import pydantic_data_converter
 
+from interlock_temporal.core.journal.sql import SqlJournal
 from interlock_temporal.testing import DevServer, PostgresServer
+
+if os.environ.get("INTERLOCK_TEST_COMBINED") == "1":
+    # the whole suite on journals that write each dispatch transaction as one format-3 entry
+    # (``SqlJournal.combine_dispatch``): every reader against the entries the next release
+    # writes. ``make test`` runs the targeted tests of them (``combined`` in their names).
+    SqlJournal.combine_dispatch = True
 
 
 @pytest_asyncio.fixture(scope="session", loop_scope="session")

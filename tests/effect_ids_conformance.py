@@ -160,11 +160,19 @@ class EffectIdsConformance:
         assert [r.effect_id for r in early.effects()] == [expected_id(KEY, "c-1")]
         assert refunds.payments.refunded_cents(release.ORDER) == 700
 
+    @pytest.mark.parametrize("combined", [False, True], ids=["separate", "combined"])
     @pytest.mark.parametrize("edit", ["removed", "added"])
     async def test_an_edited_setting_is_caught_at_open_and_by_verify(
-        self, open_store: Callable[..., Journal], tamper: Any, tmp_path: Path, edit: str
+        self,
+        open_store: Callable[..., Journal],
+        tamper: Any,
+        tmp_path: Path,
+        edit: str,
+        combined: bool,
     ) -> None:
+        # combined: the proposal that records the setting is a part of a format-3 dispatch
         journal = open_store()
+        journal.combine_dispatch = combined  # type: ignore[attr-defined]
         if edit == "removed":
             keyed(journal)
         refunds = _Refunds(tmp_path, journal)

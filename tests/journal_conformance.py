@@ -63,7 +63,7 @@ from interlock_temporal.core.leases import Demand, check_lease
 from interlock_temporal.core.models import Draft, Entry, JournalHead, Kind, Lease, VerifyReport
 from interlock_temporal.core.notifications import NotificationFailure
 from interlock_temporal.core.protocol import Gate, Ticket
-from interlock_temporal.core.receipts import receipt
+from interlock_temporal.core.receipts import fold, receipt
 from interlock_temporal.core.retention import archive
 from interlock_temporal.core.review import record_resolution, reopen
 from interlock_temporal.targets.payments import SimulatedPayments
@@ -679,6 +679,63 @@ class JournalConformance(EffectIdsConformance):
         assert row.head == written[-1].hash
         assert row.head_seq == 3
         assert journal.head() == JournalHead(seq=3, hash=written[-1].hash)
+
+    def test_a_combined_dispatch_reads_as_the_entries_it_stands_for(
+        self, open_store: Callable[..., Journal]
+    ) -> None:
+        """A dispatch transaction written as one format-3 entry (``combine_dispatch``) reads
+        back as its three entries: the same data, the values on the last, one signed entry
+        and one seq in the store; the row, the origin, the fold and ``verify`` as for three."""
+        delivery = {"workflow_id": "wf-1", "run_id": "run-1", "activity_id": "7"}
+        drafts = [
+            draft(Kind.PROPOSED, delivery=delivery, input_digest="ab" * 32, amount=3000),
+            draft(Kind.AUTHORIZED, lease_id="lease_1", decided_by=["lease"]),
+            draft(Kind.DISPATCHED, via="dispatch"),
+        ]
+        folded = []
+        for combine in (False, True):
+            journal = open_store()
+            assert isinstance(journal, SqlJournal)
+            journal.combine_dispatch = combine
+            eid = A if combine else B
+            written = journal.append(
+                eid, "", drafts, effect_type="refund", blobs={"approved": {"cents": 3000}}
+            )
+            assert [e.kind for e in written] == [Kind.PROPOSED, Kind.AUTHORIZED, Kind.DISPATCHED]
+            assert [e.data for e in written] == [
+                {**drafts[0].data, "effect_type": "refund"},
+                drafts[1].data,
+                drafts[2].data,
+            ]
+            assert [e.values for e in written] == [None, None, {"approved": {"cents": 3000}}]
+            read = journal.read(eid)
+            assert read == written
+            done = journal.append(eid, written[-1].hash, [draft(Kind.COMMITTED, via="dispatch")])
+            assert journal.read(eid) == [*written, *done]
+            row = journal.row(eid)
+            assert row is not None and row.status is Kind.COMMITTED
+            assert row.origin == origin_of("wf-1", "run-1", "7", "ab" * 32)
+            assert eid in journal.by_origin(row.origin)
+            assert row.first_dispatch_ts == row.last_dispatch_ts == written[-1].ts
+            folded.append(fold(eid, journal.read(eid)))
+        stored = [r for r in journal.iter_raw() if r.effect_id == A]
+        # one signed entry for the three, and the COMMITTED after it
+        assert [(r.kind, r.seq - stored[0].seq) for r in stored] == [
+            ("DISPATCHED", 0),
+            ("COMMITTED", 1),
+        ]
+        (combined,) = (json.loads(r.body) for r in stored[:1])
+        assert combined["v"] == 3 and combined["prev"] == ""
+        assert set(combined["data"]) == {"proposal", "authorization", "dispatch"}
+        assert [e.seq for e in journal.read(A)] == [stored[0].seq] * 3 + [stored[1].seq]
+        assert journal.head() == JournalHead(seq=stored[1].seq, hash=stored[1].hash)
+        # what the gate knows of the effect does not depend on how its entries were stored
+        ignored = {"effect_id", "head", "head_seq", "proposed_ts"}
+        ignored |= {"first_dispatch_ts", "last_dispatch_ts", "finished_ts"}
+        three, one = ({k: v for k, v in vars(f).items() if k not in ignored} for f in folded)
+        assert one == three and folded[1].dispatches == 1
+        report = verified(journal)
+        assert report.ok and report.effects == 2, report
 
     def test_notification_failures_are_kept_apart_from_every_chain(self, journal: Journal) -> None:
         review = f"interlock-review-ambiguous-{uuid.uuid4().hex}"
@@ -1854,19 +1911,24 @@ class JournalConformance(EffectIdsConformance):
         assert report.first_bad_seq == seq
         assert report.entries == seq - 1
 
+    @pytest.mark.parametrize("combined", [False, True], ids=["separate", "combined"])
     def test_the_short_path_reports_every_edit_as_the_full_check_does(
-        self, journal: Journal, tamper: Tamper
+        self, journal: Journal, tamper: Tamper, combined: bool
     ) -> None:
         """``verify`` checks the common entry on a short path and leaves the rest to the full
         per-entry check: every edit of every stored column, body, value and index row is
-        reported exactly as the full check alone reports it, and none passes."""
+        reported exactly as the full check alone reports it, and none passes. With the
+        dispatch transaction's entries separate, and combined as one of format 3."""
+        assert isinstance(journal, SqlJournal)
+        journal.combine_dispatch = combined
         populate(journal)
         delivery = {"workflow_id": "wf-1", "run_id": "run-1", "activity_id": "7"}
-        _, dispatched = journal.append(
+        *_, dispatched = journal.append(
             D,
             "",
             [
                 Draft(kind=Kind.PROPOSED, data={"delivery": delivery, "input_digest": "ab" * 32}),
+                draft(Kind.AUTHORIZED, decided_by=["lease"]),
                 draft(Kind.DISPATCHED, via="dispatch"),
             ],
             effect_type="conformance.email",
@@ -1893,9 +1955,12 @@ class JournalConformance(EffectIdsConformance):
 
         assert checked(in_ranges=True).ok
         raws = list(journal.iter_raw())
+        d_raws = [r for r in raws if r.effect_id == D]
+        assert [r.kind for r in d_raws][-2:] == ["DISPATCHED", "COMMITTED"]
+        assert len(d_raws) == (2 if combined else 4)
         # an effect's first entry, one between two of its effect's, D's first (an origin), D's
-        # DISPATCHED (values beside it) and the last entry (the journal's head)
-        for raw in (raws[0], raws[3], raws[8], raws[9], raws[-1]):
+        # DISPATCHED (values beside it; combined, the same) and the last (the journal's head)
+        for raw in (raws[0], raws[3], *{d_raws[0], d_raws[-2]}, raws[-1]):
             other = raws[raw.seq % len(raws)]  # the next entry, another effect's or kind
             edits: list[tuple[str, Any]] = [
                 # (the store refuses a second first entry of an effect: no fork)
@@ -1907,6 +1972,7 @@ class JournalConformance(EffectIdsConformance):
                 ("key_id", "hmac-0000000000000000"),
                 ("sig", other.sig),
                 ("body", raw.body.replace(b'"v":2', b'"v":3')),
+                ("body", raw.body.replace(b'"v":3', b'"v":2')),
                 ("body", raw.body[:20] + bytes([raw.body[20] ^ 1]) + raw.body[21:]),
                 ("vals", '{"result":"edited"}'),
                 ("vals", None),

@@ -101,9 +101,15 @@ class World:
         self.payments.close()
 
 
-@pytest.fixture
-def world(new_store: Callable[[], str], tmp_path: Path) -> Iterator[World]:
+@pytest.fixture(params=[False, True], ids=["separate", "combined"])
+def world(
+    new_store: Callable[[], str], tmp_path: Path, request: pytest.FixtureRequest
+) -> Iterator[World]:
+    """A store with a budgeted lease; its dispatches written as separate entries, or combined
+    as one of format 3 (whose authorization signs the lease head)."""
     w = World(new_store(), tmp_path)
+    journal: Any = w.journal
+    journal.combine_dispatch = request.param or journal.combine_dispatch
     yield w
     w.close()
 

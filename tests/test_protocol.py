@@ -139,10 +139,11 @@ class MemTarget:
 # -- fixtures and helpers -----------------------------------------------------------------------
 
 
-@pytest.fixture
-def connect(tmp_path: Path) -> Iterator[Callable[..., Journal]]:
+@pytest.fixture(params=[False, True], ids=["separate", "combined"])
+def connect(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[Callable[..., Journal]]:
     """Journal connections to one file (``tmp_path/journal.db``); every chain verifies at the
-    end of the test."""
+    end of the test. Each test runs twice: with the dispatch transaction's entries written
+    separately, and combined as one of format 3 (``SqlJournal.combine_dispatch``)."""
     opened: list[Journal] = []
 
     def open_(url_suffix: str = "") -> Journal:
@@ -150,6 +151,7 @@ def connect(tmp_path: Path) -> Iterator[Callable[..., Journal]]:
             j = open_journal(f"sqlite:///{tmp_path / 'journal.db'}{url_suffix}", signing_key=KEY)
         else:
             j = throwaway_journal(tmp_path)
+        j.combine_dispatch = request.param or j.combine_dispatch  # type: ignore[attr-defined]
         opened.append(j)
         return j
 
@@ -290,9 +292,14 @@ async def test_dispatch_writes_proposed_authorized_dispatched_in_one_commit(
 
     assert appends == [[Kind.PROPOSED, Kind.AUTHORIZED, Kind.DISPATCHED]]
     entries = journal.read(ticket.effect_id)
-    assert [e.seq for e in entries] == [entries[0].seq + i for i in range(3)]  # nothing between
     assert len({e.ts for e in entries}) == 1  # one transaction
-    assert [e.prev for e in entries] == ["", entries[0].hash, entries[1].hash]
+    if journal.combine_dispatch:  # type: ignore[attr-defined]
+        # one signed entry of format 3, read as the three it stands for
+        assert len({(e.seq, e.hash, e.prev) for e in entries}) == 1
+        assert entries[0].prev == ""
+    else:  # three in a row, nothing between
+        assert [e.seq for e in entries] == [entries[0].seq + i for i in range(3)]
+        assert [e.prev for e in entries] == ["", entries[0].hash, entries[1].hash]
     assert ticket.head == entries[-1].hash
     authorized = entries[1].data
     assert authorized["lease"]["lease_id"] == lease

@@ -11,6 +11,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from .journal import Journal
+from .journal.entries import part_of
 from .models import ANNOTATIONS, Entry, Executed, Kind, Receipt
 
 
@@ -98,7 +99,9 @@ def fold_appended(view: EffectView, written: Sequence[Entry]) -> EffectView:
     (a float like 2.0 reads back as 2) reads as it will be read. ``view`` is not changed."""
     head = view.head
     for e in written:
-        if e.effect_id != view.effect_id or e.prev != head:
+        # the entries a format-3 entry stands for share its hash: each after the first
+        # continues the chain from it
+        if e.effect_id != view.effect_id or (e.prev != head and e.hash != head):
             raise ValueError(
                 f"effect {view.effect_id[:16]}: the appended entries do not follow the view's head"
             )
@@ -122,7 +125,7 @@ def fold_checked(journal: Journal, view: EffectView, written: Sequence[Entry]) -
 def _as_read(entry: Entry) -> Entry:
     """An entry this process wrote, as a read decodes it from its stored bytes."""
     doc = json.loads(entry.body)
-    return entry.model_copy(update={"ts": float(doc["ts"]), "data": doc["data"]})
+    return entry.model_copy(update={"ts": float(doc["ts"]), "data": part_of(entry.kind, doc)})
 
 
 #: what a tombstone does not keep of an effect's view: where it is (the tombstone is its new

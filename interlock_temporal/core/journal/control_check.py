@@ -40,7 +40,7 @@ from typing import Any
 
 from ..models import ControlCheck, Entry, Kind, Lease
 from ..row_seals import RowSeals
-from .entries import RawEntry
+from .entries import COMBINED_VERSION, RawEntry
 
 _DISPATCHED = Kind.DISPATCHED.value
 _REFUSED = Kind.REFUSED.value
@@ -367,7 +367,10 @@ def _scanned(body: bytes) -> tuple[tuple[str, str] | None, dict[str, Any] | None
         else None
     )
     if (has_head and found_head is None) or (has_budget and found_budget is None):
-        data = json.loads(body)["data"]
+        doc = json.loads(body)
+        data = doc["data"]
+        if doc.get("v") == COMBINED_VERSION:  # a combined dispatch: the lease is authorized
+            data = {**data["dispatch"], "lease": data["authorization"].get("lease")}
         snapshot, budget = data.get("lease"), data.get("budget")
         if isinstance(snapshot, dict) and isinstance(snapshot.get("head"), str):
             lease = (str(snapshot.get("lease_id")), snapshot["head"])

@@ -34,6 +34,18 @@ from .signing import Keyring, SigningKey
 
 #: 2: the signed bytes hold the digest of the values stored beside the entry (``vals``)
 ENTRY_VERSION = 2
+#: 3: one DISPATCHED entry for a dispatch transaction's authorization and dispatch, and its
+#: proposal when the effect starts with it: ``data`` is ``{"proposal", "authorization",
+#: "dispatch"}``, each what the entry of that kind would hold. Read as the entries it stands
+#: for (``views``), so everything after the read sees the kinds it always saw.
+COMBINED_VERSION = 3
+#: the kinds a format-3 entry stands for, in order, and the part of its data each one holds
+PARTS = (
+    (Kind.PROPOSED, "proposal"),
+    (Kind.AUTHORIZED, "authorization"),
+    (Kind.DISPATCHED, "dispatch"),
+)
+_PART_OF = {kind: part for kind, part in PARTS}
 #: the largest integer every JSON reader holds exactly (2**53 - 1)
 _SAFE_INT = 2**53 - 1
 #: a JSON string as ``json.dumps(..., ensure_ascii=False)`` writes it (the C encoder)
@@ -146,6 +158,7 @@ def _envelope(
     key_id: str,
     data: dict[str, Any],
     values_hex: str | None,
+    version: int = ENTRY_VERSION,
 ) -> bytes:
     """The signed bytes of an entry: the canonical JSON of ``{v, seq, ts, effect_id, kind,
     prev, key_id, data[, vals]}``. Only ``data`` is canonicalised; the fields around it are
@@ -167,13 +180,13 @@ def _envelope(
         tail = (
             f',"effect_id":{_quoted(effect_id)},"key_id":{_quoted(key_id)}'
             f',"kind":{_quoted(kind)},"prev":{_quoted(prev)},"seq":{seq},"ts":{ts!r},'
-            f'"v":{ENTRY_VERSION}'
+            f'"v":{version}'
         )
         if values_hex is not None:
             tail += f',"vals":{_quoted(values_hex)}'
         return head + (tail + "}").encode()
     doc: dict[str, Any] = {
-        "v": ENTRY_VERSION,
+        "v": version,
         "seq": seq,
         "ts": ts,
         "effect_id": effect_id,
@@ -197,12 +210,15 @@ def encode_entry(
     key: SigningKey,
     data: Mapping[str, Any],
     vals: str | None = None,
+    version: int = ENTRY_VERSION,
 ) -> Entry:
-    """Build and sign one entry; ``vals``, the values to store beside it, are bound by digest."""
+    """Build and sign one entry; ``vals``, the values to store beside it, are bound by digest.
+    ``version``: ``COMBINED_VERSION`` for a combined dispatch (``combined``), else the
+    default."""
     if type(data) is not dict:
         data = dict(data)
     values_hex = None if vals is None else values_digest(vals)
-    body = _envelope(seq, ts, effect_id, kind.value, prev, key.key_id, data, values_hex)
+    body = _envelope(seq, ts, effect_id, kind.value, prev, key.key_id, data, values_hex, version)
     digest = hashlib.sha256(body).digest()
     # built, not validated: every field is made here with its declared type (the entry gets
     # its own copy of ``data``, as validation gives it)
@@ -224,9 +240,91 @@ def encode_entry(
     )
 
 
-def decode_entry(raw: RawEntry) -> Entry:
-    """An entry as the gate uses it: only for an entry that verified (``check_chain``)."""
+def combined(drafts: Sequence[Draft]) -> list[Draft | tuple[Draft, ...]]:
+    """``drafts`` with each run of ``PROPOSED``, ``AUTHORIZED``, ``DISPATCHED`` (or of the
+    last two) taken together, to be written as one format-3 entry (``combined_data``)."""
+    out: list[Draft | tuple[Draft, ...]] = []
+    at, n = 0, len(drafts)
+    while at < n:
+        kinds = [d.kind for d in drafts[at : at + 3]]
+        if kinds == [Kind.PROPOSED, Kind.AUTHORIZED, Kind.DISPATCHED]:
+            out.append(tuple(drafts[at : at + 3]))
+            at += 3
+        elif kinds[:2] == [Kind.AUTHORIZED, Kind.DISPATCHED]:
+            out.append(tuple(drafts[at : at + 2]))
+            at += 2
+        else:
+            out.append(drafts[at])
+            at += 1
+    return out
+
+
+def combined_data(drafts: Sequence[Draft]) -> dict[str, Any]:
+    """The data of the format-3 entry that stands for ``drafts`` (a run ``combined`` found)."""
+    return {_PART_OF[d.kind]: d.data for d in drafts}
+
+
+def views(entry: Entry, data: Mapping[str, Any]) -> list[Entry]:
+    """The entries a format-3 ``entry`` stands for, given its (signed) ``data``: each shares
+    its seq, hash, signature and bytes; the values stored beside it ride on the last, as they
+    would on the last of the separate entries."""
+    parts = [(kind, data[part]) for kind, part in PARTS if part in data]
+    last = len(parts) - 1
+    return [
+        entry.model_copy(
+            update={"kind": kind, "data": part, "values": entry.values if at == last else None}
+        )
+        for at, (kind, part) in enumerate(parts)
+    ]
+
+
+def part_of(kind: Kind, doc: Mapping[str, Any]) -> Any:
+    """The data an entry of ``kind`` holds, given its signed document ``doc``: its ``data``, or
+    the part of a format-3 entry's that stands for ``kind``."""
+    data = doc["data"]
+    if doc.get("v") == COMBINED_VERSION:
+        return data[_PART_OF[kind]]
+    return data
+
+
+def first_data(kind: str, data: Any) -> Mapping[str, Any]:
+    """What an effect's first entry (of ``kind``, with signed ``data``) says of the effect: its
+    proposal. A first DISPATCHED is a format-3 entry, whose proposal is one of its parts."""
+    if kind == _DISPATCHED and isinstance(data, dict):
+        data = data.get("proposal")
+    return data if isinstance(data, dict) else {}
+
+
+def decode_entries(raw: RawEntry) -> list[Entry]:
+    """The entries a stored entry stands for, as the gate uses them (itself; the three a
+    format-3 entry combines): only for an entry that verified (``check_chain``)."""
     doc = json.loads(raw.body)
+    entry = _decoded(raw, doc)
+    if doc.get("v") != COMBINED_VERSION:
+        return [entry]
+    if entry.kind is not Kind.DISPATCHED:
+        raise JournalCorrupt.at(raw.effect_id, raw.seq, f"a combined entry of kind {raw.kind}")
+    data = doc["data"]
+    if not (
+        isinstance(data, dict)
+        and data.keys() <= set(_PART_OF.values())
+        and {"authorization", "dispatch"} <= data.keys()
+        and all(isinstance(part, dict) for part in data.values())
+    ):
+        raise JournalCorrupt.at(raw.effect_id, raw.seq, "a combined entry without its parts")
+    return views(entry, data)
+
+
+def decode_entry(raw: RawEntry) -> Entry:
+    """An entry of format 1 or 2 as the gate uses it: only for an entry that verified
+    (``check_chain``). A format-3 entry stands for several: ``decode_entries``."""
+    doc = json.loads(raw.body)
+    if doc.get("v") == COMBINED_VERSION:
+        raise ValueError("a combined entry stands for several: read it with decode_entries")
+    return _decoded(raw, doc)
+
+
+def _decoded(raw: RawEntry, doc: Mapping[str, Any]) -> Entry:
     return Entry(
         seq=raw.seq,
         ts=doc["ts"],
@@ -260,13 +358,20 @@ def _signed_tail(raw: RawEntry) -> bytes:
 
 
 _V1_END = b',"v":1}'
-_V2_END = b',"v":2}'
-#: a format-2 entry with values ends ``,"v":2,"vals":"<64 hex>"}``
-_V2_VALS = b',"v":2,"vals":"'
-_V2_VALS_END_LEN = len(_V2_VALS) + 64 + 2
+#: how an entry of format 2 or 3 without values ends
+ENDS = (b',"v":2}', b',"v":3}')
+#: a format-2 or -3 entry with values ends ``,"v":2,"vals":"<64 hex>"}`` (or ``"v":3``)
+VALS_STARTS = (b',"v":2,"vals":"', b',"v":3,"vals":"')
+_VALS_END_LEN = len(VALS_STARTS[0]) + 64 + 2
 #: what ``check_entry`` says of a format-1 entry with values: they verify only once a later
 #: ``VALUES_BOUND`` entry of its effect binds them
 UNBOUND = "unbound"
+
+
+def binds_values(body: bytes, vals: str) -> bool:
+    """The signed bytes of a format-2 or -3 entry end binding ``vals`` (their digest)."""
+    end = values_digest(vals).encode() + b'"}'
+    return body.endswith(end) and body[-len(end) - len(VALS_STARTS[0]) :].startswith(VALS_STARTS)
 
 
 def check_entry(raw: RawEntry, keyring: Keyring) -> str | None:
@@ -302,16 +407,16 @@ def _check(raw: RawEntry, keyring: Keyring) -> tuple[str | None, int]:
     if at > 0 and body.startswith(tail, at) and body.startswith(b'{"data":'):
         ts_at = at + len(tail)
         if raw.vals is None:
-            if body.endswith(_V2_END) or body.endswith(_V1_END):
+            if body.endswith(ENDS) or body.endswith(_V1_END):
                 return None, ts_at
-            if body.endswith(b'"}') and body[-_V2_VALS_END_LEN:].startswith(_V2_VALS):
+            if body.endswith(b'"}') and body[-_VALS_END_LEN:].startswith(VALS_STARTS):
                 return "its signed bytes bind values that are not stored (deleted)", -1
         else:
             if body.endswith(_V1_END):
                 return UNBOUND, ts_at
-            if body.endswith(_V2_VALS + values_digest(raw.vals).encode() + b'"}'):
+            if binds_values(body, raw.vals):
                 return None, ts_at
-            if body.endswith(_V2_END) or body[-_V2_VALS_END_LEN:].startswith(_V2_VALS):
+            if body.endswith(ENDS) or body[-_VALS_END_LEN:].startswith(VALS_STARTS):
                 return "the values stored beside it are not the ones it signed (edited)", -1
     return _check_slowly(raw, body), -1
 
@@ -428,8 +533,7 @@ class ChainCheck:
                 "its prev is not the previous entry of its effect (reordered, inserted or forked)"
             )
         if not chain.head:
-            data = json.loads(raw.body).get("data")
-            data = data if isinstance(data, dict) else {}
+            data = first_data(raw.kind, json.loads(raw.body).get("data"))
             kind_type = data.get("effect_type")
             chain.effect_type = kind_type if isinstance(kind_type, str) else None
             chain.origin = data.get("origin") if tombstone else origin_in(data)

@@ -33,7 +33,7 @@ from ..errors import JournalUnavailable
 from ..extras import needs_extra
 from ..models import Entry
 from .claims import Claim
-from .entries import ENTRY_COLUMNS, RawEntry, decode_entry, raw_entry
+from .entries import ENTRY_COLUMNS, RawEntry, decode_entries, raw_entry
 from .interface import SCHEMA_VERSION, redacted
 from .pg_server import (
     POOLER_FIX,
@@ -685,7 +685,9 @@ class PostgresJournal(SqlJournal):
         if claim is None:
             return None, None
         try:
-            return claim, [decode_entry(raw) for raw in self._checked_rows(effect_id, rows or [])]
+            return claim, [
+                e for raw in self._checked_rows(effect_id, rows or []) for e in decode_entries(raw)
+            ]
         except BaseException:
             claim.release()
             raise

@@ -27,11 +27,15 @@ from ..models import Draft, EffectRow, Entry, JournalHead, Kind, Lease
 from .control_check import ControlRows
 from .entries import (
     CHAIN_WALK,
+    COMBINED_VERSION,
     ENTRY_COLUMNS,
+    ENTRY_VERSION,
     ROW_COLUMNS,
     RawEntry,
     check_chain,
-    decode_entry,
+    combined,
+    combined_data,
+    decode_entries,
     effect_row,
     encode_entry,
     origin_in,
@@ -40,6 +44,7 @@ from .entries import (
     value_of,
     values_digest,
     values_json,
+    views,
 )
 from .group_commit import AppendArgs, GroupCommit, no_wakeup_preemption
 from .interface import OWN_CHAIN_TYPES, SCHEMA_VERSION, Build, Journal, JournalTx
@@ -168,6 +173,11 @@ class SqlJournal(Journal):
     MIGRATIONS: ClassVar[Sequence[str]] = ()
     #: whether appends pipeline their statements (``_write_appends``)
     PIPELINES = False
+    #: write a dispatch transaction's PROPOSED, AUTHORIZED and DISPATCHED as one format-3
+    #: entry (``combined``). Every reader here reads both formats; this release still writes
+    #: the separate entries, so that the release before it, which reads none of format 3,
+    #: can read its journals too. Tests of the readers write format 3 with it.
+    combine_dispatch = False
 
     def __init__(self) -> None:
         #: the dialect's words, as ``SqlAccess`` gives them to the stores
@@ -593,30 +603,36 @@ class SqlJournal(Journal):
         ``prev_seq``, None for a new effect), and their rows as ``_store`` writes them: each
         with the seq of its effect's previous entry (``prev_seq``, which reads walk)."""
         written: list[Entry] = []
-        last_index = len(drafts) - 1
-        for index, draft in enumerate(drafts):
+        rows = []
+        grouped = combined(drafts) if self.combine_dispatch else drafts
+        last_index = len(grouped) - 1
+        for index, group in enumerate(grouped):
             seq += 1
+            if isinstance(group, Draft):
+                kind, data, version = group.kind, group.data, ENTRY_VERSION
+            else:
+                kind, data, version = Kind.DISPATCHED, combined_data(group), COMBINED_VERSION
+            # the append's values ride on its last entry, which signs their digest
+            last_vals = vals if index == last_index else None
             entry = encode_entry(
                 seq=seq,
                 ts=now,
                 effect_id=effect_id,
-                kind=draft.kind,
+                kind=kind,
                 prev=prev,
                 key=self.keyring.signing,
-                data=draft.data,
-                # the append's values ride on its last entry, which signs their digest
-                vals=vals if index == last_index else None,
+                data=data,
+                vals=last_vals,
+                version=version,
             )
-            written.append(entry)
-            prev = entry.hash
-        last = written[-1]
-        rows = []
-        for e in written:
-            rows.append(
-                (e.seq, e.effect_id, e.kind.value, e.prev, e.hash, e.key_id, e.sig, e.body)
-                + ((vals, prev_seq) if e is last else (None, prev_seq))
-            )
-            prev_seq = e.seq
+            if version == ENTRY_VERSION:
+                written.append(entry)
+            else:
+                written += views(entry, entry.data)
+            e = entry
+            row: tuple[Any, ...] = (seq, effect_id, kind.value, prev, e.hash, e.key_id, e.sig)
+            rows.append((*row, e.body, last_vals, prev_seq))
+            prev, prev_seq = entry.hash, seq
         return written, rows
 
     def _row_after(
@@ -657,7 +673,7 @@ class SqlJournal(Journal):
     def read(self, effect_id: str) -> list[Entry]:
         """The effect's entries, checked first (chain, signatures, value digests, index row):
         ``JournalCorrupt`` names the entry when they do not hold."""
-        return [decode_entry(raw) for raw in self._checked(effect_id)]
+        return [e for raw in self._checked(effect_id) for e in decode_entries(raw)]
 
     def check(self, effect_id: str) -> None:
         self._checked(effect_id)

@@ -41,7 +41,7 @@ from .entries import (
     RawEntry,
     archive_root,
     check_chain,
-    decode_entry,
+    decode_entries,
     effect_row,
     encode_entry,
     export_line,
@@ -157,7 +157,7 @@ def _choose(
         check_chain(row.effect_id, raws, journal.keyring, row)  # never archive a broken chain
         if raws[-1].kind == Kind.ARCHIVED.value:
             continue  # only its tombstone is left: nothing to move
-        entries = [decode_entry(r) for r in raws]
+        entries = [e for r in raws for e in decode_entries(r)]
         verdict = judge(row.effect_id, entries)
         if isinstance(verdict, str):
             skipped[verdict] = skipped.get(verdict, 0) + 1

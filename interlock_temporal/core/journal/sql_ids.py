@@ -12,7 +12,7 @@ import functools
 from typing import Any
 
 from ..errors import InFlight, JournalConfigError, JournalCorrupt
-from .entries import ENTRY_COLUMNS, check_entry, decode_entry, raw_entry
+from .entries import ENTRY_COLUMNS, check_entry, decode_entries, raw_entry
 from .interface import OWN_CHAIN_TYPES
 from .sql_access import JournalAccess
 
@@ -104,7 +104,8 @@ class EffectIdSetting:
         setting = journal.reading(self.recorded)
         for order in ("ASC", "DESC"):
             sql = (
-                f"SELECT {ENTRY_COLUMNS} FROM entries WHERE kind = 'PROPOSED' "
+                f"SELECT {ENTRY_COLUMNS} FROM entries WHERE (kind = 'PROPOSED' "
+                "OR kind = 'DISPATCHED' AND prev = '') "
                 f"ORDER BY seq {order} LIMIT 1"
             )
             found = journal.reading(functools.partial(self._one, sql))
@@ -114,7 +115,7 @@ class EffectIdSetting:
             held = journal.keyring.get(raw.key_id) is not None
             problem = check_entry(raw, journal.keyring) if held else None
             if problem is None:
-                named = decode_entry(raw).data.get("ids")
+                named = decode_entries(raw)[0].data.get("ids")
                 if named != setting:
                     problem = (
                         f"it names its effect with ids {named or 'sha256'}, the journal's "

@@ -31,16 +31,18 @@ from typing import Any, TypeVar
 from ..models import ANNOTATIONS, EffectRow, JournalHead, Kind, VerifyReport
 from .control_check import ChargeFold
 from .entries import (
+    ENDS,
     UNBOUND,
     ChainCheck,
     ChainSummary,
     RawEntry,
+    binds_values,
     check_entry,
     effect_row,
+    first_data,
     origin_in,
     raw_entry,
     signed_ts,
-    values_digest,
 )
 from .signing import Ed25519Key, HmacKey, Keyring
 
@@ -56,11 +58,8 @@ _DISPATCHED = Kind.DISPATCHED.value
 _ARCHIVED = Kind.ARCHIVED.value
 #: what a partial pass compares an entry's prev with when it cannot take its effect up
 _NO_CHAIN = ChainSummary(head="\x00")
-_V1_END = b',"v":1}'
-_V2_END = b',"v":2}'
-_V2_VALS = b',"v":2,"vals":"'
-#: how an entry without values beside it ends (format 2 or 1)
-_ENDS = (_V2_END, _V1_END)
+#: how an entry without values beside it ends (format 2, 3 or 1)
+_ENDS = (*ENDS, b',"v":1}')
 _AT = b',"effect_id":'
 _AT_LEN = len(_AT)
 _DATA = b'{"data":'
@@ -478,7 +477,7 @@ class EntryPass:
             and _binds(body, vals)
         ):
             return False
-        effect_type, origin = _first_data(body)
+        effect_type, origin = _first_data(body, kind)
         at += len(tail)
         chain = self.checker.chains[eid] = ChainSummary(
             head=digest_hex, head_seq=seq, head_body=body, head_ts_at=at, quoted_id=quoted_id
@@ -493,14 +492,15 @@ class EntryPass:
 
 def _binds(body: bytes, vals: Any) -> bool:
     """The signed bytes end as an entry's do that binds the values stored beside it (none:
-    format 1 or 2 without ``vals``; else their digest, format 2)."""
+    format 1, 2 or 3 without ``vals``; else their digest, format 2 or 3)."""
     if vals is None:
         return body.endswith(_ENDS)
-    return type(vals) is str and body.endswith(_V2_VALS + values_digest(vals).encode() + b'"}')
+    return type(vals) is str and binds_values(body, vals)
 
 
-def _first_data(body: bytes) -> tuple[str | None, str | None]:
-    """The effect type and the origin an effect's first entry signs (``ChainCheck.add``). Its
+def _first_data(body: bytes, kind: str) -> tuple[str | None, str | None]:
+    """The effect type and the origin an effect's first entry (of ``kind``) signs in its
+    proposal (``ChainCheck.add``, ``first_data``). Its
     bytes start with ``{``, so ``json.loads`` reads them as UTF-8 and scans one value from the
     start: scanned here with the same scanner, without its wrappers; ``json.loads`` itself
     when anything else follows the value (or none is there), to fail as it fails."""
@@ -511,8 +511,7 @@ def _first_data(body: bytes) -> tuple[str | None, str | None]:
         doc, end = None, -1
     if end != len(text):
         doc = json.loads(body)
-    data = doc.get("data")
-    data = data if isinstance(data, dict) else {}
+    data = first_data(kind, doc.get("data"))
     effect_type = data.get("effect_type")
     return (effect_type if isinstance(effect_type, str) else None), origin_in(data)
 
