@@ -261,7 +261,7 @@ async def test_a_journal_the_previous_release_wrote_opens_verifies_and_recovers(
     shutil.copyfile(release.TARGET, path)
     before = json.loads(release.READ.read_text())
     with open_journal(f"sqlite:///{path}", signing_key=release.KEY, create=False) as journal:
-        assert journal.schema_version() == SCHEMA_VERSION == 13
+        assert journal.schema_version() == SCHEMA_VERSION == 14
         # schema 13 linked each entry to its effect's previous one, and dropped the index of
         # chains: every entry that is not its effect's first names its predecessor
         db = journal.connection  # type: ignore[attr-defined]

@@ -354,13 +354,20 @@ FIRST_BODIES = [
 ]
 
 
+@pytest.mark.parametrize("combined", [False, True], ids=["proposed", "combined"])
 @pytest.mark.parametrize("body", FIRST_BODIES)
-def test_a_first_entry_is_read_as_the_full_check_reads_it(body: bytes) -> None:
+def test_a_first_entry_is_read_as_the_full_check_reads_it(body: bytes, combined: bool) -> None:
     """``_first_data`` reads an effect's first entry as ``json.loads`` reads it, whatever its
     shape: a reading of only the keys up to ``input_digest`` would take the wrong type from a
-    body that repeats a key after them."""
+    body that repeats a key after them. A first DISPATCHED (format 3) is read in its proposal."""
     data = json.loads(body).get("data")
     data = data if isinstance(data, dict) else {}
     effect_type = data.get("effect_type")
     expected = (effect_type if isinstance(effect_type, str) else None), origin_in(data)
-    assert _first_data(body) == expected
+    if combined:  # the same proposal, as the part of a combined dispatch
+        body = body.replace(b'{"data":', b'{"data":{"authorization":{},"proposal":', 1)
+        body = body.replace(b',"v":2}', b'},"v":3}') if b'"data"' in body else body
+        if b'"data"' not in body:
+            expected = None, None
+    assert _first_data(body, "DISPATCHED" if combined else "PROPOSED") == expected
+    assert _first_data(body, "PROPOSED") == (expected if not combined else (None, None))

@@ -7,21 +7,16 @@ from __future__ import annotations
 
 import asyncio
 import functools
-import hashlib
-import json
 import shutil
-import sqlite3
 import tempfile
 import threading
 import time
 from collections.abc import Sequence
-from contextlib import closing, suppress
+from contextlib import suppress
 from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
-
-import rfc8785
 
 from interlock_temporal.core.errors import GateOutcome, JournalCorrupt
 from interlock_temporal.core.journal import Journal, open_journal
@@ -30,6 +25,7 @@ from interlock_temporal.core.protocol import Call, Delivery, Gate, Measure, Tick
 from interlock_temporal.core.receipts import fold, receipt_of
 
 from . import invariants, outsider
+from .db_edit import raise_approved
 
 KEY = "4d" * 32
 OWNER = "wf"
@@ -374,32 +370,17 @@ class Replay:
         """The operator raises the approved amount stored beside the dispatch, and the digest
         the AUTHORIZED entry signed, to match."""
         eid = self.effect_id()
-        with closing(sqlite3.connect(self.directory / "j.db")) as db, db:
-            rows = db.execute(
-                "SELECT seq, kind, body, vals FROM entries WHERE effect_id = ? ORDER BY seq", (eid,)
-            ).fetchall()
-            dispatched = [(q, v) for q, k, _, v in rows if k == "DISPATCHED" and v]
-            authorized = [(q, b) for q, k, b, _ in rows if k == "AUTHORIZED"]
-            if not dispatched or not authorized:
-                return
-            edited = json.loads(dispatched[0][1])
-            edited["approved"][0]["amount"] = AMOUNT + 5
-            db.execute(
-                "UPDATE entries SET vals = ? WHERE seq = ?",
-                (rfc8785.dumps(edited).decode(), dispatched[0][0]),
-            )
-            # an attempt past its first step read the journal before the edit: what it
-            # sends was decided on verified entries
-            self.target.sent_before_tamper = {
-                r.name for r in self.runners if set(r.trace) & _READ_THE_JOURNAL
-            }
-            doc = json.loads(authorized[0][1])
-            doc["data"]["approved_digest"] = hashlib.sha256(
-                rfc8785.dumps(edited["approved"])
-            ).hexdigest()
-            db.execute(
-                "UPDATE entries SET body = ? WHERE seq = ?", (rfc8785.dumps(doc), authorized[0][0])
-            )
+
+        def raised(values: dict[str, Any]) -> None:
+            values["approved"][0]["amount"] = AMOUNT + 5
+
+        if raise_approved(self.directory / "j.db", eid, raised) is None:
+            return
+        # an attempt past its first step read the journal before the edit: what it sends was
+        # decided on verified entries
+        self.target.sent_before_tamper = {
+            r.name for r in self.runners if set(r.trace) & _READ_THE_JOURNAL
+        }
         self.target.running_at_tamper = {r.name for r in self.runners if not r.done}
         self.target.tampered = True
 

@@ -4,8 +4,6 @@ recorded in the ``Ledger`` the judge compares the journal against."""
 
 from __future__ import annotations
 
-import hashlib
-import json
 import random
 import sqlite3
 import time
@@ -13,8 +11,7 @@ from contextlib import closing, suppress
 from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
-
-import rfc8785
+from typing import Any
 
 from interlock_temporal.core.errors import GateOutcome
 from interlock_temporal.core.identity import effect_id
@@ -24,6 +21,7 @@ from interlock_temporal.targets.payments import RefundRequest, RefundResult, Sim
 from workflows.activities import refund_key
 from workflows.support_case import CaseFile
 
+from .db_edit import raise_approved
 from .inprocess_world import refund_call
 from .outsider import OUTSIDERS
 
@@ -230,27 +228,10 @@ def _roll_back_lease(journal: Journal, lease_id: str) -> None:
 
 def _tamper(journal: Journal, eid: str) -> bool:
     """The operator raises the approved amount stored beside the effect's dispatch, and the
-    digest its AUTHORIZED entry signed, to match (he has no key to sign them again)."""
+    digest its authorization signed, to match (he has no key to sign them again)."""
+
+    def raised(values: dict[str, Any]) -> None:
+        values["approved"][0]["amount_cents"] = AMOUNT + 900  # within the lease and its budget
+
     path = Path(journal.url.removeprefix("sqlite:///"))
-    with closing(sqlite3.connect(path)) as db, db:
-        rows = db.execute(
-            "SELECT seq, kind, body, vals FROM entries WHERE effect_id = ? ORDER BY seq", (eid,)
-        ).fetchall()
-        dispatched = [(seq, vals) for seq, kind, _, vals in rows if kind == "DISPATCHED" and vals]
-        authorized = [(seq, body) for seq, kind, body, _ in rows if kind == "AUTHORIZED"]
-        if not dispatched or not authorized:
-            return False
-        seq_d, vals = dispatched[0]
-        edited = json.loads(vals)
-        edited["approved"][0]["amount_cents"] = AMOUNT + 900  # within the lease and its budget
-        db.execute(
-            "UPDATE entries SET vals = ? WHERE seq = ?",
-            (rfc8785.dumps(edited).decode(), seq_d),
-        )
-        seq_a, body = authorized[0]
-        doc = json.loads(body)
-        doc["data"]["approved_digest"] = hashlib.sha256(
-            rfc8785.dumps(edited["approved"])
-        ).hexdigest()
-        db.execute("UPDATE entries SET body = ? WHERE seq = ?", (rfc8785.dumps(doc), seq_a))
-    return True
+    return raise_approved(path, eid, raised) is not None

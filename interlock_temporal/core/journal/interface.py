@@ -28,7 +28,7 @@ from .signing import Keyring
 from .verify_jobs import EntrySource, verify_in_jobs
 from .verifying import verify_stored
 
-SCHEMA_VERSION = 13
+SCHEMA_VERSION = 14
 #: the effect type of policy chains (``policy:<session>``)
 POLICY_CHAIN_TYPE = "interlock.policy"
 #: the effect type of archive anchors' chains (``archive:<archive id>``)

@@ -275,6 +275,8 @@ _MIGRATIONS: list[str] = [
     DROP INDEX IF EXISTS effects_origin;
     CREATE INDEX effects_origin ON effects (substr(origin, 1, 16)) WHERE origin IS NOT NULL;
     """,
+    # 14: dispatch transactions written as one entry of format 3 (as in the embedded journal)
+    "",
 ]
 assert len(_MIGRATIONS) == SCHEMA_VERSION
 

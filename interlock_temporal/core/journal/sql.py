@@ -173,11 +173,12 @@ class SqlJournal(Journal):
     MIGRATIONS: ClassVar[Sequence[str]] = ()
     #: whether appends pipeline their statements (``_write_appends``)
     PIPELINES = False
-    #: write a dispatch transaction's PROPOSED, AUTHORIZED and DISPATCHED as one format-3
-    #: entry (``combined``). Every reader here reads both formats; this release still writes
-    #: the separate entries, so that the release before it, which reads none of format 3,
-    #: can read its journals too. Tests of the readers write format 3 with it.
-    combine_dispatch = False
+    #: write a dispatch transaction's PROPOSED, AUTHORIZED and DISPATCHED (or, for a reopened
+    #: effect, the last two) as one entry of format 3 (``combined``): one signature, one row
+    #: and one link where there were three, about a quarter fewer bytes (schema 14). Every
+    #: reader reads both formats. Off: the separate entries, as before schema 14 (tests of
+    #: both formats, and measurements of each)
+    combine_dispatch = True
 
     def __init__(self) -> None:
         #: the dialect's words, as ``SqlAccess`` gives them to the stores

@@ -255,6 +255,11 @@ _MIGRATIONS: list[str] = [
     DROP INDEX IF EXISTS effects_origin;
     CREATE INDEX effects_origin ON effects (substr(origin, 1, 16)) WHERE origin IS NOT NULL;
     """,
+    # 14: a dispatch transaction's PROPOSED, AUTHORIZED and DISPATCHED are written as one entry
+    # of format 3 (``entries.COMBINED_VERSION``; ``SqlJournal.combine_dispatch``). The tables do
+    # not change; the number makes the release before, which reads no entry of format 3,
+    # refuse the journal instead of misreading it
+    "",
 ]
 assert len(_MIGRATIONS) == SCHEMA_VERSION
 
