@@ -50,8 +50,9 @@ ACTIVITY = "bench_refund"
 #: the lease's cumulative budget: every figure is measured under a lease with one (each
 #: dispatch reserves its amount in its transaction); far more than any run spends
 BUDGET_CENTS = 10**13
-#: journal entries a new, committed effect writes: PROPOSED, AUTHORIZED, DISPATCHED, COMMITTED
-ENTRIES_PER_EFFECT = 4
+#: journal entries a new, committed effect writes: its dispatch (PROPOSED, AUTHORIZED and
+#: DISPATCHED as one entry of format 3 since schema 14) and COMMITTED
+ENTRIES_PER_EFFECT = 2
 FACTS: Mapping[str, Any] = {"order_paid_cents": 10_000, "refunded_cents": 0, "eligible": True}
 RESULT: Mapping[str, Any] = {"refund_id": "re_bench", "amount_cents": 2_000}
 #: size 0 is measured on fresh journals, each taking this many untimed effects first

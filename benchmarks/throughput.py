@@ -106,7 +106,7 @@ async def gated_noop(n: int) -> int:
 class JournalWrites:
     """The journal's share of a gated activity and nothing else: the entries the gate wrote for
     one activity of this benchmark (read back from the gated SQLite journal), appended for a
-    new effect id in the gate's two durable transactions (three entries, then one), with the
+    new effect id in the gate's two durable transactions (its dispatch, then its commit), with the
     two values the gate keeps beside them, under the effect's claim (as the gate holds it, so
     the appends are batched as the gate's are). No read before deciding, no lease or premise
     check: those are the gate's."""

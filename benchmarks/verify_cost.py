@@ -89,11 +89,11 @@ class _Target:
         return {"order_paid_cents": 10_000, "refunded_cents": 0, "eligible": True}
 
 
-def _template(journal: Journal) -> list[tuple[Kind, dict[str, Any], str | None]]:
+def _template(journal: Journal) -> list[tuple[Kind, dict[str, Any], str | None, int]]:
     """The entries the gate writes for one committed refund in ``journal`` (its lease issued
     first: a DISPATCHED signs the head of its lease's chain, which ``verify`` checks against
-    that chain, so the lease lives in the journal being built), as (kind, data, the values
-    stored beside it as the journal stores them)."""
+    that chain, so the lease lives in the journal being built), as stored: (kind, data, the
+    values stored beside it as the journal stores them, the entry's format)."""
     lease = journal.leases.issue("bench-bot", activities=["refund"], max_amount_cents=5_000)
     payload = {"case_id": "4471", "order_id": "A-1001", "amount_cents": 2_000}
     call = Call(
@@ -114,8 +114,11 @@ def _template(journal: Journal) -> list[tuple[Kind, dict[str, Any], str | None]]
     gate = Gate(journal)
     asyncio.run(gate.run(call, _Target(), send))
     (row,) = journal.effects()
-    stored = {r.seq: r.vals for r in journal.iter_raw()}
-    return [(e.kind, e.data, stored[e.seq]) for e in journal.read(row.effect_id)]
+    return [
+        (Kind(r.kind), doc["data"], r.vals, doc["v"])
+        for r in journal.iter_raw()
+        if r.effect_id == row.effect_id and (doc := json.loads(r.body))
+    ]
 
 
 def _build(path: Path, signing_key: str, key: HmacKey | Ed25519Key, entries: int) -> float:
@@ -137,11 +140,12 @@ def _build(path: Path, signing_key: str, key: HmacKey | Ed25519Key, entries: int
     for n in range(effects):
         eid = hashlib.sha256(f"bench effect {n}".encode()).hexdigest()
         prev, prev_seq = "", None
-        # as the gate writes them: PROPOSED, AUTHORIZED and DISPATCHED in one transaction,
-        # COMMITTED in the next; the index row says what the entries add up to
+        # as the gate writes them: its dispatch (PROPOSED, AUTHORIZED and DISPATCHED as one
+        # entry since schema 14) in one transaction, COMMITTED in the next; the index row says
+        # what the entries add up to
         dispatched = now + n * 1e-3
         committed = dispatched + 1e-4
-        for kind, data, vals in template:
+        for kind, data, vals, version in template:
             seq += 1
             e = encode_entry(
                 seq=seq,
@@ -152,6 +156,7 @@ def _build(path: Path, signing_key: str, key: HmacKey | Ed25519Key, entries: int
                 key=key,
                 data=data,
                 vals=vals,
+                version=version,
             )
             size += len(e.body)
             columns = (e.seq, e.effect_id, e.kind.value, e.prev, e.hash, e.key_id, e.sig)
