@@ -604,7 +604,7 @@ class SqlJournal(Journal):
         ``prev_seq``, None for a new effect), and their rows as ``_store`` writes them: each
         with the seq of its effect's previous entry (``prev_seq``, which reads walk)."""
         written: list[Entry] = []
-        rows = []
+        rows: list[tuple[Any, ...]] = []
         grouped = combined(drafts) if self.combine_dispatch else drafts
         last_index = len(grouped) - 1
         for index, group in enumerate(grouped):
@@ -630,9 +630,8 @@ class SqlJournal(Journal):
                 written.append(entry)
             else:
                 written += views(entry, entry.data)
-            e = entry
-            row: tuple[Any, ...] = (seq, effect_id, kind.value, prev, e.hash, e.key_id, e.sig)
-            rows.append((*row, e.body, last_vals, prev_seq))
+            signed = (entry.hash, entry.key_id, entry.sig, entry.body)
+            rows.append((seq, effect_id, kind.value, prev, *signed, last_vals, prev_seq))
             prev, prev_seq = entry.hash, seq
         return written, rows
 
