@@ -4,6 +4,7 @@ and the refund attempt by attempt, as the interceptor would call the gate."""
 
 from __future__ import annotations
 
+import json
 import sqlite3
 import uuid
 from collections.abc import Callable, Iterator
@@ -15,6 +16,7 @@ import psycopg
 import pytest
 
 from interlock_temporal.core.journal import Journal, open_journal
+from interlock_temporal.core.journal.entries import COMBINED_VERSION, PARTS
 from interlock_temporal.core.models import Kind
 from interlock_temporal.core.protocol import Call, Gate, Ticket
 from interlock_temporal.targets.payments import RefundRequest, SimulatedPayments
@@ -37,12 +39,35 @@ class Store:
         return self._run(statement, params)
 
     def entry(self, effect_id: str, kind: Kind) -> tuple[int, bytes, str | None]:
-        ((seq, body, vals),) = self.sql(
-            "SELECT seq, body, vals FROM entries WHERE effect_id = ? AND kind = ?",
+        """The stored entry that holds what an entry of ``kind`` records: its own, or the
+        dispatch of format 3 (schema 14) that holds it as one of its parts (``data_path``)."""
+        rows = self.sql(
+            "SELECT seq, kind, body, vals FROM entries WHERE effect_id = ? ORDER BY seq",
             effect_id,
-            kind.value,
         )
-        return int(seq), bytes(body), vals
+        ((seq, body, vals),) = [
+            (seq, bytes(body), vals)
+            for seq, stored, body, vals in rows
+            if stored == kind.value
+            or (
+                stored == "DISPATCHED"
+                and kind.value in _PARTS
+                and json.loads(bytes(body))["v"] == COMBINED_VERSION
+            )
+        ]
+        return int(seq), body, vals
+
+
+#: what a dispatch of format 3 holds, by the kind of the entry that held it before schema 14
+_PARTS = {kind.value: part for kind, part in PARTS}
+
+
+def data_path(body: bytes, kind: Kind) -> tuple[str, ...]:
+    """Where, in the signed document ``body``, the data an entry of ``kind`` records is: its
+    ``data``, or the part of a dispatch of format 3's."""
+    if json.loads(body)["v"] == COMBINED_VERSION:
+        return ("data", _PARTS[kind.value])
+    return ("data",)
 
 
 @pytest.fixture(params=["sqlite", "postgres"])

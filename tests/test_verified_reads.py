@@ -8,6 +8,7 @@ service. SQLite and PostgreSQL both."""
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 from pathlib import Path
@@ -23,7 +24,7 @@ from interlock_temporal.core.models import Kind
 from interlock_temporal.core.protocol import Gate
 from interlock_temporal.targets.payments import SimulatedPayments
 
-from .refund_story import KEY, ORDER, Refund, Store, journal, payments, store
+from .refund_story import KEY, ORDER, Refund, Store, data_path, journal, payments, store
 
 __all__ = ["journal", "payments", "store"]
 
@@ -55,7 +56,7 @@ async def test_an_edited_approved_amount_is_never_sent(
     digest = hashlib.sha256(rfc8785.dumps(approved)).hexdigest()
     store.sql(
         "UPDATE entries SET body = ? WHERE seq = ?",
-        resigned_digest(body_a, ("data", "approved_digest"), digest),
+        resigned_digest(body_a, (*data_path(body_a, Kind.AUTHORIZED), "approved_digest"), digest),
         seq_a,
     )
 
@@ -98,10 +99,11 @@ async def test_an_edited_field_in_the_middle_of_a_chain_stops_recovery(
     refund = Refund(journal, payments)
     eid = await refund.dies_before_send()
     seq_p, body_p, _ = store.entry(eid, Kind.PROPOSED)
-    facts = json.loads(body_p)["data"]["premises"]
+    path = data_path(body_p, Kind.PROPOSED)
+    facts = functools.reduce(lambda node, key: node[key], path, json.loads(body_p))["premises"]
     store.sql(
         "UPDATE entries SET body = ? WHERE seq = ?",
-        resigned_digest(body_p, ("data", "premises"), {**facts, "refundable_cents": 1}),
+        resigned_digest(body_p, (*path, "premises"), {**facts, "refundable_cents": 1}),
         seq_p,
     )
     assert journal.verify().first_bad_seq == seq_p
@@ -127,7 +129,9 @@ async def test_the_reconciler_reports_a_corrupt_effect_and_sends_nothing(
     try:
         eid = await cancelled_in_doubt(world, "before_send")
         seq, body, _ = store.entry(eid, Kind.PROPOSED)
-        edited = resigned_digest(body, ("data", "payload_digest"), "0" * 64)
+        edited = resigned_digest(
+            body, (*data_path(body, Kind.PROPOSED), "payload_digest"), "0" * 64
+        )
         store.sql("UPDATE entries SET body = ? WHERE seq = ?", edited, seq)
 
         report = await reconcile(client, world.task_queue)
