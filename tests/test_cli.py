@@ -766,12 +766,12 @@ def test_console_script(world: World, tmp_path: Path) -> None:
     assert shown.returncode == 0
     assert Receipt.model_validate_json(shown.stdout).effect_id == world.committed
 
-    # an entry inside the journal (seq 3: the first effect's AUTHORIZED, after the lease's
-    # entry and the effect's PROPOSED, which opening checks)
-    _tamper(world.db, 3, _body(world.db, 3).replace(b"lease", b"LEASE"))
+    # an entry inside the journal (seq 4: the second effect's dispatch, whose authorization
+    # names the lease; opening checks the first effect's and the last one's)
+    _tamper(world.db, 4, _body(world.db, 4).replace(b"lease", b"LEASE"))
     bad = run("journal", "verify")
     assert bad.returncode == 1
-    assert "seq 3" in bad.stdout
+    assert "seq 4" in bad.stdout
 
     broken = run("--journal", "postgres://nowhere/db", "journal", "verify")
     assert broken.returncode == 3
