@@ -34,6 +34,7 @@ from typing import Any
 from interlock_temporal.core.journal import Journal, encode_entry, open_journal
 from interlock_temporal.core.journal.signing import Ed25519Key, HmacKey
 from interlock_temporal.core.journal.verify_jobs import default_jobs
+from interlock_temporal.core.journal.verifying import first_facts
 from interlock_temporal.core.models import Kind
 from interlock_temporal.core.protocol import Call, Gate, Measure
 
@@ -250,7 +251,7 @@ def _bounds(path: Path, verify_seconds: float, entries: int) -> dict[str, float]
     finally:
         journal.close()
     digests = [(sha256(r[7]).digest(), r[6]) for r in sample]
-    firsts = [r[7] for r in sample if not r[3]]
+    firsts = [(r[7], r[2]) for r in sample if not r[3]]
     n = len(sample)
 
     def hashed() -> None:
@@ -261,9 +262,9 @@ def _bounds(path: Path, verify_seconds: float, entries: int) -> dict[str, float]
         for digest, sig in digests:
             check(digest, sig)
 
-    def parsed() -> None:
-        for body in firsts:
-            json.loads(body)
+    def parsed() -> None:  # what the pass reads of them: the proposal's type and origin
+        for body, kind in firsts:
+            first_facts(body, kind)
 
     out = {
         "read": per_read,

@@ -17,11 +17,12 @@ import pytest
 
 from interlock_temporal.core.identity import effect_id, origin_of
 from interlock_temporal.core.journal import Journal, encode_entry, open_journal
-from interlock_temporal.core.journal.entries import origin_in
+from interlock_temporal.core.journal.entries import first_data, origin_in
 from interlock_temporal.core.journal.signing import Ed25519Key, HmacKey, Keyring
 from interlock_temporal.core.journal.verifying import (
     _PRECHECK,
-    _first_data,
+    _proposal,
+    first_facts,
     read_ahead,
     verify_stored,
 )
@@ -354,10 +355,55 @@ FIRST_BODIES = [
 ]
 
 
+_P = '{"delivery":{"activity_id":"1","run_id":"r","workflow_id":"w"},"effect_type":"t",'
+_ENVELOPE = ',"effect_id":"e","key_id":"k","kind":"DISPATCHED","prev":"","seq":1,"ts":1.5,"v":3}'
+COMBINED_DATA = [
+    # (data, scanned alone): as the journal writes them, and in shapes it does not; the whole
+    # document's reading decides
+    (
+        '{"authorization":{"a":1},"dispatch":{"via":"d"},"proposal":' + _P + '"input_digest":"d"}}',
+        True,
+    ),
+    # a key "proposal" inside the proposal, last; inside the dispatch, before it
+    (
+        '{"authorization":{},"dispatch":{},"proposal":'
+        + _P
+        + '"premises":{"a":1,"proposal":{"x":1}}}}',
+        False,
+    ),
+    (
+        '{"authorization":{},"dispatch":{"proposal":{"effect_type":"no"}},"proposal":'
+        + _P
+        + '"z":1}}',
+        True,
+    ),
+    # two proposals (the last counts), the last not an object, one only inside a string
+    ('{"authorization":{},"proposal":{"effect_type":"first"},"proposal":' + _P + '"z":1}}', True),
+    ('{"authorization":{},"proposal":' + _P + '"z":1},"proposal":1}', False),
+    ('{"authorization":{"note":",\\"proposal\\":{"},"dispatch":{}}', False),
+    ('{"authorization":{},"proposal":' + _P + '"z":1} }', False),
+    ('{"authorization":{},"proposal":' + _P + '"z":1},"zz":{}}', False),
+]
+
+
+@pytest.mark.parametrize(("data", "alone"), COMBINED_DATA)
+def test_a_combined_dispatchs_proposal_is_read_as_the_whole_document_reads_it(
+    data: str, alone: bool
+) -> None:
+    """A combined dispatch's proposal is scanned alone where it is the data's last value, and
+    the whole document read otherwise: what either gives is what ``json.loads`` gives."""
+    body = ('{"data":' + data + _ENVELOPE).encode()
+    assert (_proposal(body) is not None) is alone
+    proposal = first_data("DISPATCHED", json.loads(body)["data"])
+    effect_type = proposal.get("effect_type")
+    expected = (effect_type if isinstance(effect_type, str) else None), origin_in(proposal)
+    assert first_facts(body, "DISPATCHED") == expected
+
+
 @pytest.mark.parametrize("combined", [False, True], ids=["proposed", "combined"])
 @pytest.mark.parametrize("body", FIRST_BODIES)
 def test_a_first_entry_is_read_as_the_full_check_reads_it(body: bytes, combined: bool) -> None:
-    """``_first_data`` reads an effect's first entry as ``json.loads`` reads it, whatever its
+    """``first_facts`` reads an effect's first entry as ``json.loads`` reads it, whatever its
     shape: a reading of only the keys up to ``input_digest`` would take the wrong type from a
     body that repeats a key after them. A first DISPATCHED (format 3) is read in its proposal."""
     data = json.loads(body).get("data")
@@ -369,5 +415,5 @@ def test_a_first_entry_is_read_as_the_full_check_reads_it(body: bytes, combined:
         body = body.replace(b',"v":2}', b'},"v":3}') if b'"data"' in body else body
         if b'"data"' not in body:
             expected = None, None
-    assert _first_data(body, "DISPATCHED" if combined else "PROPOSED") == expected
-    assert _first_data(body, "PROPOSED") == (expected if not combined else (None, None))
+    assert first_facts(body, "DISPATCHED" if combined else "PROPOSED") == expected
+    assert first_facts(body, "PROPOSED") == (expected if not combined else (None, None))

@@ -477,7 +477,7 @@ class EntryPass:
             and _binds(body, vals)
         ):
             return False
-        effect_type, origin = _first_data(body, kind)
+        effect_type, origin = first_facts(body, kind)
         at += len(tail)
         chain = self.checker.chains[eid] = ChainSummary(
             head=digest_hex, head_seq=seq, head_body=body, head_ts_at=at, quoted_id=quoted_id
@@ -498,22 +498,48 @@ def _binds(body: bytes, vals: Any) -> bool:
     return type(vals) is str and binds_values(body, vals)
 
 
-def _first_data(body: bytes, kind: str) -> tuple[str | None, str | None]:
+def first_facts(body: bytes, kind: str) -> tuple[str | None, str | None]:
     """The effect type and the origin an effect's first entry (of ``kind``) signs in its
     proposal (``ChainCheck.add``, ``first_data``). Its
     bytes start with ``{``, so ``json.loads`` reads them as UTF-8 and scans one value from the
     start: scanned here with the same scanner, without its wrappers; ``json.loads`` itself
-    when anything else follows the value (or none is there), to fail as it fails."""
-    text = body.decode("utf-8", "surrogatepass")
+    when anything else follows the value (or none is there), to fail as it fails. A combined
+    dispatch's proposal alone, where it can be told to be its data's last value
+    (``_proposal``): the other parts are twice its bytes."""
+    data: Mapping[str, Any] | None = _proposal(body) if kind == _DISPATCHED else None
+    if data is None:
+        text = body.decode("utf-8", "surrogatepass")
+        try:
+            doc, end = _scan_once(text, 0)
+        except StopIteration:
+            doc, end = None, -1
+        if end != len(text):
+            doc = json.loads(body)
+        data = first_data(kind, doc.get("data"))
+    effect_type = data.get("effect_type")
+    return (effect_type if isinstance(effect_type, str) else None), origin_in(data)
+
+
+#: a combined dispatch's proposal, the last of its data's keys in canonical order
+_PROPOSAL = b',"proposal":{'
+
+
+def _proposal(body: bytes) -> dict[str, Any] | None:
+    """The proposal of a combined dispatch's signed bytes, scanned alone, or None: not found
+    to be the last value of the entry's data (read the whole document then). The last
+    ``,"proposal":{`` before the envelope's fields is the data's own key when the object after
+    it ends where the data does, one ``}`` before them: inside a string its quotes would be
+    escaped, and a key inside the proposal would be followed by the proposal's ``}`` too."""
+    at = body.rfind(_AT)
+    start = body.rfind(_PROPOSAL, 0, at) + len(_PROPOSAL) - 1
+    if at < 0 or start < len(_PROPOSAL) or body[at - 1 : at] != b"}":
+        return None
+    text = body[start : at - 1].decode("utf-8", "surrogatepass")
     try:
         doc, end = _scan_once(text, 0)
     except StopIteration:
-        doc, end = None, -1
-    if end != len(text):
-        doc = json.loads(body)
-    data = first_data(kind, doc.get("data"))
-    effect_type = data.get("effect_type")
-    return (effect_type if isinstance(effect_type, str) else None), origin_in(data)
+        return None
+    return doc if end == len(text) and type(doc) is dict else None
 
 
 def rows_problem(
