@@ -156,7 +156,9 @@ class Report:
                     f"≥ {TARGET_PER_S:,}",
                     f"{every.median_per_s:,.0f} /s (median of {len(every.seconds)}); one "
                     f"process {one.median_per_s:,.0f} /s, "
-                    f"x{every.median_per_s / one.median_per_s:.2f}",
+                    f"x{every.median_per_s / one.median_per_s:.2f}; effects per second "
+                    f"{every.median_per_s / ENTRIES_PER_EFFECT:,.0f} (one process "
+                    f"{one.median_per_s / ENTRIES_PER_EFFECT:,.0f})",
                     every.median_per_s >= TARGET_PER_S,
                 )
             )
@@ -1064,9 +1066,11 @@ def _verify_section(v: VerifyCost, command: str, plot: str | None = None) -> lis
         "",
         f"Command: `{command}` (alone: `python -m benchmarks --only verify --out FILE`).",
         "",
-        "A journal built from the entries the gate really writes for one refund (PROPOSED, "
-        "AUTHORIZED, DISPATCHED, COMMITTED: premises, lease snapshot, delivery, and the "
-        "approved input and result stored beside them), re-signed for each new effect id and "
+        "A journal built from the entries the gate really writes for one refund (its dispatch, "
+        "one entry of format 3 that holds the proposal, the authorization and the dispatch, "
+        "then COMMITTED: premises, lease snapshot, delivery, and the approved input and result "
+        f"stored beside them; {ENTRIES_PER_EFFECT} entries per effect since schema 14, 4 "
+        "before), re-signed for each new effect id and "
         f"bulk-inserted ({v.bytes_per_entry:.0f} bytes of signed JSON per entry; built in "
         f"{v.build_seconds:.0f} s). `Journal.verify()` reads every entry in sequence order and "
         "checks its hash, its signature, the digest of the values stored beside it, its place "
@@ -1075,15 +1079,16 @@ def _verify_section(v: VerifyCost, command: str, plot: str | None = None) -> lis
         "The command is `interlock journal verify` as a process (start-up included).",
         "",
         "| signatures | `--jobs` (processes used) | entries | runs (s) | median entries/s | "
-        "best entries/s | the command (every core) |",
-        "|---|---|---|---|---|---|---|",
+        "best entries/s | median effects/s | the command (every core) |",
+        "|---|---|---|---|---|---|---|---|",
     ]
     for run in v.runs:
         runs = ", ".join(f"{s:.2f}" for s in run.seconds)
         cli = "-" if run.cli_seconds is None else f"{run.cli_seconds:.1f} s"
         lines.append(
             f"| {run.scheme} | {run.jobs} ({run.used}) | {run.entries:,} | {runs} | "
-            f"{run.median_per_s:,.0f} | {run.best_per_s:,.0f} | {cli} |"
+            f"{run.median_per_s:,.0f} | {run.best_per_s:,.0f} | "
+            f"{run.median_per_s / ENTRIES_PER_EFFECT:,.0f} | {cli} |"
         )
     lines += _image("journal verify's entries per second by --jobs, against the target", plot)
     lines += [
@@ -1111,8 +1116,10 @@ def _verify_section(v: VerifyCost, command: str, plot: str | None = None) -> lis
             "",
             f"What bounds it (HMAC, µs per entry, {total:.2f} µs in all at the median run): "
             f"{parts}. Reading the rows, hashing each entry's bytes, its HMAC and parsing each "
-            "effect's first entry (its delivery and type are checked against the effects "
-            "table) are C work CPython calls once per entry; the rest is the Python that "
+            "effect's first entry's proposal (its delivery and type are checked against the "
+            "effects table; since schema 14 the first entry is the dispatch, and half the "
+            "entries are first entries) are C work CPython calls once per entry; the rest is "
+            "the Python that "
             "compares the columns, the chain, the values and the effects table. One core runs "
             "all of it: the database driver holds the interpreter while it builds each row, "
             "and hashlib releases it only for inputs of 2 KiB or more (an entry is about "
