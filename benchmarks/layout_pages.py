@@ -131,6 +131,12 @@ def main() -> None:
     parser.add_argument("--effects", type=int, default=1_000)
     args = parser.parse_args()
     rows = gate_rows(args.journal)
+    if not rows.keys() >= set(_DISPATCH):
+        # the layouts are built from the three entries' sizes (``append+v3`` from V3_BYTES)
+        parser.error(
+            "the journal holds no separate PROPOSED, AUTHORIZED and DISPATCHED: give one the "
+            "gate wrote before schema 14, or with SqlJournal.combine_dispatch off"
+        )
     directory = bench_dir("layouts")
     for layout in LAYOUTS:
         total, by_table = pages(layout, rows, directory / f"{layout}.db", args.warm, args.effects)
