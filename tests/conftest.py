@@ -19,11 +19,12 @@ from temporalio.contrib.pydantic import pydantic_data_converter
 from interlock_temporal.core.journal.sql import SqlJournal
 from interlock_temporal.testing import DevServer, PostgresServer
 
-if os.environ.get("INTERLOCK_TEST_COMBINED") == "1":
-    # the whole suite on journals that write each dispatch transaction as one format-3 entry
-    # (``SqlJournal.combine_dispatch``): every reader against the entries the next release
-    # writes. ``make test`` runs the targeted tests of them (``combined`` in their names).
-    SqlJournal.combine_dispatch = True
+if os.environ.get("INTERLOCK_TEST_SEPARATE") == "1":
+    # the whole suite on journals that write each dispatch transaction as separate entries, as
+    # before schema 14 (``SqlJournal.combine_dispatch`` off): the format journals written
+    # before hold. ``make test`` runs the targeted tests of both formats (``separate`` and
+    # ``combined`` in their names)
+    SqlJournal.combine_dispatch = False
 
 
 @pytest_asyncio.fixture(scope="session", loop_scope="session")
