@@ -628,7 +628,7 @@ def _gate_section(g: GateCost, command: str, plot: str | None = None) -> list[st
         *_floor_target_lines(empty.net_us.p50, durable_part, floor2),
         f"- Canonical JSON (every byte goes through `{g.profile.canonical_json_fn}`; "
         f"{g.profile.canonical_json_calls:g} calls per effect: the effect id, the payload and "
-        f"approved digests, the four signed entries, the stored values): "
+        f"approved digests, the signed entries ({ENTRIES_PER_EFFECT}), the stored values): "
         f"**{usf(g.profile.canonical_json_us)}** per effect (p50), timed by wrapping it, no "
         f"profiler, in a separate pass of {g.profile.effects} effects whose gate p50 was "
         f"{usf(g.profile.canonical_pass_gate_us)} "
@@ -971,7 +971,7 @@ def _throughput_reading(t: Throughput) -> list[str]:
         lines[-1] += (
             " The configurations in between split it, each against the one before (the ratio "
             f"moving from one row's to the next): {parts}. The journal's share is the floor "
-            "the design sets (two durable transactions, four signed entries, their flushes "
+            "the design sets (two durable transactions, two signed entries, their flushes "
             "on the writer thread); the gate's is what it decides with: the claim, the read "
             "before deciding, the lease, the premises, the entries' contents."
         )
