@@ -251,7 +251,7 @@ def _bounds(path: Path, verify_seconds: float, entries: int) -> dict[str, float]
     finally:
         journal.close()
     digests = [(sha256(r[7]).digest(), r[6]) for r in sample]
-    firsts = [(r[7], r[2]) for r in sample if not r[3]]
+    firsts = [r[7] for r in sample if not r[3]]
     n = len(sample)
 
     def hashed() -> None:
@@ -263,8 +263,8 @@ def _bounds(path: Path, verify_seconds: float, entries: int) -> dict[str, float]
             check(digest, sig)
 
     def parsed() -> None:  # what the pass reads of them: the proposal's type and origin
-        for body, kind in firsts:
-            first_facts(body, kind)
+        for body in firsts:
+            first_facts(body)
 
     out = {
         "read": per_read,

@@ -17,7 +17,7 @@ import pytest
 
 from interlock_temporal.core.identity import effect_id, origin_of
 from interlock_temporal.core.journal import Journal, encode_entry, open_journal
-from interlock_temporal.core.journal.entries import first_data, origin_in
+from interlock_temporal.core.journal.entries import origin_in, proposal_of
 from interlock_temporal.core.journal.signing import Ed25519Key, HmacKey, Keyring
 from interlock_temporal.core.journal.verifying import (
     _PRECHECK,
@@ -394,10 +394,15 @@ def test_a_combined_dispatchs_proposal_is_read_as_the_whole_document_reads_it(
     the whole document read otherwise: what either gives is what ``json.loads`` gives."""
     body = ('{"data":' + data + _ENVELOPE).encode()
     assert (_proposal(body) is not None) is alone
-    proposal = first_data("DISPATCHED", json.loads(body)["data"])
+    proposal = proposal_of(json.loads(body))
     effect_type = proposal.get("effect_type")
     expected = (effect_type if isinstance(effect_type, str) else None), origin_in(proposal)
-    assert first_facts(body, "DISPATCHED") == expected
+    assert first_facts(body) == expected
+    # the same data in an entry of format 2 is its own proposal: read whole, never scanned
+    as_format_2 = body.replace(b',"v":3}', b',"v":2}')
+    assert _proposal(as_format_2) is None
+    own = json.loads(as_format_2)["data"]
+    assert first_facts(as_format_2) == (None, origin_in(own))
 
 
 @pytest.mark.parametrize("combined", [False, True], ids=["proposed", "combined"])
@@ -405,7 +410,8 @@ def test_a_combined_dispatchs_proposal_is_read_as_the_whole_document_reads_it(
 def test_a_first_entry_is_read_as_the_full_check_reads_it(body: bytes, combined: bool) -> None:
     """``first_facts`` reads an effect's first entry as ``json.loads`` reads it, whatever its
     shape: a reading of only the keys up to ``input_digest`` would take the wrong type from a
-    body that repeats a key after them. A first DISPATCHED (format 3) is read in its proposal."""
+    body that repeats a key after them. A combined dispatch (format 3) is read in its proposal,
+    and only an entry of format 3 is."""
     data = json.loads(body).get("data")
     data = data if isinstance(data, dict) else {}
     effect_type = data.get("effect_type")
@@ -415,5 +421,4 @@ def test_a_first_entry_is_read_as_the_full_check_reads_it(body: bytes, combined:
         body = body.replace(b',"v":2}', b'},"v":3}') if b'"data"' in body else body
         if b'"data"' not in body:
             expected = None, None
-    assert first_facts(body, "DISPATCHED" if combined else "PROPOSED") == expected
-    assert first_facts(body, "PROPOSED") == (expected if not combined else (None, None))
+    assert first_facts(body) == expected

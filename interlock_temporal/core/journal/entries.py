@@ -287,10 +287,11 @@ def part_of(kind: Kind, doc: Mapping[str, Any]) -> Any:
     return data
 
 
-def first_data(kind: str, data: Any) -> Mapping[str, Any]:
-    """What an effect's first entry (of ``kind``, with signed ``data``) says of the effect: its
-    proposal. A first DISPATCHED is a format-3 entry, whose proposal is one of its parts."""
-    if kind == _DISPATCHED and isinstance(data, dict):
+def proposal_of(doc: Mapping[str, Any]) -> Mapping[str, Any]:
+    """What an effect's first entry (its signed document ``doc``) says of the effect: its data,
+    or the proposal part of a combined dispatch's (format 3)."""
+    data = doc.get("data")
+    if isinstance(data, dict) and doc.get("v") == COMBINED_VERSION:
         data = data.get("proposal")
     return data if isinstance(data, dict) else {}
 
@@ -533,7 +534,7 @@ class ChainCheck:
                 "its prev is not the previous entry of its effect (reordered, inserted or forked)"
             )
         if not chain.head:
-            data = first_data(raw.kind, json.loads(raw.body).get("data"))
+            data = proposal_of(json.loads(raw.body))
             kind_type = data.get("effect_type")
             chain.effect_type = kind_type if isinstance(kind_type, str) else None
             chain.origin = data.get("origin") if tombstone else origin_in(data)

@@ -33,14 +33,15 @@ from .control_check import ChargeFold
 from .entries import (
     ENDS,
     UNBOUND,
+    VALS_STARTS,
     ChainCheck,
     ChainSummary,
     RawEntry,
     binds_values,
     check_entry,
     effect_row,
-    first_data,
     origin_in,
+    proposal_of,
     raw_entry,
     signed_ts,
 )
@@ -477,7 +478,7 @@ class EntryPass:
             and _binds(body, vals)
         ):
             return False
-        effect_type, origin = first_facts(body, kind)
+        effect_type, origin = first_facts(body)
         at += len(tail)
         chain = self.checker.chains[eid] = ChainSummary(
             head=digest_hex, head_seq=seq, head_body=body, head_ts_at=at, quoted_id=quoted_id
@@ -498,15 +499,15 @@ def _binds(body: bytes, vals: Any) -> bool:
     return type(vals) is str and binds_values(body, vals)
 
 
-def first_facts(body: bytes, kind: str) -> tuple[str | None, str | None]:
-    """The effect type and the origin an effect's first entry (of ``kind``) signs in its
-    proposal (``ChainCheck.add``, ``first_data``). Its
-    bytes start with ``{``, so ``json.loads`` reads them as UTF-8 and scans one value from the
-    start: scanned here with the same scanner, without its wrappers; ``json.loads`` itself
-    when anything else follows the value (or none is there), to fail as it fails. A combined
-    dispatch's proposal alone, where it can be told to be its data's last value
-    (``_proposal``): the other parts are twice its bytes."""
-    data: Mapping[str, Any] | None = _proposal(body) if kind == _DISPATCHED else None
+def first_facts(body: bytes) -> tuple[str | None, str | None]:
+    """The effect type and the origin an effect's first entry (its signed bytes) signs in its
+    proposal (``ChainCheck.add``, ``proposal_of``). Its bytes start with ``{``, so
+    ``json.loads`` reads them as UTF-8 and scans one value from the start: scanned here with
+    the same scanner, without its wrappers; ``json.loads`` itself when anything else follows
+    the value (or none is there), to fail as it fails. A combined dispatch's proposal alone,
+    where it can be told to be its data's last value (``_proposal``): the other parts are
+    twice its bytes."""
+    data: Mapping[str, Any] | None = _proposal(body)
     if data is None:
         text = body.decode("utf-8", "surrogatepass")
         try:
@@ -515,21 +516,31 @@ def first_facts(body: bytes, kind: str) -> tuple[str | None, str | None]:
             doc, end = None, -1
         if end != len(text):
             doc = json.loads(body)
-        data = first_data(kind, doc.get("data"))
+        data = proposal_of(doc)
     effect_type = data.get("effect_type")
     return (effect_type if isinstance(effect_type, str) else None), origin_in(data)
 
 
 #: a combined dispatch's proposal, the last of its data's keys in canonical order
 _PROPOSAL = b',"proposal":{'
+#: how the signed bytes of a combined dispatch end: its format, then the digest of its values
+_COMBINED_END, _COMBINED_VALS = ENDS[1], VALS_STARTS[1]
+_COMBINED_VALS_END = len(_COMBINED_VALS) + 64 + 2
 
 
 def _proposal(body: bytes) -> dict[str, Any] | None:
-    """The proposal of a combined dispatch's signed bytes, scanned alone, or None: not found
-    to be the last value of the entry's data (read the whole document then). The last
-    ``,"proposal":{`` before the envelope's fields is the data's own key when the object after
-    it ends where the data does, one ``}`` before them: inside a string its quotes would be
-    escaped, and a key inside the proposal would be followed by the proposal's ``}`` too."""
+    """The proposal of a combined dispatch's signed bytes, scanned alone, or None: not a
+    combined dispatch by its last fields (``"v":3``, and the values' digest after it), or its
+    proposal not found to be the last value of the entry's data (read the whole document
+    then). The last ``,"proposal":{`` before the envelope's fields is the data's own key when
+    the object after it ends where the data does, one ``}`` before them: inside a string its
+    quotes would be escaped, and a key inside the proposal would be followed by the proposal's
+    ``}`` too."""
+    if not (
+        body.endswith(_COMBINED_END)
+        or (body[-_COMBINED_VALS_END:].startswith(_COMBINED_VALS) and body.endswith(b'"}'))
+    ):
+        return None
     at = body.rfind(_AT)
     start = body.rfind(_PROPOSAL, 0, at) + len(_PROPOSAL) - 1
     if at < 0 or start < len(_PROPOSAL) or body[at - 1 : at] != b"}":
