@@ -766,12 +766,13 @@ def test_console_script(world: World, tmp_path: Path) -> None:
     assert shown.returncode == 0
     assert Receipt.model_validate_json(shown.stdout).effect_id == world.committed
 
-    # an entry inside the journal (seq 4: the second effect's dispatch, whose authorization
-    # names the lease; opening checks the first effect's and the last one's)
-    _tamper(world.db, 4, _body(world.db, 4).replace(b"lease", b"LEASE"))
+    # an entry inside the journal that names the lease: an authorization (its own entry, or
+    # a combined dispatch's part), after the first effect's first entry, which opening checks
+    seq = next(n for n in range(3, 10) if b'"lease":{' in _body(world.db, n))
+    _tamper(world.db, seq, _body(world.db, seq).replace(b"lease", b"LEASE"))
     bad = run("journal", "verify")
     assert bad.returncode == 1
-    assert "seq 4" in bad.stdout
+    assert f"seq {seq}" in bad.stdout
 
     broken = run("--journal", "postgres://nowhere/db", "journal", "verify")
     assert broken.returncode == 3
